@@ -1,0 +1,52 @@
+"""Finds the storage backend for a URI through the `adk_memory.backends` entry-point group.
+
+Backends are separate distributions; each registers its URI schemes. The core's reference store
+(`memory://`) is found the same way, so that path is always exercised.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+from urllib.parse import urlsplit
+
+from adk_memory.errors import FailedPrecondition, InvalidArgument
+from adk_memory.store import MemoryStore
+
+__all__ = ["BACKENDS_GROUP", "store_class_for", "store_from_uri"]
+
+BACKENDS_GROUP = "adk_memory.backends"
+
+_INSTALL_HINTS = {
+    "redis": " Install it with: pip install 'adk-memory[redis]'",
+    "rediss": " Install it with: pip install 'adk-memory[redis]'",
+    "chroma": " Install it with: pip install 'adk-memory[chroma]'",
+    "chroma+http": " Install it with: pip install 'adk-memory[chroma]'",
+    "chroma+https": " Install it with: pip install 'adk-memory[chroma]'",
+}
+
+
+def store_class_for(uri: str) -> type[MemoryStore]:
+    """Returns the installed backend class registered for the URI's scheme."""
+    scheme = urlsplit(uri).scheme
+    if not scheme:
+        raise InvalidArgument(
+            f"Storage URI {uri[:60]!r} has no scheme; use memory://, chroma:///path, "
+            "chroma+http://host:port, redis://host:port or rediss://host:port.",
+            field="uri",
+        )
+    found = entry_points(group=BACKENDS_GROUP, name=scheme)
+    if len(found) != 1:
+        installed = sorted(f"{ep.name} ({ep.value})" for ep in entry_points(group=BACKENDS_GROUP))
+        fix = _INSTALL_HINTS.get(scheme, "") if not found else " Uninstall all but one."
+        raise FailedPrecondition(
+            f"{len(found)} storage backends handle {scheme!r} URIs; exactly one must. "
+            f"Installed: {', '.join(installed) or 'none'}.{fix}"
+        )
+    store_class: type[MemoryStore] = next(iter(found)).load()
+    return store_class
+
+
+def store_from_uri(uri: str, **options: Any) -> MemoryStore:
+    """Builds (without connecting) the store for a URI."""
+    return store_class_for(uri).from_uri(uri, **options)

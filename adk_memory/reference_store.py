@@ -1,0 +1,209 @@
+"""The in-process reference store (`memory://`): exact numpy search over plain dicts.
+
+It is the executable meaning of the store contract: every backend's results are compared with
+this one by the conformance suite. It keeps nothing across processes. `memory://NAME` shares one
+store between clients of the same process that use the same name; bare `memory://` is private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
+from adk_memory.filters import matches
+from adk_memory.store import (
+    BankRecord,
+    MemoryRecord,
+    MemoryStore,
+    NearestQuery,
+    OperationRecord,
+    RevisionRecord,
+    ScanQuery,
+    ScoredRecord,
+    StoreCapabilities,
+    WriteBatch,
+)
+
+__all__ = ["ReferenceMemoryStore", "sort_records"]
+
+_ALL_FAMILIES = ("fact", "time", "topics", "scope") + tuple(
+    f"metadata_{kind}" for kind in ("string", "number", "bool", "timestamp")
+)
+_ALL_OPS = ("=", "!=", ":", "=~", "<", "<=", ">", ">=")
+
+
+@dataclass
+class _Bank:
+    record: BankRecord
+    memories: dict[str, MemoryRecord] = field(default_factory=dict)
+    revisions: dict[str, dict[str, RevisionRecord]] = field(default_factory=dict)
+    operations: dict[str, OperationRecord] = field(default_factory=dict)
+
+
+_SHARED: dict[str, dict[str, _Bank]] = {}
+
+
+def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
+    """Orders records by the query's sort keys, then memory id ascending (a stable total order)."""
+    ordered = sorted(records, key=lambda record: record.memory_id)
+    for key in reversed(query.order_by):
+        ordered.sort(key=lambda record: getattr(record, key.field), reverse=key.descending)
+    return ordered
+
+
+class ReferenceMemoryStore(MemoryStore):
+    """Exact, in-process, non-persistent. Evaluates every filter natively."""
+
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
+        pushdown=frozenset((family, op) for family in _ALL_FAMILIES for op in _ALL_OPS),
+        native_ttl=False,
+    )
+
+    def __init__(self, *, name: str | None = None) -> None:
+        self._banks: dict[str, _Bank] = _SHARED.setdefault(name, {}) if name else {}
+
+    @classmethod
+    def from_uri(cls, uri: str, **options: Any) -> Self:
+        """`memory://` (private) or `memory://NAME` (shared within the process)."""
+        parts = urlsplit(uri)
+        if parts.scheme != "memory":
+            raise InvalidArgument(f"ReferenceMemoryStore takes memory:// URIs, not {parts.scheme!r}.")
+        if options:
+            raise InvalidArgument(f"memory:// takes no options; got {sorted(options)}.")
+        return cls(name=(parts.netloc + parts.path).strip("/") or None)
+
+    def _bank(self, bank_id: str) -> _Bank:
+        bank = self._banks.get(bank_id)
+        if bank is None:
+            raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+        return bank
+
+    async def create_bank(self, bank: BankRecord) -> None:
+        """Creates the bank; `AlreadyExists` if its id is taken."""
+        if bank.bank_id in self._banks:
+            raise AlreadyExists(f"Memory bank {bank.bank_id!r} already exists.")
+        self._banks[bank.bank_id] = _Bank(record=bank)
+
+    async def get_bank(self, bank_id: str) -> BankRecord | None:
+        """The bank, or None."""
+        bank = self._banks.get(bank_id)
+        return bank.record if bank else None
+
+    async def list_banks(self) -> list[BankRecord]:
+        """Every bank, ordered by `create_time` then id."""
+        records = [bank.record for bank in self._banks.values()]
+        return sorted(records, key=lambda record: (record.create_time, record.bank_id))
+
+    async def update_bank(self, bank: BankRecord) -> None:
+        """Replaces the bank record; `NotFound` if it does not exist."""
+        self._bank(bank.bank_id).record = bank
+
+    async def delete_bank(self, bank_id: str) -> None:
+        """Deletes the bank and everything in it."""
+        self._banks.pop(bank_id, None)
+
+    async def apply(self, bank_id: str, batch: WriteBatch) -> None:
+        """Applies the whole batch, or raises and changes nothing."""
+        bank = self._bank(bank_id)
+        for record in batch.inserts:
+            existing = bank.memories.get(record.memory_id)
+            if existing is not None and existing.is_live(record.create_time):
+                raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
+        for record in (*batch.inserts, *batch.upserts):
+            bank.memories[record.memory_id] = record
+        for memory_id in batch.deletes:
+            bank.memories.pop(memory_id, None)
+        for revision in batch.revisions:
+            bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
+
+    async def get_memories(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> list[MemoryRecord]:
+        """The live memories among `memory_ids`, in the order asked."""
+        memories = self._bank(bank_id).memories
+        found = (memories.get(memory_id) for memory_id in memory_ids)
+        return [record for record in found if record is not None and record.is_live(now)]
+
+    async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
+        """Exact Euclidean search over the live memories of one scope."""
+        candidates = [
+            record
+            for record in self._bank(bank_id).memories.values()
+            if record.scope_key == query.scope_key
+            and record.is_live(query.now)
+            and matches(query.filter, record)
+        ]
+        if not candidates or query.k <= 0:
+            return []
+        matrix = np.asarray([record.embedding for record in candidates], dtype=np.float64)
+        vector = np.asarray(query.vector, dtype=np.float64)
+        distances = np.linalg.norm(matrix - vector, axis=1)
+        scored = sorted(
+            zip(distances.tolist(), candidates, strict=True),
+            key=lambda pair: (pair[0], pair[1].memory_id),
+        )
+        return [ScoredRecord(record, distance) for distance, record in scored[: query.k]]
+
+    async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
+        """Live memories matching the query in its order, sliced by offset and limit."""
+        found = [
+            record
+            for record in self._bank(bank_id).memories.values()
+            if (query.scope_key is None or record.scope_key == query.scope_key)
+            and record.is_live(query.now)
+            and matches(query.filter, record)
+        ]
+        ordered = sort_records(found, query)
+        end = None if query.limit is None else query.offset + query.limit
+        return ordered[query.offset : end]
+
+    async def list_revisions(
+        self, bank_id: str, memory_id: str, now: datetime
+    ) -> list[RevisionRecord]:
+        """Live revisions of a memory, newest first."""
+        revisions = self._bank(bank_id).revisions.get(memory_id, {})
+        live = [revision for revision in revisions.values() if revision.is_live(now)]
+        return sorted(live, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
+
+    async def get_revision(
+        self, bank_id: str, memory_id: str, revision_id: str, now: datetime
+    ) -> RevisionRecord | None:
+        """One live revision, or None."""
+        revision = self._bank(bank_id).revisions.get(memory_id, {}).get(revision_id)
+        return revision if revision is not None and revision.is_live(now) else None
+
+    async def put_operation(self, operation: OperationRecord) -> None:
+        """Creates or replaces an operation."""
+        self._bank(operation.bank_id).operations[operation.operation_path] = operation
+
+    async def get_operation(self, bank_id: str, operation_path: str) -> OperationRecord | None:
+        """The operation, or None."""
+        bank = self._banks.get(bank_id)
+        return bank.operations.get(operation_path) if bank else None
+
+    async def sweep_expired(self, bank_id: str, now: datetime) -> int:
+        """Drops expired memories and revisions."""
+        bank = self._bank(bank_id)
+        expired = [key for key, record in bank.memories.items() if not record.is_live(now)]
+        for key in expired:
+            del bank.memories[key]
+        removed = len(expired)
+        for revisions in bank.revisions.values():
+            stale = [key for key, revision in revisions.items() if not revision.is_live(now)]
+            for key in stale:
+                del revisions[key]
+            removed += len(stale)
+        return removed
+
+    async def drop_all(self) -> None:
+        """Deletes every bank (tests)."""
+        self._banks.clear()
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,282 @@
+"""The store seam: what a storage backend must do, and the immutable records it stores.
+
+The engine validates every request, computes embeddings, expiry and revisions, and hands the
+store finished records. A store persists them and answers three kinds of reads: by id, nearest
+neighbours within one scope, and ordered scans. It never sees scope text in a query (only the
+`ScopeKey` digest), never reads the wall clock (`now` is passed in) and never calls a model.
+
+Filters arrive as `adk_memory.filters.FilterExpr` trees. A store declares in
+`StoreCapabilities.pushdown` which conditions it can evaluate inside its own query; the engine
+passes it only those and evaluates the rest itself, over-fetching until `k` survive. Whatever a
+store is given, it must honour exactly.
+
+The contract is tested by `adk_memory.testing.conformance.MemoryStoreConformance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
+
+from adk_memory.scope import ScopeKey
+
+if TYPE_CHECKING:
+    from adk_memory.filters import FilterExpr
+
+__all__ = [
+    "BankRecord",
+    "MemoryRecord",
+    "MemoryStore",
+    "MetadataValue",
+    "NearestQuery",
+    "OperationRecord",
+    "RevisionRecord",
+    "ScanQuery",
+    "ScoredRecord",
+    "SortKey",
+    "StoreCapabilities",
+    "TopicRef",
+    "WriteBatch",
+]
+
+MetadataValue = str | float | bool | datetime
+"""A metadata value: Memory Bank's string, double, bool or timestamp (check `bool` before `float`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    """One topic label of a memory: a managed topic enum name or a custom label (exactly one)."""
+
+    managed: str | None = None
+    """A `ManagedTopicEnum` name such as `USER_PREFERENCES`."""
+    custom: str | None = None
+    """A custom topic label such as `business_feedback`."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One memory as stored: validated by the engine, immutable, the same on every backend."""
+
+    memory_id: str
+    scope_key: ScopeKey
+    scope: Mapping[str, str]
+    fact: str
+    embedding: tuple[float, ...]
+    """L2-normalised. Empty when read by `scan` (which does not load vectors)."""
+    create_time: datetime
+    update_time: datetime
+    expire_time: datetime | None = None
+    topics: tuple[TopicRef, ...] = ()
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+    display_name: str | None = None
+    description: str | None = None
+
+    def is_live(self, now: datetime) -> bool:
+        """True until the instant the memory expires (an expired memory is never returned)."""
+        return self.expire_time is None or self.expire_time > now
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionRecord:
+    """An immutable snapshot of a memory written by a create, update, generate or rollback."""
+
+    memory_id: str
+    revision_id: str
+    """Sortable: a later revision of the same memory has a greater id."""
+    scope_key: ScopeKey
+    scope: Mapping[str, str]
+    fact: str
+    create_time: datetime
+    expire_time: datetime | None = None
+    topics: tuple[TopicRef, ...] = ()
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    extracted_memories: tuple[Mapping[str, Any], ...] = ()
+    """`IntermediateExtractedMemory` dicts (fact, context) of the generate request that wrote it."""
+    deleted: bool = False
+    """A tombstone: written when generation deleted the memory; rollback can restore from it."""
+
+    def is_live(self, now: datetime) -> bool:
+        """True until the revision's own expiry."""
+        return self.expire_time is None or self.expire_time > now
+
+
+@dataclass(frozen=True, slots=True)
+class BankRecord:
+    """A memory bank: its configuration and the embedding model it was created with."""
+
+    bank_id: str
+    config: Mapping[str, Any]
+    """The bank config as JSON (snake_case `ReasoningEngineContextSpecMemoryBankConfig`)."""
+    embedding_model: str
+    embedding_dimension: int
+    create_time: datetime
+    update_time: datetime
+    display_name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """A long-running operation as returned on the wire, kept so `operations.get` can find it."""
+
+    bank_id: str
+    operation_path: str
+    """The name relative to the bank: `operations/{id}` or `memories/{m}/operations/{id}`."""
+    done: bool
+    payload: Mapping[str, Any]
+    """The operation's JSON (camelCase) without its `name`."""
+    create_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBatch:
+    """One logical write: every part is applied, or none is."""
+
+    inserts: tuple[MemoryRecord, ...] = ()
+    """New memories; a live memory with the same id fails the whole batch with `AlreadyExists`."""
+    upserts: tuple[MemoryRecord, ...] = ()
+    """Whole-record replacements (or creations) of memories."""
+    deletes: tuple[str, ...] = ()
+    """Memory ids to delete; their revisions stay."""
+    revisions: tuple[RevisionRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NearestQuery:
+    """The `k` live memories of one scope nearest to `vector` by Euclidean distance."""
+
+    scope_key: ScopeKey
+    vector: tuple[float, ...]
+    k: int
+    now: datetime
+    filter: FilterExpr | None = None
+    """Only conditions the store declared in `capabilities.pushdown`; applied before top-k."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredRecord:
+    """A memory and its true Euclidean distance to the query vector (not the squared one)."""
+
+    record: MemoryRecord
+    distance: float
+
+
+@dataclass(frozen=True, slots=True)
+class SortKey:
+    """One ordering term; the memory id always breaks ties, ascending."""
+
+    field: str
+    """`create_time` or `update_time`."""
+    descending: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ScanQuery:
+    """Live memories in a stable order, optionally of one scope and filtered, as one slice."""
+
+    now: datetime
+    scope_key: ScopeKey | None = None
+    filter: FilterExpr | None = None
+    order_by: tuple[SortKey, ...] = (SortKey("create_time"),)
+    offset: int = 0
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """What a backend does natively; the engine does the rest."""
+
+    pushdown: frozenset[tuple[str, str]]
+    """(family, op) pairs the store can filter on natively; see `adk_memory.filters.family_of`."""
+    native_ttl: bool = False
+    """True when the backend reclaims expired memories itself (Redis key expiry)."""
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """Async persistence for memory banks. The contract is `adk_memory.testing.conformance`.
+
+    Constructors do no I/O; the first call connects. Driver errors are re-raised as
+    `adk_memory.errors.StoreUnavailable` (or another `AdkMemoryError`), never as driver types.
+    """
+
+    capabilities: ClassVar[StoreCapabilities]
+
+    @classmethod
+    def from_uri(cls, uri: str, **options: Any) -> Self:
+        """Builds the store from `memory://`, `chroma:///…`, `redis://…` without connecting."""
+        ...
+
+    # Banks
+    async def create_bank(self, bank: BankRecord) -> None:
+        """Creates the bank; `AlreadyExists` if its id is taken."""
+        ...
+
+    async def get_bank(self, bank_id: str) -> BankRecord | None:
+        """The bank, or None."""
+        ...
+
+    async def list_banks(self) -> list[BankRecord]:
+        """Every bank, ordered by `create_time` then id."""
+        ...
+
+    async def update_bank(self, bank: BankRecord) -> None:
+        """Replaces the bank record; `NotFound` if it does not exist."""
+        ...
+
+    async def delete_bank(self, bank_id: str) -> None:
+        """Deletes the bank with all its memories, revisions, vectors and operations."""
+        ...
+
+    # Memories
+    async def apply(self, bank_id: str, batch: WriteBatch) -> None:
+        """Applies the whole batch atomically, or raises and changes nothing."""
+        ...
+
+    async def get_memories(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> list[MemoryRecord]:
+        """The live memories among `memory_ids`, with embeddings, in the order asked."""
+        ...
+
+    async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
+        """Up to `query.k` live memories of one scope by true L2 distance, ties by memory id."""
+        ...
+
+    async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
+        """Live memories matching the query in its order, sliced by offset and limit."""
+        ...
+
+    # Revisions
+    async def list_revisions(
+        self, bank_id: str, memory_id: str, now: datetime
+    ) -> list[RevisionRecord]:
+        """Live revisions of a memory (deleted or not), newest first."""
+        ...
+
+    async def get_revision(
+        self, bank_id: str, memory_id: str, revision_id: str, now: datetime
+    ) -> RevisionRecord | None:
+        """One live revision, or None."""
+        ...
+
+    # Operations
+    async def put_operation(self, operation: OperationRecord) -> None:
+        """Creates or replaces an operation."""
+        ...
+
+    async def get_operation(self, bank_id: str, operation_path: str) -> OperationRecord | None:
+        """The operation, or None."""
+        ...
+
+    # Maintenance
+    async def sweep_expired(self, bank_id: str, now: datetime) -> int:
+        """Reclaims storage of expired memories and revisions; returns how many were removed."""
+        ...
+
+    async def aclose(self) -> None:
+        """Releases connections the store opened (never a client the caller passed in)."""
+        ...
