@@ -1,0 +1,455 @@
+"""`AsyncClient`: the official SDK's Memory Bank surface, over the local engine.
+
+Method names, keyword-only signatures and return types are the SDK's (`agentplatform` 2.6,
+reference §2): `memory_banks.{create,get,list,update,delete}`,
+`memory_banks.memories.{create,get,list,update,delete,retrieve,rollback,purge}`,
+`memory_banks.memories.revisions.{get,list}`, `operations.get`, and the older
+`agent_engines.*` surface the seeds use. Requests are validated into the SDK's own config models
+(`extra="forbid"`, so a typo is an `InvalidArgument`). Every operation completes before it
+returns (`done=True`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from adk_memory import types
+from adk_memory._pagers import AsyncPager
+from adk_memory._registry import store_from_uri
+from adk_memory.engine import MemoryEngine
+from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
+from adk_memory.engine.convert import parse_model, to_memory, to_revision
+from adk_memory.engine.paging import decode_page_token, encode_page_token
+from adk_memory.errors import InvalidArgument, Unimplemented
+from adk_memory.names import Names
+from adk_memory.settings import default_embedding_model, default_uri
+from adk_memory.store import MemoryStore
+
+__all__ = [
+    "AsyncAgentEngines",
+    "AsyncClient",
+    "AsyncMemories",
+    "AsyncMemoryBanks",
+    "AsyncMemoryRevisions",
+    "AsyncOperations",
+]
+
+_OPERATION_TYPES: dict[str, type[BaseModel]] = {
+    "memory": types.MemoryOperation,
+    "delete_memory": types.DeleteMemoryOperation,
+    "rollback": types.RollbackMemoryOperation,
+    "purge": types.PurgeMemoriesOperation,
+    "generate": types.GenerateMemoriesOperation,
+    "bank": types.MemoryBankOperation,
+    "delete_bank": types.DeleteMemoryBankOperation,
+    "ingest": types.MemoryBankIngestEventsOperation,
+}
+_NOT_YET = (
+    "{what} is not available in this version of adk-memory yet; it arrives with LLM-based "
+    "generation. Create memories with memories.create() meanwhile."
+)
+
+
+class AsyncMemoryRevisions:
+    """`memory_banks.memories.revisions`."""
+
+    def __init__(self, engine: MemoryEngine) -> None:
+        self._engine = engine
+
+    async def get(self, *, name: str, config: Any = None) -> types.MemoryRevision:
+        """One revision by its full name."""
+        parse_model(types.GetMemoryRevisionConfig, config, field="config")
+        bank_id, memory_id, revision_id = Names.parse_revision(name)
+        found = await self._engine.memories.get_revision(bank_id, memory_id, revision_id)
+        return to_revision(found, bank_id, self._engine.names)
+
+    async def list(self, *, name: str, config: Any = None) -> AsyncPager[types.MemoryRevision]:
+        """The revisions of a memory (deleted or not), newest first."""
+        checked = parse_model(types.ListMemoryRevisionsConfig, config, field="config")
+        bank_id, memory_id = Names.parse_memory(name)
+
+        async def fetch(token: str | None) -> tuple[list[types.MemoryRevision], str | None]:
+            paged = checked.model_copy(update={"page_token": token})
+            page = await self._engine.memories.list_revisions(bank_id, memory_id, paged)
+            return [to_revision(r, bank_id, self._engine.names) for r in page.items], page.next_page_token
+
+        return await _first_page(fetch, checked.page_token)
+
+
+class AsyncMemories:
+    """`memory_banks.memories` (also `agent_engines.memories`)."""
+
+    def __init__(self, engine: MemoryEngine) -> None:
+        self._engine = engine
+        self.revisions = AsyncMemoryRevisions(engine)
+
+    async def create(
+        self, *, name: str, fact: str, scope: dict[str, str], config: Any = None
+    ) -> types.MemoryOperation:
+        """Creates a memory in the bank `name`; the operation is done when it returns."""
+        checked = parse_model(types.MemoryConfig, config, field="config")
+        bank_id = Names.parse_bank(name)
+        record = await self._engine.memories.create(bank_id, fact=fact, scope=scope, config=checked)
+        memory = to_memory(record, bank_id, self._engine.names)
+        return await self._done(bank_id, f"memories/{record.memory_id}", "memory", types.MemoryOperation(done=True, response=memory))
+
+    async def get(self, *, name: str, config: Any = None) -> types.Memory:
+        """A live memory by its full or short name; `NotFound` if missing or expired."""
+        parse_model(types.GetMemoryConfig, config, field="config")
+        bank_id, memory_id = Names.parse_memory(name)
+        record = await self._engine.memories.get(bank_id, memory_id)
+        return to_memory(record, bank_id, self._engine.names)
+
+    async def list(self, *, name: str, config: Any = None) -> AsyncPager[types.Memory]:
+        """Every live memory of the bank, in pages (`filter` may name `scope.KEY`)."""
+        checked = parse_model(types.ListMemoriesConfig, config, field="config")
+        bank_id = Names.parse_bank(name)
+
+        async def fetch(token: str | None) -> tuple[list[types.Memory], str | None]:
+            page = await self._engine.memories.list(bank_id, checked.model_copy(update={"page_token": token}))
+            return [to_memory(r, bank_id, self._engine.names) for r in page.items], page.next_page_token
+
+        return await _first_page(fetch, checked.page_token)
+
+    async def update(
+        self,
+        *,
+        name: str,
+        fact: str | None = None,
+        scope: dict[str, str] | None = None,
+        config: Any = None,
+    ) -> types.MemoryOperation:
+        """Updates the masked fields, or every field given when there is no `update_mask`."""
+        checked = parse_model(types.UpdateMemoryConfig, config, field="config")
+        bank_id, memory_id = Names.parse_memory(name)
+        if checked.memory_id not in (None, memory_id):
+            raise InvalidArgument("config.memory_id must match the memory's name.", field="config.memory_id")
+        record = await self._engine.memories.update(bank_id, memory_id, fact=fact, scope=scope, config=checked)
+        memory = to_memory(record, bank_id, self._engine.names)
+        return await self._done(bank_id, f"memories/{memory_id}", "memory", types.MemoryOperation(done=True, response=memory))
+
+    _update = update  # the SDK's (private) spelling
+
+    async def delete(self, *, name: str, config: Any = None) -> types.DeleteMemoryOperation:
+        """Deletes a memory; its revisions stay until they expire."""
+        parse_model(types.DeleteMemoryConfig, config, field="config")
+        bank_id, memory_id = Names.parse_memory(name)
+        await self._engine.memories.delete(bank_id, memory_id)
+        return await self._done(bank_id, f"memories/{memory_id}", "delete_memory", types.DeleteMemoryOperation(done=True))
+
+    async def retrieve(
+        self,
+        *,
+        name: str,
+        scope: dict[str, str],
+        similarity_search_params: Any = None,
+        simple_retrieval_params: Any = None,
+        config: Any = None,
+    ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
+        """Memories of exactly `scope`: the nearest `top_k`, all of them, or pages."""
+        checked = parse_model(types.RetrieveMemoriesConfig, config, field="config")
+        similarity = _optional(types.RetrieveMemoriesRequestSimilaritySearchParams, similarity_search_params, "similarity_search_params")
+        simple = _optional(types.RetrieveMemoriesRequestSimpleRetrievalParams, simple_retrieval_params, "simple_retrieval_params")
+        bank_id = Names.parse_bank(name)
+
+        async def fetch(token: str | None) -> tuple[list[types.RetrieveMemoriesResponseRetrievedMemory], str | None]:
+            params = simple.model_copy(update={"page_token": token}) if simple is not None else None
+            page = await self._engine.retrieval.retrieve(
+                bank_id, scope=scope, similarity_search_params=similarity, simple_retrieval_params=params, config=checked
+            )
+            found = [
+                types.RetrieveMemoriesResponseRetrievedMemory(
+                    memory=to_memory(hit.record, bank_id, self._engine.names), distance=hit.distance
+                )
+                for hit in page.items
+            ]
+            return found, page.next_page_token
+
+        return await _first_page(fetch, simple.page_token if simple is not None else None)
+
+    async def rollback(
+        self, *, name: str, target_revision_id: str, config: Any = None
+    ) -> types.RollbackMemoryOperation:
+        """Restores a revision of the memory (recreating it if it was deleted)."""
+        parse_model(types.RollbackMemoryConfig, config, field="config")
+        bank_id, memory_id = Names.parse_memory(name)
+        record = await self._engine.memories.rollback(bank_id, memory_id, target_revision_id)
+        memory = to_memory(record, bank_id, self._engine.names)
+        await self._done(bank_id, f"memories/{memory_id}", "memory", types.MemoryOperation(done=True, response=memory))
+        return await self._done(bank_id, f"memories/{memory_id}", "rollback", types.RollbackMemoryOperation(done=True))
+
+    async def purge(
+        self,
+        *,
+        name: str,
+        filter: str | None = None,
+        filter_groups: list[Any] | None = None,
+        force: bool = False,
+        config: Any = None,
+    ) -> types.PurgeMemoriesOperation:
+        """Counts (`force=False`) or deletes (`force=True`) the memories the filters select."""
+        parse_model(types.PurgeMemoriesConfig, config, field="config")
+        bank_id = Names.parse_bank(name)
+        count = await self._engine.memories.purge(bank_id, filter=filter, filter_groups=filter_groups, force=bool(force))
+        response = types.PurgeMemoriesResponse(purge_count=count)
+        return await self._done(bank_id, "", "purge", types.PurgeMemoriesOperation(done=True, response=response))
+
+    async def generate(self, **kwargs: Any) -> types.GenerateMemoriesOperation:
+        """GenerateMemories (LLM extraction and consolidation)."""
+        raise Unimplemented(_NOT_YET.format(what="memories.generate"))
+
+    async def retrieve_profiles(self, **kwargs: Any) -> types.RetrieveProfilesResponse:
+        """RetrieveProfiles (structured memory profiles)."""
+        raise Unimplemented(_NOT_YET.format(what="memories.retrieve_profiles"))
+
+    async def _done(self, bank_id: str, parent: str, kind: str, operation: Any) -> Any:
+        operation.name = await self._engine.context.record_operation(bank_id, parent, kind, operation)
+        return operation
+
+
+class AsyncMemoryBanks:
+    """`memory_banks`."""
+
+    def __init__(self, engine: MemoryEngine) -> None:
+        self._engine = engine
+        self.memories = AsyncMemories(engine)
+
+    async def create(
+        self,
+        *,
+        managed_semantic_memory_config: Any = None,
+        config: Any = None,
+        memory_bank_id: str | None = None,
+    ) -> types.MemoryBank:
+        """Creates a bank (`memory_bank_id` is our extension: a fixed id instead of a new one)."""
+        checked = parse_model(types.CreateMemoryBankConfig, config, field="config")
+        record = await self._engine.banks.create(
+            managed_semantic_memory_config or {},
+            display_name=checked.display_name,
+            description=checked.description,
+            bank_id=memory_bank_id,
+        )
+        return to_memory_bank(record, self._engine.names)
+
+    async def get(self, *, name: str, config: Any = None) -> types.MemoryBank:
+        """A bank with its config."""
+        parse_model(types.GetMemoryBankConfig, config, field="config")
+        record = await self._engine.banks.get(Names.parse_bank(name))
+        return to_memory_bank(record, self._engine.names)
+
+    async def list(self, *, config: Any = None) -> AsyncPager[types.MemoryBank]:
+        """Every bank, oldest first, in pages."""
+        checked = parse_model(types.ListMemoryBanksConfig, config, field="config")
+
+        async def fetch(token: str | None) -> tuple[list[types.MemoryBank], str | None]:
+            banks = [to_memory_bank(record, self._engine.names) for record in await self._engine.banks.list()]
+            return _slice(banks, checked.page_size, token, "memory_banks")
+
+        return await _first_page(fetch, checked.page_token)
+
+    async def update(
+        self, *, name: str, managed_semantic_memory_config: Any = None, config: Any = None
+    ) -> types.MemoryBank:
+        """Merges the non-empty top-level config fields given into the bank's config."""
+        checked = parse_model(types.UpdateMemoryBankConfig, config, field="config")
+        record = await self._engine.banks.update(
+            Names.parse_bank(name),
+            managed_semantic_memory_config,
+            display_name=checked.display_name,
+            description=checked.description,
+        )
+        return to_memory_bank(record, self._engine.names)
+
+    async def delete(
+        self, *, name: str, force: bool | None = None, config: Any = None
+    ) -> types.DeleteMemoryBankOperation:
+        """Deletes a bank; one that still holds memories needs `force=True`."""
+        parse_model(types.DeleteMemoryBankConfig, config, field="config")
+        bank_id = Names.parse_bank(name)
+        await self._engine.banks.delete(bank_id, force=bool(force))
+        return types.DeleteMemoryBankOperation(name=self._engine.names.operation(bank_id, "operations/delete"), done=True)
+
+    async def ingest_events(self, **kwargs: Any) -> types.MemoryBankIngestEventsOperation:
+        """IngestEvents (streaming generation)."""
+        raise Unimplemented(_NOT_YET.format(what="memory_banks.ingest_events"))
+
+
+class AgentEngine(BaseModel):
+    """What `agent_engines.create/get/update` return: the resource under `api_resource`."""
+
+    api_resource: types.ReasoningEngine
+
+
+_DEPLOYMENT_FIELDS = ("agent_engine", "agent", "staging_bucket", "requirements", "extra_packages", "env_vars", "gcs_dir_name")
+
+
+class AsyncAgentEngines:
+    """The older `agent_engines` surface the seeds use; a memory bank is a reasoning engine."""
+
+    def __init__(self, engine: MemoryEngine, banks: AsyncMemoryBanks) -> None:
+        self._engine = engine
+        self._banks = banks
+        self.memories = banks.memories
+
+    async def create(self, *, agent_engine: Any = None, agent: Any = None, config: Any = None) -> AgentEngine:
+        """Creates a bank from `config={"context_spec": {"memory_bank_config": …}, …}`."""
+        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        record = await self._engine.banks.create(spec, display_name=display_name, description=description)
+        return self._wrap(record)
+
+    async def update(self, *, name: str, agent_engine: Any = None, agent: Any = None, config: Any = None) -> AgentEngine:
+        """Merges a new `context_spec.memory_bank_config` (and names) into the bank."""
+        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        record = await self._engine.banks.update(
+            Names.parse_bank(name), spec, display_name=display_name, description=description
+        )
+        return self._wrap(record)
+
+    async def get(self, *, name: str, config: Any = None) -> AgentEngine:
+        """The bank as a reasoning engine."""
+        return self._wrap(await self._engine.banks.get(Names.parse_bank(name)))
+
+    async def list(self, *, config: Any = None) -> list[AgentEngine]:
+        """Every bank as a reasoning engine."""
+        return [self._wrap(record) for record in await self._engine.banks.list()]
+
+    async def delete(self, *, name: str, force: bool = False, config: Any = None) -> None:
+        """Deletes the bank (`force` also deletes its memories)."""
+        await self._engine.banks.delete(Names.parse_bank(name), force=force)
+
+    # The flat helpers of the oldest SDK.
+    async def get_memory(self, *, name: str, config: Any = None) -> types.Memory:
+        """`memories.get`."""
+        return await self.memories.get(name=name, config=config)
+
+    async def list_memories(self, *, name: str, config: Any = None) -> AsyncPager[types.Memory]:
+        """`memories.list`."""
+        return await self.memories.list(name=name, config=config)
+
+    async def retrieve_memories(self, **kwargs: Any) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
+        """`memories.retrieve`."""
+        return await self.memories.retrieve(**kwargs)
+
+    async def create_memory(self, **kwargs: Any) -> types.MemoryOperation:
+        """`memories.create`."""
+        return await self.memories.create(**kwargs)
+
+    async def delete_memory(self, **kwargs: Any) -> types.DeleteMemoryOperation:
+        """`memories.delete`."""
+        return await self.memories.delete(**kwargs)
+
+    async def generate_memories(self, **kwargs: Any) -> types.GenerateMemoriesOperation:
+        """`memories.generate`."""
+        return await self.memories.generate(**kwargs)
+
+    def _wrap(self, record: Any) -> AgentEngine:
+        payload = to_reasoning_engine_json(record, self._engine.names)
+        return AgentEngine(api_resource=types.ReasoningEngine.model_validate(payload))
+
+
+class AsyncOperations:
+    """`operations.get`: every operation is recorded in the store."""
+
+    def __init__(self, engine: MemoryEngine) -> None:
+        self._engine = engine
+
+    async def get(self, name: str) -> Any:
+        """The operation, typed by what produced it (`MemoryOperation`, `PurgeMemoriesOperation`…)."""
+        record = await self._engine.get_operation(name)
+        model = _OPERATION_TYPES.get(str(record.payload.get("kind")), types.MemoryBankOperation)
+        return model.model_validate({**record.payload["operation"], "name": self._engine.names.operation(record.bank_id, record.operation_path)})
+
+
+class AsyncClient:
+    """The Memory Bank client over a store chosen by URI."""
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        project: str = "local",
+        location: str = "local",
+        store: MemoryStore | None = None,
+        embedding_model: str | None = None,
+        genai_client: Any = None,
+        **store_options: Any,
+    ) -> None:
+        """Builds the client without I/O; the store connects on first use.
+
+        Args:
+            uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
+                `memory://`. Default: `ADK_MEMORY_URI`, else embedded Chroma in
+                `~/.adk-memory`.
+            project: The project segment of resource names.
+            location: The location segment of resource names.
+            store: A store you built (then `uri` must be None).
+            embedding_model: The model for banks created without one (default: the offline
+                all-MiniLM-L6-v2, or `ADK_MEMORY_EMBEDDING_MODEL`).
+            genai_client: A `google.genai.Client` for Gemini embeddings (default: from the env).
+            **store_options: Passed to the backend's `from_uri`.
+        """
+        if store is not None and uri is not None:
+            raise InvalidArgument("Pass either uri or store, not both.", field="uri")
+        self.uri = uri or default_uri()
+        self._store = store or store_from_uri(self.uri, **store_options)
+        self.engine = MemoryEngine(
+            self._store,
+            names=Names(project=project, location=location),
+            default_embedding_model=embedding_model or default_embedding_model(),
+            genai_client=genai_client,
+        )
+        self.memory_banks = AsyncMemoryBanks(self.engine)
+        self.agent_engines = AsyncAgentEngines(self.engine, self.memory_banks)
+        self.operations = AsyncOperations(self.engine)
+
+    async def aclose(self) -> None:
+        """Closes the store's connections."""
+        await self.engine.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def _first_page(fetch: Any, token: str | None) -> AsyncPager[Any]:
+    items, next_token = await fetch(token)
+    return AsyncPager(items, next_token, fetch)
+
+
+def _optional(model: type[BaseModel], value: Any, field: str) -> Any:
+    return None if value is None else parse_model(model, value, field=field)
+
+
+def _slice(items: list[Any], page_size: int | None, token: str | None, fingerprint: str) -> tuple[list[Any], str | None]:
+    size = page_size or 100
+    start = decode_page_token(token, fingerprint)
+    more = start + size < len(items)
+    return items[start : start + size], encode_page_token(start + size, fingerprint) if more else None
+
+
+def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None]:
+    data = dict(config or {}) if not isinstance(config, BaseModel) else config.model_dump(exclude_none=True)
+    deployment = [field for field in _DEPLOYMENT_FIELDS if data.get(field)] + (["agent_engine"] if agent is not None else [])
+    if deployment:
+        raise Unimplemented(
+            f"adk-memory hosts Memory Bank only, not agent deployment ({', '.join(deployment)}); "
+            "run your agent yourself and point its memory service at this bank.",
+            field=deployment[0],
+        )
+    spec = data.pop("context_spec", None) or data.pop("contextSpec", None) or {}
+    if isinstance(spec, BaseModel):
+        spec = spec.model_dump(exclude_none=True)
+    bank_config = spec.get("memory_bank_config", spec.get("memoryBankConfig")) if isinstance(spec, dict) else None
+    display_name = data.pop("display_name", None) or data.pop("displayName", None)
+    description = data.pop("description", None)
+    if data:
+        raise InvalidArgument(f"config has unknown fields: {', '.join(sorted(data))}.", field="config")
+    if isinstance(bank_config, BaseModel):
+        bank_config = bank_config.model_dump(exclude_none=True)
+    wire = parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, bank_config or {}, field="config.context_spec.memory_bank_config")
+    return wire, display_name, description
+

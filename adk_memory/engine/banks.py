@@ -1,0 +1,238 @@
+"""Memory banks: create, get, list, update and delete, with the config rules of SPEC §3 "Banks".
+
+A bank's config is kept in the wire form (`ReasoningEngineContextSpecMemoryBankConfig`); the
+SDK-facing form (`ManagedSemanticMemoryConfig`) differs only in naming the customization list
+`unstructured_memory_configs`. The bank records its embedding model and dimension at creation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentplatform import types as sdk_types
+
+from adk_memory import types
+from adk_memory.embeddings import canonical_model_name
+from adk_memory.engine.context import EngineContext
+from adk_memory.engine.convert import parse_duration, parse_model
+from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from adk_memory.names import Names, new_bank_id
+from adk_memory.store import BankRecord, ScanQuery
+
+__all__ = ["BankOps", "to_memory_bank", "to_reasoning_engine_json", "validate_bank_config"]
+
+_MAX_DISPLAY_NAME = 128
+
+
+def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfig) -> None:
+    """Raises InvalidArgument for a config Memory Bank would refuse (SPEC §3 "Banks", "TTL")."""
+    seen_key_sets: set[frozenset[str]] = set()
+    for index, customization in enumerate(config.customization_configs or ()):
+        where = f"customization_configs[{index}]"
+        keys = customization.scope_keys or []
+        if len(set(keys)) != len(keys) or any(not key for key in keys):
+            raise InvalidArgument(f"{where}.scope_keys must be unique, non-empty keys.", field=where)
+        key_set = frozenset(keys)
+        if key_set in seen_key_sets:
+            which = "default config (no scope_keys)" if not keys else f"config for {sorted(keys)}"
+            raise InvalidArgument(
+                f"{where}: only one {which} is allowed per bank.", field=f"{where}.scope_keys"
+            )
+        seen_key_sets.add(key_set)
+        consolidation = customization.consolidation_config
+        if consolidation and (consolidation.revisions_per_candidate_count or 1) < 1:
+            raise InvalidArgument(
+                f"{where}.consolidation_config.revisions_per_candidate_count must be >= 1.",
+                field=where,
+            )
+    ttl = config.ttl_config
+    if ttl is not None:
+        if ttl.default_ttl and ttl.granular_ttl_config:
+            raise InvalidArgument(
+                "ttl_config sets both default_ttl and granular_ttl_config; choose one.",
+                field="ttl_config",
+            )
+        parse_duration(ttl.default_ttl, field="ttl_config.default_ttl")
+        parse_duration(ttl.memory_revision_default_ttl, field="ttl_config.memory_revision_default_ttl")
+        granular = ttl.granular_ttl_config
+        for name in ("create_ttl", "generate_created_ttl", "generate_updated_ttl"):
+            if granular is not None:
+                parse_duration(getattr(granular, name), field=f"ttl_config.granular_ttl_config.{name}")
+
+
+def _wire_config(managed: Any) -> types.ReasoningEngineContextSpecMemoryBankConfig:
+    """The wire-form config from a ManagedSemanticMemoryConfig (model or dict) or a wire config."""
+    if isinstance(managed, sdk_types.ReasoningEngineContextSpecMemoryBankConfig):
+        return parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, managed, field="memory_bank_config")
+    sdk_form = parse_model(types.ManagedSemanticMemoryConfig, managed, field="managed_semantic_memory_config")
+    data = sdk_form.model_dump(exclude_none=True)
+    if "unstructured_memory_configs" in data:
+        data["customization_configs"] = data.pop("unstructured_memory_configs")
+    return parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, data, field="managed_semantic_memory_config")
+
+
+def _config_json(config: types.ReasoningEngineContextSpecMemoryBankConfig) -> dict[str, Any]:
+    return config.model_dump(mode="json", exclude_none=True)
+
+
+def to_memory_bank(record: BankRecord, names: Names) -> types.MemoryBank:
+    """The SDK `MemoryBank` view of a bank record."""
+    data = dict(record.config)
+    if "customization_configs" in data:
+        data["unstructured_memory_configs"] = data.pop("customization_configs")
+    return types.MemoryBank(
+        name=names.bank(record.bank_id),
+        managed_semantic_memory_config=types.ManagedSemanticMemoryConfig.model_validate(data),
+        display_name=record.display_name,
+        description=record.description,
+        create_time=record.create_time,
+        update_time=record.update_time,
+    )
+
+
+def to_reasoning_engine_json(record: BankRecord, names: Names) -> dict[str, Any]:
+    """The ReasoningEngine JSON (camelCase) of a bank, as the REST API returns it."""
+    config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(dict(record.config))
+    engine = types.ReasoningEngine(
+        name=names.bank(record.bank_id),
+        display_name=record.display_name,
+        description=record.description,
+        create_time=record.create_time,
+        update_time=record.update_time,
+        context_spec=types.ReasoningEngineContextSpec(memory_bank_config=config),
+    )
+    payload = engine.model_dump(mode="json", by_alias=True, exclude_none=True)
+    payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
+    return payload
+
+
+class BankOps:
+    """The bank half of the engine."""
+
+    def __init__(self, context: EngineContext) -> None:
+        self._context = context
+
+    async def create(
+        self,
+        managed_config: Any,
+        *,
+        display_name: str | None = None,
+        description: str | None = None,
+        bank_id: str | None = None,
+    ) -> BankRecord:
+        """Validates the config, resolves its embedding model and stores a new bank."""
+        config = _wire_config(managed_config)
+        validate_bank_config(config)
+        _check_display_name(display_name)
+        if bank_id is not None:
+            Names.parse_bank(f"reasoningEngines/{bank_id}", field="bank_id")
+        requested = config.similarity_search_config.embedding_model if config.similarity_search_config else None
+        embedder = self._context.embedder(requested)
+        config = _with_embedding_model(config, embedder.model)
+        now = self._context.clock()
+        record = BankRecord(
+            bank_id=bank_id or new_bank_id(),
+            config=_config_json(config),
+            embedding_model=canonical_model_name(embedder.model),
+            embedding_dimension=embedder.dimension,
+            create_time=now,
+            update_time=now,
+            display_name=display_name,
+            description=description,
+        )
+        try:
+            await self._context.store.create_bank(record)
+        except AlreadyExists:
+            raise AlreadyExists(
+                f"Memory bank {self._context.names.bank(record.bank_id)!r} already exists.",
+                field="bank_id",
+            ) from None
+        return record
+
+    async def get(self, bank_id: str) -> BankRecord:
+        """The bank record; `NotFound` if missing."""
+        return (await self._context.load_bank(bank_id)).record
+
+    async def list(self) -> list[BankRecord]:
+        """Every bank, oldest first."""
+        return await self._context.store.list_banks()
+
+    async def update(
+        self,
+        bank_id: str,
+        managed_config: Any,
+        *,
+        display_name: str | None = None,
+        description: str | None = None,
+    ) -> BankRecord:
+        """Merges the non-empty top-level config fields given (SPEC §3: `{}` changes nothing)."""
+        bank = await self._context.load_bank(bank_id)
+        _check_display_name(display_name)
+        changes = _config_json(_wire_config(managed_config)) if managed_config is not None else {}
+        merged = {**bank.record.config, **{key: value for key, value in changes.items() if value not in ({}, [], None)}}
+        config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(merged)
+        validate_bank_config(config)
+        embedding_model, dimension = bank.record.embedding_model, bank.record.embedding_dimension
+        if "similarity_search_config" in changes:
+            new_embedder = self._context.embedder(config.similarity_search_config.embedding_model if config.similarity_search_config else None)
+            if canonical_model_name(new_embedder.model) != embedding_model:
+                if await self._holds_memories(bank_id):
+                    raise FailedPrecondition(
+                        f"Memory bank {bank_id!r} holds memories embedded with {embedding_model!r}; "
+                        "changing its embedding model needs re-embedding every memory "
+                        "(`adk-memory reembed`), or delete the memories first.",
+                        field="similarity_search_config.embedding_model",
+                    )
+                embedding_model = canonical_model_name(new_embedder.model)
+                dimension = new_embedder.dimension
+            config = _with_embedding_model(config, new_embedder.model)
+        record = BankRecord(
+            bank_id=bank_id,
+            config=_config_json(config),
+            embedding_model=embedding_model,
+            embedding_dimension=dimension,
+            create_time=bank.record.create_time,
+            update_time=self._context.clock(),
+            display_name=display_name if display_name is not None else bank.record.display_name,
+            description=description if description is not None else bank.record.description,
+        )
+        await self._context.store.update_bank(record)
+        return record
+
+    async def delete(self, bank_id: str, *, force: bool = False) -> None:
+        """Deletes the bank; `FailedPrecondition` if it holds memories and `force` is not set."""
+        await self._context.load_bank(bank_id)
+        if not force and await self._holds_memories(bank_id):
+            raise FailedPrecondition(
+                f"Memory bank {bank_id!r} still holds memories; delete them first or pass "
+                "force=True to delete the bank with its memories, revisions and vectors.",
+                field="force",
+            )
+        await self._context.store.delete_bank(bank_id)
+
+    async def _holds_memories(self, bank_id: str) -> bool:
+        probe = ScanQuery(now=self._context.clock(), limit=1)
+        return bool(await self._context.store.scan(bank_id, probe))
+
+
+def _with_embedding_model(
+    config: types.ReasoningEngineContextSpecMemoryBankConfig, model: str
+) -> types.ReasoningEngineContextSpecMemoryBankConfig:
+    """Records the model actually used, so a bank never changes model silently."""
+    if config.similarity_search_config and config.similarity_search_config.embedding_model:
+        return config
+    return config.model_copy(
+        update={
+            "similarity_search_config": types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig(
+                embedding_model=model
+            )
+        }
+    )
+
+
+def _check_display_name(display_name: str | None) -> None:
+    if display_name is not None and len(display_name.encode("utf-8")) > _MAX_DISPLAY_NAME:
+        raise InvalidArgument(
+            f"display_name is limited to {_MAX_DISPLAY_NAME} UTF-8 bytes.", field="display_name"
+        )
+

@@ -1,0 +1,97 @@
+"""What every engine operation shares: the store, names, the clock, banks and their embedders.
+
+The engine keeps no state of its own between calls (SPEC §6: several processes serve one bank on
+one shared store), so each call loads the bank record it works on: one store round trip.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from adk_memory import types
+from adk_memory.embeddings import Embedder, embedder_for
+from adk_memory.errors import NotFound
+from adk_memory.names import Names
+from adk_memory.store import BankRecord, MemoryStore, OperationRecord
+
+__all__ = ["DEFAULT_REVISION_TTL", "EngineContext", "LoadedBank", "utc_now"]
+
+DEFAULT_REVISION_TTL = timedelta(days=365)
+"""SPEC §3: revisions expire after 365 days unless the request or the bank says otherwise."""
+
+
+def utc_now() -> datetime:
+    """The wall clock, in UTC (the default clock; tests pass their own)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedBank:
+    """A bank record with its parsed config and the embedder it was created with."""
+
+    record: BankRecord
+    config: types.ReasoningEngineContextSpecMemoryBankConfig
+    embedder: Embedder
+
+    @property
+    def bank_id(self) -> str:
+        """The bank's id."""
+        return self.record.bank_id
+
+
+@dataclass(slots=True)
+class EngineContext:
+    """The store and the settings every engine operation uses."""
+
+    store: MemoryStore
+    names: Names
+    clock: Callable[[], datetime] = utc_now
+    default_embedding_model: str | None = None
+    genai_client: Any = None
+
+    def embedder(self, model: str | None) -> Embedder:
+        """The embedder for a model name (None: the configured default)."""
+        return embedder_for(model or self.default_embedding_model, genai_client=self.genai_client)
+
+    async def load_bank(self, bank_id: str) -> LoadedBank:
+        """The bank with its config and embedder; `NotFound` if it does not exist."""
+        record = await self.store.get_bank(bank_id)
+        if record is None:
+            raise NotFound(
+                f"Memory bank {self.names.bank(bank_id)!r} does not exist; create it with "
+                "memory_banks.create() or check the name.",
+                field="name",
+            )
+        config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(dict(record.config))
+        return LoadedBank(record, config, self.embedder(record.embedding_model))
+
+    async def record_operation(
+        self, bank_id: str, parent_path: str, kind: str, operation: BaseModel
+    ) -> str:
+        """Persists a finished or pending operation and returns its full name.
+
+        Args:
+            bank_id: The bank the operation belongs to.
+            parent_path: "" for bank-level operations, or `memories/{id}`.
+            kind: How `operations.get` should type it (see `adk_memory.engine.operations`).
+            operation: The SDK operation model, without its name.
+        """
+        path = f"{parent_path}/operations/{secrets.token_hex(8)}".lstrip("/")
+        payload = operation.model_dump(mode="json", by_alias=True, exclude_none=True)
+        payload.pop("name", None)
+        await self.store.put_operation(
+            OperationRecord(
+                bank_id=bank_id,
+                operation_path=path,
+                done=bool(payload.get("done")),
+                payload={"kind": kind, "operation": payload},
+                create_time=self.clock(),
+            )
+        )
+        return self.names.operation(bank_id, path)

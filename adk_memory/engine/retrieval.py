@@ -1,0 +1,138 @@
+"""RetrieveMemories: similarity search, retrieve-all and simple retrieval within one exact scope.
+
+Filters apply before top-k (SPEC §3): the part the store declared it can run is pushed into its
+query; the rest is evaluated here, over-fetching until `top_k` memories survive or the scope is
+exhausted. The cost of one similarity retrieve is one query embedding (cached per text), one bank
+read and, without a residual filter, one nearest query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from adk_memory import types
+from adk_memory.engine.context import EngineContext
+from adk_memory.engine.memories import MemoryOps
+from adk_memory.engine.paging import Page
+from adk_memory.errors import InvalidArgument
+from adk_memory.filters import FilterExpr, combine, from_filter_groups, matches, parse_filter, partition
+from adk_memory.scope import scope_key, validate_scope
+from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
+
+__all__ = ["DEFAULT_TOP_K", "MAX_TOP_K", "Retrieval", "Retrieved"]
+
+DEFAULT_TOP_K = 3
+MAX_TOP_K = 100
+DEFAULT_PAGE_SIZE = 3
+RETRIEVE_ALL_LIMIT = 100
+_MAX_SEARCH_QUERY = 10_000
+_NL_TYPES = {None, "NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
+_RETRIEVE_ORDER = (SortKey("update_time", descending=True),)
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    """A retrieved memory; `distance` is set only for similarity search."""
+
+    record: MemoryRecord
+    distance: float | None
+
+
+class Retrieval:
+    """The retrieve half of the engine."""
+
+    def __init__(self, context: EngineContext, memories: MemoryOps) -> None:
+        self._context = context
+        self._memories = memories
+
+    async def retrieve(
+        self,
+        bank_id: str,
+        *,
+        scope: Any,
+        similarity_search_params: types.RetrieveMemoriesRequestSimilaritySearchParams | None,
+        simple_retrieval_params: types.RetrieveMemoriesRequestSimpleRetrievalParams | None,
+        config: types.RetrieveMemoriesConfig,
+    ) -> Page[Retrieved]:
+        """Memories of exactly `scope`, by similarity or by recency."""
+        checked = validate_scope(scope)
+        if similarity_search_params is not None and simple_retrieval_params is not None:
+            raise InvalidArgument(
+                "Set at most one of similarity_search_params and simple_retrieval_params.",
+                field="similarity_search_params",
+            )
+        expr = combine(parse_filter(config.filter or ""), from_filter_groups(config.filter_groups))
+        wants_natural_language = _wants_natural_language(config.memory_types)
+        if similarity_search_params is not None:
+            params = similarity_search_params
+            top_k = _top_k(params.top_k)
+            query_text = _search_query(params.search_query)
+            bank = await self._context.load_bank(bank_id)
+            if not wants_natural_language:
+                return Page([], None)
+            vector = await bank.embedder.embed_query(query_text)
+            hits = await self._nearest(bank_id, NearestQuery(scope_key(checked), vector, top_k, self._context.clock()), expr)
+            return Page([Retrieved(hit.record, hit.distance) for hit in hits], None)
+        await self._context.load_bank(bank_id)
+        if not wants_natural_language:
+            return Page([], None)
+        query = ScanQuery(now=self._context.clock(), scope_key=scope_key(checked), order_by=_RETRIEVE_ORDER)
+        if simple_retrieval_params is None:
+            page = await self._memories.scan_page(bank_id, query, expr, RETRIEVE_ALL_LIMIT, None)
+            return Page([Retrieved(record, None) for record in page.items], None)
+        size = simple_retrieval_params.page_size
+        if size is not None and size < 0:
+            raise InvalidArgument("simple_retrieval_params.page_size must not be negative.", field="simple_retrieval_params.page_size")
+        page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
+        page = await self._memories.scan_page(
+            bank_id, query, expr, page_size, simple_retrieval_params.page_token
+        )
+        return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
+
+    async def _nearest(
+        self, bank_id: str, query: NearestQuery, expr: FilterExpr | None
+    ) -> list[ScoredRecord]:
+        pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
+        query = replace(query, filter=pushed)
+        if residual is None:
+            return await self._context.store.nearest(bank_id, query)
+        fetch = max(query.k * 4, 32)
+        while True:
+            hits = await self._context.store.nearest(bank_id, replace(query, k=fetch))
+            survivors = [hit for hit in hits if matches(residual, hit.record)]
+            if len(survivors) >= query.k or len(hits) < fetch:
+                return survivors[: query.k]
+            fetch *= 4
+
+
+def _top_k(value: int | None) -> int:
+    if value is None:
+        return DEFAULT_TOP_K
+    if value <= 0:
+        raise InvalidArgument(
+            f"similarity_search_params.top_k must be positive (got {value}); omit it for 3.",
+            field="similarity_search_params.top_k",
+        )
+    return min(value, MAX_TOP_K)
+
+
+def _search_query(text: str | None) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidArgument(
+            "similarity_search_params.search_query must be a non-empty string.",
+            field="similarity_search_params.search_query",
+        )
+    if len(text) > _MAX_SEARCH_QUERY:
+        raise InvalidArgument(
+            f"similarity_search_params.search_query is limited to {_MAX_SEARCH_QUERY} characters.",
+            field="similarity_search_params.search_query",
+        )
+    return text
+
+
+def _wants_natural_language(memory_types: list[Any] | None) -> bool:
+    if not memory_types:
+        return True
+    names = {getattr(kind, "value", kind) for kind in memory_types}
+    return bool(names & _NL_TYPES)

@@ -1,0 +1,145 @@
+"""Resource names: `projects/{p}/locations/{l}/reasoningEngines/{bank}/memories/{m}/…`.
+
+Parsing accepts full names with any project and location, and the short forms that start at
+`reasoningEngines/` (SPEC §2). Formatting always uses the client's prefix. Ids are validated
+here, so a malformed name is an `InvalidArgument` that quotes the expected format.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from adk_memory.errors import InvalidArgument
+
+__all__ = ["MEMORY_ID_PATTERN", "Names", "new_bank_id", "new_memory_id", "validate_memory_id"]
+
+MEMORY_ID_PATTERN = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_BANK_ID_PATTERN = re.compile(r"^(\d{1,30}|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)$")
+_REVISION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_OPERATION_ID_PATTERN = _REVISION_ID_PATTERN
+_PREFIX = re.compile(r"^(?:projects/[^/]+/locations/[^/]+/)?(?:reasoningEngines|memoryBanks)/")
+_BANK_FORMAT = "projects/{project}/locations/{location}/reasoningEngines/{bank}"
+
+
+def validate_memory_id(memory_id: str, *, field: str = "memory_id") -> str:
+    """Returns the id if it matches Memory Bank's memory-id rule, else raises InvalidArgument."""
+    if not isinstance(memory_id, str) or not MEMORY_ID_PATTERN.match(memory_id):
+        raise InvalidArgument(
+            f"{field} must be 1-63 characters of lowercase letters, digits and '-', starting "
+            "with a letter and ending with a letter or digit (e.g. 'my-memory-1').",
+            field=field,
+        )
+    return memory_id
+
+
+def new_memory_id() -> str:
+    """A generated memory id (letter first, 20 chars)."""
+    return "m" + secrets.token_hex(10)[:19]
+
+
+def new_bank_id() -> str:
+    """A generated numeric bank id, like Agent Platform's reasoning-engine ids."""
+    return str(1_000_000_000_000_000_000 + secrets.randbelow(8_999_999_999_999_999_999))
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Formats and parses resource names under one project and location."""
+
+    project: str = "local"
+    location: str = "local"
+
+    def bank(self, bank_id: str) -> str:
+        """The full bank name."""
+        return _BANK_FORMAT.format(project=self.project, location=self.location, bank=bank_id)
+
+    def memory(self, bank_id: str, memory_id: str) -> str:
+        """The full memory name."""
+        return f"{self.bank(bank_id)}/memories/{memory_id}"
+
+    def revision(self, bank_id: str, memory_id: str, revision_id: str) -> str:
+        """The full revision name."""
+        return f"{self.memory(bank_id, memory_id)}/revisions/{revision_id}"
+
+    def operation(self, bank_id: str, operation_path: str) -> str:
+        """The full operation name from its path relative to the bank."""
+        return f"{self.bank(bank_id)}/{operation_path}"
+
+    @staticmethod
+    def parse_bank(name: str, *, field: str = "name") -> str:
+        """The bank id of a bank name."""
+        return _parse(name, field, ("bank",))[0]
+
+    @staticmethod
+    def parse_memory(name: str, *, field: str = "name") -> tuple[str, str]:
+        """(bank id, memory id) of a memory name."""
+        bank_id, memory_id = _parse(name, field, ("bank", "memories"))
+        return bank_id, memory_id
+
+    @staticmethod
+    def parse_revision(name: str, *, field: str = "name") -> tuple[str, str, str]:
+        """(bank id, memory id, revision id) of a revision name."""
+        bank_id, memory_id, revision_id = _parse(name, field, ("bank", "memories", "revisions"))
+        return bank_id, memory_id, revision_id
+
+    @staticmethod
+    def parse_operation(name: str, *, field: str = "name") -> tuple[str, str]:
+        """(bank id, operation path relative to the bank) of an operation name."""
+        rest = _strip_prefix(name, field)
+        bank_id, _, path = rest.partition("/")
+        _check_bank_id(bank_id, name, field)
+        segments = path.split("/")
+        shapes = (["operations", "*"], ["memories", "*", "operations", "*"])
+        if not any(_shape_matches(segments, shape) for shape in shapes):
+            raise _bad_name(name, field, "…/reasoningEngines/{bank}[/memories/{m}]/operations/{id}")
+        if not _OPERATION_ID_PATTERN.match(segments[-1]):
+            raise _bad_name(name, field, "an operation id of letters, digits, '-' and '_'")
+        return bank_id, path
+
+
+def _shape_matches(segments: list[str], shape: list[str]) -> bool:
+    return len(segments) == len(shape) and all(
+        want == "*" or want == got for got, want in zip(segments, shape, strict=True)
+    )
+
+
+def _strip_prefix(name: str, field: str) -> str:
+    if not isinstance(name, str) or not _PREFIX.match(name):
+        raise _bad_name(str(name)[:80], field, _BANK_FORMAT)
+    return _PREFIX.sub("", name, count=1)
+
+
+def _check_bank_id(bank_id: str, name: str, field: str) -> None:
+    if not _BANK_ID_PATTERN.match(bank_id):
+        raise _bad_name(name, field, "a bank id that is numeric or [a-z0-9-]")
+
+
+def _parse(name: str, field: str, kinds: tuple[str, ...]) -> list[str]:
+    segments = _strip_prefix(name, field).split("/")
+    expected = "/".join(
+        ["…/reasoningEngines/{bank}"] + [f"{kind}/{{{kind[:-1] if kind.endswith('s') else kind}}}" for kind in kinds[1:]]
+    )
+    if len(segments) != 2 * len(kinds) - 1:
+        raise _bad_name(name, field, expected)
+    ids = [segments[0]]
+    for index, kind in enumerate(kinds[1:]):
+        collection, value = segments[1 + 2 * index], segments[2 + 2 * index]
+        if collection != kind:
+            raise _bad_name(name, field, expected)
+        ids.append(value)
+    _check_bank_id(ids[0], name, field)
+    if len(ids) > 1:
+        validate_memory_id(ids[1], field=field)
+    if len(ids) > 2 and not _REVISION_ID_PATTERN.match(ids[2]):
+        raise _bad_name(name, field, expected)
+    return ids
+
+
+def _bad_name(name: str, field: str, expected: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{field} {name[:120]!r} is not a valid resource name; expected {expected} "
+        "(the projects/…/locations/… prefix may be omitted).",
+        field=field,
+    )

@@ -1,0 +1,474 @@
+"""The conformance suite every `MemoryStore` runs against itself (like LangChain's standard tests).
+
+Subclass `MemoryStoreConformance` in your backend's tests and override the `store` fixture so it
+yields an EMPTY store and deletes its data afterwards. Edit no test: a subclass that overrides a
+test without marking it `pytest.mark.xfail(reason=...)` fails at collection.
+
+```python
+class TestMyConformance(MemoryStoreConformance):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[MyMemoryStore]:
+        store = MyMemoryStore.from_uri("my://…", key_prefix=f"conf-{uuid.uuid4().hex[:8]}")
+        try:
+            yield store
+        finally:
+            await store.drop_all()
+            await store.aclose()
+```
+
+Each test uses only the protocol in `adk_memory.store`. Retrieval results are compared with the
+reference store on random data: same ids, same order, distances within 1e-4.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from adk_memory.errors import AlreadyExists
+from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
+from adk_memory.reference_store import ReferenceMemoryStore
+from adk_memory.scope import scope_key
+from adk_memory.store import (
+    BankRecord,
+    MemoryRecord,
+    MemoryStore,
+    NearestQuery,
+    OperationRecord,
+    RevisionRecord,
+    ScanQuery,
+    SortKey,
+    TopicRef,
+    WriteBatch,
+)
+
+__all__ = ["DIM", "T0", "MemoryStoreConformance", "bank_record", "memory", "revision", "unit"]
+
+DIM = 8
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+BANK = "1234"
+OTHER_BANK = "conformance-other"
+SCOPE = {"user_id": "u1"}
+KEY = scope_key(SCOPE)
+
+CRAFTED_SCOPES: list[dict[str, str]] = [
+    {"user_id": "u1", "app": "x"},
+    {"user_id": "U1"},
+    {"user_id": 'u1" OR 1=1 --'},
+    {"user_id": "u1}|{@scope_key:{"},
+    {"user_id": "u1\\"},
+    {"user_id": "u1 | @fact:*"},
+    {"user_id": "ü1🙂"},
+    {"user_id": "u1" + "x" * 5000},
+    {"user id": "u1"},
+    {"user_id": "$u1"},
+]
+
+
+def unit(index: int, dim: int = DIM) -> tuple[float, ...]:
+    """The unit vector along axis `index`."""
+    return tuple(1.0 if i == index % dim else 0.0 for i in range(dim))
+
+
+def bank_record(bank_id: str = BANK, *, dim: int = DIM) -> BankRecord:
+    """A bank with a test embedding model of `dim` dimensions."""
+    return BankRecord(
+        bank_id=bank_id,
+        config={"similarity_search_config": {"embedding_model": f"hash-{dim}"}},
+        embedding_model=f"hash-{dim}",
+        embedding_dimension=dim,
+        create_time=T0,
+        update_time=T0,
+        display_name="conformance bank",
+    )
+
+
+def memory(memory_id: str, vector: tuple[float, ...], **fields: Any) -> MemoryRecord:
+    """A memory in `SCOPE` created at T0, with any field overridden."""
+    scope = fields.pop("scope", SCOPE)
+    values: dict[str, Any] = {
+        "memory_id": memory_id,
+        "scope_key": scope_key(scope),
+        "scope": scope,
+        "fact": f"fact of {memory_id}",
+        "embedding": vector,
+        "create_time": T0,
+        "update_time": T0,
+    }
+    values.update(fields)
+    return MemoryRecord(**values)
+
+
+def revision(memory_id: str, revision_id: str, **fields: Any) -> RevisionRecord:
+    """A revision of a memory in `SCOPE`."""
+    values: dict[str, Any] = {
+        "memory_id": memory_id,
+        "revision_id": revision_id,
+        "scope_key": KEY,
+        "scope": SCOPE,
+        "fact": f"fact of {memory_id} at {revision_id}",
+        "create_time": T0,
+    }
+    values.update(fields)
+    return RevisionRecord(**values)
+
+
+def _random_unit(rng: random.Random, dim: int = DIM) -> tuple[float, ...]:
+    values = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    norm = sum(v * v for v in values) ** 0.5
+    return tuple(v / norm for v in values)
+
+
+class MemoryStoreConformance:
+    """Behaviour every `MemoryStore` must show. Subclass it and provide `store`; edit no test."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in vars(cls).items():
+            if not name.startswith("test_") or not hasattr(MemoryStoreConformance, name):
+                continue
+            marks = getattr(value, "pytestmark", [])
+            if not any(mark.name == "xfail" and mark.kwargs.get("reason") for mark in marks):
+                raise TypeError(
+                    f"{cls.__name__}.{name} overrides a conformance test; fix the backend or mark "
+                    "the override pytest.mark.xfail(reason=...)."
+                )
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[MemoryStore]:
+        """An EMPTY store whose data is deleted in `finally`; every backend overrides this."""
+        pytest.fail("Override the `store` fixture; see the MemoryStoreConformance docstring.")
+        yield  # pragma: no cover
+
+    @pytest.fixture
+    async def bank(self, store: MemoryStore) -> str:
+        """The id of a freshly created bank."""
+        await store.create_bank(bank_record())
+        return BANK
+
+    # Banks
+
+    async def test_bank_round_trips(self, store: MemoryStore) -> None:
+        """A created bank reads back equal, appears in the list, and is gone after delete."""
+        record = bank_record()
+        await store.create_bank(record)
+        assert await store.get_bank(BANK) == record
+        assert [bank.bank_id for bank in await store.list_banks()] == [BANK]
+        await store.delete_bank(BANK)
+        assert await store.get_bank(BANK) is None
+        assert await store.list_banks() == []
+
+    async def test_bank_id_taken_is_already_exists(self, store: MemoryStore) -> None:
+        """Creating a bank twice raises `AlreadyExists` and keeps the first."""
+        await store.create_bank(bank_record())
+        with pytest.raises(AlreadyExists):
+            await store.create_bank(bank_record())
+        assert await store.get_bank(BANK) == bank_record()
+
+    async def test_update_bank_replaces_the_record(self, store: MemoryStore, bank: str) -> None:
+        """`update_bank` replaces config and names."""
+        changed = BankRecord(
+            bank_id=bank,
+            config={"ttl_config": {"default_ttl": "60s"}},
+            embedding_model=f"hash-{DIM}",
+            embedding_dimension=DIM,
+            create_time=T0,
+            update_time=T0 + timedelta(seconds=5),
+            display_name="renamed",
+            description="new",
+        )
+        await store.update_bank(changed)
+        assert await store.get_bank(bank) == changed
+
+    async def test_delete_bank_removes_memories_revisions_and_operations(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A re-created bank of the same id starts empty."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), revisions=(revision("m1", "r1"),)))
+        await store.put_operation(OperationRecord(bank, "operations/o1", True, {"done": True}, T0))
+        await store.delete_bank(bank)
+        await store.create_bank(bank_record())
+        assert await store.get_memories(bank, ["m1"], T0) == []
+        assert await store.list_revisions(bank, "m1", T0) == []
+        assert await store.get_operation(bank, "operations/o1") is None
+
+    async def test_banks_are_isolated(self, store: MemoryStore, bank: str) -> None:
+        """A memory of one bank is invisible in another bank."""
+        await store.create_bank(bank_record(OTHER_BANK))
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        assert await store.get_memories(OTHER_BANK, ["m1"], T0) == []
+        assert await store.nearest(OTHER_BANK, NearestQuery(KEY, unit(0), 3, T0)) == []
+        assert await store.scan(OTHER_BANK, ScanQuery(T0)) == []
+
+    # Writes
+
+    async def test_memory_round_trips_every_field(self, store: MemoryStore, bank: str) -> None:
+        """Every field, including unicode, topics and typed metadata, reads back equal."""
+        record = memory(
+            "m-1",
+            unit(1),
+            fact='Ich trinke gern Kaffee ☕ "mit Milch" | {braces} \\ 🙂',
+            expire_time=T0 + timedelta(days=3),
+            topics=(TopicRef(managed="USER_PREFERENCES"), TopicRef(custom="coffee_talk")),
+            metadata={
+                "s": "text value",
+                "n": 123.456,
+                "b": True,
+                "t": T0 - timedelta(days=1),
+                "weird key | {x}": "ok",
+            },
+            display_name="display",
+            description="desc",
+        )
+        await store.apply(bank, WriteBatch(inserts=(record,)))
+        [found] = await store.get_memories(bank, ["m-1"], T0)
+        assert found == record
+        assert isinstance(found.metadata["b"], bool)
+        assert isinstance(found.metadata["n"], float)
+
+    async def test_insert_of_a_live_id_fails_the_whole_batch(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """`AlreadyExists` for one insert leaves every other part of the batch unwritten."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        batch = WriteBatch(
+            inserts=(memory("m2", unit(1)), memory("m1", unit(2), fact="replacement")),
+            revisions=(revision("m2", "r1"),),
+        )
+        with pytest.raises(AlreadyExists):
+            await store.apply(bank, batch)
+        assert [r.fact for r in await store.get_memories(bank, ["m1", "m2"], T0)] == ["fact of m1"]
+        assert await store.list_revisions(bank, "m2", T0) == []
+
+    async def test_insert_over_an_expired_memory_succeeds(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """An expired memory no longer holds its id."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0), expire_time=T0 + timedelta(seconds=1)),)))
+        later = T0 + timedelta(seconds=2)
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(1), fact="new", create_time=later, update_time=later),)))
+        [found] = await store.get_memories(bank, ["m1"], later)
+        assert found.fact == "new"
+
+    async def test_upsert_replaces_and_delete_removes(self, store: MemoryStore, bank: str) -> None:
+        """Upsert replaces the whole record; delete removes the memory but keeps revisions."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), revisions=(revision("m1", "r1"),)))
+        updated = memory("m1", unit(3), fact="changed", update_time=T0 + timedelta(seconds=1))
+        await store.apply(bank, WriteBatch(upserts=(updated,), revisions=(revision("m1", "r2", create_time=T0 + timedelta(seconds=1)),)))
+        assert await store.get_memories(bank, ["m1"], T0) == [updated]
+        await store.apply(bank, WriteBatch(deletes=("m1",)))
+        assert await store.get_memories(bank, ["m1"], T0) == []
+        assert [r.revision_id for r in await store.list_revisions(bank, "m1", T0)] == ["r2", "r1"]
+
+    async def test_get_memories_keeps_the_order_asked(self, store: MemoryStore, bank: str) -> None:
+        """Found memories come back in the order of the ids asked; missing ones are skipped."""
+        await store.apply(bank, WriteBatch(inserts=tuple(memory(f"m{i}", unit(i)) for i in range(4))))
+        found = await store.get_memories(bank, ["m3", "missing", "m0", "m2"], T0)
+        assert [r.memory_id for r in found] == ["m3", "m0", "m2"]
+
+    # Expiry
+
+    async def test_expired_memory_is_never_returned(self, store: MemoryStore, bank: str) -> None:
+        """From the instant it expires, no read returns a memory."""
+        expires = T0 + timedelta(seconds=10)
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0), expire_time=expires),)))
+        before = expires - timedelta(microseconds=1)
+        assert len(await store.get_memories(bank, ["m1"], before)) == 1
+        assert len(await store.nearest(bank, NearestQuery(KEY, unit(0), 3, before))) == 1
+        for now in (expires, expires + timedelta(days=1)):
+            assert await store.get_memories(bank, ["m1"], now) == []
+            assert await store.nearest(bank, NearestQuery(KEY, unit(0), 3, now)) == []
+            assert await store.scan(bank, ScanQuery(now)) == []
+
+    async def test_sweep_reclaims_expired_memories_and_revisions(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Sweeping removes what has expired and nothing else."""
+        soon = T0 + timedelta(seconds=5)
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("gone", unit(0), expire_time=soon), memory("kept", unit(1))),
+                revisions=(revision("gone", "r1", expire_time=soon), revision("kept", "r1")),
+            ),
+        )
+        await store.sweep_expired(bank, soon + timedelta(seconds=1))
+        assert [r.memory_id for r in await store.scan(bank, ScanQuery(T0))] == ["kept"]
+        assert await store.list_revisions(bank, "gone", T0) == []
+        assert len(await store.list_revisions(bank, "kept", T0)) == 1
+
+    # Nearest
+
+    async def test_nearest_is_ascending_true_euclidean(self, store: MemoryStore, bank: str) -> None:
+        """Distances are the true L2 distance (not squared), ascending."""
+        far = tuple(v * -1.0 for v in unit(0))
+        await store.apply(bank, WriteBatch(inserts=(memory("same", unit(0)), memory("orth", unit(1)), memory("opposite", far))))
+        hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0))
+        assert [hit.record.memory_id for hit in hits] == ["same", "orth", "opposite"]
+        assert hits[0].distance == pytest.approx(0.0, abs=1e-4)
+        assert hits[1].distance == pytest.approx(2**0.5, abs=1e-4)
+        assert hits[2].distance == pytest.approx(2.0, abs=1e-4)
+
+    async def test_nearest_ties_break_by_memory_id(self, store: MemoryStore, bank: str) -> None:
+        """Equal distances order by memory id."""
+        await store.apply(bank, WriteBatch(inserts=tuple(memory(name, unit(1)) for name in ("mc", "ma", "mb"))))
+        hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0))
+        assert [hit.record.memory_id for hit in hits] == ["ma", "mb", "mc"]
+
+    async def test_nearest_never_crosses_scopes(self, store: MemoryStore, bank: str) -> None:
+        """A memory with the same vector in another scope is never returned.
+
+        Troubleshooting: match the stored `scope_key` by exact equality (TAG or metadata `$eq`);
+        never build a query string from scope text.
+        """
+        others = [memory(f"other{i}", unit(0), scope=scope) for i, scope in enumerate(CRAFTED_SCOPES)]
+        await store.apply(bank, WriteBatch(inserts=(memory("mine", unit(1)), *others)))
+        hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 100, T0))
+        assert [hit.record.memory_id for hit in hits] == ["mine"]
+        for i, scope in enumerate(CRAFTED_SCOPES):
+            hits = await store.nearest(bank, NearestQuery(scope_key(scope), unit(0), 100, T0))
+            assert [hit.record.memory_id for hit in hits] == [f"other{i}"]
+            assert hits[0].record.scope == scope
+
+    async def test_nearest_respects_k(self, store: MemoryStore, bank: str) -> None:
+        """At most k results, the k nearest."""
+        await store.apply(bank, WriteBatch(inserts=tuple(memory(f"m{i}", unit(i)) for i in range(DIM))))
+        hits = await store.nearest(bank, NearestQuery(KEY, unit(2), 1, T0))
+        assert [hit.record.memory_id for hit in hits] == ["m2"]
+
+    async def test_nearest_matches_the_reference_on_random_data(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Same ids, order and distances (1e-4) as exact search, across scopes and k."""
+        rng = random.Random(7)
+        scopes = [{"user_id": f"u{i}"} for i in range(3)]
+        records = tuple(
+            memory(f"m{i:03d}", _random_unit(rng), scope=scopes[i % 3]) for i in range(300)
+        )
+        reference = ReferenceMemoryStore()
+        await reference.create_bank(bank_record())
+        for target in (store, reference):
+            for start in range(0, len(records), 100):
+                await target.apply(BANK, WriteBatch(inserts=records[start : start + 100]))
+        for trial in range(12):
+            query = NearestQuery(
+                scope_key(scopes[trial % 3]), _random_unit(rng), k=(1, 3, 10, 100)[trial % 4], now=T0
+            )
+            got = await store.nearest(bank, query)
+            want = await reference.nearest(BANK, query)
+            assert [hit.record.memory_id for hit in got] == [hit.record.memory_id for hit in want]
+            for mine, exact in zip(got, want, strict=True):
+                assert mine.distance == pytest.approx(exact.distance, abs=1e-4)
+
+    async def test_nearest_applies_pushed_filters_before_top_k(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Each supported filter is applied before the k nearest are taken."""
+        records = (
+            memory("near", unit(0), fact="coffee black", topics=(TopicRef(managed="USER_PREFERENCES"),), metadata={"lang": "de", "n": 1.0, "ok": True, "t": T0}),
+            memory("mid", tuple(0.9 if i == 0 else (0.1 if i == 1 else 0.0) for i in range(DIM)), fact="tea green", topics=(TopicRef(custom="drinks"),), metadata={"lang": "en", "n": 5.0, "ok": False, "t": T0 + timedelta(days=1)}, create_time=T0 + timedelta(hours=1)),
+            memory("far", unit(1), fact="coffee with milk", metadata={"n": 9.0}, create_time=T0 + timedelta(hours=2)),
+        )
+        await store.apply(bank, WriteBatch(inserts=records))
+        cases: list[tuple[FilterExpr, list[str]]] = [
+            (Condition("fact", Op.EQ, "tea green"), ["mid"]),
+            (Condition("fact", Op.NE, "tea green"), ["near", "far"]),
+            (Condition("fact", Op.HAS, "coffee"), ["near", "far"]),
+            (Condition("fact", Op.REGEX, "^coffee.*milk$"), ["far"]),
+            (Condition("create_time", Op.GE, T0 + timedelta(hours=1)), ["mid", "far"]),
+            (Condition("create_time", Op.LT, T0 + timedelta(hours=1)), ["near"]),
+            (Condition("topics.managed_memory_topic", Op.EQ, "USER_PREFERENCES"), ["near"]),
+            (Condition("topics.custom_memory_topic_label", Op.EQ, "drinks"), ["mid"]),
+            (Condition("metadata.lang", Op.EQ, "en"), ["mid"]),
+            (Not(Condition("metadata.lang", Op.EQ, "en")), ["near", "far"]),
+            (Condition("metadata.n", Op.GT, 3.0), ["mid", "far"]),
+            (Condition("metadata.n", Op.LT, 3.0), ["near"]),
+            (Condition("metadata.ok", Op.EQ, True), ["near"]),
+            (Condition("metadata.t", Op.GT, T0), ["mid"]),
+            (Or((Condition("metadata.lang", Op.EQ, "de"), Condition("metadata.n", Op.EQ, 9.0))), ["near", "far"]),
+            (And((Condition("fact", Op.HAS, "coffee"), Not(Condition("metadata.n", Op.LT, 3.0)))), ["far"]),
+        ]
+        supported = store.capabilities.pushdown
+        tried = 0
+        for expr, expected in cases:
+            if not _pushable(expr, supported):
+                continue
+            tried += 1
+            hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0, filter=expr))
+            assert [hit.record.memory_id for hit in hits] == expected, expr
+            scanned = await store.scan(bank, ScanQuery(T0, scope_key=KEY, filter=expr, order_by=(SortKey("create_time", descending=False),)))
+            assert [record.memory_id for record in scanned] == expected, expr
+        assert tried or not supported
+
+    # Scan
+
+    async def test_scan_orders_and_slices(self, store: MemoryStore, bank: str) -> None:
+        """Scan orders by the sort keys, then id; offset and limit slice that order."""
+        records = tuple(
+            memory(f"m{i}", unit(i), create_time=T0 + timedelta(seconds=i // 2), update_time=T0 + timedelta(seconds=10 - i))
+            for i in range(6)
+        )
+        await store.apply(bank, WriteBatch(inserts=records))
+        newest_first = await store.scan(bank, ScanQuery(T0))
+        assert [r.memory_id for r in newest_first] == ["m4", "m5", "m2", "m3", "m0", "m1"]
+        by_update = await store.scan(bank, ScanQuery(T0, order_by=(SortKey("update_time", descending=False),)))
+        assert [r.memory_id for r in by_update] == ["m5", "m4", "m3", "m2", "m1", "m0"]
+        page = await store.scan(bank, ScanQuery(T0, offset=2, limit=3))
+        assert [r.memory_id for r in page] == ["m2", "m3", "m0"]
+        assert await store.scan(bank, ScanQuery(T0, offset=6, limit=3)) == []
+
+    async def test_scan_by_scope_and_across_scopes(self, store: MemoryStore, bank: str) -> None:
+        """A scan with a scope key sees only that scope; without one it sees the bank."""
+        other = {"user_id": "u2"}
+        await store.apply(bank, WriteBatch(inserts=(memory("a", unit(0)), memory("b", unit(1), scope=other))))
+        assert [r.memory_id for r in await store.scan(bank, ScanQuery(T0, scope_key=KEY))] == ["a"]
+        assert sorted(r.memory_id for r in await store.scan(bank, ScanQuery(T0))) == ["a", "b"]
+        if ("scope", "=") in store.capabilities.pushdown:
+            expr = Condition("scope.user_id", Op.EQ, "u2")
+            assert [r.memory_id for r in await store.scan(bank, ScanQuery(T0, filter=expr))] == ["b"]
+
+    # Revisions
+
+    async def test_revisions_newest_first_and_by_id(self, store: MemoryStore, bank: str) -> None:
+        """Revisions list newest first; each can be read by id; tombstones keep their flag."""
+        revisions = (
+            revision("m1", "r1", labels={"src": "chat"}, extracted_memories=({"fact": "x", "context": "y"},), topics=(TopicRef(managed="USER_PERSONAL_INFO"),), metadata={"k": 1.5}),
+            revision("m1", "r2", create_time=T0 + timedelta(seconds=1), deleted=True),
+        )
+        await store.apply(bank, WriteBatch(revisions=revisions))
+        assert await store.list_revisions(bank, "m1", T0) == [revisions[1], revisions[0]]
+        assert await store.get_revision(bank, "m1", "r1", T0) == revisions[0]
+        assert await store.get_revision(bank, "m1", "nope", T0) is None
+        assert await store.get_revision(bank, "m2", "r1", T0) is None
+
+    async def test_expired_revisions_are_hidden(self, store: MemoryStore, bank: str) -> None:
+        """A revision past its expiry is not listed or returned."""
+        soon = T0 + timedelta(seconds=1)
+        await store.apply(bank, WriteBatch(revisions=(revision("m1", "r1", expire_time=soon),)))
+        assert await store.list_revisions(bank, "m1", soon) == []
+        assert await store.get_revision(bank, "m1", "r1", soon) is None
+
+    # Operations
+
+    async def test_operations_round_trip(self, store: MemoryStore, bank: str) -> None:
+        """An operation reads back as written and can be replaced."""
+        pending = OperationRecord(bank, "memories/m1/operations/op1", False, {"metadata": {"a": 1}}, T0)
+        await store.put_operation(pending)
+        assert await store.get_operation(bank, pending.operation_path) == pending
+        done = OperationRecord(bank, pending.operation_path, True, {"done": True, "response": {"name": "x"}}, T0)
+        await store.put_operation(done)
+        assert await store.get_operation(bank, pending.operation_path) == done
+        assert await store.get_operation(bank, "operations/missing") is None
+
+
+def _pushable(expr: FilterExpr, supported: frozenset[tuple[str, str]]) -> bool:
+    if isinstance(expr, Condition):
+        return (family_of(expr), expr.op.value) in supported
+    if isinstance(expr, Not):
+        return _pushable(expr.part, supported)
+    return all(_pushable(part, supported) for part in expr.parts)
+
