@@ -1,0 +1,35 @@
+"""Fixtures shared by the core test suite: every backend behind one `store_uri` fixture."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from adk_memory import Client
+from adk_memory.testing.servers import chroma_http_url, redis_url
+
+__all__ = ["chroma_http_url", "redis_url"]
+
+BACKENDS = ["memory", "chroma", "chroma_http", "redis"]
+
+
+@pytest.fixture(params=BACKENDS)
+def store_uri(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A URI of an empty store, for each backend in turn."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "chroma":
+        return f"chroma://{tmp_path_factory.mktemp('chroma')}"
+    if request.param == "chroma_http":
+        return f"{request.getfixturevalue('chroma_http_url')}?collection_prefix={prefix}"
+    return f"{request.getfixturevalue('redis_url')}?key_prefix={prefix}&index_algorithm=FLAT"
+
+
+@pytest.fixture
+def client(store_uri: str) -> Iterator[Client]:
+    """A blocking client on each backend, with the fast deterministic test embedder."""
+    with Client(uri=store_uri, embedding_model="hash-64") as made:
+        yield made
