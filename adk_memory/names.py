@@ -131,7 +131,7 @@ def _parse(name: str, field: str, kinds: tuple[str, ...]) -> list[str]:
         ids.append(value)
     _check_bank_id(ids[0], name, field)
     if len(ids) > 1:
-        validate_memory_id(ids[1], field=field)
+        validate_memory_id(ids[1], field=f"the memory id in {field}")
     if len(ids) > 2 and not _REVISION_ID_PATTERN.match(ids[2]):
         raise _bad_name(name, field, expected)
     return ids
