@@ -7,7 +7,8 @@ store between clients of the same process that use the same name; bare `memory:/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Self
@@ -17,6 +18,7 @@ import numpy as np
 
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
 from adk_memory.filters import matches
+from adk_memory.locks import InProcessLockProvider
 from adk_memory.store import (
     BankRecord,
     MemoryRecord,
@@ -44,9 +46,11 @@ class _Bank:
     memories: dict[str, MemoryRecord] = field(default_factory=dict)
     revisions: dict[str, dict[str, RevisionRecord]] = field(default_factory=dict)
     operations: dict[str, OperationRecord] = field(default_factory=dict)
+    documents: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 _SHARED: dict[str, dict[str, _Bank]] = {}
+_SHARED_LOCKS: dict[str, InProcessLockProvider] = {}
 
 
 def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
@@ -67,6 +71,7 @@ class ReferenceMemoryStore(MemoryStore):
 
     def __init__(self, *, name: str | None = None) -> None:
         self._banks: dict[str, _Bank] = _SHARED.setdefault(name, {}) if name else {}
+        self._locks = _SHARED_LOCKS.setdefault(name, InProcessLockProvider()) if name else InProcessLockProvider()
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -186,6 +191,36 @@ class ReferenceMemoryStore(MemoryStore):
         """The operation, or None."""
         bank = self._banks.get(bank_id)
         return bank.operations.get(operation_path) if bank else None
+
+    async def put_document(
+        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+    ) -> None:
+        """Creates or replaces one document (stored as a JSON round trip, like other stores)."""
+        self._bank(bank_id).documents[(kind, key)] = json.loads(json.dumps(dict(body)))
+
+    async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
+        """The document, or None."""
+        bank = self._banks.get(bank_id)
+        found = bank.documents.get((kind, key)) if bank else None
+        return json.loads(json.dumps(found)) if found is not None else None
+
+    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind, ordered by key."""
+        bank = self._banks.get(bank_id)
+        if bank is None:
+            return []
+        found = sorted((key, body) for (doc_kind, key), body in bank.documents.items() if doc_kind == kind)
+        return [(key, json.loads(json.dumps(body))) for key, body in found]
+
+    async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
+        """Deletes one document if it exists."""
+        bank = self._banks.get(bank_id)
+        if bank is not None:
+            bank.documents.pop((kind, key), None)
+
+    def lock_provider(self) -> InProcessLockProvider:
+        """In-process locks (shared by every client of the same named store)."""
+        return self._locks
 
     async def sweep_expired(self, bank_id: str, now: datetime) -> int:
         """Drops expired memories and revisions."""

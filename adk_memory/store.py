@@ -24,6 +24,7 @@ from adk_memory.scope import ScopeKey
 
 if TYPE_CHECKING:
     from adk_memory.filters import FilterExpr
+    from adk_memory.locks import LockProvider
 
 __all__ = [
     "BankRecord",
@@ -270,6 +271,30 @@ class MemoryStore(Protocol):
 
     async def get_operation(self, bank_id: str, operation_path: str) -> OperationRecord | None:
         """The operation, or None."""
+        ...
+
+    # Documents: small JSON state the engine keeps per bank (ingest streams)
+    async def put_document(
+        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+    ) -> None:
+        """Creates or replaces one document (a JSON-serialisable mapping) atomically."""
+        ...
+
+    async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
+        """The document, or None."""
+        ...
+
+    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank, ordered by key."""
+        ...
+
+    async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
+        """Deletes one document if it exists."""
+        ...
+
+    # Coordination
+    def lock_provider(self) -> LockProvider:
+        """The lock provider that serialises generation on this store's data (no I/O)."""
         ...
 
     # Maintenance

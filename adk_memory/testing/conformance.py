@@ -464,6 +464,46 @@ class MemoryStoreConformance:
         assert await store.get_operation(bank, pending.operation_path) == done
         assert await store.get_operation(bank, "operations/missing") is None
 
+    # Documents and locks
+
+    async def test_documents_round_trip_by_kind_and_key(self, store: MemoryStore, bank: str) -> None:
+        """Documents are JSON mappings kept per (bank, kind, key), listed by key."""
+        body = {"events": [{"text": "héllo \u2603 \"q\""}], "n": 3, "ok": True, "none": None}
+        await store.put_document(bank, "stream", "b-key", body)
+        await store.put_document(bank, "stream", "a-key", {"n": 1})
+        await store.put_document(bank, "journal", "a-key", {"other": "kind"})
+        assert await store.get_document(bank, "stream", "b-key") == body
+        assert [key for key, _ in await store.list_documents(bank, "stream")] == ["a-key", "b-key"]
+        await store.put_document(bank, "stream", "a-key", {"n": 2})
+        assert await store.get_document(bank, "stream", "a-key") == {"n": 2}
+        await store.delete_document(bank, "stream", "a-key")
+        assert await store.get_document(bank, "stream", "a-key") is None
+        assert await store.get_document(bank, "journal", "a-key") == {"other": "kind"}
+        await store.delete_bank(bank)
+        await store.create_bank(bank_record())
+        assert await store.list_documents(bank, "stream") == []
+
+    async def test_lock_provider_excludes_concurrent_holders(self, store: MemoryStore) -> None:
+        """Two holders of the same lock name never overlap; different names do not wait."""
+        import asyncio
+
+        provider = store.lock_provider()
+        inside: list[str] = []
+        overlaps: list[bool] = []
+
+        async def hold(name: str, tag: str) -> None:
+            async with provider.lock(name, lease_seconds=10, wait_seconds=10):
+                overlaps.append(bool(inside))
+                inside.append(tag)
+                await asyncio.sleep(0.05)
+                inside.remove(tag)
+
+        await asyncio.gather(*(hold("scope-lock", f"t{i}") for i in range(4)))
+        assert overlaps == [False] * 4
+        async with provider.lock("scope-a", wait_seconds=1):
+            async with provider.lock("scope-b", wait_seconds=1):
+                pass
+
 
 def _pushable(expr: FilterExpr, supported: frozenset[tuple[str, str]]) -> bool:
     if isinstance(expr, Condition):

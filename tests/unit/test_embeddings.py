@@ -255,6 +255,21 @@ def test_embedder_for_routes_by_model_name(api_client: genai.Client) -> None:
     gemini = embedder_for("gemini-embedding-001", genai_client=api_client)
     assert isinstance(gemini, GeminiEmbedder)
     assert (gemini.model, gemini.dimension) == ("gemini-embedding-001", 3072)
+    assert embedder_for("gemini-embedding-001", genai_client=api_client) is gemini
+
+
+@pytest.mark.usefixtures("no_credentials")
+def test_shared_gemini_embedders_follow_the_credential_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GOOGLE_API_KEY", "key-one")
+    first = embedder_for("gemini-embedding-001")
+    assert embedder_for("gemini-embedding-001") is first
+    monkeypatch.setenv("GOOGLE_API_KEY", "key-two")
+    assert embedder_for("gemini-embedding-001") is not first
+    monkeypatch.delenv("GOOGLE_API_KEY")
+    with pytest.raises(FailedPrecondition):
+        embedder_for("gemini-embedding-001")
 
 
 def test_gemini_dimensions_are_known_without_io(vertex_client: genai.Client) -> None:

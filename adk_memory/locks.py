@@ -1,0 +1,114 @@
+"""Lock providers: mutual exclusion of generate requests and ingest flushes on one scope.
+
+SPEC §3 "Consistency": two generate or ingest flushes on one scope never interleave their
+read-decide-write. Each store names the provider that fits it: in-process for `memory://`, a file
+lock for embedded Chroma on one host, Redis for Redis and for a Chroma server shared by several
+hosts (`adk_memory_redis.RedisLockProvider`). A lock has a lease, so a holder that dies does not
+block the scope forever; waiting is bounded and ends in `ResourceExhausted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import filelock
+
+from adk_memory.errors import ResourceExhausted
+
+__all__ = ["FileLockProvider", "InProcessLockProvider", "LockProvider"]
+
+DEFAULT_LEASE_SECONDS = 60.0
+DEFAULT_WAIT_SECONDS = 60.0
+
+
+@runtime_checkable
+class LockProvider(Protocol):
+    """Named, leased, mutually exclusive locks."""
+
+    def lock(
+        self,
+        name: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+    ) -> AbstractAsyncContextManager[None]:
+        """Holds `name` for the block; `ResourceExhausted` if not acquired within `wait_seconds`."""
+        ...
+
+
+def _timed_out(name: str, wait_seconds: float) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"Could not acquire the lock for {name[:80]!r} within {wait_seconds:g} s: another "
+        "generate request or ingest flush on the same scope is still running. Retry later."
+    )
+
+
+class InProcessLockProvider:
+    """asyncio locks, for a store that lives in one process (`memory://`).
+
+    The lease is not enforced: a holder in the same process cannot die without its task ending.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @asynccontextmanager
+    async def lock(
+        self,
+        name: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+    ) -> AsyncIterator[None]:
+        """Holds `name` for the block."""
+        held = self._locks.setdefault(name, asyncio.Lock())
+        try:
+            await asyncio.wait_for(held.acquire(), timeout=wait_seconds)
+        except TimeoutError:
+            raise _timed_out(name, wait_seconds) from None
+        try:
+            yield
+        finally:
+            held.release()
+
+
+class FileLockProvider:
+    """OS file locks in a folder, for processes on one host (embedded Chroma).
+
+    The operating system releases a dead holder's lock, which serves as the lease.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+
+    @asynccontextmanager
+    async def lock(
+        self,
+        name: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+    ) -> AsyncIterator[None]:
+        """Holds `name` for the block (polling the file lock without blocking the loop)."""
+        self._directory.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+        file_lock = filelock.FileLock(str(self._directory / f"{digest}.lock"))
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                file_lock.acquire(timeout=0)
+                break
+            except filelock.Timeout:
+                if time.monotonic() >= deadline:
+                    raise _timed_out(name, wait_seconds) from None
+                await asyncio.sleep(0.02)
+        try:
+            yield
+        finally:
+            file_lock.release()
