@@ -21,6 +21,7 @@ from adk_memory._registry import store_from_uri
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
 from adk_memory.engine.convert import parse_model, to_memory, to_revision
+from adk_memory.engine.generate import events_from_session
 from adk_memory.engine.paging import decode_page_token, encode_page_token
 from adk_memory.errors import InvalidArgument, Unimplemented
 from adk_memory.names import Names
@@ -196,9 +197,59 @@ class AsyncMemories:
         response = types.PurgeMemoriesResponse(purge_count=count)
         return await self._done(bank_id, "", "purge", types.PurgeMemoriesOperation(done=True, response=response))
 
-    async def generate(self, **kwargs: Any) -> types.GenerateMemoriesOperation:
-        """GenerateMemories (LLM extraction and consolidation)."""
-        raise Unimplemented(_NOT_YET.format(what="memories.generate"))
+    async def generate(
+        self,
+        *,
+        name: str,
+        vertex_session_source: Any = None,
+        direct_contents_source: Any = None,
+        direct_memories_source: Any = None,
+        scope: dict[str, str] | None = None,
+        config: Any = None,
+    ) -> types.GenerateMemoriesOperation:
+        """Extracts memories from a conversation (or takes direct ones) and consolidates them."""
+        checked = parse_model(types.GenerateMemoriesConfig, config, field="config")
+        given = [s for s in (vertex_session_source, direct_contents_source, direct_memories_source) if s is not None]
+        if len(given) != 1:
+            raise InvalidArgument(
+                "Set exactly one of vertex_session_source, direct_contents_source and "
+                "direct_memories_source.",
+                field="direct_contents_source",
+            )
+        bank_id = Names.parse_bank(name)
+        events = direct = None
+        if direct_contents_source is not None:
+            contents = parse_model(types.GenerateMemoriesRequestDirectContentsSource, direct_contents_source, field="direct_contents_source")
+            events = [event.content for event in contents.events or () if event.content is not None]
+        elif direct_memories_source is not None:
+            memories = parse_model(types.GenerateMemoriesRequestDirectMemoriesSource, direct_memories_source, field="direct_memories_source")
+            direct = list(memories.direct_memories or ())
+        else:
+            session = parse_model(types.GenerateMemoriesRequestVertexSessionSource, vertex_session_source, field="vertex_session_source")
+            events, scope = await events_from_session(self._engine.context.session_service, session, scope)
+        if scope is None:
+            raise InvalidArgument("scope is required: the memories' owner, e.g. {'user_id': '123'}.", field="scope")
+        result = await self._engine.generation.generate(
+            bank_id, scope=scope, events=events, direct_memories=direct, config=checked,
+            model=self._engine.context.generation_model,
+        )
+        names = self._engine.names
+        generated = [
+            types.GenerateMemoriesResponseGeneratedMemory(
+                memory=to_memory(action.record, bank_id, names),
+                action=types.GenerateMemoriesResponseGeneratedMemoryAction(action.action),
+                previous_revision=names.revision(bank_id, action.record.memory_id, action.previous_revision_id)
+                if action.previous_revision_id
+                else None,
+            )
+            for action in result.actions
+        ]
+        operation = types.GenerateMemoriesOperation(
+            done=True,
+            response=types.GenerateMemoriesResponse(generated_memories=generated),
+            metadata=result.stats.as_metadata(),
+        )
+        return await self._done(bank_id, "", "generate", operation)
 
     async def retrieve_profiles(self, **kwargs: Any) -> types.RetrieveProfilesResponse:
         """RetrieveProfiles (structured memory profiles)."""
@@ -374,6 +425,8 @@ class AsyncClient:
         store: MemoryStore | None = None,
         embedding_model: str | None = None,
         genai_client: Any = None,
+        generation_model: Any = None,
+        session_service: Any = None,
         **store_options: Any,
     ) -> None:
         """Builds the client without I/O; the store connects on first use.
@@ -388,6 +441,9 @@ class AsyncClient:
             embedding_model: The model for banks created without one (default: the offline
                 all-MiniLM-L6-v2, or `ADK_MEMORY_EMBEDDING_MODEL`).
             genai_client: A `google.genai.Client` for Gemini embeddings (default: from the env).
+            generation_model: A model name or ADK `BaseLlm` for generation, overriding every
+                bank's `generation_config.model` (e.g. a scripted model in tests).
+            session_service: An ADK session service, for `vertex_session_source`.
             **store_options: Passed to the backend's `from_uri`.
         """
         if store is not None and uri is not None:
@@ -399,6 +455,8 @@ class AsyncClient:
             names=Names(project=project, location=location),
             default_embedding_model=embedding_model or default_embedding_model(),
             genai_client=genai_client,
+            generation_model=generation_model,
+            session_service=session_service,
         )
         self.memory_banks = AsyncMemoryBanks(self.engine)
         self.agent_engines = AsyncAgentEngines(self.engine, self.memory_banks)

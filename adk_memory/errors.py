@@ -10,7 +10,8 @@ AdkMemoryError                (INTERNAL, 500)
  ├── FailedPrecondition       (FAILED_PRECONDITION, 400) the system is not in a state to do it
  ├── ResourceExhausted        (RESOURCE_EXHAUSTED, 429) a documented limit was reached
  ├── Unimplemented            (UNIMPLEMENTED, 501)
- └── StoreUnavailable         (UNAVAILABLE, 503)        the storage backend could not be reached
+ ├── StoreUnavailable         (UNAVAILABLE, 503)        the storage backend could not be reached
+ └── ModelUnavailable         (UNAVAILABLE, 503)        the memory model failed or gave no valid answer
 ```
 
 Each error carries its google.rpc code and HTTP status, so the REST layer needs no mapping table.
@@ -27,6 +28,7 @@ __all__ = [
     "AlreadyExists",
     "FailedPrecondition",
     "InvalidArgument",
+    "ModelUnavailable",
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",
@@ -106,6 +108,13 @@ class Unimplemented(AdkMemoryError):
 
 class StoreUnavailable(AdkMemoryError):
     """The storage backend could not be reached or failed mid-call; nothing was changed."""
+
+    code = "UNAVAILABLE"
+    http_status = 503
+
+
+class ModelUnavailable(AdkMemoryError):
+    """The memory model could not be called, timed out, or gave no valid answer; nothing changed."""
 
     code = "UNAVAILABLE"
     http_status = 503

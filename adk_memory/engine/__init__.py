@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from adk_memory.engine.banks import BankOps
+from adk_memory.engine.generate import GenerateOps
 from adk_memory.engine.context import EngineContext, LoadedBank, utc_now
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.retrieval import Retrieval, Retrieved
@@ -32,6 +33,8 @@ class MemoryEngine:
         clock: Callable[[], datetime] = utc_now,
         default_embedding_model: str | None = None,
         genai_client: Any = None,
+        generation_model: Any = None,
+        session_service: Any = None,
     ) -> None:
         self.context = EngineContext(
             store=store,
@@ -39,10 +42,13 @@ class MemoryEngine:
             clock=clock,
             default_embedding_model=default_embedding_model,
             genai_client=genai_client,
+            generation_model=generation_model,
+            session_service=session_service,
         )
         self.banks = BankOps(self.context)
         self.memories = MemoryOps(self.context)
         self.retrieval = Retrieval(self.context, self.memories)
+        self.generation = GenerateOps(self.context)
 
     @property
     def names(self) -> Names:

@@ -54,6 +54,10 @@ class EngineContext:
     clock: Callable[[], datetime] = utc_now
     default_embedding_model: str | None = None
     genai_client: Any = None
+    generation_model: Any = None
+    """A model name or `BaseLlm` that overrides every bank's `generation_config.model`."""
+    session_service: Any = None
+    """An ADK `BaseSessionService` for `vertex_session_source`."""
 
     def embedder(self, model: str | None) -> Embedder:
         """The embedder for a model name (None: the configured default)."""

@@ -1,0 +1,506 @@
+"""GenerateMemories: extraction, then consolidation with the scope's existing memories (SPEC §3).
+
+One request makes at most two logical LLM calls (extraction, consolidation) and none after an
+empty extraction. Consolidation runs under the scope's lock, so two requests on one scope never
+interleave their read-decide-write, and all of a request's actions (memories and revisions) are
+one `WriteBatch`: either all of them become visible or none. An answer that names a memory
+outside the candidates is refused (and re-asked, within the retry bound).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from google.genai import types as genai_types
+
+from adk_memory import types
+from adk_memory.engine.context import EngineContext, LoadedBank
+from adk_memory.engine.convert import metadata_from_request, to_utc, topics_from_request
+from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
+from adk_memory.engine.memories import new_revision_id, validate_fact
+from adk_memory.errors import FailedPrecondition, InvalidArgument, NotFound
+from adk_memory.generation import (
+    CallStats,
+    ConsolidationOutput,
+    ExtractedFact,
+    ExtractionOutput,
+    call_structured,
+    resolve_model,
+)
+from adk_memory.generation.model import ModelAnswerRejected
+from adk_memory.generation.prompts import (
+    MANAGED_TOPICS,
+    Candidate,
+    Topic,
+    consolidation_prompt,
+    extraction_prompt,
+    render_conversation,
+)
+from adk_memory.names import new_memory_id
+from adk_memory.scope import scope_key, validate_scope
+from adk_memory.store import MemoryRecord, MetadataValue, NearestQuery, RevisionRecord, TopicRef, WriteBatch
+
+__all__ = [
+    "MAX_DIRECT_MEMORIES",
+    "GenerateOps",
+    "GenerateResult",
+    "GeneratedAction",
+    "events_from_session",
+]
+
+MAX_DIRECT_MEMORIES = 5
+CANDIDATES_PER_FACT = 5
+MAX_CANDIDATES = 25
+MAX_CONVERSATION_CHARS = 500_000
+_SESSION_NAME = re.compile(
+    r"^(?:projects/[^/]+/locations/[^/]+/)?reasoningEngines/(?P<app>[^/]+)/sessions/(?P<session>[^/]+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedAction:
+    """One action of a generate request: CREATED, UPDATED or DELETED."""
+
+    action: str
+    record: MemoryRecord
+    previous_revision_id: str | None = None
+
+
+@dataclass(slots=True)
+class GenerateResult:
+    """The actions of a request and what the model calls cost."""
+
+    actions: list[GeneratedAction] = field(default_factory=list)
+    stats: CallStats = field(default_factory=CallStats)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A validated generate request, whatever its source."""
+
+    bank: LoadedBank
+    scope: dict[str, str]
+    customization: types.MemoryBankCustomizationConfig | None
+    topics: tuple[Topic, ...]
+    config: types.GenerateMemoriesConfig
+    metadata: dict[str, MetadataValue]
+    now: datetime
+
+
+class GenerateOps:
+    """The generate half of the engine."""
+
+    def __init__(self, context: EngineContext) -> None:
+        self._context = context
+
+    async def generate(
+        self,
+        bank_id: str,
+        *,
+        scope: Any,
+        events: Sequence[genai_types.Content] | None,
+        direct_memories: Sequence[types.GenerateMemoriesRequestDirectMemoriesSourceDirectMemory] | None,
+        config: types.GenerateMemoriesConfig,
+        model: Any = None,
+    ) -> GenerateResult:
+        """Extracts facts from `events` (or takes `direct_memories`) and consolidates them."""
+        if (events is None) == (direct_memories is None):
+            raise InvalidArgument(
+                "Set exactly one of direct_contents_source, direct_memories_source and "
+                "vertex_session_source.",
+                field="direct_contents_source",
+            )
+        request = await self._request(bank_id, scope, config)
+        result = GenerateResult()
+        if request.customization is not None and request.customization.disable_natural_language_memories:
+            return result
+        llm = None
+        if direct_memories is not None:
+            facts = _direct_facts(direct_memories)
+        else:
+            conversation = render_conversation(events or ())
+            if not conversation.strip():
+                return result
+            if len(conversation) > MAX_CONVERSATION_CHARS:
+                raise InvalidArgument(
+                    f"The conversation has {len(conversation)} characters of text; at most "
+                    f"{MAX_CONVERSATION_CHARS} are accepted per request. Split it.",
+                    field="direct_contents_source",
+                )
+            llm = resolve_model(model or _configured_model(request.bank))
+            facts = await self._extract(llm, conversation, request, result.stats)
+        if not facts:
+            return result
+        if config.disable_consolidation:
+            result.actions = self._create_all(facts, request)
+            await self._apply(request, result.actions, facts)
+            return result
+        llm = llm or resolve_model(model or _configured_model(request.bank))
+        lock = self._context.store.lock_provider().lock(f"generate:{bank_id}:{scope_key(request.scope)}")
+        async with lock:
+            result.actions = await self._consolidate(llm, facts, request, result.stats)
+            await self._apply(request, result.actions, facts)
+        return result
+
+    # Request and config
+
+    async def _request(self, bank_id: str, scope: Any, config: types.GenerateMemoriesConfig) -> _Request:
+        checked_scope = validate_scope(scope)
+        metadata = metadata_from_request(config.metadata, field="config.metadata")
+        bank = await self._context.load_bank(bank_id)
+        customization = _customization_for(bank, checked_scope)
+        topics = _topics_of(customization)
+        if config.allowed_topics:
+            allowed = {_topic_label(topic, index) for index, topic in enumerate(config.allowed_topics)}
+            unknown = allowed - {topic.label for topic in topics}
+            if unknown:
+                raise InvalidArgument(
+                    f"config.allowed_topics names topics this bank's config for scope keys "
+                    f"{sorted(checked_scope)} does not define: {', '.join(sorted(unknown))}. "
+                    f"Defined: {', '.join(topic.label for topic in topics)}.",
+                    field="config.allowed_topics",
+                )
+            topics = tuple(topic for topic in topics if topic.label in allowed)
+        return _Request(bank, checked_scope, customization, topics, config, metadata, self._context.clock())
+
+    # Extraction
+
+    async def _extract(
+        self, llm: Any, conversation: str, request: _Request, stats: CallStats
+    ) -> list[ExtractedFact]:
+        customization = request.customization
+        prompt = extraction_prompt(
+            conversation,
+            topics=request.topics,
+            examples=_examples_of(customization),
+            third_person=bool(customization and customization.enable_third_person_memories),
+        )
+        answer = await call_structured(
+            llm,
+            system_instruction=prompt.system_instruction,
+            contents=prompt.contents,
+            schema=ExtractionOutput,
+            stats=stats,
+        )
+        labels = {topic.label for topic in request.topics}
+        kept = []
+        for fact in answer.memories:
+            if not fact.fact.strip():
+                continue
+            fact.topics = [label for label in fact.topics if label in labels]
+            if fact.topics or fact.forget or not labels:
+                kept.append(fact)
+        return kept
+
+    # Consolidation
+
+    def _create_all(self, facts: Sequence[ExtractedFact], request: _Request) -> list[GeneratedAction]:
+        return [
+            GeneratedAction("CREATED", self._new_record(fact.fact, fact, request))
+            for fact in facts
+            if not fact.forget
+        ]
+
+    async def _consolidate(
+        self, llm: Any, facts: list[ExtractedFact], request: _Request, stats: CallStats
+    ) -> list[GeneratedAction]:
+        candidates, revisions = await self._candidates(facts, request)
+        count = _revisions_per_candidate(request.customization)
+        offered = [
+            Candidate(record.memory_id, record.fact, tuple(rev.fact for rev in revisions[record.memory_id][:count]))
+            for record in candidates.values()
+        ]
+        prompt = consolidation_prompt(
+            [{"fact": f.fact, "topics": f.topics, "forget": f.forget} for f in facts], offered
+        )
+        answer = await call_structured(
+            llm,
+            system_instruction=prompt.system_instruction,
+            contents=prompt.contents,
+            schema=ConsolidationOutput,
+            stats=stats,
+            check=lambda output: _check_consolidation(output, facts, candidates),
+        )
+        actions: list[GeneratedAction] = []
+        for decision in answer.actions:
+            fact = facts[decision.fact_index]
+            if decision.action == "CREATE":
+                actions.append(GeneratedAction("CREATED", self._new_record(decision.fact or fact.fact, fact, request)))
+            elif decision.action in ("UPDATE", "DELETE"):
+                current = candidates[decision.memory_id or ""]
+                latest = revisions[current.memory_id][0].revision_id if revisions[current.memory_id] else None
+                if decision.action == "DELETE":
+                    actions.append(GeneratedAction("DELETED", current, latest))
+                else:
+                    updated = await self._updated_record(current, decision.fact or current.fact, fact, request)
+                    actions.append(GeneratedAction("UPDATED", updated, latest))
+        return actions
+
+    async def _candidates(
+        self, facts: Sequence[ExtractedFact], request: _Request
+    ) -> tuple[dict[str, MemoryRecord], dict[str, list[RevisionRecord]]]:
+        """The nearest existing memories of the scope for each fact, with their revisions."""
+        vectors = await request.bank.embedder.embed_documents([fact.fact for fact in facts])
+        key = scope_key(request.scope)
+        exact = request.config.metadata_merge_strategy == types.MemoryMetadataMergeStrategy.REQUIRE_EXACT_MATCH
+        found: dict[str, MemoryRecord] = {}
+        for vector in vectors:
+            limit = CANDIDATES_PER_FACT * (4 if exact else 1)
+            hits = await self._context.store.nearest(
+                request.bank.bank_id, NearestQuery(key, vector, limit, request.now)
+            )
+            eligible = [hit.record for hit in hits if not exact or dict(hit.record.metadata) == request.metadata]
+            for record in eligible[:CANDIDATES_PER_FACT]:
+                found.setdefault(record.memory_id, record)
+        chosen = dict(itertools.islice(found.items(), MAX_CANDIDATES))
+        revisions = {
+            memory_id: await self._context.store.list_revisions(request.bank.bank_id, memory_id, request.now)
+            for memory_id in chosen
+        }
+        return chosen, revisions
+
+    # Records
+
+    def _new_record(self, text: str, fact: ExtractedFact, request: _Request) -> MemoryRecord:
+        expiry = memory_expiry(
+            now=request.now, action=Action.GENERATE_CREATED, bank_ttl=request.bank.config.ttl_config
+        )
+        return MemoryRecord(
+            memory_id=new_memory_id(),
+            scope_key=scope_key(request.scope),
+            scope=request.scope,
+            fact=validate_fact(text, field="model answer fact"),
+            embedding=(),
+            create_time=request.now,
+            update_time=request.now,
+            expire_time=None if expiry is UNCHANGED else expiry,  # type: ignore[arg-type]
+            topics=_topic_refs(fact.topics),
+            metadata=dict(request.metadata),
+        )
+
+    async def _updated_record(
+        self, current: MemoryRecord, text: str, fact: ExtractedFact, request: _Request
+    ) -> MemoryRecord:
+        strategy = request.config.metadata_merge_strategy
+        metadata: dict[str, MetadataValue] = dict(current.metadata)
+        if strategy == types.MemoryMetadataMergeStrategy.MERGE:
+            metadata.update(request.metadata)
+        elif request.metadata:
+            metadata = dict(request.metadata)
+        expiry = memory_expiry(
+            now=request.now, action=Action.GENERATE_UPDATED, bank_ttl=request.bank.config.ttl_config
+        )
+        return replace(
+            current,
+            fact=validate_fact(text, field="model answer fact"),
+            embedding=current.embedding if text == current.fact else (),
+            update_time=request.now,
+            topics=tuple(dict.fromkeys((*current.topics, *_topic_refs(fact.topics)))),
+            metadata=metadata,
+            expire_time=current.expire_time if expiry is UNCHANGED else expiry,  # type: ignore[arg-type]
+        )
+
+    async def _apply(
+        self, request: _Request, actions: list[GeneratedAction], facts: Sequence[ExtractedFact]
+    ) -> None:
+        """Embeds changed facts in one batch and writes every action in one atomic batch."""
+        needs_vector = [index for index, action in enumerate(actions) if action.action != "DELETED" and not action.record.embedding]
+        vectors = await request.bank.embedder.embed_documents([actions[i].record.fact for i in needs_vector])
+        for index, vector in zip(needs_vector, vectors, strict=True):
+            action = actions[index]
+            actions[index] = replace(action, record=replace(action.record, embedding=vector))
+        extracted = tuple({"fact": fact.fact, "context": fact.context} if fact.context else {"fact": fact.fact} for fact in facts)
+        upserts = tuple(action.record for action in actions if action.action != "DELETED")
+        deletes = tuple(action.record.memory_id for action in actions if action.action == "DELETED")
+        revisions = tuple(
+            self._revision(request, action, extracted) for action in actions
+        ) if not (request.config.disable_memory_revisions or request.bank.config.disable_memory_revisions) else ()
+        await self._context.store.apply(
+            request.bank.bank_id, WriteBatch(upserts=upserts, deletes=deletes, revisions=revisions)
+        )
+
+    def _revision(
+        self, request: _Request, action: GeneratedAction, extracted: tuple[dict[str, Any], ...]
+    ) -> RevisionRecord:
+        record = action.record
+        return RevisionRecord(
+            memory_id=record.memory_id,
+            revision_id=new_revision_id(request.now),
+            scope_key=record.scope_key,
+            scope=record.scope,
+            fact=record.fact,
+            create_time=request.now,
+            expire_time=revision_expiry(
+                now=request.now,
+                revision_ttl=request.config.revision_ttl,
+                revision_expire_time=request.config.revision_expire_time,
+                bank_ttl=request.bank.config.ttl_config,
+            ),
+            topics=record.topics,
+            metadata=record.metadata,
+            labels=dict(request.config.revision_labels or {}),
+            extracted_memories=extracted,
+            deleted=action.action == "DELETED",
+        )
+
+
+def _configured_model(bank: LoadedBank) -> str | None:
+    generation = bank.config.generation_config
+    return generation.model if generation else None
+
+
+def _customization_for(
+    bank: LoadedBank, scope: dict[str, str]
+) -> types.MemoryBankCustomizationConfig | None:
+    """SPEC §3: the config whose scope_keys equal the scope's keys exactly, else the default."""
+    configs = bank.config.customization_configs or []
+    keys = set(scope)
+    exact = [config for config in configs if config.scope_keys and set(config.scope_keys) == keys]
+    default = [config for config in configs if not config.scope_keys]
+    chosen = (exact or default or [None])[0]
+    return chosen  # type: ignore[return-value]
+
+
+def _topics_of(customization: types.MemoryBankCustomizationConfig | None) -> tuple[Topic, ...]:
+    configured = customization.memory_topics if customization else None
+    if not configured:
+        return tuple(Topic(label, description, True) for label, description in MANAGED_TOPICS.items())
+    topics = []
+    for topic in configured:
+        if topic.managed_memory_topic is not None and topic.managed_memory_topic.managed_topic_enum:
+            label = _enum_name(topic.managed_memory_topic.managed_topic_enum)
+            topics.append(Topic(label, MANAGED_TOPICS.get(label, label), True))
+        elif topic.custom_memory_topic is not None:
+            custom = topic.custom_memory_topic
+            topics.append(Topic(custom.label or "", " ".join((custom.description or "").split()), False))
+    return tuple(topics)
+
+
+def _enum_name(value: Any) -> str:
+    return str(getattr(value, "value", value)).upper()
+
+
+def _topic_label(topic: types.MemoryTopicId, index: int) -> str:
+    [ref] = topics_from_request([topic], field=f"config.allowed_topics[{index}]")
+    return ref.managed or ref.custom or ""
+
+
+def _topic_refs(labels: Sequence[str]) -> tuple[TopicRef, ...]:
+    return tuple(
+        dict.fromkeys(TopicRef(managed=label) if label in MANAGED_TOPICS else TopicRef(custom=label) for label in labels)
+    )
+
+
+def _examples_of(
+    customization: types.MemoryBankCustomizationConfig | None,
+) -> list[tuple[list[tuple[str, str]], list[dict[str, object]]]]:
+    examples = []
+    for example in (customization.generate_memories_examples if customization else None) or ():
+        events = example.conversation_source.events if example.conversation_source else None
+        turns = [
+            (event.content.role or "user", " ".join(part.text for part in event.content.parts or () if part.text))
+            for event in events or ()
+            if event.content is not None
+        ]
+        memories: list[dict[str, object]] = []
+        for generated in example.generated_memories or ():
+            item: dict[str, object] = {"fact": generated.fact}
+            labels = [ref.managed or ref.custom for ref in topics_from_request(generated.topics)]
+            if labels:
+                item["topics"] = labels
+            memories.append(item)
+        examples.append((turns, memories))
+    return examples
+
+
+def _revisions_per_candidate(customization: types.MemoryBankCustomizationConfig | None) -> int:
+    consolidation = customization.consolidation_config if customization else None
+    return (consolidation.revisions_per_candidate_count if consolidation else None) or 1
+
+
+def _direct_facts(
+    direct: Sequence[types.GenerateMemoriesRequestDirectMemoriesSourceDirectMemory],
+) -> list[ExtractedFact]:
+    if not direct:
+        raise InvalidArgument("direct_memories_source.direct_memories must not be empty.", field="direct_memories_source")
+    if len(direct) > MAX_DIRECT_MEMORIES:
+        raise InvalidArgument(
+            f"At most {MAX_DIRECT_MEMORIES} direct memories are allowed per request; got "
+            f"{len(direct)}. Send them in batches.",
+            field="direct_memories_source.direct_memories",
+        )
+    facts = []
+    for index, item in enumerate(direct):
+        where = f"direct_memories_source.direct_memories[{index}]"
+        refs = topics_from_request(item.topics, field=f"{where}.topics")
+        facts.append(ExtractedFact(fact=validate_fact(item.fact, field=f"{where}.fact"), topics=[r.managed or r.custom or "" for r in refs]))
+    return facts
+
+
+def _check_consolidation(
+    output: ConsolidationOutput, facts: Sequence[ExtractedFact], candidates: dict[str, MemoryRecord]
+) -> None:
+    """Refuses answers that name unknown facts or memories, or touch a memory twice."""
+    touched: set[str] = set()
+    for action in output.actions:
+        if not 0 <= action.fact_index < len(facts):
+            raise ModelAnswerRejected(f"fact_index {action.fact_index} is not one of the new facts")
+        if action.action in ("UPDATE", "DELETE"):
+            if action.memory_id not in candidates:
+                raise ModelAnswerRejected(
+                    f"memory_id {str(action.memory_id)[:40]!r} is not one of the listed memories"
+                )
+            if action.memory_id in touched:
+                raise ModelAnswerRejected(f"memory {action.memory_id!r} has more than one action")
+            touched.add(action.memory_id)
+        if action.action == "CREATE" and facts[action.fact_index].forget:
+            raise ModelAnswerRejected("a fact the user asked to forget must not be created")
+        if action.action in ("CREATE", "UPDATE") and action.fact is not None and not action.fact.strip():
+            raise ModelAnswerRejected(f"{action.action} with an empty fact")
+
+
+
+async def events_from_session(
+    session_service: Any, source: types.GenerateMemoriesRequestVertexSessionSource, scope: dict[str, str] | None
+) -> tuple[list[genai_types.Content], dict[str, str]]:
+    """The events of an ADK session in `[start_time, end_time)`, and the request's scope.
+
+    The session name's `reasoningEngines/{id}` is the ADK app name; the user is the scope's
+    `user_id` (SPEC §3), and the scope defaults to `{"user_id": …}` of the session.
+    """
+    if session_service is None:
+        raise FailedPrecondition(
+            "vertex_session_source needs a session service: pass session_service=… (an ADK "
+            "BaseSessionService) to the Client.",
+            field="vertex_session_source",
+        )
+    match = _SESSION_NAME.match(source.session or "")
+    if match is None:
+        raise InvalidArgument(
+            "vertex_session_source.session must be projects/…/reasoningEngines/{app}/sessions/{id}.",
+            field="vertex_session_source.session",
+        )
+    user_id = (scope or {}).get("user_id")
+    if not user_id:
+        raise InvalidArgument(
+            "vertex_session_source needs scope={'user_id': …} to find the ADK session's user.",
+            field="scope",
+        )
+    session = await session_service.get_session(
+        app_name=match.group("app"), user_id=user_id, session_id=match.group("session")
+    )
+    if session is None:
+        raise NotFound(f"Session {source.session[:200]!r} does not exist for that user.", field="vertex_session_source.session")
+    start = to_utc(source.start_time, field="vertex_session_source.start_time")
+    end = to_utc(source.end_time, field="vertex_session_source.end_time")
+    contents = []
+    for event in session.events:
+        moment = datetime.fromtimestamp(event.timestamp, tz=UTC)
+        if (start is None or moment >= start) and (end is None or moment < end) and event.content:
+            contents.append(event.content)
+    return contents, dict(scope or {"user_id": user_id})

@@ -1,0 +1,95 @@
+"""A deterministic memory model for your own tests: an ADK `BaseLlm` with scripted answers.
+
+```python
+from adk_memory import Client
+from adk_memory.testing.models import ScriptedMemoryModel
+
+model = ScriptedMemoryModel(
+    extractions=[{"memories": [{"fact": "I like tea.", "topics": ["USER_PREFERENCES"]}]}],
+    consolidations=[{"actions": [{"fact_index": 0, "action": "CREATE", "fact": "I like tea."}]}],
+)
+client = Client("memory://", generation_model=model)
+```
+
+Each extraction call takes the next scripted extraction answer, each consolidation call the next
+consolidation answer (a dict, a pydantic model, or a raw string to simulate a malformed answer).
+`requests` records every `LlmRequest` it received, so a test can read the prompts; token usage
+is reported as characters / 4.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from google.genai import types as genai_types
+from pydantic import BaseModel, ConfigDict, Field
+
+from adk_memory.generation.schemas import ConsolidationOutput, ExtractionOutput
+
+__all__ = ["ScriptedMemoryModel"]
+
+Answer = dict[str, Any] | BaseModel | str
+
+
+class ScriptedMemoryModel(BaseLlm):
+    """Answers extraction and consolidation calls from two scripts, in order."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str = "scripted-memory-model"
+    extractions: list[Any] = Field(default_factory=list)
+    consolidations: list[Any] = Field(default_factory=list)
+    consolidate: Callable[[LlmRequest], Answer] | None = None
+    """Optional: computes each consolidation answer from the request instead of the script."""
+    requests: list[LlmRequest] = Field(default_factory=list)
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        """No registry names: pass the instance itself."""
+        return []
+
+    def kind_of(self, request: LlmRequest) -> str:
+        """`extraction` or `consolidation`, read from the request's response schema."""
+        schema = request.config.response_schema if request.config else None
+        if schema is ExtractionOutput:
+            return "extraction"
+        if schema is ConsolidationOutput:
+            return "consolidation"
+        raise AssertionError(f"unexpected response schema {schema!r}")
+
+    def prompt_text(self, request: LlmRequest) -> str:
+        """The system instruction and every text part of a request, joined."""
+        system = request.config.system_instruction if request.config else ""
+        texts = [str(system or "")]
+        for content in request.contents:
+            texts.extend(part.text or "" for part in content.parts or ())
+        return "\n".join(texts)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        """Yields the next scripted answer for the kind of call."""
+        self.requests.append(llm_request)
+        kind = self.kind_of(llm_request)
+        if kind == "consolidation" and self.consolidate is not None:
+            answer: Answer = self.consolidate(llm_request)
+        else:
+            script = self.extractions if kind == "extraction" else self.consolidations
+            if not script:
+                raise AssertionError(f"ScriptedMemoryModel has no {kind} answer left")
+            answer = script.pop(0)
+        text = answer if isinstance(answer, str) else json.dumps(
+            answer.model_dump() if isinstance(answer, BaseModel) else answer
+        )
+        prompt_tokens = len(self.prompt_text(llm_request)) // 4
+        yield LlmResponse(
+            content=genai_types.Content(role="model", parts=[genai_types.Part(text=text)]),
+            usage_metadata=genai_types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=prompt_tokens,
+                candidates_token_count=len(text) // 4,
+                total_token_count=prompt_tokens + len(text) // 4,
+            ),
+        )
