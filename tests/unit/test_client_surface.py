@@ -24,7 +24,7 @@ PAIRS = [
 def test_exported_names_are_pinned() -> None:
     assert adk_memory.__all__ == [
         "AdkMemoryError", "AlreadyExists", "AsyncClient", "AsyncPager", "Client",
-        "FailedPrecondition", "InvalidArgument", "NotFound", "Pager", "PermissionDenied",
+        "FailedPrecondition", "InvalidArgument", "ModelUnavailable", "NotFound", "Pager", "PermissionDenied",
         "ResourceExhausted", "StoreUnavailable", "Unauthenticated", "Unimplemented", "types",
     ]
 
@@ -79,8 +79,10 @@ def test_typo_in_a_config_is_invalid_argument() -> None:
             client.memory_banks.memories.get(name="banks/1/memories/x")
         with pytest.raises(NotFound):
             client.memory_banks.memories.get(name="reasoningEngines/42/memories/x")
-        with pytest.raises(Unimplemented):
+        with pytest.raises(InvalidArgument, match="exactly one"):
             client.memory_banks.memories.generate(name=bank)
+        with pytest.raises(Unimplemented):
+            client.memory_banks.memories.retrieve_profiles(name=bank, scope={"u": "1"})
 
 
 async def test_async_client_and_pager() -> None:
