@@ -25,6 +25,7 @@ from adk_memory.engine.generate import events_from_session
 from adk_memory.engine.paging import decode_page_token, encode_page_token
 from adk_memory.errors import InvalidArgument, Unimplemented
 from adk_memory.names import Names
+from adk_memory.scheduler import IngestScheduler
 from adk_memory.settings import default_embedding_model, default_uri
 from adk_memory.store import MemoryStore
 
@@ -47,10 +48,7 @@ _OPERATION_TYPES: dict[str, type[BaseModel]] = {
     "delete_bank": types.DeleteMemoryBankOperation,
     "ingest": types.MemoryBankIngestEventsOperation,
 }
-_NOT_YET = (
-    "{what} is not available in this version of adk-memory yet; it arrives with LLM-based "
-    "generation. Create memories with memories.create() meanwhile."
-)
+_NOT_YET = "{what} is not available in this version of adk-memory yet (structured profiles)."
 
 
 class AsyncMemoryRevisions:
@@ -263,8 +261,10 @@ class AsyncMemories:
 class AsyncMemoryBanks:
     """`memory_banks`."""
 
-    def __init__(self, engine: MemoryEngine) -> None:
+    def __init__(self, engine: MemoryEngine, scheduler: IngestScheduler, *, start_scheduler: bool) -> None:
         self._engine = engine
+        self._scheduler = scheduler
+        self._start_scheduler = start_scheduler
         self.memories = AsyncMemories(engine)
 
     async def create(
@@ -322,9 +322,37 @@ class AsyncMemoryBanks:
         await self._engine.banks.delete(bank_id, force=bool(force))
         return types.DeleteMemoryBankOperation(name=self._engine.names.operation(bank_id, "operations/delete"), done=True)
 
-    async def ingest_events(self, **kwargs: Any) -> types.MemoryBankIngestEventsOperation:
-        """IngestEvents (streaming generation)."""
-        raise Unimplemented(_NOT_YET.format(what="memory_banks.ingest_events"))
+    async def ingest_events(
+        self,
+        *,
+        name: str,
+        scope: dict[str, str],
+        stream_id: str = "",
+        direct_contents_source: Any = None,
+        generation_trigger_config: Any = None,
+        config: Any = None,
+    ) -> types.MemoryBankIngestEventsOperation:
+        """Buffers events on a stream; generation runs when its trigger fires.
+
+        Returns at once with a pending operation (`operations.get` reports when its flush ran),
+        unless `config.wait_for_completion` is set.
+        """
+        checked = parse_model(types.IngestEventsConfig, config, field="config")
+        bank_id = Names.parse_bank(name)
+        key, path, due = await self._engine.ingest.ingest(
+            bank_id, scope=scope, stream_id=stream_id, source=direct_contents_source,
+            trigger_config=generation_trigger_config, config=checked,
+        )
+        if due and checked.wait_for_completion:
+            await self._engine.ingest.flush(bank_id, key)
+        elif due:
+            self._scheduler.kick(bank_id, key)
+        if self._start_scheduler:
+            self._scheduler.start()
+        record = await self._engine.get_operation(self._engine.names.operation(bank_id, path))
+        return types.MemoryBankIngestEventsOperation.model_validate(
+            {**record.payload["operation"], "name": self._engine.names.operation(bank_id, path)}
+        )
 
 
 class AgentEngine(BaseModel):
@@ -427,6 +455,7 @@ class AsyncClient:
         genai_client: Any = None,
         generation_model: Any = None,
         session_service: Any = None,
+        run_scheduler: bool = True,
         **store_options: Any,
     ) -> None:
         """Builds the client without I/O; the store connects on first use.
@@ -444,6 +473,8 @@ class AsyncClient:
             generation_model: A model name or ADK `BaseLlm` for generation, overriding every
                 bank's `generation_config.model` (e.g. a scripted model in tests).
             session_service: An ADK session service, for `vertex_session_source`.
+            run_scheduler: Flush due ingest streams in the background while the client lives
+                (started by the first `ingest_events`).
             **store_options: Passed to the backend's `from_uri`.
         """
         if store is not None and uri is not None:
@@ -458,12 +489,14 @@ class AsyncClient:
             generation_model=generation_model,
             session_service=session_service,
         )
-        self.memory_banks = AsyncMemoryBanks(self.engine)
+        self.ingest_scheduler = IngestScheduler(self.engine)
+        self.memory_banks = AsyncMemoryBanks(self.engine, self.ingest_scheduler, start_scheduler=run_scheduler)
         self.agent_engines = AsyncAgentEngines(self.engine, self.memory_banks)
         self.operations = AsyncOperations(self.engine)
 
     async def aclose(self) -> None:
-        """Closes the store's connections."""
+        """Stops the ingest scheduler (letting running flushes finish) and closes the store."""
+        await self.ingest_scheduler.stop()
         await self.engine.aclose()
 
     async def __aenter__(self) -> AsyncClient:

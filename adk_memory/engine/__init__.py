@@ -12,6 +12,7 @@ from typing import Any
 
 from adk_memory.engine.banks import BankOps
 from adk_memory.engine.generate import GenerateOps
+from adk_memory.engine.ingest import IngestOps
 from adk_memory.engine.context import EngineContext, LoadedBank, utc_now
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.retrieval import Retrieval, Retrieved
@@ -49,6 +50,7 @@ class MemoryEngine:
         self.memories = MemoryOps(self.context)
         self.retrieval = Retrieval(self.context, self.memories)
         self.generation = GenerateOps(self.context)
+        self.ingest = IngestOps(self.context, self.generation)
 
     @property
     def names(self) -> Names:

@@ -1,0 +1,267 @@
+"""IngestEvents: events buffered per (bank, scope, stream) in the store, flushed by trigger rules.
+
+A stream is one store document. `ingest` appends events (ignoring an `event_id` already seen,
+within a bounded retention), stores the request's trigger config on the stream and records a
+pending operation. A stream is due when `force_flush` was asked, when no trigger rule applies
+(neither the stream's nor the bank's `generation_trigger_config`), when `event_count` events are
+pending, after `idle_duration` without events, or every `fixed_interval`. `flush` runs
+GenerateMemories over the pending events (plus the last `overlap_event_count` processed ones)
+under the stream's lock, then completes the pending operations. Nothing is lost across restarts:
+events are in the store before `ingest` returns, and any process's scheduler can flush them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.genai import types as genai_types
+
+from adk_memory import types
+from adk_memory.engine.context import EngineContext
+from adk_memory.engine.convert import parse_duration, parse_model, to_utc
+from adk_memory.engine.generate import GenerateOps
+from adk_memory.errors import AdkMemoryError, InvalidArgument
+from adk_memory.scope import scope_key, validate_scope
+from adk_memory.store import OperationRecord
+
+__all__ = ["STREAM_KIND", "IngestOps", "TriggerRule"]
+
+logger = logging.getLogger(__name__)
+
+STREAM_KIND = "stream"
+SEEN_ID_RETENTION = 10_000
+MAX_EVENTS_PER_REQUEST = 1_000
+MAX_PENDING_EVENTS = 10_000
+MAX_FLUSH_FAILURES = 5
+_GENERATE_FIELDS = (
+    "revision_labels",
+    "revision_expire_time",
+    "revision_ttl",
+    "disable_memory_revisions",
+    "metadata",
+    "metadata_merge_strategy",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRule:
+    """A stream's generation rule; all None means "flush at once"."""
+
+    event_count: int | None = None
+    fixed_interval: timedelta | None = None
+    idle_duration: timedelta | None = None
+    overlap_event_count: int = 0
+
+    @classmethod
+    def from_config(cls, config: types.MemoryGenerationTriggerConfig | None, *, field: str) -> TriggerRule | None:
+        """The rule of a trigger config, or None when it has no `generation_rule`."""
+        rule = config.generation_rule if config else None
+        if rule is None:
+            return None
+        if rule.event_count is not None and rule.event_count < 1:
+            raise InvalidArgument(f"{field}.generation_rule.event_count must be >= 1.", field=field)
+        if rule.overlap_event_count is not None and rule.overlap_event_count < 0:
+            raise InvalidArgument(f"{field}.generation_rule.overlap_event_count must be >= 0.", field=field)
+        return cls(
+            event_count=rule.event_count,
+            fixed_interval=parse_duration(rule.fixed_interval, field=f"{field}.generation_rule.fixed_interval"),
+            idle_duration=parse_duration(rule.idle_duration, field=f"{field}.generation_rule.idle_duration"),
+            overlap_event_count=rule.overlap_event_count or 0,
+        )
+
+    @property
+    def flushes_at_once(self) -> bool:
+        """True when no condition is set."""
+        return self.event_count is None and self.fixed_interval is None and self.idle_duration is None
+
+
+def stream_key(scope: dict[str, str], stream_id: str) -> str:
+    """The document key of a stream (a digest: scope text never becomes a key)."""
+    return hashlib.sha256(f"{scope_key(scope)}\x1f{stream_id}".encode()).hexdigest()[:40]
+
+
+class IngestOps:
+    """The streaming half of generation."""
+
+    def __init__(self, context: EngineContext, generation: GenerateOps) -> None:
+        self._context = context
+        self._generation = generation
+
+    async def ingest(
+        self,
+        bank_id: str,
+        *,
+        scope: Any,
+        stream_id: str,
+        source: Any,
+        trigger_config: Any,
+        config: types.IngestEventsConfig,
+    ) -> tuple[str, str, bool]:
+        """Buffers the events; returns (stream key, operation path, whether it is due now)."""
+        checked_scope = validate_scope(scope)
+        if not isinstance(stream_id, str) or len(stream_id) > 256:
+            raise InvalidArgument("stream_id must be a string of at most 256 characters.", field="stream_id")
+        events = _events_of(source)
+        trigger = parse_model(types.MemoryGenerationTriggerConfig, trigger_config, field="generation_trigger_config") if trigger_config is not None else None
+        TriggerRule.from_config(trigger, field="generation_trigger_config")
+        bank = await self._context.load_bank(bank_id)
+        key = stream_key(checked_scope, stream_id)
+        now = self._context.clock()
+        async with self._context.store.lock_provider().lock(f"stream:{bank_id}:{key}"):
+            stream = dict(await self._context.store.get_document(bank_id, STREAM_KIND, key) or {
+                "scope": checked_scope, "stream_id": stream_id, "pending": [], "processed": [],
+                "seen_ids": [], "operations": [], "created_at": now.isoformat(),
+            })
+            seen = set(stream["seen_ids"])
+            fresh = []
+            for event in events:
+                if event["event_id"] and event["event_id"] in seen:
+                    continue
+                if event["event_id"]:
+                    seen.add(event["event_id"])
+                    stream["seen_ids"].append(event["event_id"])
+                fresh.append({**event, "event_time": event["event_time"] or now.isoformat()})
+            stream["seen_ids"] = stream["seen_ids"][-SEEN_ID_RETENTION:]
+            if len(stream["pending"]) + len(fresh) > MAX_PENDING_EVENTS:
+                raise InvalidArgument(
+                    f"The stream would hold more than {MAX_PENDING_EVENTS} unflushed events; "
+                    "flush it (force_flush) or set a trigger rule.",
+                    field="direct_contents_source",
+                )
+            stream["pending"] = sorted([*stream["pending"], *fresh], key=lambda event: event["event_time"])
+            if fresh:
+                stream["last_event_at"] = now.isoformat()
+            if trigger is not None:
+                stream["trigger"] = trigger.model_dump(mode="json", exclude_none=True)
+            stream["config"] = config.model_dump(mode="json", include=set(_GENERATE_FIELDS), exclude_none=True)
+            stream["force"] = bool(stream.get("force")) or bool(config.force_flush)
+            stream["failures"] = 0
+            operation_path = f"operations/{secrets.token_hex(8)}"
+            waiting = bool(stream["pending"])
+            if waiting:
+                stream["operations"].append(operation_path)
+            metadata = {"streamId": stream_id, "eventsAccepted": len(fresh)}
+            await self._context.store.put_operation(OperationRecord(
+                bank_id, operation_path, not waiting,
+                {"kind": "ingest", "operation": {"done": not waiting, "metadata": metadata}},
+                now,
+            ))
+            await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
+        return key, operation_path, self.is_due(stream, bank.config, now)
+
+    def is_due(self, stream: dict[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig, now: datetime) -> bool:
+        """Whether the stream's trigger says to flush now."""
+        if not stream.get("pending") or stream.get("failures", 0) >= MAX_FLUSH_FAILURES:
+            return False
+        if stream.get("retry_after") and now < datetime.fromisoformat(stream["retry_after"]):
+            return False
+        if stream.get("force"):
+            return True
+        rule = self._rule(stream, bank_config)
+        if rule is None or rule.flushes_at_once:
+            return True
+        if rule.event_count is not None and len(stream["pending"]) >= rule.event_count:
+            return True
+        last_event = datetime.fromisoformat(stream.get("last_event_at") or stream["created_at"])
+        if rule.idle_duration is not None and now - last_event >= rule.idle_duration:
+            return True
+        last_flush = datetime.fromisoformat(stream.get("last_flush_at") or stream["created_at"])
+        return rule.fixed_interval is not None and now - last_flush >= rule.fixed_interval
+
+    def _rule(self, stream: dict[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig) -> TriggerRule | None:
+        if stream.get("trigger"):
+            return TriggerRule.from_config(types.MemoryGenerationTriggerConfig.model_validate(stream["trigger"]), field="generation_trigger_config")
+        generation = bank_config.generation_config
+        return TriggerRule.from_config(generation.generation_trigger_config if generation else None, field="generation_config.generation_trigger_config")
+
+    async def due_streams(self, bank_id: str) -> list[str]:
+        """Keys of the bank's streams that are due now."""
+        bank = await self._context.load_bank(bank_id)
+        now = self._context.clock()
+        documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
+        return [key for key, body in documents if self.is_due(dict(body), bank.config, now)]
+
+    async def flush(self, bank_id: str, key: str, *, wait_seconds: float = 60.0) -> int:
+        """Generates from the stream's pending events; returns how many memories changed."""
+        bank = await self._context.load_bank(bank_id)
+        async with self._context.store.lock_provider().lock(f"stream:{bank_id}:{key}", wait_seconds=wait_seconds):
+            document = await self._context.store.get_document(bank_id, STREAM_KIND, key)
+            if document is None:
+                return 0
+            stream = dict(document)
+            now = self._context.clock()
+            if not self.is_due(stream, bank.config, now):
+                return 0
+            rule = self._rule(stream, bank.config) or TriggerRule()
+            overlap = stream["processed"][-rule.overlap_event_count:] if rule.overlap_event_count else []
+            window = [*overlap, *stream["pending"]]
+            contents = [genai_types.Content.model_validate(event["content"]) for event in window]
+            config = types.GenerateMemoriesConfig.model_validate(stream.get("config") or {})
+            try:
+                result = await self._generation.generate(
+                    bank_id, scope=stream["scope"], events=contents, direct_memories=None,
+                    config=config, model=self._context.generation_model,
+                )
+            except AdkMemoryError as exc:
+                return await self._record_failure(bank_id, key, stream, exc, now)
+            stream["processed"] = [*stream["processed"], *stream["pending"]][-max(rule.overlap_event_count, 1):]
+            stream["pending"] = []
+            stream["force"] = False
+            stream["failures"] = 0
+            stream.pop("retry_after", None)
+            stream["last_flush_at"] = now.isoformat()
+            finished, stream["operations"] = stream["operations"], []
+            metadata = {"generatedMemories": len(result.actions), **result.stats.as_metadata()}
+            for path in finished:
+                await self._context.store.put_operation(OperationRecord(
+                    bank_id, path, True, {"kind": "ingest", "operation": {"done": True, "metadata": metadata}}, now,
+                ))
+            await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
+            return len(result.actions)
+
+    async def _record_failure(self, bank_id: str, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime) -> int:
+        failures = int(stream.get("failures", 0)) + 1
+        stream["failures"] = failures
+        stream["retry_after"] = (now + timedelta(seconds=min(2**failures, 300))).isoformat()
+        logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.code, failures)
+        if failures >= MAX_FLUSH_FAILURES:
+            error = {"code": 14, "message": f"Generation failed {failures} times ({exc.code}); events are kept. Ingest again or force_flush to retry."}
+            for path in stream["operations"]:
+                await self._context.store.put_operation(OperationRecord(
+                    bank_id, path, True, {"kind": "ingest", "operation": {"done": True, "error": error}}, now,
+                ))
+            stream["operations"] = []
+        await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
+        return 0
+
+
+def _events_of(source: Any) -> list[dict[str, Any]]:
+    """Validated events as JSON: content, event_id (or None), event_time (ISO or None)."""
+    if source is None:
+        return []
+    parsed = parse_model(types.IngestionDirectContentsSource, source, field="direct_contents_source")
+    events = parsed.events or []
+    if len(events) > MAX_EVENTS_PER_REQUEST:
+        raise InvalidArgument(
+            f"At most {MAX_EVENTS_PER_REQUEST} events are accepted per request; got {len(events)}.",
+            field="direct_contents_source.events",
+        )
+    result = []
+    for index, event in enumerate(events):
+        if event.content is None:
+            raise InvalidArgument(
+                f"direct_contents_source.events[{index}].content is required.",
+                field=f"direct_contents_source.events[{index}].content",
+            )
+        moment = to_utc(event.event_time, field=f"direct_contents_source.events[{index}].event_time")
+        result.append({
+            "content": event.content.model_dump(mode="json", exclude_none=True),
+            "event_id": event.event_id or None,
+            "event_time": moment.isoformat() if moment else None,
+        })
+    return result

@@ -1,0 +1,97 @@
+"""The ingest scheduler: flushes due streams in the background, in any process that runs one.
+
+A long-lived `Client`/`AsyncClient` starts one on its first `ingest_events`; `adk-memory serve`
+and `adk-memory worker` run one for deployments. Each flush claims its stream under the stream's
+lock, so several schedulers on one store never flush the same events twice at once. Background
+tasks are kept referenced and their failures logged (an untracked task can be collected and its
+error lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from adk_memory.engine import MemoryEngine
+from adk_memory.errors import AdkMemoryError, ResourceExhausted
+
+__all__ = ["IngestScheduler"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_POLL_SECONDS = 1.0
+_CLAIM_WAIT_SECONDS = 0.2
+
+
+class IngestScheduler:
+    """Polls the store for due streams and flushes them; `kick` flushes one right away."""
+
+    def __init__(self, engine: MemoryEngine, *, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
+        self._engine = engine
+        self._poll_seconds = poll_seconds
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Starts the polling loop on the running event loop (idempotent)."""
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self.run_forever())
+
+    def kick(self, bank_id: str, key: str) -> None:
+        """Flushes one stream in the background now."""
+        self._track(asyncio.get_running_loop().create_task(self._flush(bank_id, key)))
+
+    async def run_once(self) -> int:
+        """Flushes every due stream of every bank once; returns how many memories changed."""
+        changed = 0
+        for bank in await self._engine.store.list_banks():
+            try:
+                keys = await self._engine.ingest.due_streams(bank.bank_id)
+            except AdkMemoryError as exc:
+                logger.warning("Listing due streams of a bank failed: %s", exc.code)
+                continue
+            for key in keys:
+                changed += await self._flush(bank.bank_id, key)
+        return changed
+
+    async def run_forever(self) -> None:
+        """Polls until cancelled."""
+        while True:
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the scheduler must outlive any one failure
+                logger.exception("Ingest scheduler pass failed; retrying.")
+            await asyncio.sleep(self._poll_seconds)
+
+    async def drain(self) -> None:
+        """Waits for the flushes already started."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Stops polling and waits for running flushes."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+        await self.drain()
+
+    async def _flush(self, bank_id: str, key: str) -> int:
+        try:
+            return await self._engine.ingest.flush(bank_id, key, wait_seconds=_CLAIM_WAIT_SECONDS)
+        except ResourceExhausted:
+            return 0  # another flush holds the stream; it will take these events too
+        except AdkMemoryError as exc:
+            logger.warning("Ingest flush failed: %s", exc.code)
+            return 0
+
+    def _track(self, task: asyncio.Task[None] | asyncio.Task[int]) -> None:
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        self._tasks.discard(task)  # type: ignore[arg-type]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("Background ingest flush failed", exc_info=task.exception())
