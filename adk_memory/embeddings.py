@@ -415,6 +415,15 @@ def _hf_offline() -> Iterator[None]:
             os.environ["HF_HUB_OFFLINE"] = previous
 
 
+def _quiet_progress_bars() -> None:
+    """Turns off transformers' weight-loading progress bar (noise in a CLI or a server log)."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:
+        return
+    transformers_logging.disable_progress_bar()
+
+
 def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
     """Loads `model` once per process and device; every later call returns the same object."""
     key = (model, device)
@@ -431,6 +440,7 @@ def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
                 f"Local embeddings need sentence-transformers and torch, which are not "
                 f"installed. Install them with: {LOCAL_EMBEDDINGS_HINT}"
             ) from exc
+        _quiet_progress_bars()
         offline = model == DEFAULT_EMBEDDING_MODEL
         source = str(_packaged_model_dir()) if offline else model
         logger.info("Loading local embedding model %r on %s", model, device)
