@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adk_memory import Client, types
+from adk_memory.settings import gemini_credentials_configured
 
 __all__ = ["run_quickstart"]
 
@@ -123,3 +124,27 @@ def _tour(client: Client, bank: str, out: Console) -> None:
 
     dry = memories.purge(name=bank, filter='scope.user_id="bob"', force=False)
     out.print(f"purge dry run for bob: would delete {dry.response.purge_count} memories (force=False)")
+    _generation_step(client, bank, out)
+
+
+def _generation_step(client: Client, bank: str, out: Console) -> None:
+    """GenerateMemories needs a model: run it when Gemini credentials exist, else say so."""
+    if not gemini_credentials_configured():
+        out.print(
+            "\n[yellow]Skipped the generation step[/yellow] (memories.generate extracts and "
+            "consolidates memories with an LLM): set GOOGLE_API_KEY, or GOOGLE_GENAI_USE_VERTEXAI=true "
+            "with GOOGLE_CLOUD_PROJECT, and run the quickstart again."
+        )
+        return
+    conversation = [
+        ("user", "By the way, I moved from Berlin to Munich last month."),
+        ("model", "Congratulations on the move! How do you like Munich?"),
+        ("user", "Love it. Also, please remember I'm vegetarian now."),
+    ]
+    events = [{"content": {"role": role, "parts": [{"text": text}]}} for role, text in conversation]
+    operation = client.memory_banks.memories.generate(
+        name=bank, scope={"user_id": "alice"}, direct_contents_source={"events": events}
+    )
+    rows = [(item.action.value, item.memory.fact) for item in operation.response.generated_memories or []]
+    out.print(_table("generate from a conversation (gemini-2.5-flash)", rows, "action", "fact"))
+    out.print(f"LLM usage: {operation.metadata}")
