@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
+from adk_memory.settings import vertex_credentials_configured
 
 if TYPE_CHECKING:
     from google.genai import Client as GenaiClient
@@ -627,6 +628,12 @@ class GeminiEmbedder(_CachingEmbedder):
                 raise FailedPrecondition(_vertex_only_message(self.model))
         elif self._resource is None:
             self._check_environment()
+        elif not vertex_credentials_configured():
+            raise FailedPrecondition(
+                f"The embedding model {raw[:200]!r} is served by Vertex AI, and no Vertex AI "
+                f"credentials are configured. Set {_VERTEX_HINT}, or GOOGLE_APPLICATION_CREDENTIALS, "
+                "or run `gcloud auth application-default login`, or pass a google.genai.Client."
+            )
 
     def _check_environment(self) -> None:
         """Fails fast, from the environment alone, when no client could be built."""

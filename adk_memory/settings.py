@@ -9,7 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["DEFAULT_DATA_DIR", "api_keys_file", "default_embedding_model", "default_uri"]
+__all__ = [
+    "DEFAULT_ADK_BANK_ID",
+    "DEFAULT_DATA_DIR",
+    "api_keys_file",
+    "container_runtime",
+    "default_adk_bank_id",
+    "default_embedding_model",
+    "default_uri",
+]
 
 DEFAULT_DATA_DIR = Path.home() / ".adk-memory"
 """Where the embedded Chroma store lives when nothing else is configured."""
@@ -36,3 +44,49 @@ def gemini_credentials_configured() -> bool:
         return True
     vertex = os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true", "yes")
     return vertex and bool(os.environ.get("GOOGLE_CLOUD_PROJECT"))
+
+
+DEFAULT_ADK_BANK_ID = "adk-default"
+"""The bank `adk_memory.adk.MemoryBankService` uses when none is named."""
+
+_CONTAINER_ENV_MARKERS = {
+    "GOOGLE_CLOUD_AGENT_ENGINE_ID": "Agent Runtime",
+    "K_SERVICE": "Cloud Run",
+    "KUBERNETES_SERVICE_HOST": "Kubernetes",
+}
+_CONTAINER_FILE_MARKERS = {"/.dockerenv": "Docker", "/run/.containerenv": "Podman"}
+
+
+def default_adk_bank_id() -> str:
+    """`ADK_MEMORY_BANK`: the bank ADK's memory service uses, else `adk-default`."""
+    return os.environ.get("ADK_MEMORY_BANK") or DEFAULT_ADK_BANK_ID
+
+
+def container_runtime() -> str | None:
+    """The container platform this process appears to run on (e.g. "Agent Runtime"), else None.
+
+    Read from the variables Agent Runtime, Cloud Run and Kubernetes set, then from the marker
+    files Docker and Podman create.
+    """
+    for variable, platform in _CONTAINER_ENV_MARKERS.items():
+        if os.environ.get(variable):
+            return platform
+    for marker, platform in _CONTAINER_FILE_MARKERS.items():
+        if Path(marker).exists():
+            return platform
+    return None
+
+
+def vertex_credentials_configured() -> bool:
+    """Whether Vertex AI credentials are configured, judged without any network call.
+
+    True when `GOOGLE_GENAI_USE_VERTEXAI` is on (the user vouches for the runtime, e.g. on Google
+    Cloud), when `GOOGLE_APPLICATION_CREDENTIALS` is set, or when gcloud's application-default
+    credentials file exists.
+    """
+    if os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true", "yes"):
+        return True
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return True
+    config_dir = os.environ.get("CLOUDSDK_CONFIG") or str(Path.home() / ".config" / "gcloud")
+    return (Path(config_dir) / "application_default_credentials.json").is_file()

@@ -6,6 +6,7 @@ one shared store), so each call loads the bank record it works on: one store rou
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,18 +32,26 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LoadedBank:
-    """A bank record with its parsed config and the embedder it was created with."""
+    """A bank record with its parsed config; its embedder is built on first use only.
+
+    Reading, listing or deleting a bank never needs the embedding model (or its credentials).
+    """
 
     record: BankRecord
     config: types.ReasoningEngineContextSpecMemoryBankConfig
-    embedder: Embedder
+    make_embedder: Callable[[], Embedder]
 
     @property
     def bank_id(self) -> str:
         """The bank's id."""
         return self.record.bank_id
+
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        """The embedder of the bank's recorded model (its full resource name when given)."""
+        return self.make_embedder()
 
 
 @dataclass(slots=True)
@@ -73,7 +82,9 @@ class EngineContext:
                 field="name",
             )
         config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(dict(record.config))
-        return LoadedBank(record, config, self.embedder(record.embedding_model))
+        search = config.similarity_search_config
+        model = (search.embedding_model if search else None) or record.embedding_model
+        return LoadedBank(record, config, functools.partial(self.embedder, model))
 
     async def record_operation(
         self, bank_id: str, parent_path: str, kind: str, operation: BaseModel
