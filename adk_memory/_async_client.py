@@ -72,7 +72,9 @@ class AsyncMemoryRevisions:
         async def fetch(token: str | None) -> tuple[list[types.MemoryRevision], str | None]:
             paged = checked.model_copy(update={"page_token": token})
             page = await self._engine.memories.list_revisions(bank_id, memory_id, paged)
-            return [to_revision(r, bank_id, self._engine.names) for r in page.items], page.next_page_token
+            return [
+                to_revision(r, bank_id, self._engine.names) for r in page.items
+            ], page.next_page_token
 
         return await _first_page(fetch, checked.page_token)
 
@@ -92,7 +94,12 @@ class AsyncMemories:
         bank_id = Names.parse_bank(name)
         record = await self._engine.memories.create(bank_id, fact=fact, scope=scope, config=checked)
         memory = to_memory(record, bank_id, self._engine.names)
-        return await self._done(bank_id, f"memories/{record.memory_id}", "memory", types.MemoryOperation(done=True, response=memory))
+        return await self._done(
+            bank_id,
+            f"memories/{record.memory_id}",
+            "memory",
+            types.MemoryOperation(done=True, response=memory),
+        )
 
     async def get(self, *, name: str, config: Any = None) -> types.Memory:
         """A live memory by its full or short name; `NotFound` if missing or expired."""
@@ -107,8 +114,12 @@ class AsyncMemories:
         bank_id = Names.parse_bank(name)
 
         async def fetch(token: str | None) -> tuple[list[types.Memory], str | None]:
-            page = await self._engine.memories.list(bank_id, checked.model_copy(update={"page_token": token}))
-            return [to_memory(r, bank_id, self._engine.names) for r in page.items], page.next_page_token
+            page = await self._engine.memories.list(
+                bank_id, checked.model_copy(update={"page_token": token})
+            )
+            return [
+                to_memory(r, bank_id, self._engine.names) for r in page.items
+            ], page.next_page_token
 
         return await _first_page(fetch, checked.page_token)
 
@@ -124,10 +135,19 @@ class AsyncMemories:
         checked = parse_model(types.UpdateMemoryConfig, config, field="config")
         bank_id, memory_id = Names.parse_memory(name)
         if checked.memory_id not in (None, memory_id):
-            raise InvalidArgument("config.memory_id must match the memory's name.", field="config.memory_id")
-        record = await self._engine.memories.update(bank_id, memory_id, fact=fact, scope=scope, config=checked)
+            raise InvalidArgument(
+                "config.memory_id must match the memory's name.", field="config.memory_id"
+            )
+        record = await self._engine.memories.update(
+            bank_id, memory_id, fact=fact, scope=scope, config=checked
+        )
         memory = to_memory(record, bank_id, self._engine.names)
-        return await self._done(bank_id, f"memories/{memory_id}", "memory", types.MemoryOperation(done=True, response=memory))
+        return await self._done(
+            bank_id,
+            f"memories/{memory_id}",
+            "memory",
+            types.MemoryOperation(done=True, response=memory),
+        )
 
     _update = update  # the SDK's (private) spelling
 
@@ -136,7 +156,12 @@ class AsyncMemories:
         parse_model(types.DeleteMemoryConfig, config, field="config")
         bank_id, memory_id = Names.parse_memory(name)
         await self._engine.memories.delete(bank_id, memory_id)
-        return await self._done(bank_id, f"memories/{memory_id}", "delete_memory", types.DeleteMemoryOperation(done=True))
+        return await self._done(
+            bank_id,
+            f"memories/{memory_id}",
+            "delete_memory",
+            types.DeleteMemoryOperation(done=True),
+        )
 
     async def retrieve(
         self,
@@ -149,14 +174,28 @@ class AsyncMemories:
     ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
         """Memories of exactly `scope`: the nearest `top_k`, all of them, or pages."""
         checked = parse_model(types.RetrieveMemoriesConfig, config, field="config")
-        similarity = _optional(types.RetrieveMemoriesRequestSimilaritySearchParams, similarity_search_params, "similarity_search_params")
-        simple = _optional(types.RetrieveMemoriesRequestSimpleRetrievalParams, simple_retrieval_params, "simple_retrieval_params")
+        similarity = _optional(
+            types.RetrieveMemoriesRequestSimilaritySearchParams,
+            similarity_search_params,
+            "similarity_search_params",
+        )
+        simple = _optional(
+            types.RetrieveMemoriesRequestSimpleRetrievalParams,
+            simple_retrieval_params,
+            "simple_retrieval_params",
+        )
         bank_id = Names.parse_bank(name)
 
-        async def fetch(token: str | None) -> tuple[list[types.RetrieveMemoriesResponseRetrievedMemory], str | None]:
+        async def fetch(
+            token: str | None,
+        ) -> tuple[list[types.RetrieveMemoriesResponseRetrievedMemory], str | None]:
             params = simple.model_copy(update={"page_token": token}) if simple is not None else None
             page = await self._engine.retrieval.retrieve(
-                bank_id, scope=scope, similarity_search_params=similarity, simple_retrieval_params=params, config=checked
+                bank_id,
+                scope=scope,
+                similarity_search_params=similarity,
+                simple_retrieval_params=params,
+                config=checked,
             )
             found = [
                 types.RetrieveMemoriesResponseRetrievedMemory(
@@ -176,8 +215,12 @@ class AsyncMemories:
         bank_id, memory_id = Names.parse_memory(name)
         record = await self._engine.memories.rollback(bank_id, memory_id, target_revision_id)
         memory = to_memory(record, bank_id, self._engine.names)
-        await self._done(bank_id, f"memories/{memory_id}", "memory", types.MemoryOperation(done=True, response=memory))
-        return await self._done(bank_id, f"memories/{memory_id}", "rollback", types.RollbackMemoryOperation(done=True))
+        # Recorded as a MemoryOperation: the SDK polls rollback as one and reads the memory.
+        operation = types.MemoryOperation(done=True, response=memory)
+        name = await self._engine.context.record_operation(
+            bank_id, f"memories/{memory_id}", "memory", operation
+        )
+        return types.RollbackMemoryOperation(name=name, done=True)
 
     async def purge(
         self,
@@ -191,9 +234,13 @@ class AsyncMemories:
         """Counts (`force=False`) or deletes (`force=True`) the memories the filters select."""
         parse_model(types.PurgeMemoriesConfig, config, field="config")
         bank_id = Names.parse_bank(name)
-        count = await self._engine.memories.purge(bank_id, filter=filter, filter_groups=filter_groups, force=bool(force))
+        count = await self._engine.memories.purge(
+            bank_id, filter=filter, filter_groups=filter_groups, force=bool(force)
+        )
         response = types.PurgeMemoriesResponse(purge_count=count)
-        return await self._done(bank_id, "", "purge", types.PurgeMemoriesOperation(done=True, response=response))
+        return await self._done(
+            bank_id, "", "purge", types.PurgeMemoriesOperation(done=True, response=response)
+        )
 
     async def generate(
         self,
@@ -207,7 +254,11 @@ class AsyncMemories:
     ) -> types.GenerateMemoriesOperation:
         """Extracts memories from a conversation (or takes direct ones) and consolidates them."""
         checked = parse_model(types.GenerateMemoriesConfig, config, field="config")
-        given = [s for s in (vertex_session_source, direct_contents_source, direct_memories_source) if s is not None]
+        given = [
+            s
+            for s in (vertex_session_source, direct_contents_source, direct_memories_source)
+            if s is not None
+        ]
         if len(given) != 1:
             raise InvalidArgument(
                 "Set exactly one of vertex_session_source, direct_contents_source and "
@@ -217,18 +268,38 @@ class AsyncMemories:
         bank_id = Names.parse_bank(name)
         events = direct = None
         if direct_contents_source is not None:
-            contents = parse_model(types.GenerateMemoriesRequestDirectContentsSource, direct_contents_source, field="direct_contents_source")
+            contents = parse_model(
+                types.GenerateMemoriesRequestDirectContentsSource,
+                direct_contents_source,
+                field="direct_contents_source",
+            )
             events = [event.content for event in contents.events or () if event.content is not None]
         elif direct_memories_source is not None:
-            memories = parse_model(types.GenerateMemoriesRequestDirectMemoriesSource, direct_memories_source, field="direct_memories_source")
+            memories = parse_model(
+                types.GenerateMemoriesRequestDirectMemoriesSource,
+                direct_memories_source,
+                field="direct_memories_source",
+            )
             direct = list(memories.direct_memories or ())
         else:
-            session = parse_model(types.GenerateMemoriesRequestVertexSessionSource, vertex_session_source, field="vertex_session_source")
-            events, scope = await events_from_session(self._engine.context.session_service, session, scope)
+            session = parse_model(
+                types.GenerateMemoriesRequestVertexSessionSource,
+                vertex_session_source,
+                field="vertex_session_source",
+            )
+            events, scope = await events_from_session(
+                self._engine.context.session_service, session, scope
+            )
         if scope is None:
-            raise InvalidArgument("scope is required: the memories' owner, e.g. {'user_id': '123'}.", field="scope")
+            raise InvalidArgument(
+                "scope is required: the memories' owner, e.g. {'user_id': '123'}.", field="scope"
+            )
         result = await self._engine.generation.generate(
-            bank_id, scope=scope, events=events, direct_memories=direct, config=checked,
+            bank_id,
+            scope=scope,
+            events=events,
+            direct_memories=direct,
+            config=checked,
             model=self._engine.context.generation_model,
         )
         names = self._engine.names
@@ -236,7 +307,9 @@ class AsyncMemories:
             types.GenerateMemoriesResponseGeneratedMemory(
                 memory=to_memory(action.record, bank_id, names),
                 action=types.GenerateMemoriesResponseGeneratedMemoryAction(action.action),
-                previous_revision=names.revision(bank_id, action.record.memory_id, action.previous_revision_id)
+                previous_revision=names.revision(
+                    bank_id, action.record.memory_id, action.previous_revision_id
+                )
                 if action.previous_revision_id
                 else None,
             )
@@ -254,14 +327,18 @@ class AsyncMemories:
         raise Unimplemented(_NOT_YET.format(what="memories.retrieve_profiles"))
 
     async def _done(self, bank_id: str, parent: str, kind: str, operation: Any) -> Any:
-        operation.name = await self._engine.context.record_operation(bank_id, parent, kind, operation)
+        operation.name = await self._engine.context.record_operation(
+            bank_id, parent, kind, operation
+        )
         return operation
 
 
 class AsyncMemoryBanks:
     """`memory_banks`."""
 
-    def __init__(self, engine: MemoryEngine, scheduler: IngestScheduler, *, start_scheduler: bool) -> None:
+    def __init__(
+        self, engine: MemoryEngine, scheduler: IngestScheduler, *, start_scheduler: bool
+    ) -> None:
         self._engine = engine
         self._scheduler = scheduler
         self._start_scheduler = start_scheduler
@@ -276,6 +353,12 @@ class AsyncMemoryBanks:
     ) -> types.MemoryBank:
         """Creates a bank (`memory_bank_id` is our extension: a fixed id instead of a new one)."""
         checked = parse_model(types.CreateMemoryBankConfig, config, field="config")
+        if checked.encryption_spec is not None:
+            raise Unimplemented(
+                "encryption_spec (customer-managed keys) is not supported; encrypt the store "
+                "itself (disk encryption, Redis TLS and at-rest encryption) instead.",
+                field="config.encryption_spec",
+            )
         record = await self._engine.banks.create(
             managed_semantic_memory_config or {},
             display_name=checked.display_name,
@@ -295,7 +378,10 @@ class AsyncMemoryBanks:
         checked = parse_model(types.ListMemoryBanksConfig, config, field="config")
 
         async def fetch(token: str | None) -> tuple[list[types.MemoryBank], str | None]:
-            banks = [to_memory_bank(record, self._engine.names) for record in await self._engine.banks.list()]
+            banks = [
+                to_memory_bank(record, self._engine.names)
+                for record in await self._engine.banks.list()
+            ]
             return _slice(banks, checked.page_size, token, "memory_banks")
 
         return await _first_page(fetch, checked.page_token)
@@ -320,7 +406,9 @@ class AsyncMemoryBanks:
         parse_model(types.DeleteMemoryBankConfig, config, field="config")
         bank_id = Names.parse_bank(name)
         await self._engine.banks.delete(bank_id, force=bool(force))
-        return types.DeleteMemoryBankOperation(name=self._engine.names.operation(bank_id, "operations/delete"), done=True)
+        return types.DeleteMemoryBankOperation(
+            name=self._engine.names.operation(bank_id, "operations/delete"), done=True
+        )
 
     async def ingest_events(
         self,
@@ -340,8 +428,12 @@ class AsyncMemoryBanks:
         checked = parse_model(types.IngestEventsConfig, config, field="config")
         bank_id = Names.parse_bank(name)
         key, path, due = await self._engine.ingest.ingest(
-            bank_id, scope=scope, stream_id=stream_id, source=direct_contents_source,
-            trigger_config=generation_trigger_config, config=checked,
+            bank_id,
+            scope=scope,
+            stream_id=stream_id,
+            source=direct_contents_source,
+            trigger_config=generation_trigger_config,
+            config=checked,
         )
         if due and checked.wait_for_completion:
             await self._engine.ingest.flush(bank_id, key)
@@ -361,7 +453,15 @@ class AgentEngine(BaseModel):
     api_resource: types.ReasoningEngine
 
 
-_DEPLOYMENT_FIELDS = ("agent_engine", "agent", "staging_bucket", "requirements", "extra_packages", "env_vars", "gcs_dir_name")
+_DEPLOYMENT_FIELDS = (
+    "agent_engine",
+    "agent",
+    "staging_bucket",
+    "requirements",
+    "extra_packages",
+    "env_vars",
+    "gcs_dir_name",
+)
 
 
 class AsyncAgentEngines:
@@ -372,13 +472,19 @@ class AsyncAgentEngines:
         self._banks = banks
         self.memories = banks.memories
 
-    async def create(self, *, agent_engine: Any = None, agent: Any = None, config: Any = None) -> AgentEngine:
+    async def create(
+        self, *, agent_engine: Any = None, agent: Any = None, config: Any = None
+    ) -> AgentEngine:
         """Creates a bank from `config={"context_spec": {"memory_bank_config": …}, …}`."""
         spec, display_name, description = _engine_config(config, agent_engine or agent)
-        record = await self._engine.banks.create(spec, display_name=display_name, description=description)
+        record = await self._engine.banks.create(
+            spec, display_name=display_name, description=description
+        )
         return self._wrap(record)
 
-    async def update(self, *, name: str, agent_engine: Any = None, agent: Any = None, config: Any = None) -> AgentEngine:
+    async def update(
+        self, *, name: str, agent_engine: Any = None, agent: Any = None, config: Any = None
+    ) -> AgentEngine:
         """Merges a new `context_spec.memory_bank_config` (and names) into the bank."""
         spec, display_name, description = _engine_config(config, agent_engine or agent)
         record = await self._engine.banks.update(
@@ -407,7 +513,9 @@ class AsyncAgentEngines:
         """`memories.list`."""
         return await self.memories.list(name=name, config=config)
 
-    async def retrieve_memories(self, **kwargs: Any) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
+    async def retrieve_memories(
+        self, **kwargs: Any
+    ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
         """`memories.retrieve`."""
         return await self.memories.retrieve(**kwargs)
 
@@ -435,10 +543,15 @@ class AsyncOperations:
         self._engine = engine
 
     async def get(self, name: str) -> Any:
-        """The operation, typed by what produced it (`MemoryOperation`, `PurgeMemoriesOperation`…)."""
+        """The operation, typed by what produced it (e.g. `PurgeMemoriesOperation`)."""
         record = await self._engine.get_operation(name)
         model = _OPERATION_TYPES.get(str(record.payload.get("kind")), types.MemoryBankOperation)
-        return model.model_validate({**record.payload["operation"], "name": self._engine.names.operation(record.bank_id, record.operation_path)})
+        return model.model_validate(
+            {
+                **record.payload["operation"],
+                "name": self._engine.names.operation(record.bank_id, record.operation_path),
+            }
+        )
 
 
 class AsyncClient:
@@ -490,7 +603,9 @@ class AsyncClient:
             session_service=session_service,
         )
         self.ingest_scheduler = IngestScheduler(self.engine)
-        self.memory_banks = AsyncMemoryBanks(self.engine, self.ingest_scheduler, start_scheduler=run_scheduler)
+        self.memory_banks = AsyncMemoryBanks(
+            self.engine, self.ingest_scheduler, start_scheduler=run_scheduler
+        )
         self.agent_engines = AsyncAgentEngines(self.engine, self.memory_banks)
         self.operations = AsyncOperations(self.engine)
 
@@ -515,16 +630,28 @@ def _optional(model: type[BaseModel], value: Any, field: str) -> Any:
     return None if value is None else parse_model(model, value, field=field)
 
 
-def _slice(items: list[Any], page_size: int | None, token: str | None, fingerprint: str) -> tuple[list[Any], str | None]:
+def _slice(
+    items: list[Any], page_size: int | None, token: str | None, fingerprint: str
+) -> tuple[list[Any], str | None]:
+    if page_size is not None and page_size < 0:
+        raise InvalidArgument("config.page_size must not be negative.", field="config.page_size")
     size = page_size or 100
     start = decode_page_token(token, fingerprint)
     more = start + size < len(items)
-    return items[start : start + size], encode_page_token(start + size, fingerprint) if more else None
+    return items[start : start + size], encode_page_token(
+        start + size, fingerprint
+    ) if more else None
 
 
 def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None]:
-    data = dict(config or {}) if not isinstance(config, BaseModel) else config.model_dump(exclude_none=True)
-    deployment = [field for field in _DEPLOYMENT_FIELDS if data.get(field)] + (["agent_engine"] if agent is not None else [])
+    data = (
+        dict(config or {})
+        if not isinstance(config, BaseModel)
+        else config.model_dump(exclude_none=True)
+    )
+    deployment = [field for field in _DEPLOYMENT_FIELDS if data.get(field)] + (
+        ["agent_engine"] if agent is not None else []
+    )
     if deployment:
         raise Unimplemented(
             f"adk-memory hosts Memory Bank only, not agent deployment ({', '.join(deployment)}); "
@@ -534,13 +661,22 @@ def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None
     spec = data.pop("context_spec", None) or data.pop("contextSpec", None) or {}
     if isinstance(spec, BaseModel):
         spec = spec.model_dump(exclude_none=True)
-    bank_config = spec.get("memory_bank_config", spec.get("memoryBankConfig")) if isinstance(spec, dict) else None
+    bank_config = (
+        spec.get("memory_bank_config", spec.get("memoryBankConfig"))
+        if isinstance(spec, dict)
+        else None
+    )
     display_name = data.pop("display_name", None) or data.pop("displayName", None)
     description = data.pop("description", None)
     if data:
-        raise InvalidArgument(f"config has unknown fields: {', '.join(sorted(data))}.", field="config")
+        raise InvalidArgument(
+            f"config has unknown fields: {', '.join(sorted(data))}.", field="config"
+        )
     if isinstance(bank_config, BaseModel):
         bank_config = bank_config.model_dump(exclude_none=True)
-    wire = parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, bank_config or {}, field="config.context_spec.memory_bank_config")
+    wire = parse_model(
+        types.ReasoningEngineContextSpecMemoryBankConfig,
+        bank_config or {},
+        field="config.context_spec.memory_bank_config",
+    )
     return wire, display_name, description
-

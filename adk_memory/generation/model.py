@@ -97,10 +97,21 @@ async def call_structured(
     for attempt in range(max_retries + 1):
         if attempt:
             stats.retries += 1
-            history = [*contents, genai_types.Content(role="user", parts=[genai_types.Part(text=(
-                f"Your previous answer was not valid: {problem}. Answer again with JSON that "
-                "matches the response schema exactly."
-            ))])]
+            history = [
+                *contents,
+                genai_types.Content(
+                    role="user",
+                    parts=[
+                        genai_types.Part(
+                            text=(
+                                f"Your previous answer was not valid: {problem}. Answer again with JSON "
+                                "that "
+                                "matches the response schema exactly."
+                            )
+                        )
+                    ],
+                ),
+            ]
         request = LlmRequest(
             model=getattr(llm, "model", None),
             contents=history,

@@ -59,7 +59,10 @@ MANAGED_TOPICS: dict[str, str] = {
 
 _BUILT_IN_EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
     "USER_PERSONAL_INFO": (
-        [("user", "My daughter Emma starts school next week, I'm a bit nervous."), ("model", "That's a big step! How old is she?")],
+        [
+            ("user", "My daughter Emma starts school next week, I'm a bit nervous."),
+            ("model", "That's a big step! How old is she?"),
+        ],
         ["My daughter is called Emma and starts school next week."],
     ),
     "USER_PREFERENCES": (
@@ -67,7 +70,10 @@ _BUILT_IN_EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
         ["I don't like fish or seafood."],
     ),
     "KEY_CONVERSATION_DETAILS": (
-        [("model", "Your flight LH400 to New York on March 3 is booked."), ("user", "Perfect, thanks!")],
+        [
+            ("model", "Your flight LH400 to New York on March 3 is booked."),
+            ("user", "Perfect, thanks!"),
+        ],
         ["I booked flight LH400 to New York on March 3."],
     ),
     "EXPLICIT_INSTRUCTIONS": (
@@ -75,7 +81,10 @@ _BUILT_IN_EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
         ["I always want answers in metric units."],
     ),
 }
-_NOTHING_EXAMPLE = ([("user", "Thanks, that's all for today."), ("model", "You're welcome, goodbye!")], [])
+_NOTHING_EXAMPLE = (
+    [("user", "Thanks, that's all for today."), ("model", "You're welcome, goodbye!")],
+    [],
+)
 
 _EXTRACTION_RULES = """\
 You extract long-term memories from a conversation between a user and an AI agent.
@@ -141,7 +150,9 @@ def render_conversation(events: Sequence[genai_types.Content]) -> str:
     return "\n".join(lines)
 
 
-def _example_block(turns: Sequence[tuple[str, str]], facts: Sequence[str], third_person: bool) -> str:
+def _example_block(
+    turns: Sequence[tuple[str, str]], facts: Sequence[str], third_person: bool
+) -> str:
     conversation = "\n".join(f"{role}: {text}" for role, text in turns)
     if third_person:
         facts = [_to_third_person(fact) for fact in facts]
@@ -183,7 +194,9 @@ def extraction_prompt(
     for turns, memories in examples:
         conversation_text = "\n".join(f"{role}: {text}" for role, text in turns)
         answer = json.dumps({"memories": list(memories)}, ensure_ascii=False)
-        blocks.append(f"<conversation>\n{conversation_text}\n</conversation>\n<answer>{answer}</answer>")
+        blocks.append(
+            f"<conversation>\n{conversation_text}\n</conversation>\n<answer>{answer}</answer>"
+        )
     system = "\n\n".join(
         [
             _EXTRACTION_RULES.format(perspective=_PERSPECTIVE[third_person]),
@@ -191,8 +204,13 @@ def extraction_prompt(
             "EXAMPLES:\n" + "\n\n".join(blocks),
         ]
     )
-    user = f"Extract the memories from this conversation:\n<conversation>\n{conversation}\n</conversation>"
-    return ExtractionPrompt(system, [genai_types.Content(role="user", parts=[genai_types.Part(text=user)])])
+    user = (
+        "Extract the memories from this conversation:\n"
+        f"<conversation>\n{conversation}\n</conversation>"
+    )
+    return ExtractionPrompt(
+        system, [genai_types.Content(role="user", parts=[genai_types.Part(text=user)])]
+    )
 
 
 def consolidation_prompt(
@@ -216,5 +234,6 @@ def consolidation_prompt(
     )
     user = f"NEW FACTS:\n{fact_lines}\n\nEXISTING MEMORIES:\n{memory_lines}"
     return ExtractionPrompt(
-        _CONSOLIDATION_RULES, [genai_types.Content(role="user", parts=[genai_types.Part(text=user)])]
+        _CONSOLIDATION_RULES,
+        [genai_types.Content(role="user", parts=[genai_types.Part(text=user)])],
     )

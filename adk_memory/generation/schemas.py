@@ -23,7 +23,9 @@ class ExtractedFact(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    fact: str = Field(description="The memory, a self-contained sentence in the requested perspective.")
+    fact: str = Field(
+        description="The memory, a self-contained sentence in the requested perspective."
+    )
     topics: list[str] = Field(
         default_factory=list,
         description="Labels of the topics it belongs to, exactly as listed in the instructions.",
@@ -31,7 +33,9 @@ class ExtractedFact(BaseModel):
     context: str | None = Field(default=None, description="Why this was extracted, briefly.")
     forget: bool = Field(
         default=False,
-        description="True when the user asked to forget this information: it must be deleted, not stored.",
+        description=(
+            "True when the user asked to forget this information: it must be deleted, not stored."
+        ),
     )
 
 
@@ -41,7 +45,8 @@ class ExtractionOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     memories: list[ExtractedFact] = Field(
-        default_factory=list, description="Empty when nothing in the conversation is worth remembering."
+        default_factory=list,
+        description="Empty when nothing in the conversation is worth remembering.",
     )
 
 
@@ -53,11 +58,14 @@ class ConsolidationAction(BaseModel):
     fact_index: int = Field(description="The index of the new fact this action is about.")
     action: Literal["CREATE", "UPDATE", "DELETE", "NONE"]
     memory_id: str | None = Field(
-        default=None, description="For UPDATE and DELETE: the id of an existing memory listed above."
+        default=None,
+        description="For UPDATE and DELETE: the id of an existing memory listed above.",
     )
     fact: str | None = Field(
         default=None,
-        description="For CREATE and UPDATE: the resulting memory text (for UPDATE it may be unchanged).",
+        description=(
+            "For CREATE and UPDATE: the resulting memory text (for UPDATE it may be unchanged)."
+        ),
     )
 
 

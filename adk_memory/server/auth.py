@@ -1,0 +1,346 @@
+"""API keys for the REST server: who may call which method on which bank.
+
+A key file (YAML or JSON, `adk-memory serve --keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) lists
+keys, each with a label, the secret (or its SHA-256), a permission set named like Agent
+Platform's IAM permissions and, optionally, the banks it may touch:
+
+```yaml
+keys:
+  - name: support-agent              # a label for logs and error messages; never the secret
+    key: "a-long-random-secret"      # or key_sha256: "<hex digest of the secret>"
+    permissions: [memories.generate, memories.retrieve]   # what an ADK agent needs
+    banks: ["1234567890"]            # optional; full bank names work too
+  - name: admin
+    key_sha256: "<64 hex digits>"     # printf %s "$SECRET" | sha256sum
+    permissions: ["*"]
+```
+
+Permissions may be spelled with or without the `aiplatform.` prefix; `*`, `memories.*`,
+`memoryRevisions.*` and `reasoningEngines.*` grant a whole family. An unknown permission is an
+error when the file is loaded, so a typo never silently grants nothing. The server checks the
+key this module finds, never the scope: a key limited to a bank sees every scope in it.
+
+This module only decides; the server turns its answers into 401 and 403 responses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from adk_memory.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from adk_memory.names import Names
+
+__all__ = [
+    "PERMISSIONS",
+    "ApiKey",
+    "ApiKeys",
+    "Principal",
+    "authenticate",
+    "is_loopback",
+    "normalize_permission",
+]
+
+PERMISSIONS: frozenset[str] = frozenset(
+    {
+        "reasoningEngines.create",
+        "reasoningEngines.get",
+        "reasoningEngines.list",
+        "reasoningEngines.update",
+        "reasoningEngines.delete",
+        "memories.create",
+        "memories.get",
+        "memories.list",
+        "memories.update",
+        "memories.delete",
+        "memories.generate",
+        "memories.retrieve",
+        "memoryRevisions.get",
+        "memoryRevisions.list",
+        "memoryRevisions.rollback",
+    }
+)
+"""Every permission a route can require, named like Agent Platform's IAM permissions without
+the `aiplatform.` prefix. `memories:ingestEvents` needs `memories.generate`,
+`memories:retrieveProfiles` needs `memories.retrieve` and `memories:purge` needs
+`memories.delete`; reading an operation needs any permission on its bank."""
+
+_FAMILIES = frozenset(name.split(".")[0] for name in PERMISSIONS)
+_PREFIX = "aiplatform."
+_MIN_KEY_LENGTH = 16
+_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def normalize_permission(name: str) -> str:
+    """The canonical spelling of a permission or wildcard (`aiplatform.` prefix removed).
+
+    Raises:
+        ValueError: The name is not a known permission or wildcard.
+    """
+    bare = name.strip()
+    if bare.startswith(_PREFIX):
+        bare = bare[len(_PREFIX) :]
+    if bare in PERMISSIONS or bare in ("*", ""):
+        if not bare:
+            raise ValueError("a permission must not be empty")
+        return bare
+    family, _, rest = bare.partition(".")
+    if rest == "*" and family in _FAMILIES:
+        return bare
+    raise ValueError(
+        f"unknown permission {name[:60]!r}; use one of {', '.join(sorted(PERMISSIONS))}, "
+        f"a family wildcard such as 'memories.*', or '*'"
+    )
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+class ApiKey(BaseModel):
+    """One API key: its label, its secret (or the secret's SHA-256) and what it may do."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    """A label for logs and error messages (never the secret)."""
+    key: SecretStr | None = None
+    """The secret as sent by clients, at least 16 characters. Exactly one of `key` and
+    `key_sha256` is set."""
+    key_sha256: str | None = None
+    """The hex SHA-256 of the secret, so that the key file need not hold the secret itself."""
+    permissions: frozenset[str]
+    """Permissions (`memories.retrieve`, `aiplatform.memories.generate`, `memories.*`, `*`)."""
+    banks: frozenset[str] | None = None
+    """Bank ids (or full bank names) the key may use; None means every bank."""
+
+    @field_validator("permissions", mode="before")
+    @classmethod
+    def _normalize_permissions(cls, value: Any) -> Any:
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ValueError("permissions must be a list of permission names")
+        names = frozenset(normalize_permission(str(item)) for item in value)
+        if not names:
+            raise ValueError("permissions must not be empty; list what the key may do")
+        return names
+
+    @field_validator("banks", mode="before")
+    @classmethod
+    def _normalize_banks(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ValueError("banks must be a list of bank ids or names")
+        ids = set()
+        for item in value:
+            text = str(item).strip()
+            name = text if "/" in text else f"reasoningEngines/{text}"
+            try:
+                ids.add(Names.parse_bank(name, field="banks"))
+            except InvalidArgument as exc:
+                raise ValueError(str(exc)) from None
+        if not ids:
+            raise ValueError("banks must not be empty; omit it to allow every bank")
+        return frozenset(ids)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> ApiKey:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError("set exactly one of key and key_sha256")
+        if self.key is not None and len(self.key.get_secret_value()) < _MIN_KEY_LENGTH:
+            raise ValueError(f"key must have at least {_MIN_KEY_LENGTH} characters")
+        if self.key_sha256 is not None and not _SHA256_HEX.match(self.key_sha256):
+            raise ValueError("key_sha256 must be 64 hexadecimal characters")
+        return self
+
+    @property
+    def digest(self) -> bytes:
+        """The SHA-256 of the secret."""
+        if self.key is not None:
+            return _digest(self.key.get_secret_value())
+        return bytes.fromhex(self.key_sha256 or "")
+
+    def grants(self, permission: str) -> bool:
+        """Whether the permission set includes `permission` (directly or by wildcard)."""
+        family = permission.split(".")[0]
+        return bool({permission, f"{family}.*", "*"} & self.permissions)
+
+
+class ApiKeys(BaseModel):
+    """The configured keys; loadable from a YAML or JSON file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keys: tuple[ApiKey, ...] = Field(min_length=1)
+    """At least one key; a server without keys is configured by passing no `ApiKeys` at all."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> ApiKeys:
+        names = [key.name for key in self.keys]
+        if len(set(names)) != len(names):
+            raise ValueError("key names must be unique")
+        digests = [key.digest for key in self.keys]
+        if len(set(digests)) != len(digests):
+            raise ValueError("two keys have the same secret")
+        return self
+
+    @classmethod
+    def of(cls, keys: ApiKeys | Sequence[ApiKey | Mapping[str, Any]]) -> ApiKeys:
+        """`ApiKeys` from itself or a list of keys (models or dicts)."""
+        if isinstance(keys, ApiKeys):
+            return keys
+        return cls.model_validate({"keys": list(keys)})
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ApiKeys:
+        """Loads a key file: JSON when it ends in `.json`, else YAML (which also reads JSON).
+
+        Raises:
+            InvalidArgument: The file is missing, does not parse, or breaks a rule above; the
+                message names the entry and field, never a secret.
+        """
+        source = Path(path)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidArgument(
+                f"Cannot read the API key file {str(source)!r}: {exc.strerror}.", field="keys"
+            ) from None
+        try:
+            if source.suffix.lower() == ".json":
+                data = json.loads(text)
+            else:
+                import yaml  # type: ignore[import-untyped]
+
+                data = yaml.safe_load(text)
+        except Exception as exc:  # any parser error is the same user mistake
+            raise InvalidArgument(
+                f"The API key file {str(source)!r} does not parse ({type(exc).__name__}).",
+                field="keys",
+            ) from None
+        if isinstance(data, list):
+            data = {"keys": data}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "keys"
+            raise InvalidArgument(
+                f"The API key file {str(source)!r} is invalid at {where}: {first['msg']}.",
+                field="keys",
+            ) from None
+
+    def find(self, presented: str) -> ApiKey | None:
+        """The key whose secret is `presented`, comparing digests in constant time."""
+        digest = _digest(presented)
+        found: ApiKey | None = None
+        for key in self.keys:  # no early exit: the time does not depend on which key matched
+            if hmac.compare_digest(digest, key.digest):
+                found = key
+        return found
+
+
+class Principal:
+    """Who is calling: a configured key, or anyone when the server has no keys (loopback only)."""
+
+    def __init__(self, key: ApiKey | None) -> None:
+        self.key = key
+
+    @property
+    def label(self) -> str:
+        """The key's name for logs, or `anonymous`."""
+        return self.key.name if self.key is not None else "anonymous"
+
+    def may_use_bank(self, bank_id: str) -> bool:
+        """Whether the key is not limited to other banks."""
+        return self.key is None or self.key.banks is None or bank_id in self.key.banks
+
+    @property
+    def all_banks(self) -> bool:
+        """Whether the key may use every bank (including ones not created yet)."""
+        return self.key is None or self.key.banks is None
+
+    def require(self, permission: str | None, bank_id: str | None) -> None:
+        """Raises PermissionDenied unless the key has `permission` on `bank_id`.
+
+        Args:
+            permission: The permission, or None for "any permission on the bank" (operations).
+            bank_id: The bank the request touches, or None for collection-level requests.
+        """
+        if self.key is None:
+            return
+        if bank_id is not None and not self.may_use_bank(bank_id):
+            raise PermissionDenied(
+                f"The API key {self.key.name!r} may not use memory bank {bank_id!r}; add it to "
+                "the key's `banks` in the key file.",
+                field="name",
+            )
+        if permission is None:
+            return
+        if not self.key.grants(permission):
+            raise PermissionDenied(
+                f"The API key {self.key.name!r} lacks the permission {permission!r} "
+                f"(aiplatform.{permission}); add it to the key's `permissions`.",
+                field="permissions",
+            )
+        if permission == "reasoningEngines.create" and not self.all_banks:
+            raise PermissionDenied(
+                f"The API key {self.key.name!r} is limited to some banks, so it cannot create "
+                "new ones; use a key without `banks`.",
+                field="banks",
+            )
+
+
+def authenticate(
+    keys: ApiKeys | None, *, api_key: str | None, authorization: str | None
+) -> Principal:
+    """The caller behind the `x-goog-api-key` or `Authorization: Bearer` header.
+
+    Raises:
+        Unauthenticated: Keys are configured and the request carries none, or an unknown one.
+    """
+    if keys is None:
+        return Principal(None)
+    presented = api_key
+    if not presented and authorization:
+        scheme, _, token = authorization.strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            presented = token.strip()
+    if not presented:
+        raise Unauthenticated(
+            "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
+            "'Authorization: Bearer KEY' (the official SDK sends credentials.token as a "
+            "bearer token).",
+        )
+    key = keys.find(presented)
+    if key is None:
+        raise Unauthenticated("The API key is not valid for this server.")
+    return Principal(key)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    bare = host.strip().strip("[]").lower()
+    if bare in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False

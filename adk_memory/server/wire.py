@@ -1,0 +1,455 @@
+"""The REST wire format: request bodies and query strings in, camelCase JSON and errors out.
+
+Bodies are proto3 JSON as the official SDK sends them (reference §1.2): top-level keys in
+camelCase, nested keys in snake_case, and, from older SDKs, camelCase at every level. Each body
+model here accepts both spellings at every level (the SDK's own nested types do, and these
+models use the same alias generator) and forbids unknown fields, so a typo is a 400 that names
+the field instead of a silent no-op. The body of each method is the SDK's config model for that
+method without its client-only fields (`http_options`, `wait_for_completion`) plus the method's
+own fields, so the server accepts exactly what the SDK can send. Nothing here calls the engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.alias_generators import to_camel
+
+from adk_memory import types
+from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
+
+__all__ = [
+    "BODY_MODELS",
+    "CreateMemoryBody",
+    "DeleteBankBody",
+    "ErrorEnvelope",
+    "GenerateMemoriesBody",
+    "IngestEventsBody",
+    "ListReasoningEnginesResponse",
+    "PayloadTooLarge",
+    "PurgeMemoriesBody",
+    "ReasoningEngineBody",
+    "ReasoningEngineOperation",
+    "RetrieveMemoriesBody",
+    "RetrieveProfilesBody",
+    "RollbackMemoryBody",
+    "UpdateMemoryBody",
+    "error_envelope",
+    "mask_bank_update",
+    "parse_body",
+    "query_bool",
+    "query_int",
+    "query_str",
+    "reasoning_engine_json",
+    "to_json",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+_CLIENT_ONLY = frozenset({"http_options", "wait_for_completion"})
+"""Config fields the SDK keeps on the client and never sends (reference §1.2)."""
+
+
+class PayloadTooLarge(InvalidArgument):
+    """The request body is larger than the server accepts."""
+
+    http_status = 413
+
+
+class _Wire(BaseModel):
+    """Both casings in at every level, unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+def _body(
+    name: str,
+    doc: str,
+    config: type[BaseModel],
+    *,
+    drop: frozenset[str] = frozenset(),
+    **fields: Any,
+) -> type[_Wire]:
+    """A body model: the method's own `fields` plus `config`'s fields the SDK sends in the body."""
+    inherited: dict[str, Any] = {
+        field_name: (info.annotation, copy.deepcopy(info))
+        for field_name, info in config.model_fields.items()
+        if field_name not in _CLIENT_ONLY | drop
+    }
+    model: type[_Wire] = create_model(name, __base__=_Wire, __doc__=doc, **inherited, **fields)
+    return model
+
+
+Scope = dict[str, str]
+
+CreateMemoryBody = _body(
+    "CreateMemoryBody",
+    "POST {bank}/memories: the Memory to create (`memoryId` travels in the query).",
+    types.MemoryConfig,
+    drop=frozenset({"memory_id"}),
+    fact=(str, Field(description="Required. The fact.")),
+    scope=(Scope, Field(description="Required. Immutable. 1-5 string pairs.")),
+)
+UpdateMemoryBody = _body(
+    "UpdateMemoryBody",
+    "PATCH {memory}: the fields to change (`updateMask` and `memoryId` travel in the query).",
+    types.UpdateMemoryConfig,
+    drop=frozenset({"memory_id", "update_mask"}),
+    fact=(str | None, None),
+    scope=(Scope | None, Field(None, description="Immutable: must equal the memory's scope.")),
+)
+GenerateMemoriesBody = _body(
+    "GenerateMemoriesBody",
+    "POST {bank}/memories:generate: exactly one source, the scope and generation options.",
+    types.GenerateMemoriesConfig,
+    vertex_session_source=(types.GenerateMemoriesRequestVertexSessionSource | None, None),
+    direct_contents_source=(types.GenerateMemoriesRequestDirectContentsSource | None, None),
+    direct_memories_source=(types.GenerateMemoriesRequestDirectMemoriesSource | None, None),
+    scope=(Scope | None, None),
+)
+RetrieveMemoriesBody = _body(
+    "RetrieveMemoriesBody",
+    "POST {bank}/memories:retrieve: the memories of exactly `scope`.",
+    types.RetrieveMemoriesConfig,
+    scope=(Scope, Field(description="Required. Only memories with exactly this scope match.")),
+    similarity_search_params=(types.RetrieveMemoriesRequestSimilaritySearchParams | None, None),
+    simple_retrieval_params=(types.RetrieveMemoriesRequestSimpleRetrievalParams | None, None),
+)
+RetrieveProfilesBody = _body(
+    "RetrieveProfilesBody",
+    "POST {bank}/memories:retrieveProfiles: the structured profiles of exactly `scope`.",
+    types.RetrieveMemoryProfilesConfig,
+    scope=(Scope, Field(description="Required.")),
+)
+RollbackMemoryBody = _body(
+    "RollbackMemoryBody",
+    "POST {memory}:rollback: the revision id (last segment of its name) to restore.",
+    types.RollbackMemoryConfig,
+    target_revision_id=(str, Field(description="Required. A revision id, not its full name.")),
+)
+PurgeMemoriesBody = _body(
+    "PurgeMemoriesBody",
+    "POST {bank}/memories:purge: `filter` and/or `filterGroups`; `force` deletes, else counts.",
+    types.PurgeMemoriesConfig,
+    filter=(str | None, None),
+    filter_groups=(list[types.MemoryConjunctionFilter] | None, None),
+    force=(bool | None, None),
+)
+IngestEventsBody = _body(
+    "IngestEventsBody",
+    "POST {bank}/memories:ingestEvents: events appended to a stream; generation when it triggers.",
+    types.IngestEventsConfig,
+    scope=(Scope, Field(description="Required.")),
+    stream_id=(str | None, Field(None, description='The stream; "" is the default stream.')),
+    direct_contents_source=(types.IngestionDirectContentsSource | None, None),
+    generation_trigger_config=(types.MemoryGenerationTriggerConfig | None, None),
+)
+
+
+class DeleteBankBody(_Wire):
+    """DELETE {bank}: `force` (also accepted as a query parameter) deletes its memories too."""
+
+    force: bool | None = None
+
+
+class ContextSpecBody(_Wire):
+    """`contextSpec` of a ReasoningEngine; a Memory Bank has only `memoryBankConfig`."""
+
+    memory_bank_config: types.ReasoningEngineContextSpecMemoryBankConfig | None = None
+
+
+_UNSUPPORTED_ENGINE_FIELDS = {
+    "spec": "agent deployment (spec)",
+    "encryption_spec": "customer-managed encryption keys (encryptionSpec)",
+    "labels": "resource labels (labels)",
+    "traffic_config": "agent traffic splitting (trafficConfig)",
+    "revision_garbage_collection_strategy": "agent revisions (revisionGarbageCollectionStrategy)",
+}
+
+
+class ReasoningEngineBody(_Wire):
+    """POST reasoningEngines / PATCH {bank}: a ReasoningEngine that is a Memory Bank."""
+
+    context_spec: ContextSpecBody | None = None
+    display_name: str | None = None
+    description: str | None = None
+    spec: dict[str, Any] | None = None
+    encryption_spec: dict[str, Any] | None = None
+    labels: dict[str, str] | None = None
+    traffic_config: dict[str, Any] | None = None
+    revision_garbage_collection_strategy: Any = None
+    # Output-only fields, ignored on input as Google APIs ignore them.
+    name: str | None = None
+    etag: str | None = None
+    create_time: str | None = None
+    update_time: str | None = None
+
+    def refuse_unsupported(self) -> None:
+        """Raises Unimplemented for agent-deployment fields this server does not host."""
+        for field_name, what in _UNSUPPORTED_ENGINE_FIELDS.items():
+            if getattr(self, field_name) is not None:
+                raise Unimplemented(
+                    f"adk-memory hosts Memory Bank only; {what} is not supported. Run your agent "
+                    "yourself and point its memory service at this server.",
+                    field=to_camel(field_name),
+                )
+
+    @property
+    def bank_config(self) -> types.ReasoningEngineContextSpecMemoryBankConfig | None:
+        """`contextSpec.memoryBankConfig`, if given."""
+        return self.context_spec.memory_bank_config if self.context_spec is not None else None
+
+
+BODY_MODELS: tuple[type[BaseModel], ...] = (
+    CreateMemoryBody,
+    UpdateMemoryBody,
+    GenerateMemoriesBody,
+    RetrieveMemoriesBody,
+    RetrieveProfilesBody,
+    RollbackMemoryBody,
+    PurgeMemoriesBody,
+    IngestEventsBody,
+    DeleteBankBody,
+    ReasoningEngineBody,
+)
+
+
+# Responses that exist only on the wire (documented in the OpenAPI description).
+
+
+class ReasoningEngineOperation(_Wire):
+    """The operation of a bank create or update; `response` is the ReasoningEngine."""
+
+    name: str
+    done: bool
+    metadata: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    response: types.ReasoningEngine | None = None
+
+
+class ListReasoningEnginesResponse(_Wire):
+    """GET reasoningEngines: one page of banks."""
+
+    reasoning_engines: list[types.ReasoningEngine] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class _Status(_Wire):
+    code: int
+    message: str
+    status: str
+    details: list[dict[str, Any]] | None = None
+
+
+class ErrorEnvelope(_Wire):
+    """Every error: `{"error": {"code": 400, "message": "...", "status": "INVALID_ARGUMENT"}}`."""
+
+    error: _Status
+
+
+# Parsing
+
+
+def parse_body(model: type[M], raw: bytes) -> M:
+    """The JSON object in `raw` validated into `model`; an empty body is `{}`.
+
+    Raises:
+        InvalidArgument: The body is not a JSON object, or a field is wrong; the message and
+            `field` name the field as the request spelled it.
+    """
+    data: Any = {}
+    if raw.strip():
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgument(
+                f"The request body is not valid JSON (line {exc.lineno}, column {exc.colno}): "
+                f"{exc.msg}.",
+                field="body",
+            ) from None
+        except (RecursionError, UnicodeDecodeError):
+            raise InvalidArgument(
+                "The request body is not valid UTF-8 JSON.", field="body"
+            ) from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("The request body must be a JSON object.", field="body")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: ValidationError) -> InvalidArgument:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field; check its spelling against the API reference"
+    elif first["type"] == "missing":
+        message = "this field is required"
+    more = exc.error_count() - 1
+    suffix = (
+        f" ({more} more problem{'s' if more > 1 else ''} after fixing this one)" if more > 0 else ""
+    )
+    return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
+
+
+def _lookup(query: Mapping[str, str], name: str) -> str | None:
+    """A query parameter by its camelCase name, or its snake_case spelling."""
+    if name in query:
+        return query[name]
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return query.get(snake)
+
+
+def query_str(query: Mapping[str, str], name: str) -> str | None:
+    """A string query parameter (camelCase or snake_case), None when absent or empty."""
+    value = _lookup(query, name)
+    return value if value else None
+
+
+def query_int(query: Mapping[str, str], name: str) -> int | None:
+    """An integer query parameter; InvalidArgument naming it when it is not one."""
+    value = _lookup(query, name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidArgument(
+            f"Invalid value at '{name}': expected an integer.", field=name
+        ) from None
+
+
+def query_bool(query: Mapping[str, str], name: str) -> bool | None:
+    """A boolean query parameter (`true`/`false`/`1`/`0`)."""
+    value = _lookup(query, name)
+    if value is None or value == "":
+        return None
+    lowered = value.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise InvalidArgument(f"Invalid value at '{name}': expected true or false.", field=name)
+
+
+def _snake(path: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", path.strip()).lower()
+
+
+_BANK_CONFIG_FIELDS = frozenset(types.ReasoningEngineContextSpecMemoryBankConfig.model_fields)
+
+
+def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> ReasoningEngineBody:
+    """The body reduced to the fields `update_mask` names (all given fields without a mask).
+
+    The engine merges the non-empty fields it is given, so a masked field the body does not set
+    would be a silent no-op; that is refused instead of pretending to clear it.
+    """
+    if not update_mask or not update_mask.strip():
+        return body
+    top: set[str] = set()
+    config_fields: set[str] = set()
+    whole_config = False
+    for raw in update_mask.split(","):
+        path = ".".join(_snake(part) for part in raw.split("."))
+        if path in ("display_name", "description"):
+            top.add(path)
+        elif path in ("context_spec", "context_spec.memory_bank_config"):
+            whole_config = True
+        elif (
+            path.startswith("context_spec.memory_bank_config.")
+            and path.split(".", 2)[2] in _BANK_CONFIG_FIELDS
+        ):
+            config_fields.add(path.split(".", 2)[2])
+        else:
+            raise InvalidArgument(
+                f"updateMask names {raw.strip()[:60]!r}, which cannot be updated; use "
+                "displayName, description, contextSpec.memoryBankConfig or "
+                "contextSpec.memoryBankConfig.<field>.",
+                field="updateMask",
+            )
+    config = body.bank_config
+    given_config = config.model_dump(exclude_none=True) if config is not None else {}
+    for name in sorted(top):
+        if getattr(body, name) is None:
+            raise _cannot_clear(name)
+    for name in sorted(config_fields):
+        if name not in given_config:
+            raise _cannot_clear(f"context_spec.memory_bank_config.{name}")
+    if whole_config:
+        kept = given_config
+    else:
+        kept = {name: value for name, value in given_config.items() if name in config_fields}
+    return ReasoningEngineBody(
+        display_name=body.display_name if "display_name" in top else None,
+        description=body.description if "description" in top else None,
+        context_spec=ContextSpecBody(
+            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(kept)
+        ),
+    )
+
+
+def _cannot_clear(name: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"updateMask names {name!r} but the body does not set it; clearing a field is not "
+        "supported. Send the new value, or leave the field out of the mask.",
+        field="updateMask",
+    )
+
+
+# Output
+
+
+def to_json(model: BaseModel) -> dict[str, Any]:
+    """Proto3-style JSON of an SDK model: camelCase keys, RFC 3339 times, no nulls."""
+    payload: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return payload
+
+
+def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
+    """The ReasoningEngine JSON of a bank, as the REST API returns banks.
+
+    `contextSpec.memoryBankConfig` is always present (the SDK crashes on a `contextSpec`
+    without it, reference §2.15), and the customization list is `customizationConfigs`.
+    """
+    managed = bank.managed_semantic_memory_config
+    data = managed.model_dump(exclude_none=True) if managed is not None else {}
+    if "unstructured_memory_configs" in data:
+        data["customization_configs"] = data.pop("unstructured_memory_configs")
+    engine = types.ReasoningEngine(
+        name=bank.name,
+        display_name=bank.display_name,
+        description=bank.description,
+        create_time=bank.create_time,
+        update_time=bank.update_time,
+        context_spec=types.ReasoningEngineContextSpec(
+            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(data)
+        ),
+    )
+    payload = to_json(engine)
+    payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
+    return payload
+
+
+def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
+    """The Google error envelope for an error, with a BadRequest field violation if it names one."""
+    status: dict[str, Any] = {
+        "code": error.http_status,
+        "message": error.message,
+        "status": error.code,
+    }
+    if error.field and error.http_status in (400, 413):
+        status["details"] = [
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": error.field, "description": error.message}],
+            }
+        ]
+    return {"error": status}

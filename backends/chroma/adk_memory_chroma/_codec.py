@@ -1,0 +1,415 @@
+"""How records become Chroma rows and back: ids, documents, metadata fields and payloads.
+
+Every Chroma row carries a JSON payload (`p`) from which the record is rebuilt exactly, plus
+flat metadata fields that exist only so that `where` clauses can select rows. User text is only
+ever a *value* of such a field, never part of a field name: a user's metadata key or scope key
+becomes a field name through a digest (`m.s.<digest>`, `s.<digest>`), so no key can collide with a
+system field or with another type's field.
+
+Memory rows (collection `<prefix>.<bank>.mem`, id = memory id, document = fact):
+
+=============  ==============================================================================
+`sk`           the `ScopeKey` digest; the only way a scope is matched (`$eq`)
+`live_us`      expiry in microseconds since the epoch, `NEVER_US` when the memory never expires
+`ct_us` …      create / update time in microseconds; `et_us` expiry (only when set)
+`fh`           sha256 of the fact (`fact =` and `!=`)
+`tp`           topic tokens `m:<ENUM>` / `c:<label>` (plus `_`, as Chroma refuses empty lists)
+`mk`           names of the optional fields the row has (plus `_`), so that a negated filter
+               can match a missing key; `<field>!nan`, `!+inf`, `!-inf` for numbers Chroma
+               cannot index
+`m.s.<d>` …    metadata by type: string `m.s`, number `m.n`, bool `m.b`, timestamp `m.t`
+               (whole seconds since the epoch); `<d>` is a digest of the key
+`s.<d>`        scope values, so that list and purge filters can name them
+`p`            the JSON payload
+=============  ==============================================================================
+
+Revision, operation and engine-document rows live in `<prefix>.<bank>.aux` (told apart by `k`),
+bank rows in `<prefix>.banks`; those collections are never searched by vector, so their rows
+carry a 1-d placeholder vector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from adk_memory.scope import ScopeKey
+from adk_memory.store import (
+    BankRecord,
+    MemoryRecord,
+    MetadataValue,
+    OperationRecord,
+    RevisionRecord,
+    TopicRef,
+)
+
+__all__ = [
+    "NEVER_US",
+    "Row",
+    "bank_row",
+    "decode_bank",
+    "decode_document",
+    "decode_memory",
+    "decode_operation",
+    "decode_revision",
+    "digest",
+    "document_id",
+    "document_row",
+    "memory_row",
+    "metadata_field",
+    "micros",
+    "operation_id",
+    "operation_row",
+    "revision_id",
+    "revision_row",
+    "scope_field",
+    "special_token",
+    "topic_token",
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+NEVER_US = 2**62
+"""`live_us` of a memory or revision that never expires (year ~148,000; fits Chroma's int64)."""
+SENTINEL = "_"
+"""First element of every list field: Chroma refuses empty lists."""
+
+# Field names of memory rows; see the module docstring.
+SCOPE_KEY = "sk"
+LIVE_US = "live_us"
+CREATE_US = "ct_us"
+UPDATE_US = "ut_us"
+EXPIRE_US = "et_us"
+FACT_HASH = "fh"
+TOPICS = "tp"
+PRESENT = "mk"
+PAYLOAD = "p"
+# Aux and registry rows.
+KIND = "k"
+MEMORY_ID = "mid"
+STATE = "st"
+KIND_REVISION = "rev"
+KIND_OPERATION = "op"
+KIND_BANK = "bank"
+KIND_DOCUMENT = "doc"
+DOCUMENT_KIND = "dk"
+STATE_LIVE = "live"
+STATE_DELETING = "deleting"
+
+_TYPE_TAGS = {"string": "s", "number": "n", "bool": "b", "timestamp": "t"}
+
+Row = tuple[str, list[float], str | None, dict[str, Any]]
+"""(id, embedding, document, metadata) as Chroma takes them."""
+
+
+def digest(text: str) -> str:
+    """A 128-bit hex digest of user text, for field names (lone surrogates are tolerated)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def micros(when: datetime) -> int:
+    """Microseconds since the epoch, exactly (a naive datetime is taken as UTC)."""
+    aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return (aware - EPOCH) // timedelta(microseconds=1)
+
+
+def metadata_field(kind: str, key: str) -> str:
+    """The field holding metadata `key` of type `kind` (string, number, bool or timestamp)."""
+    return f"m.{_TYPE_TAGS[kind]}.{digest(key)}"
+
+
+def scope_field(key: str) -> str:
+    """The field holding the value of scope key `key`."""
+    return f"s.{digest(key)}"
+
+
+def special_token(field: str, value: float) -> str:
+    """The `mk` token marking a number Chroma cannot index (NaN or an infinity)."""
+    if math.isnan(value):
+        return f"{field}!nan"
+    return f"{field}!{'+' if value > 0 else '-'}inf"
+
+
+def topic_token(*, managed: str | None = None, custom: str | None = None) -> str:
+    """The `tp` token of a managed topic or a custom label."""
+    return f"m:{managed}" if managed is not None else f"c:{custom}"
+
+
+def revision_id(memory_id: str, rev_id: str) -> str:
+    """Chroma id of a revision row; the length prefix keeps any pair of ids distinct."""
+    return f"r:{len(memory_id)}:{memory_id}:{rev_id}"
+
+
+def document_id(kind: str, key: str) -> str:
+    """Chroma id of an engine document row."""
+    return f"d:{len(kind)}:{kind}:{key}"
+
+
+def operation_id(operation_path: str) -> str:
+    """Chroma id of an operation row."""
+    return f"o:{operation_path}"
+
+
+def placeholder_vector(row_id: str) -> list[float]:
+    """A 1-d vector for rows never searched by vector, spread so HNSW sees no duplicates."""
+    return [int(digest(row_id)[:8], 16) / 2**32]
+
+
+# Memories
+
+
+def memory_row(record: MemoryRecord) -> Row:
+    """The Chroma row of a memory."""
+    present = [SENTINEL]
+    meta: dict[str, Any] = {
+        SCOPE_KEY: record.scope_key,
+        CREATE_US: micros(record.create_time),
+        UPDATE_US: micros(record.update_time),
+        LIVE_US: NEVER_US if record.expire_time is None else micros(record.expire_time),
+        FACT_HASH: digest(record.fact),
+        TOPICS: [SENTINEL]
+        + sorted(
+            {topic_token(managed=t.managed) for t in record.topics if t.managed is not None}
+            | {topic_token(custom=t.custom) for t in record.topics if t.custom is not None}
+        ),
+    }
+    if record.expire_time is not None:
+        meta[EXPIRE_US] = meta[LIVE_US]
+        present.append(EXPIRE_US)
+    for scope_name, scope_value in record.scope.items():
+        meta[scope_field(scope_name)] = scope_value
+    for key, value in record.metadata.items():
+        kind, indexed = _index_value(value)
+        field = metadata_field(kind, key)
+        present.append(field)
+        if isinstance(indexed, float) and not math.isfinite(indexed):
+            present.append(special_token(field, indexed))  # Chroma drops non-finite numbers
+        else:
+            meta[field] = indexed
+    meta[PRESENT] = present
+    meta[PAYLOAD] = _dumps(
+        {
+            "scope": dict(record.scope),
+            "ct": record.create_time.isoformat(),
+            "ut": record.update_time.isoformat(),
+            "et": _iso(record.expire_time),
+            "topics": _topics(record.topics),
+            "md": _metadata(record.metadata),
+            "dn": record.display_name,
+            "ds": record.description,
+        }
+    )
+    return record.memory_id, [float(v) for v in record.embedding], record.fact, meta
+
+
+def decode_memory(
+    memory_id: str,
+    document: str | None,
+    meta: Mapping[str, Any],
+    embedding: Any = None,
+) -> MemoryRecord:
+    """The memory of a Chroma row; `embedding` is () when the row was read without vectors."""
+    payload = json.loads(meta[PAYLOAD])
+    return MemoryRecord(
+        memory_id=memory_id,
+        scope_key=ScopeKey(str(meta[SCOPE_KEY])),
+        scope=payload["scope"],
+        fact=document or "",
+        embedding=() if embedding is None else tuple(float(v) for v in embedding),
+        create_time=datetime.fromisoformat(payload["ct"]),
+        update_time=datetime.fromisoformat(payload["ut"]),
+        expire_time=_from_iso(payload["et"]),
+        topics=_from_topics(payload["topics"]),
+        metadata=_from_metadata(payload["md"]),
+        display_name=payload["dn"],
+        description=payload["ds"],
+    )
+
+
+# Revisions, operations, banks
+
+
+def revision_row(record: RevisionRecord) -> Row:
+    """The aux row of a revision."""
+    row_id = revision_id(record.memory_id, record.revision_id)
+    meta = {
+        KIND: KIND_REVISION,
+        MEMORY_ID: record.memory_id,
+        LIVE_US: NEVER_US if record.expire_time is None else micros(record.expire_time),
+        PAYLOAD: _dumps(
+            {
+                "mid": record.memory_id,
+                "rid": record.revision_id,
+                "sk": record.scope_key,
+                "scope": dict(record.scope),
+                "fact": record.fact,
+                "ct": record.create_time.isoformat(),
+                "et": _iso(record.expire_time),
+                "topics": _topics(record.topics),
+                "md": _metadata(record.metadata),
+                "labels": dict(record.labels),
+                "extracted": [dict(item) for item in record.extracted_memories],
+                "deleted": record.deleted,
+            }
+        ),
+    }
+    return row_id, placeholder_vector(row_id), None, meta
+
+
+def decode_revision(meta: Mapping[str, Any]) -> RevisionRecord:
+    """The revision of an aux row."""
+    payload = json.loads(meta[PAYLOAD])
+    return RevisionRecord(
+        memory_id=payload["mid"],
+        revision_id=payload["rid"],
+        scope_key=ScopeKey(payload["sk"]),
+        scope=payload["scope"],
+        fact=payload["fact"],
+        create_time=datetime.fromisoformat(payload["ct"]),
+        expire_time=_from_iso(payload["et"]),
+        topics=_from_topics(payload["topics"]),
+        metadata=_from_metadata(payload["md"]),
+        labels=payload["labels"],
+        extracted_memories=tuple(payload["extracted"]),
+        deleted=payload["deleted"],
+    )
+
+
+def operation_row(record: OperationRecord) -> Row:
+    """The aux row of an operation."""
+    row_id = operation_id(record.operation_path)
+    meta = {
+        KIND: KIND_OPERATION,
+        PAYLOAD: _dumps(
+            {
+                "path": record.operation_path,
+                "done": record.done,
+                "payload": dict(record.payload),
+                "ct": record.create_time.isoformat(),
+            }
+        ),
+    }
+    return row_id, placeholder_vector(row_id), None, meta
+
+
+def decode_operation(bank_id: str, meta: Mapping[str, Any]) -> OperationRecord:
+    """The operation of an aux row."""
+    payload = json.loads(meta[PAYLOAD])
+    return OperationRecord(
+        bank_id=bank_id,
+        operation_path=payload["path"],
+        done=payload["done"],
+        payload=payload["payload"],
+        create_time=datetime.fromisoformat(payload["ct"]),
+    )
+
+
+def document_row(kind: str, key: str, body: Mapping[str, Any]) -> Row:
+    """The aux row of an engine document (a JSON mapping kept per kind and key)."""
+    row_id = document_id(kind, key)
+    meta = {KIND: KIND_DOCUMENT, DOCUMENT_KIND: kind, PAYLOAD: _dumps({"key": key, "body": body})}
+    return row_id, placeholder_vector(row_id), None, meta
+
+
+def decode_document(meta: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The (key, body) of a document row."""
+    payload = json.loads(meta[PAYLOAD])
+    return payload["key"], payload["body"]
+
+
+def bank_row(record: BankRecord, *, state: str = STATE_LIVE) -> Row:
+    """The registry row of a bank (`state` marks a delete in progress)."""
+    meta = {
+        KIND: KIND_BANK,
+        STATE: state,
+        PAYLOAD: _dumps(
+            {
+                "config": record.config,
+                "model": record.embedding_model,
+                "dim": record.embedding_dimension,
+                "ct": record.create_time.isoformat(),
+                "ut": record.update_time.isoformat(),
+                "dn": record.display_name,
+                "ds": record.description,
+            }
+        ),
+    }
+    return record.bank_id, placeholder_vector(record.bank_id), None, meta
+
+
+def decode_bank(bank_id: str, meta: Mapping[str, Any]) -> BankRecord:
+    """The bank of a registry row."""
+    payload = json.loads(meta[PAYLOAD])
+    return BankRecord(
+        bank_id=bank_id,
+        config=payload["config"],
+        embedding_model=payload["model"],
+        embedding_dimension=payload["dim"],
+        create_time=datetime.fromisoformat(payload["ct"]),
+        update_time=datetime.fromisoformat(payload["ut"]),
+        display_name=payload["dn"],
+        description=payload["ds"],
+    )
+
+
+# Helpers
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
+
+
+def _from_iso(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _topics(topics: tuple[TopicRef, ...]) -> list[list[str | None]]:
+    return [[t.managed, t.custom] for t in topics]
+
+
+def _from_topics(items: list[list[str | None]]) -> tuple[TopicRef, ...]:
+    return tuple(TopicRef(managed=managed, custom=custom) for managed, custom in items)
+
+
+def _index_value(value: MetadataValue) -> tuple[str, str | float | bool | int]:
+    """The metadata type of a value and what its filter field holds."""
+    if isinstance(value, bool):  # bool is an int subclass: check it first
+        return "bool", value
+    if isinstance(value, datetime):
+        return "timestamp", micros(value) // 1_000_000  # SPEC §3: timestamps by whole seconds
+    if isinstance(value, int | float):
+        return "number", float(value)
+    return "string", str(value)
+
+
+def _metadata(metadata: Mapping[str, MetadataValue]) -> list[list[Any]]:
+    items: list[list[Any]] = []
+    for key, value in metadata.items():
+        if isinstance(value, bool):
+            items.append([key, "b", value])
+        elif isinstance(value, datetime):
+            items.append([key, "t", value.isoformat()])
+        elif isinstance(value, int | float):
+            items.append([key, "n", float(value)])
+        else:
+            items.append([key, "s", str(value)])
+    return items
+
+
+def _from_metadata(items: list[list[Any]]) -> dict[str, MetadataValue]:
+    metadata: dict[str, MetadataValue] = {}
+    for key, tag, value in items:
+        if tag == "t":
+            metadata[key] = datetime.fromisoformat(value)
+        elif tag == "n":
+            metadata[key] = float(value)
+        else:
+            metadata[key] = value
+    return metadata

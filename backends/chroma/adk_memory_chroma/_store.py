@@ -1,0 +1,971 @@
+"""`ChromaMemoryStore`: the `MemoryStore` protocol on Chroma, embedded or over HTTP.
+
+Layout. Per bank, `<prefix>.<bank>.mem` holds the memories (L2 space set explicitly, vectors
+always passed in: no Chroma embedding function) and `<prefix>.<bank>.aux` holds its revisions,
+operations and engine documents; `<prefix>.banks` is the registry of banks. `_codec` documents
+the fields of each row. A scope is only ever matched by `$eq` on its digest; expiry is a
+`live_us > now` clause in every read, and `sweep_expired` deletes what has expired (Chroma has no
+TTL).
+
+Exact search. Chroma's HNSW index is approximate and reports squared float32 distances.
+`nearest` asks Chroma for the `n = max(exact_limit, k * overfetch, k + overfetch_min)` best rows
+within the `where` clause (scope digest, expiry, pushed filter), ids and distances only. When
+fewer than `n` rows come back, they are every row that matches, so the ranking is exhaustive;
+otherwise they are the index's best `n`, which for `n` far above `k` contain the true top `k` in
+practice (with the default `exact_limit` of 2,000 and `k` at most 100). The rows whose reported
+distance is within float32 rounding of the k-th are then read with their vectors and re-ranked
+with numpy: the distance returned is the true Euclidean one and ties break by memory id. Loading
+every vector of a scope into Python instead was measured slower (about 80 ms for 1,000
+384-dimensional vectors, against about 10 ms for Chroma's ranking of them).
+
+Atomicity. Chroma commits each call on its own (an `upsert` is one SQLite transaction when
+embedded), and one batch may touch two collections. `apply` therefore checks everything that can
+be checked first (duplicate inserts, vector dimensions, encodability) and writes nothing if a
+check fails; only then does it write, revisions first, then memories, then deletions. A process
+crash or a lost server between those calls can leave the earlier parts written: at worst a
+revision for a change that never landed (a retried request still succeeds, since the memory was
+not written). Readers on other connections may see a batch half applied while it is being
+written. Batches larger than Chroma's maximum batch size are written in several calls.
+
+Banks are created collections-first and registered last; a deletion marks the registry row
+first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
+hides the bank and that the next `create_bank` of the same id finishes cleaning up.
+
+Blocking. The embedded client and the HTTP client of chromadb are blocking; every call runs in
+`asyncio.to_thread`. (chromadb's `AsyncHttpClient` keeps one httpx client per event loop in a
+class-wide table that any instance's close empties, so it is not used here; a caller may still
+pass one as `client=`.) Every driver error is re-raised as an `adk_memory` error by
+`_driver_errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar, Self, TypeVar, cast
+
+import chromadb
+import httpx
+import numpy as np
+from chromadb.api import AsyncClientAPI, ClientAPI
+from chromadb.config import Settings
+from chromadb.errors import (
+    ChromaError,
+    InvalidArgumentError,
+    InvalidDimensionException,
+    NotFoundError,
+)
+
+from adk_memory.errors import (
+    AdkMemoryError,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    StoreUnavailable,
+)
+from adk_memory.locks import FileLockProvider, LockProvider
+from adk_memory.store import (
+    BankRecord,
+    MemoryRecord,
+    MemoryStore,
+    NearestQuery,
+    OperationRecord,
+    RevisionRecord,
+    ScanQuery,
+    ScoredRecord,
+    StoreCapabilities,
+    WriteBatch,
+)
+from adk_memory_chroma import _codec as codec
+from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_from_uri
+from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChromaMemoryStore"]
+
+_T = TypeVar("_T")
+_MEM = "mem"
+_AUX = "aux"
+_REGISTRY = "banks"
+_SORT_FIELDS = {"create_time": codec.CREATE_US, "update_time": codec.UPDATE_US}
+_DEFAULT_BATCH = 1000
+_RERANK_MARGIN = 1e-3
+"""Relative slack on the k-th squared distance Chroma reports, above float32 rounding error."""
+
+
+class _Gone(Exception):
+    """A collection this store had cached (or expected) no longer exists in Chroma."""
+
+
+class ChromaMemoryStore(MemoryStore):
+    """Memory banks in Chroma: embedded (`chroma:///path`) or a server (`chroma+http://h:p`).
+
+    Setup:
+        `pip install adk-memory-chroma` (or `adk-memory[chroma]`).
+
+    Instantiate:
+        ```python
+        store = ChromaMemoryStore.from_uri("chroma:///var/lib/adk-memory")
+        store = ChromaMemoryStore.from_uri("chroma+http://chroma:8000?collection_prefix=team-a")
+        store = ChromaMemoryStore(ChromaStoreConfig(), client=chromadb.PersistentClient(path))
+        ```
+
+    Nothing connects until the first call. A client passed in is used as is and never closed;
+    one the store built is closed by `aclose()`. Two processes may share one embedded directory
+    only as far as Chroma itself allows (it is single-host); a Chroma server shared by several
+    hosts needs a lock provider for generation (`lock_url`).
+    """
+
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
+        pushdown=PUSHDOWN, native_ttl=False
+    )
+
+    def __init__(
+        self,
+        config: ChromaStoreConfig | None = None,
+        *,
+        client: ClientAPI | AsyncClientAPI | None = None,
+    ) -> None:
+        """Builds the store without connecting.
+
+        Args:
+            config: Where the data lives and how it is searched; defaults need `client`.
+            client: A chromadb client the caller built (sync or async); never closed by us.
+
+        Raises:
+            InvalidArgument: Neither a location in `config` nor a `client` is given.
+        """
+        self._config = config or ChromaStoreConfig()
+        if client is None and self._config.path is None and self._config.host is None:
+            raise InvalidArgument(
+                "ChromaMemoryStore needs a location: use from_uri('chroma:///path') or "
+                "from_uri('chroma+http://host:port'), or pass client=.",
+                field="uri",
+            )
+        self._client: Any = client
+        self._owns_client = client is None
+        self._is_async = isinstance(client, AsyncClientAPI)
+        self._connect_lock = threading.Lock()
+        self._collections: dict[str, Any] = {}
+        self._dimensions: dict[str, int] = {}
+        self._max_batch: int | None = None
+        self._locks: LockProvider | None = None
+
+    @classmethod
+    def from_uri(cls, uri: str, **options: Any) -> Self:
+        """Builds the store from a URI without connecting.
+
+        Args:
+            uri: `chroma:///abs/path`, `chroma://./rel/path`, `chroma+http://host:port` or
+                `chroma+https://host:port`, with `ChromaStoreConfig` fields as query parameters.
+            **options: `ChromaStoreConfig` fields (they override the URI's parameters), and
+                `client`, a chromadb client to use instead of building one.
+
+        Returns:
+            The store.
+
+        Raises:
+            InvalidArgument: The URI or an option is invalid; the message names it.
+        """
+        client = options.pop("client", None)
+        return cls(config_from_uri(uri, options), client=client)
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any], *, client: Any = None) -> Self:
+        """Builds the store from config values (a dict), validating them into `InvalidArgument`."""
+        return cls(build_config(values, source="options"), client=client)
+
+    @property
+    def config(self) -> ChromaStoreConfig:
+        """The frozen configuration."""
+        return self._config
+
+    # Connection and driver calls
+
+    def _connect_sync(self) -> Any:
+        with self._connect_lock:
+            if self._client is None:
+                config = self._config
+                settings = Settings(anonymized_telemetry=False)
+                if config.path is not None:
+                    logger.debug("opening embedded Chroma at %s", config.path)
+                    self._client = chromadb.PersistentClient(
+                        path=config.path,
+                        settings=settings,
+                        tenant=config.tenant,
+                        database=config.database,
+                    )
+                else:
+                    logger.debug("connecting to %s", config.location)
+                    self._client = chromadb.HttpClient(
+                        host=str(config.host),
+                        port=config.port,
+                        ssl=config.ssl,
+                        headers=dict(config.headers) or None,
+                        settings=settings,
+                        tenant=config.tenant,
+                        database=config.database,
+                    )
+            return self._client
+
+    async def _connection(self) -> Any:
+        if self._client is not None:
+            return self._client
+        with self._driver_errors("connect"):
+            return await asyncio.to_thread(self._connect_sync)
+
+    @contextlib.contextmanager
+    def _driver_errors(self, action: str) -> Iterator[None]:
+        """Re-raises chromadb, httpx and OS errors as `adk_memory` errors (httpx's pattern)."""
+        try:
+            yield
+        except (AdkMemoryError, _Gone):
+            raise
+        except NotFoundError as exc:
+            raise _Gone(action) from exc
+        except (InvalidArgumentError, InvalidDimensionException) as exc:
+            raise InvalidArgument(
+                f"{self._config.location} refused to {action} ({type(exc).__name__}); most "
+                "likely a vector's dimension differs from the bank's memories'."
+            ) from exc
+        except (ChromaError, ValueError, OSError, RuntimeError, ConnectionError) as exc:
+            # Messages of the driver may quote stored values, so only the type is repeated.
+            raise StoreUnavailable(
+                f"{self._config.location} failed to {action} ({type(exc).__name__}). Check "
+                "that the server is running or the directory is writable; see the chained "
+                "exception for the driver's message."
+            ) from exc
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] in ("httpx", "httpcore", "chromadb"):
+                raise StoreUnavailable(
+                    f"{self._config.location} failed to {action} ({type(exc).__name__})."
+                ) from exc
+            raise
+
+    async def _call(self, action: str, method: Callable[..., Any], **kwargs: Any) -> Any:
+        """Calls a chromadb method: awaited if async, else in a worker thread."""
+        with self._driver_errors(action):
+            if self._is_async:
+                return await cast(Callable[..., Awaitable[Any]], method)(**kwargs)
+            return await asyncio.to_thread(method, **kwargs)
+
+    def _name(self, bank_id: str | None, kind: str) -> str:
+        prefix = self._config.collection_prefix
+        if bank_id is None:
+            return f"{prefix}.{kind}"
+        # Bank ids are numeric or [a-z0-9-] (SPEC §2); anything else is hashed so the name stays
+        # inside Chroma's alphabet and cannot run into another bank's.
+        plain = bank_id if _is_plain_bank_id(bank_id) else f"x{codec.digest(bank_id)}"
+        return f"{prefix}.{plain}.{kind}"
+
+    async def _collection(self, name: str, *, create: bool = False, memories: bool = False) -> Any:
+        cached = self._collections.get(name)
+        if cached is not None:
+            return cached
+        client = await self._connection()
+        if create:
+            configuration: dict[str, Any] = {"hnsw": {"space": "l2"}}
+            if memories:
+                configuration["hnsw"].update(
+                    ef_construction=self._config.hnsw_ef_construction,
+                    ef_search=self._config.hnsw_ef_search,
+                    max_neighbors=self._config.hnsw_max_neighbors,
+                )
+            collection = await self._call(
+                "create a collection",
+                client.get_or_create_collection,
+                name=name,
+                configuration=configuration,
+                embedding_function=None,
+            )
+        else:
+            collection = await self._call(
+                "open a collection", client.get_collection, name=name, embedding_function=None
+            )
+        self._collections[name] = collection
+        return collection
+
+    async def _on_bank(self, bank_id: str, kind: str, work: Callable[[Any], Awaitable[_T]]) -> _T:
+        """Runs `work` on a bank's collection; `NotFound` if the bank does not exist.
+
+        A cached collection handle goes stale when another store deletes and re-creates the bank;
+        the work is then retried once on a fresh handle.
+        """
+        name = self._name(bank_id, kind)
+        for attempt in range(2):
+            try:
+                collection = await self._collection(name)
+                return await work(collection)
+            except _Gone:
+                self._forget(bank_id)
+                if attempt:
+                    break
+        raise NotFound(
+            f"Memory bank {bank_id!r} does not exist in {self._config.location}; create it first."
+        )
+
+    async def _on_registry(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
+        """Runs `work` on the bank registry, re-opening it once if it was dropped meanwhile."""
+        name = self._name(None, _REGISTRY)
+        for attempt in range(2):
+            try:
+                return await work(await self._collection(name, create=True))
+            except _Gone as exc:
+                self._collections.pop(name, None)
+                if attempt:
+                    raise StoreUnavailable(
+                        f"The bank registry of {self._config.location} vanished twice while "
+                        "in use; is another process dropping collections?"
+                    ) from exc
+        raise AssertionError("unreachable")
+
+    def _forget(self, bank_id: str) -> None:
+        for kind in (_MEM, _AUX):
+            self._collections.pop(self._name(bank_id, kind), None)
+        self._dimensions.pop(bank_id, None)
+
+    async def _batch_size(self) -> int:
+        if self._max_batch is None:
+            client = await self._connection()
+            size = await self._call("read the batch limit", client.get_max_batch_size)
+            self._max_batch = int(size) if size and size > 0 else _DEFAULT_BATCH
+        return self._max_batch
+
+    async def _write(self, action: str, collection: Any, rows: Sequence[codec.Row]) -> None:
+        size = await self._batch_size()
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            await self._call(
+                action,
+                collection.upsert,
+                ids=[row[0] for row in chunk],
+                embeddings=[row[1] for row in chunk],
+                documents=[row[2] for row in chunk] if chunk[0][2] is not None else None,
+                metadatas=[row[3] for row in chunk],
+            )
+
+    async def _delete_ids(self, action: str, collection: Any, ids: Sequence[str]) -> None:
+        size = await self._batch_size()
+        for start in range(0, len(ids), size):
+            await self._call(action, collection.delete, ids=list(ids[start : start + size]))
+
+    # Banks
+
+    async def _bank_row(self, bank_id: str) -> Mapping[str, Any] | None:
+        async def work(registry: Any) -> Mapping[str, Any] | None:
+            found = await self._call(
+                "read a bank", registry.get, ids=[bank_id], include=["metadatas"]
+            )
+            return found["metadatas"][0] if found["ids"] else None
+
+        return await self._on_registry(work)
+
+    async def _put_bank_row(self, action: str, row: codec.Row) -> None:
+        async def work(registry: Any) -> None:
+            await self._write(action, registry, [row])
+
+        await self._on_registry(work)
+
+    async def create_bank(self, bank: BankRecord) -> None:
+        """Creates the bank's collections, then registers it; `AlreadyExists` if the id is taken."""
+        meta = await self._bank_row(bank.bank_id)
+        if meta is not None:
+            if meta.get(codec.STATE) == codec.STATE_LIVE:
+                raise AlreadyExists(
+                    f"Memory bank {bank.bank_id!r} already exists; pick another id or update it."
+                )
+            await self._drop_bank_collections(bank.bank_id)  # finish a crashed delete
+        self._forget(bank.bank_id)
+        await self._collection(self._name(bank.bank_id, _MEM), create=True, memories=True)
+        await self._collection(self._name(bank.bank_id, _AUX), create=True)
+        with _encoding("the bank config"):
+            row = codec.bank_row(bank)
+        await self._put_bank_row("register a bank", row)
+        logger.debug("created bank %s", bank.bank_id)
+
+    async def get_bank(self, bank_id: str) -> BankRecord | None:
+        """The bank, or None."""
+        meta = await self._bank_row(bank_id)
+        if meta is None or meta.get(codec.STATE) != codec.STATE_LIVE:
+            return None
+        return codec.decode_bank(bank_id, meta)
+
+    async def list_banks(self) -> list[BankRecord]:
+        """Every bank, ordered by `create_time` then id."""
+
+        async def work(registry: Any) -> list[BankRecord]:
+            found = await self._call(
+                "list banks",
+                registry.get,
+                where={codec.STATE: codec.STATE_LIVE},
+                include=["metadatas"],
+            )
+            return [
+                codec.decode_bank(bank_id, meta)
+                for bank_id, meta in zip(found["ids"], found["metadatas"], strict=True)
+            ]
+
+        banks = await self._on_registry(work)
+        return sorted(banks, key=lambda bank: (bank.create_time, bank.bank_id))
+
+    async def update_bank(self, bank: BankRecord) -> None:
+        """Replaces the bank record; `NotFound` if it does not exist."""
+        if await self.get_bank(bank.bank_id) is None:
+            raise NotFound(f"Memory bank {bank.bank_id!r} does not exist; create it first.")
+        with _encoding("the bank config"):
+            row = codec.bank_row(bank)
+        await self._put_bank_row("update a bank", row)
+
+    async def delete_bank(self, bank_id: str) -> None:
+        """Deletes the bank with all its memories, revisions, vectors and operations."""
+        meta = await self._bank_row(bank_id)
+        if meta is not None:
+            marked = {**meta, codec.STATE: codec.STATE_DELETING}
+
+            async def mark(registry: Any) -> None:
+                await self._call(
+                    "mark a bank deleted", registry.update, ids=[bank_id], metadatas=[marked]
+                )
+
+            await self._on_registry(mark)
+        await self._drop_bank_collections(bank_id)
+        if meta is not None:
+
+            async def unregister(registry: Any) -> None:
+                await self._call("unregister a bank", registry.delete, ids=[bank_id])
+
+            await self._on_registry(unregister)
+        logger.debug("deleted bank %s", bank_id)
+
+    async def _drop_bank_collections(self, bank_id: str) -> None:
+        client = await self._connection()
+        for kind in (_MEM, _AUX):
+            try:
+                await self._call(
+                    "delete a collection", client.delete_collection, name=self._name(bank_id, kind)
+                )
+            except _Gone:
+                pass
+        self._forget(bank_id)
+
+    async def drop_all(self) -> None:
+        """Deletes every collection whose name starts with this store's prefix (tests, resets)."""
+        client = await self._connection()
+        start = f"{self._config.collection_prefix}."
+        names: list[str] = []
+        offset = 0
+        while True:
+            page = await self._call(
+                "list collections", client.list_collections, limit=100, offset=offset
+            )
+            names += [collection.name for collection in page]
+            if len(page) < 100:
+                break
+            offset += len(page)
+        for name in names:
+            if name.startswith(start):
+                with contextlib.suppress(_Gone):
+                    await self._call("delete a collection", client.delete_collection, name=name)
+        self._collections.clear()
+        self._dimensions.clear()
+
+    # Memories
+
+    async def apply(self, bank_id: str, batch: WriteBatch) -> None:
+        """Applies the whole batch, or raises and changes nothing (see the module docstring).
+
+        Raises:
+            AlreadyExists: An insert names a memory that is live at the insert's `create_time`.
+            InvalidArgument: The vectors of the batch differ in dimension from each other or from
+                the memories already in the bank.
+            NotFound: The bank does not exist.
+        """
+        final: dict[str, MemoryRecord] = {}
+        for record in (*batch.inserts, *batch.upserts):
+            final[record.memory_id] = record
+        deletes = list(dict.fromkeys(batch.deletes))
+        for memory_id in deletes:
+            final.pop(memory_id, None)
+        dimensions = {len(record.embedding) for record in final.values()}
+        if len(dimensions) > 1 or 0 in dimensions:
+            raise InvalidArgument(
+                f"The memories of one batch must have embeddings of one non-zero dimension; got "
+                f"{sorted(dimensions)}.",
+                field="embedding",
+            )
+        with _encoding("a memory or revision"):
+            memory_rows = [codec.memory_row(record) for record in final.values()]
+            revision_rows = list(
+                {row[0]: row for row in map(codec.revision_row, batch.revisions)}.values()
+            )
+
+        async def work(memories: Any) -> None:
+            if batch.inserts:
+                await self._check_inserts(memories, batch.inserts)
+            if dimensions:
+                memories = await self._check_dimension(bank_id, memories, next(iter(dimensions)))
+            if revision_rows:
+                aux = await self._collection(self._name(bank_id, _AUX))
+                await self._write("write revisions", aux, revision_rows)
+            if memory_rows:
+                await self._write("write memories", memories, memory_rows)
+            if deletes:
+                await self._delete_ids("delete memories", memories, deletes)
+
+        await self._on_bank(bank_id, _MEM, work)
+
+    async def _check_inserts(self, memories: Any, inserts: Sequence[MemoryRecord]) -> None:
+        ids = list(dict.fromkeys(record.memory_id for record in inserts))
+        found = await self._call(
+            "check for existing memories", memories.get, ids=ids, include=["metadatas"]
+        )
+        live_until = {
+            memory_id: int(meta[codec.LIVE_US])
+            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
+        }
+        for record in inserts:
+            until = live_until.get(record.memory_id)
+            if until is not None and until > codec.micros(record.create_time):
+                raise AlreadyExists(
+                    f"A memory with id {record.memory_id!r} already exists; nothing in the "
+                    "batch was written. Use another id or update the memory."
+                )
+
+    async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:
+        """Refuses vectors whose dimension differs from the bank's memories' (before any write).
+
+        Chroma fixes a collection's dimension at its first write, even after every row is
+        deleted; an empty memory collection of another dimension (the bank changed its embedding
+        model while empty) is re-created.
+        """
+        if self._dimensions.get(bank_id) == dimension:
+            return memories
+        probe = await self._call(
+            "read the vector dimension", memories.get, limit=1, include=["embeddings"]
+        )
+        if probe["ids"]:
+            existing = len(probe["embeddings"][0])
+            if existing != dimension:
+                raise InvalidArgument(
+                    f"Bank {bank_id!r} holds memories with {existing}-dimensional embeddings; "
+                    f"these have {dimension}. Re-embed the bank's memories (adk-memory reembed) "
+                    "or use the embedding model the bank was created with.",
+                    field="embedding",
+                )
+        else:
+            client = await self._connection()
+            name = self._name(bank_id, _MEM)
+            fresh = await self._call(
+                "open a collection", client.get_collection, name=name, embedding_function=None
+            )
+            fixed = getattr(getattr(fresh, "_model", None), "dimension", None)
+            if fixed is not None and fixed != dimension:
+                logger.debug("re-creating empty memory collection of bank %s", bank_id)
+                await self._call("delete a collection", client.delete_collection, name=name)
+                self._collections.pop(name, None)
+                memories = await self._collection(name, create=True, memories=True)
+            else:
+                self._collections[name] = memories = fresh
+        self._dimensions[bank_id] = dimension
+        return memories
+
+    async def get_memories(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> list[MemoryRecord]:
+        """The live memories among `memory_ids`, with embeddings, in the order asked."""
+        unique = list(dict.fromkeys(memory_ids))
+        if not unique:
+            await self._on_bank(bank_id, _MEM, _noop)
+            return []
+
+        async def work(memories: Any) -> list[MemoryRecord]:
+            found = await self._call(
+                "read memories",
+                memories.get,
+                ids=unique,
+                where={codec.LIVE_US: {"$gt": codec.micros(now)}},
+                include=["metadatas", "documents", "embeddings"],
+            )
+            return _decode_rows(found)
+
+        by_id = {record.memory_id: record for record in await self._on_bank(bank_id, _MEM, work)}
+        return [by_id[memory_id] for memory_id in memory_ids if memory_id in by_id]
+
+    async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
+        """Up to `query.k` live memories of one scope by true L2 distance, ties by memory id.
+
+        See the module docstring for the exact and the over-fetching paths.
+        """
+        where = all_of(
+            [
+                {codec.SCOPE_KEY: query.scope_key},
+                {codec.LIVE_US: {"$gt": codec.micros(query.now)}},
+                compile_filter(query.filter),
+            ]
+        )
+        vector = np.asarray(query.vector, dtype=np.float64)
+
+        async def work(memories: Any) -> list[ScoredRecord]:
+            if where is False or query.k <= 0:
+                return []
+            config = self._config
+            wanted = max(
+                config.exact_limit, query.k * config.overfetch, query.k + config.overfetch_min
+            )
+            found = await self._call(
+                "query nearest neighbours",
+                memories.query,
+                query_embeddings=[vector.tolist()],
+                n_results=wanted,
+                where=where,
+                include=["distances"],
+            )
+            ids: list[str] = found["ids"][0]
+            if not ids:
+                return []
+            if len(ids) == wanted:
+                logger.debug("nearest: over %d candidates match; ranking the index's best", wanted)
+            # Chroma's squared distances come from float32 arithmetic; every candidate that
+            # float32 rounding could move into the top k is re-ranked exactly (SPEC §3).
+            squared = found["distances"][0]
+            kth = float(squared[min(query.k, len(ids)) - 1])
+            cutoff = kth + _RERANK_MARGIN * max(1.0, kth)
+            candidates = [
+                memory_id for memory_id, sq in zip(ids, squared, strict=True) if sq <= cutoff
+            ]
+            rows = await self._call(
+                "read nearest memories",
+                memories.get,
+                ids=candidates,
+                include=["metadatas", "documents", "embeddings"],
+            )
+            records = _decode_rows(rows)
+            if not records:
+                return []
+            matrix = _matrix([record.embedding for record in records], len(vector))
+            distances = np.linalg.norm(matrix - vector, axis=1).tolist()
+            ranked = sorted(
+                zip(distances, records, strict=True), key=lambda pair: (pair[0], pair[1].memory_id)
+            )
+            return [ScoredRecord(record, distance) for distance, record in ranked[: query.k]]
+
+        return await self._on_bank(bank_id, _MEM, work)
+
+    async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
+        """Live memories matching the query in its order, sliced by offset and limit.
+
+        Chroma has no ORDER BY: the ids and metadata of every match are read and sorted here.
+        """
+        clauses: list[Compiled] = [{codec.LIVE_US: {"$gt": codec.micros(query.now)}}]
+        if query.scope_key is not None:
+            clauses.append({codec.SCOPE_KEY: query.scope_key})
+        clauses.append(compile_filter(query.filter))
+        where = all_of(clauses)
+
+        async def work(memories: Any) -> list[MemoryRecord]:
+            if where is False:
+                return []
+            found = await self._call(
+                "scan memories", memories.get, where=where, include=["metadatas", "documents"]
+            )
+            rows = sorted(
+                zip(found["ids"], found["metadatas"], found["documents"], strict=True),
+                key=lambda row: row[0],
+            )
+            for key in reversed(query.order_by):
+                field = _SORT_FIELDS.get(key.field)
+                if field is None:
+                    raise InvalidArgument(
+                        f"Cannot order by {key.field!r}; use create_time or update_time.",
+                        field="order_by",
+                    )
+                rows.sort(key=lambda row: int(row[1][field]), reverse=key.descending)
+            end = None if query.limit is None else query.offset + query.limit
+            return [
+                codec.decode_memory(memory_id, document, meta)
+                for memory_id, meta, document in rows[query.offset : end]
+            ]
+
+        return await self._on_bank(bank_id, _MEM, work)
+
+    # Revisions
+
+    async def list_revisions(
+        self, bank_id: str, memory_id: str, now: datetime
+    ) -> list[RevisionRecord]:
+        """Live revisions of a memory (deleted or not), newest first."""
+
+        async def work(aux: Any) -> list[RevisionRecord]:
+            found = await self._call(
+                "list revisions",
+                aux.get,
+                where={
+                    "$and": [
+                        {codec.KIND: codec.KIND_REVISION},
+                        {codec.MEMORY_ID: memory_id},
+                        {codec.LIVE_US: {"$gt": codec.micros(now)}},
+                    ]
+                },
+                include=["metadatas"],
+            )
+            revisions = [codec.decode_revision(meta) for meta in found["metadatas"]]
+            return sorted(
+                revisions, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True
+            )
+
+        return await self._on_bank(bank_id, _AUX, work)
+
+    async def get_revision(
+        self, bank_id: str, memory_id: str, revision_id: str, now: datetime
+    ) -> RevisionRecord | None:
+        """One live revision, or None."""
+
+        async def work(aux: Any) -> RevisionRecord | None:
+            found = await self._call(
+                "read a revision",
+                aux.get,
+                ids=[codec.revision_id(memory_id, revision_id)],
+                where={codec.LIVE_US: {"$gt": codec.micros(now)}},
+                include=["metadatas"],
+            )
+            return codec.decode_revision(found["metadatas"][0]) if found["ids"] else None
+
+        return await self._on_bank(bank_id, _AUX, work)
+
+    # Operations
+
+    async def put_operation(self, operation: OperationRecord) -> None:
+        """Creates or replaces an operation; `NotFound` if its bank does not exist."""
+        with _encoding("the operation payload"):
+            row = codec.operation_row(operation)
+
+        async def work(aux: Any) -> None:
+            await self._write("write an operation", aux, [row])
+
+        await self._on_bank(operation.bank_id, _AUX, work)
+
+    async def get_operation(self, bank_id: str, operation_path: str) -> OperationRecord | None:
+        """The operation, or None (also when the bank does not exist)."""
+
+        async def work(aux: Any) -> OperationRecord | None:
+            found = await self._call(
+                "read an operation",
+                aux.get,
+                ids=[codec.operation_id(operation_path)],
+                include=["metadatas"],
+            )
+            return codec.decode_operation(bank_id, found["metadatas"][0]) if found["ids"] else None
+
+        try:
+            return await self._on_bank(bank_id, _AUX, work)
+        except NotFound:
+            return None
+
+    # Documents
+
+    async def put_document(
+        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+    ) -> None:
+        """Creates or replaces one document in one Chroma write; `NotFound` without the bank."""
+        with _encoding("the document"):
+            row = codec.document_row(kind, key, dict(body))
+
+        async def work(aux: Any) -> None:
+            await self._write("write a document", aux, [row])
+
+        await self._on_bank(bank_id, _AUX, work)
+
+    async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
+        """The document, or None (also when the bank does not exist)."""
+
+        async def work(aux: Any) -> Mapping[str, Any] | None:
+            found = await self._call(
+                "read a document",
+                aux.get,
+                ids=[codec.document_id(kind, key)],
+                include=["metadatas"],
+            )
+            return codec.decode_document(found["metadatas"][0])[1] if found["ids"] else None
+
+        try:
+            return await self._on_bank(bank_id, _AUX, work)
+        except NotFound:
+            return None
+
+    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank, ordered by key ([] without the bank)."""
+
+        async def work(aux: Any) -> list[tuple[str, Mapping[str, Any]]]:
+            found = await self._call(
+                "list documents",
+                aux.get,
+                where={"$and": [{codec.KIND: codec.KIND_DOCUMENT}, {codec.DOCUMENT_KIND: kind}]},
+                include=["metadatas"],
+            )
+            return sorted(
+                (codec.decode_document(meta) for meta in found["metadatas"]), key=lambda d: d[0]
+            )
+
+        try:
+            return await self._on_bank(bank_id, _AUX, work)
+        except NotFound:
+            return []
+
+    async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
+        """Deletes one document if it exists."""
+
+        async def work(aux: Any) -> None:
+            await self._call("delete a document", aux.delete, ids=[codec.document_id(kind, key)])
+
+        with contextlib.suppress(NotFound):
+            await self._on_bank(bank_id, _AUX, work)
+
+    # Coordination
+
+    def lock_provider(self) -> LockProvider:
+        """The locks that serialise generation on this store's data (no I/O here).
+
+        Embedded: file locks in `<path>/.adk-memory-locks/<prefix>`, which every process on the
+        host that opens the same directory shares. Server: the Redis of `lock_url` (needs
+        `adk-memory-redis`); without `lock_url`, file locks in the temporary directory, which
+        serialise only the processes of this host.
+        """
+        if self._locks is None:
+            config = self._config
+            if config.lock_url is not None:
+                self._locks = _redis_locks(config.lock_url, config.collection_prefix)
+            elif config.path is not None:
+                folder = Path(config.path) / ".adk-memory-locks" / config.collection_prefix
+                self._locks = FileLockProvider(folder)
+            else:
+                where = f"{config.location}|{config.tenant}|{config.database}"
+                folder = Path(tempfile.gettempdir()) / "adk-memory-locks" / codec.digest(where)
+                self._locks = FileLockProvider(folder / config.collection_prefix)
+        return self._locks
+
+    # Maintenance
+
+    async def sweep_expired(self, bank_id: str, now: datetime) -> int:
+        """Deletes expired memories and revisions; returns how many rows were removed."""
+        expired = {codec.LIVE_US: {"$lte": codec.micros(now)}}
+
+        async def sweep_memories(memories: Any) -> int:
+            found = await self._call(
+                "find expired memories", memories.get, where=expired, include=[]
+            )
+            await self._delete_ids("delete expired memories", memories, found["ids"])
+            return len(found["ids"])
+
+        async def sweep_revisions(aux: Any) -> int:
+            found = await self._call(
+                "find expired revisions",
+                aux.get,
+                where={"$and": [{codec.KIND: codec.KIND_REVISION}, expired]},
+                include=[],
+            )
+            await self._delete_ids("delete expired revisions", aux, found["ids"])
+            return len(found["ids"])
+
+        removed = await self._on_bank(bank_id, _MEM, sweep_memories)
+        removed += await self._on_bank(bank_id, _AUX, sweep_revisions)
+        if removed:
+            logger.debug("swept %d expired rows from bank %s", removed, bank_id)
+        return removed
+
+    async def aclose(self) -> None:
+        """Closes the client the store built (never one passed in) and forgets its handles."""
+        self._collections.clear()
+        self._dimensions.clear()
+        locks, self._locks = self._locks, None
+        closer = getattr(locks, "aclose", None)
+        if closer is not None:
+            await closer()
+        client, self._client = self._client, (None if self._owns_client else self._client)
+        if self._owns_client and client is not None:
+            with self._driver_errors("close the client"):
+                await asyncio.to_thread(_close_client, client)
+
+
+def _close_client(client: Any) -> None:
+    """Closes a chromadb client, including the HTTP session its `close()` leaves open.
+
+    chromadb 1.5's `Client.close()` releases the shared system, but the HTTP API objects of the
+    client and of its internal admin client keep their `httpx.Client` sessions (and sockets)
+    open until garbage collection.
+    """
+    client.close()
+    for owner in (client, getattr(client, "_admin_client", None)):
+        session = getattr(getattr(owner, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.close()
+
+
+@contextlib.contextmanager
+def _encoding(what: str) -> Iterator[None]:
+    """Turns a value that JSON cannot hold into `InvalidArgument`, before anything is written."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(
+            f"{what} holds a value that cannot be stored as JSON ({type(exc).__name__}); use "
+            "strings, numbers, booleans, lists and mappings."
+        ) from exc
+
+
+def _redis_locks(url: str, prefix: str) -> LockProvider:
+    """A `RedisLockProvider` on `url`; `FailedPrecondition` when adk-memory-redis is missing."""
+    try:  # an optional dependency: imported by name so that type checkers do not require it
+        redis_backend = importlib.import_module("adk_memory_redis")
+    except ImportError as exc:
+        raise FailedPrecondition(
+            "lock_url names a Redis lock provider, which needs the Redis backend. Install it "
+            "with: pip install 'adk-memory[redis]'"
+        ) from exc
+    provider: LockProvider = redis_backend.RedisLockProvider(url, key_prefix=f"{prefix}-chroma")
+    return provider
+
+
+async def _noop(collection: Any) -> None:
+    """Work that only proves the bank exists."""
+
+
+def _is_plain_bank_id(bank_id: str) -> bool:
+    return (
+        0 < len(bank_id) <= 128
+        and bank_id.isascii()
+        and all(char.isdigit() or char.islower() or char == "-" for char in bank_id)
+    )
+
+
+def _matrix(embeddings: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    matrix = np.asarray(embeddings, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[1] != dimension:
+        raise InvalidArgument(
+            f"The query vector has {dimension} dimensions but the bank's memories have "
+            f"{matrix.shape[-1] if matrix.ndim == 2 else 'other'}; embed the query with the "
+            "bank's model.",
+            field="vector",
+        )
+    return matrix
+
+
+def _decode_rows(found: Mapping[str, Any]) -> list[MemoryRecord]:
+    embeddings = found.get("embeddings")
+    return [
+        codec.decode_memory(
+            memory_id,
+            found["documents"][i],
+            found["metadatas"][i],
+            None if embeddings is None else embeddings[i],
+        )
+        for i, memory_id in enumerate(found["ids"])
+    ]

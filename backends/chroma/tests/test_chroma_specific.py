@@ -1,0 +1,471 @@
+"""Chroma-only behaviour: persistence across processes, URIs, exact search, filter pushdown."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import chromadb
+import numpy as np
+import pytest
+from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig
+from chromadb.config import Settings
+
+from adk_memory._registry import store_class_for
+from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound, StoreUnavailable
+from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
+from adk_memory.locks import FileLockProvider
+from adk_memory.reference_store import ReferenceMemoryStore
+from adk_memory.scope import scope_key
+from adk_memory.store import (
+    BankRecord,
+    MemoryRecord,
+    MetadataValue,
+    NearestQuery,
+    ScanQuery,
+    SortKey,
+    TopicRef,
+    WriteBatch,
+)
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+BANK = "42"
+
+
+def bank(dim: int, bank_id: str = BANK) -> BankRecord:
+    return BankRecord(bank_id, {}, f"hash-{dim}", dim, T0, T0)
+
+
+def unit_vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
+    vectors = rng.normal(size=(count, dim))
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def memory(
+    memory_id: str, vector: tuple[float, ...], scope: dict[str, str], **fields: object
+) -> MemoryRecord:
+    values: dict[str, object] = {
+        "memory_id": memory_id,
+        "scope_key": scope_key(scope),
+        "scope": scope,
+        "fact": f"fact of {memory_id}",
+        "embedding": vector,
+        "create_time": T0,
+        "update_time": T0,
+    }
+    values.update(fields)
+    return MemoryRecord(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'db'}")
+    try:
+        yield store
+    finally:
+        await store.drop_all()
+        await store.aclose()
+
+
+# URIs and configuration
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("chroma:///var/lib/mem", {"path": "/var/lib/mem", "host": None}),
+        ("chroma://./data/mem", {"path": "./data/mem"}),
+        (
+            "chroma:///d%20ir?collection_prefix=team-a",
+            {"path": "/d ir", "collection_prefix": "team-a"},
+        ),
+        ("chroma+http://chroma.local:9000", {"host": "chroma.local", "port": 9000, "ssl": False}),
+        ("chroma+http://chroma.local", {"port": 8000}),
+        ("chroma+https://chroma.example.com", {"port": 443, "ssl": True}),
+        (
+            "chroma+http://h:1?overfetch=8&exact_limit=0&hnsw_ef_search=50&tenant=t&database=d",
+            {
+                "overfetch": 8,
+                "exact_limit": 0,
+                "hnsw_ef_search": 50,
+                "tenant": "t",
+                "database": "d",
+            },
+        ),
+        ("chroma:///x?lock_url=redis://r:6379/0", {"lock_url": "redis://r:6379/0"}),
+    ],
+)
+def test_uri_parses_into_config(uri: str, expected: dict[str, object]) -> None:
+    config = ChromaMemoryStore.from_uri(uri).config
+    for name, value in expected.items():
+        assert getattr(config, name) == value, name
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "field"),
+    [
+        ("chroma://relative/path", {}, "uri"),
+        ("chroma:///", {}, "uri"),
+        ("redis://localhost", {}, "uri"),
+        ("chroma+http://h:1/some/path", {}, "uri"),
+        ("chroma:///x?colection_prefix=a", {}, "colection_prefix"),
+        ("chroma:///x?overfetch=lots", {}, "overfetch"),
+        ("chroma:///x?overfetch=0", {}, "overfetch"),
+        ("chroma:///x?collection_prefix=bad.prefix", {}, "collection_prefix"),
+        ("chroma:///x?overfetch=2&overfetch=3", {}, "overfetch"),
+        ("chroma:///x?path=/y", {}, "path"),
+        ("chroma:///x?lock_url=http://r", {}, "lock_url"),
+        ("chroma:///x", {"host": "h"}, "host"),
+    ],
+)
+def test_bad_uris_are_invalid_argument_naming_the_part(
+    uri: str, options: dict[str, object], field: str
+) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        ChromaMemoryStore.from_uri(uri, **options)
+    assert raised.value.field == field
+
+
+def test_keyword_options_override_uri_parameters() -> None:
+    store = ChromaMemoryStore.from_uri("chroma:///x?overfetch=3&exact_limit=5", overfetch=7)
+    assert (store.config.overfetch, store.config.exact_limit) == (7, 5)
+
+
+def test_a_store_needs_a_location_or_a_client() -> None:
+    with pytest.raises(InvalidArgument):
+        ChromaMemoryStore(ChromaStoreConfig())
+
+
+@pytest.mark.parametrize("uri", ["chroma:///x", "chroma+http://h:1", "chroma+https://h"])
+def test_entry_points_resolve_every_scheme(uri: str) -> None:
+    assert store_class_for(uri) is ChromaMemoryStore
+
+
+def test_constructor_does_no_io(tmp_path: Path) -> None:
+    ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'never'}")
+    ChromaMemoryStore.from_uri("chroma+http://127.0.0.1:1")
+    assert not (tmp_path / "never").exists()
+
+
+# Connection, clients, errors
+
+
+async def test_unreachable_server_is_store_unavailable() -> None:
+    store = ChromaMemoryStore.from_uri("chroma+http://127.0.0.1:1")
+    with pytest.raises(StoreUnavailable):
+        await store.get_bank("1")
+    await store.aclose()
+
+
+async def test_a_client_passed_in_is_used_and_never_closed(tmp_path: Path) -> None:
+    client = chromadb.PersistentClient(
+        path=str(tmp_path / "own"), settings=Settings(anonymized_telemetry=False)
+    )
+    store = ChromaMemoryStore(ChromaStoreConfig(collection_prefix="own"), client=client)
+    await store.create_bank(bank(4))
+    await store.aclose()
+    assert "own.banks" in [collection.name for collection in client.list_collections()]
+    client.close()
+
+
+async def test_missing_bank_is_not_found(store: ChromaMemoryStore) -> None:
+    with pytest.raises(NotFound):
+        await store.apply("nope", WriteBatch(deletes=("m1",)))
+    with pytest.raises(NotFound):
+        await store.nearest("nope", NearestQuery(scope_key({"u": "1"}), (1.0, 0.0), 3, T0))
+    assert await store.get_operation("nope", "operations/x") is None
+
+
+async def test_embedded_store_locks_with_files_next_to_the_data(tmp_path: Path) -> None:
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'db'}")
+    provider = store.lock_provider()
+    assert isinstance(provider, FileLockProvider)
+    async with provider.lock("scope-x", wait_seconds=1):
+        assert (tmp_path / "db" / ".adk-memory-locks" / "adkmem").is_dir()
+
+
+# Persistence
+
+
+async def test_data_is_read_back_by_a_new_process(tmp_path: Path) -> None:
+    """What one store wrote is found by a fresh store in another Python process."""
+    path = tmp_path / "persist"
+    writer = ChromaMemoryStore.from_uri(f"chroma://{path}")
+    scope = {"user_id": "u1"}
+    await writer.create_bank(bank(3))
+    records = (
+        memory("m1", (1.0, 0.0, 0.0), scope, metadata={"lang": "de"}),
+        memory("m2", (0.0, 1.0, 0.0), scope, fact="zweiter ☕"),
+    )
+    await writer.apply(BANK, WriteBatch(inserts=records))
+    await writer.aclose()
+    script = textwrap.dedent(
+        f"""
+        import asyncio, json
+        from datetime import datetime
+        from adk_memory.scope import scope_key
+        from adk_memory.store import NearestQuery
+        from adk_memory_chroma import ChromaMemoryStore
+
+        async def main():
+            store = ChromaMemoryStore.from_uri({f"chroma://{path}"!r})
+            now = datetime.fromisoformat({T0.isoformat()!r})
+            hits = await store.nearest(
+                {BANK!r}, NearestQuery(scope_key({{"user_id": "u1"}}), (0.0, 1.0, 0.0), 5, now)
+            )
+            banks = await store.list_banks()
+            print(json.dumps({{
+                "banks": [b.bank_id for b in banks],
+                "hits": [[h.record.memory_id, h.record.fact, round(h.distance, 6)] for h in hits],
+                "metadata": dict(hits[1].record.metadata),
+            }}))
+            await store.aclose()
+
+        asyncio.run(main())
+        """
+    )
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {
+        "banks": [BANK],
+        "hits": [["m2", "zweiter ☕", 0.0], ["m1", "fact of m1", round(math.sqrt(2), 6)]],
+        "metadata": {"lang": "de"},
+    }
+
+
+# Exact search
+
+
+async def test_nearest_equals_brute_force_on_2000_random_vectors(tmp_path: Path) -> None:
+    """Both paths give the exact top 10: every row ranked (default), or the HNSW index's
+    over-fetched best (`exact_limit=0`, so `max(k * overfetch, k + overfetch_min)` candidates)."""
+    uri = f"chroma://{tmp_path / 'db'}"
+    exhaustive = ChromaMemoryStore.from_uri(uri)
+    overfetching = ChromaMemoryStore.from_uri(uri, exact_limit=0)
+    rng = np.random.default_rng(11)
+    dim, count, scope = 16, 2000, {"user_id": "u"}
+    vectors = unit_vectors(rng, count, dim)
+    await exhaustive.create_bank(bank(dim))
+    records = [memory(f"m{i:04d}", tuple(vectors[i].tolist()), scope) for i in range(count)]
+    await exhaustive.apply(BANK, WriteBatch(inserts=tuple(records)))
+    for query in unit_vectors(rng, 10, dim):
+        distances = np.linalg.norm(vectors - query, axis=1)
+        exact = sorted(range(count), key=lambda i: (distances[i], i))[:10]
+        for store in (exhaustive, overfetching):
+            near = NearestQuery(scope_key(scope), tuple(query.tolist()), 10, T0)
+            hits = await store.nearest(BANK, near)
+            assert [hit.record.memory_id for hit in hits] == [f"m{i:04d}" for i in exact]
+            assert [hit.distance for hit in hits] == pytest.approx(distances[exact], abs=1e-6)
+    await exhaustive.drop_all()
+    for store in (exhaustive, overfetching):
+        await store.aclose()
+
+
+async def test_ties_beyond_k_break_by_id(store: ChromaMemoryStore) -> None:
+    """With many equal distances, the k returned are the smallest ids, whatever Chroma's order."""
+    scope = {"user_id": "u"}
+    await store.create_bank(bank(2))
+    ids = [f"m{i:02d}" for i in range(40)]
+    random.Random(3).shuffle(ids)
+    await store.apply(BANK, WriteBatch(inserts=tuple(memory(i, (0.0, 1.0), scope) for i in ids)))
+    hits = await store.nearest(BANK, NearestQuery(scope_key(scope), (1.0, 0.0), 5, T0))
+    assert [hit.record.memory_id for hit in hits] == [f"m{i:02d}" for i in range(5)]
+
+
+# Writes
+
+
+async def test_a_batch_of_another_dimension_is_refused_before_any_write(
+    store: ChromaMemoryStore,
+) -> None:
+    scope = {"user_id": "u"}
+    await store.create_bank(bank(2))
+    await store.apply(BANK, WriteBatch(inserts=(memory("m1", (1.0, 0.0), scope),)))
+    with pytest.raises(InvalidArgument):
+        await store.apply(
+            BANK, WriteBatch(inserts=(memory("m2", (1.0, 0.0, 0.0), scope),), deletes=("m1",))
+        )
+    assert [r.memory_id for r in await store.get_memories(BANK, ["m1", "m2"], T0)] == ["m1"]
+
+
+async def test_an_emptied_bank_accepts_a_new_dimension(store: ChromaMemoryStore) -> None:
+    """After its memories are gone, a bank may switch embedding models (Chroma fixes dims)."""
+    scope = {"user_id": "u"}
+    await store.create_bank(bank(2))
+    await store.apply(BANK, WriteBatch(inserts=(memory("m1", (1.0, 0.0), scope),)))
+    await store.apply(BANK, WriteBatch(deletes=("m1",)))
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{store.config.path}")  # knows no dimension
+    await fresh.apply(BANK, WriteBatch(inserts=(memory("m2", (0.0, 0.0, 1.0), scope),)))
+    hits = await fresh.nearest(BANK, NearestQuery(scope_key(scope), (0.0, 0.0, 1.0), 3, T0))
+    assert [hit.record.memory_id for hit in hits] == ["m2"]
+    await fresh.aclose()
+
+
+async def test_another_instance_recreating_a_bank_does_not_strand_cached_handles(
+    store: ChromaMemoryStore,
+) -> None:
+    scope = {"user_id": "u"}
+    other = ChromaMemoryStore.from_uri(f"chroma://{store.config.path}")
+    await store.create_bank(bank(2))
+    await store.apply(BANK, WriteBatch(inserts=(memory("old", (1.0, 0.0), scope),)))
+    await other.delete_bank(BANK)
+    await other.create_bank(bank(2))
+    await other.apply(BANK, WriteBatch(inserts=(memory("new", (1.0, 0.0), scope),)))
+    assert [r.memory_id for r in await store.scan(BANK, ScanQuery(T0))] == ["new"]
+    with pytest.raises(AlreadyExists):
+        await store.apply(BANK, WriteBatch(inserts=(memory("new", (0.0, 1.0), scope),)))
+    await other.aclose()
+
+
+async def test_metadata_keys_named_like_system_fields_change_nothing(
+    store: ChromaMemoryStore,
+) -> None:
+    """User keys never become field names, so `sk`, `live_us` or `m.s.x` are ordinary keys."""
+    scope = {"user_id": "u"}
+    await store.create_bank(bank(2))
+    tricky: dict[str, MetadataValue] = {
+        "sk": "x", "live_us": 0.0, "p": "{}", "m.s.k": "v", "#document": "d", "$and": True,
+    }  # fmt: skip
+    record = memory("m1", (1.0, 0.0), scope, metadata=tricky)
+    await store.apply(BANK, WriteBatch(inserts=(record,)))
+    assert await store.get_memories(BANK, ["m1"], T0) == [record]
+    assert len(await store.nearest(BANK, NearestQuery(scope_key(scope), (1.0, 0.0), 3, T0))) == 1
+
+
+# Filter pushdown: the compiled `where` must agree with `matches` on every record
+
+
+_SCOPES = [{"user_id": "a"}, {"user_id": "b", "app": "x"}]
+_FACTS = ["coffee black", "tea green", "Coffee with milk", "a%b_c", "ünïcode ☕ text", ""]
+_STRINGS = ["de", "en", "DE", "x y"]
+_NUMBERS = [-1.0, 0.0, 2.5, 10.0, math.inf, -math.inf, math.nan]
+_TIMES = [T0 + timedelta(seconds=s, microseconds=us) for s in (-5, 0, 7) for us in (0, 400_000)]
+_TOPICS = [TopicRef(managed="USER_PREFERENCES"), TopicRef(managed="USER_PERSONAL_INFO"),
+           TopicRef(custom="drinks"), TopicRef(custom="x-y.z")]  # fmt: skip
+
+
+def _random_record(rng: random.Random, index: int) -> MemoryRecord:
+    metadata: dict[str, MetadataValue] = {}
+    for key in ("s", "n", "b", "t"):
+        kind = rng.choice(["string", "number", "bool", "timestamp", None, None])
+        if kind == "string":
+            metadata[key] = rng.choice(_STRINGS)
+        elif kind == "number":
+            metadata[key] = rng.choice(_NUMBERS)
+        elif kind == "bool":
+            metadata[key] = rng.random() < 0.5
+        elif kind == "timestamp":
+            metadata[key] = rng.choice(_TIMES)
+    created = rng.choice(_TIMES)
+    return memory(
+        f"m{index:03d}",
+        tuple(rng.gauss(0, 1) for _ in range(4)),
+        rng.choice(_SCOPES),
+        fact=rng.choice(_FACTS),
+        create_time=created,
+        update_time=created + timedelta(seconds=rng.randint(0, 3)),
+        expire_time=rng.choice([None, T0 + timedelta(days=1), T0 + timedelta(days=2)]),
+        topics=tuple(rng.sample(_TOPICS, rng.randint(0, 2))),
+        metadata=metadata,
+    )
+
+
+def _random_condition(rng: random.Random, pushdown: frozenset[tuple[str, str]]) -> Condition:
+    while True:
+        field = rng.choice(
+            ["fact", "create_time", "update_time", "expire_time", "topics.managed_memory_topic",
+             "topics.custom_memory_topic_label", "scope.user_id", "scope.app", "metadata.s",
+             "metadata.n", "metadata.b", "metadata.t"]
+        )  # fmt: skip
+        op = rng.choice(list(Op))
+        value: str | float | bool | datetime
+        if field == "fact":
+            value = rng.choice([*_FACTS, "coffee", "%", "_", "☕"])
+        elif field.endswith("_time"):
+            value = rng.choice([*_TIMES, T0 + timedelta(days=1)])
+        elif field == "topics.managed_memory_topic":
+            value = rng.choice(["USER_PREFERENCES", "USER_PERSONAL_INFO"])
+        elif field.startswith("topics."):
+            value = rng.choice(["drinks", "x-y.z", "other"])
+        elif field.startswith("scope."):
+            value = rng.choice(["a", "b", "x"])
+        else:
+            value = rng.choice(
+                [rng.choice(_STRINGS), rng.choice(_NUMBERS), rng.random() < 0.5, rng.choice(_TIMES)]
+            )
+        condition = Condition(field, op, value)
+        if (family_of(condition), op.value) in pushdown:
+            return condition
+
+
+def _random_filter(
+    rng: random.Random, pushdown: frozenset[tuple[str, str]], depth: int = 0
+) -> FilterExpr:
+    roll = rng.random()
+    if depth >= 3 or roll < 0.4:
+        return _random_condition(rng, pushdown)
+    if roll < 0.55:
+        return Not(_random_filter(rng, pushdown, depth + 1))
+    parts = tuple(_random_filter(rng, pushdown, depth + 1) for _ in range(rng.randint(0, 3)))
+    return And(parts) if roll < 0.8 else Or(parts)
+
+
+async def test_pushed_filters_agree_with_matches_on_random_data(store: ChromaMemoryStore) -> None:
+    """Random trees of every pushed (family, op), NOTs included, against the reference store.
+
+    Covers missing keys, type mismatches, NaN and infinities, whole-second timestamps, unset
+    expiry, substrings with LIKE wildcards and unicode, empty AND / OR.
+    """
+    rng = random.Random(2024)
+    reference = ReferenceMemoryStore()
+    records = tuple(_random_record(rng, i) for i in range(60))
+    for target in (store, reference):
+        await target.create_bank(bank(4))
+        await target.apply(BANK, WriteBatch(inserts=records))
+    order = (SortKey("create_time", descending=False),)
+    for _ in range(150):
+        expr = _random_filter(rng, store.capabilities.pushdown)
+        scan = ScanQuery(T0, filter=expr, order_by=order)
+        got = [r.memory_id for r in await store.scan(BANK, scan)]
+        want = [r.memory_id for r in await reference.scan(BANK, scan)]
+        assert got == want, expr
+        query = NearestQuery(scope_key(_SCOPES[0]), (1.0, 0.0, 0.0, 0.0), 100, T0, filter=expr)
+        near = [hit.record.memory_id for hit in await store.nearest(BANK, query)]
+        assert near == [hit.record.memory_id for hit in await reference.nearest(BANK, query)], expr
+
+
+async def test_an_async_http_client_passed_in_works(chroma_http_url: str) -> None:
+    """`client=` also takes chromadb's `AsyncHttpClient`; its methods are awaited, not threaded."""
+    host, port = chroma_http_url.removeprefix("chroma+http://").rsplit(":", 1)
+    client = await chromadb.AsyncHttpClient(
+        host=host, port=int(port), settings=Settings(anonymized_telemetry=False)
+    )
+    store = ChromaMemoryStore(ChromaStoreConfig(collection_prefix="async-client"), client=client)
+    scope = {"user_id": "u"}
+    try:
+        await store.create_bank(bank(2))
+        await store.apply(BANK, WriteBatch(inserts=(memory("m1", (1.0, 0.0), scope),)))
+        hits = await store.nearest(BANK, NearestQuery(scope_key(scope), (0.0, 1.0), 3, T0))
+        assert [(h.record.memory_id, round(h.distance, 6)) for h in hits] == [("m1", 1.414214)]
+    finally:
+        await store.drop_all()
+        await store.aclose()
+
+
+async def test_values_json_cannot_hold_are_refused_before_writing(store: ChromaMemoryStore) -> None:
+    await store.create_bank(bank(2))
+    with pytest.raises(InvalidArgument):
+        await store.put_document(BANK, "stream", "k", {"when": object()})
+    assert await store.list_documents(BANK, "stream") == []

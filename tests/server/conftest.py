@@ -1,0 +1,215 @@
+"""Fixtures for the REST server tests: real uvicorn servers on free loopback ports.
+
+Every server runs in a background thread with its own event loop, over a `memory://` store with
+the fast `hash-64` embedder and a scripted generation model. Clients are the official
+`google-cloud-agentplatform` SDK pointed at the server (reference §8.2); no GOOGLE_* variable of
+the environment reaches them, and a request hook fails any request that leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import agentplatform
+import httpx
+import pytest
+import uvicorn
+from google.oauth2.credentials import Credentials
+
+from adk_memory import AsyncClient
+from adk_memory.server import ApiKey, create_app
+from adk_memory.testing.models import ScriptedMemoryModel
+
+ADMIN_KEY = "admin-key-0123456789abcdef"
+AGENT_KEY = "agent-key-0123456789abcdef"
+READER_KEY = "reader-key-0123456789abcdef"
+LIMITED_KEY = "limited-key-0123456789abcdef"
+LIMITED_BANK = "limited-bank"
+OTHER_BANK = "other-bank"
+
+KEYS = [
+    ApiKey(name="admin", key=ADMIN_KEY, permissions=["*"]),
+    ApiKey(
+        name="agent",
+        key=AGENT_KEY,
+        permissions=["aiplatform.memories.generate", "memories.retrieve"],
+    ),
+    ApiKey(
+        name="reader",
+        key=READER_KEY,
+        permissions=["memories.get", "memories.list", "reasoningEngines.list"],
+    ),
+    ApiKey(
+        name="limited",
+        key=LIMITED_KEY,
+        permissions=["memories.*", "reasoningEngines.list"],
+        banks=[LIMITED_BANK],
+    ),
+]
+
+
+@dataclass
+class RunningServer:
+    """A uvicorn server in a thread; `run` executes a coroutine on the server's own loop."""
+
+    url: str
+    client: AsyncClient
+    model: ScriptedMemoryModel
+    loop: asyncio.AbstractEventLoop
+    server: uvicorn.Server
+    thread: threading.Thread
+    keys: list[ApiKey] = field(default_factory=list)
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def start_server(
+    app_client: AsyncClient, model: ScriptedMemoryModel, **app_options: Any
+) -> RunningServer:
+    """Starts uvicorn on a free 127.0.0.1 port and waits until it accepts requests."""
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(app_client, **app_options)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    )
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.serve(sockets=[sock]))
+        loop.close()
+
+    thread = threading.Thread(target=run, name=f"adk-memory-server-{port}", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        if server.started:
+            break
+        threading.Event().wait(0.02)
+    else:
+        raise RuntimeError("the test server did not start within 4 s")
+    return RunningServer(
+        url, app_client, model, loop, server, thread, list(app_options.get("api_keys") or [])
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_google_environment() -> Iterator[None]:
+    """Keeps GOOGLE_*/GEMINI_* settings (project, keys, base URLs, mTLS) away from the SDK."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith(("GOOGLE_", "GEMINI_")):
+                patch.delenv(name)
+        yield
+
+
+def _new_server(**app_options: Any) -> Iterator[RunningServer]:
+    model = ScriptedMemoryModel()
+    client = AsyncClient("memory://", embedding_model="hash-64", generation_model=model)
+    running = start_server(client, model, **app_options)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="session")
+def open_server(_no_google_environment: None) -> Iterator[RunningServer]:
+    """A server without keys (loopback only), as `adk-memory serve` runs by default."""
+    yield from _new_server()
+
+
+@pytest.fixture(scope="session")
+def keyed_server(_no_google_environment: None) -> Iterator[RunningServer]:
+    """A server with the KEYS above, and the two banks the limited key is about."""
+    for running in _new_server(api_keys=KEYS):
+        for bank_id in (LIMITED_BANK, OTHER_BANK):
+            running.run(running.client.memory_banks.create(memory_bank_id=bank_id))
+        yield running
+
+
+def _only_loopback(request: httpx.Request) -> None:
+    assert request.url.host == "127.0.0.1", f"the SDK tried to reach {request.url.host}"
+
+
+async def _only_loopback_async(request: httpx.Request) -> None:
+    _only_loopback(request)
+
+
+def sdk_client(url: str, *, token: str = "local-dev-token", **options: Any) -> agentplatform.Client:
+    """The official SDK pointed at a test server, as reference §8.2 recommends."""
+    return agentplatform.Client(
+        project="p",
+        location="l",
+        credentials=Credentials(token=token),
+        http_options={
+            "base_url": url,
+            "client_args": {"event_hooks": {"request": [_only_loopback]}},
+            "async_client_args": {"event_hooks": {"request": [_only_loopback_async]}},
+            **options,
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def make_sdk() -> Callable[..., agentplatform.Client]:
+    """`make_sdk(url, token=…, **http_options)`: the official SDK aimed at a test server."""
+    return sdk_client
+
+
+@pytest.fixture(scope="session")
+def secrets() -> dict[str, str]:
+    """The keyed server's secrets by key name, and the banks the `limited` key is about."""
+    return {
+        "admin": ADMIN_KEY,
+        "agent": AGENT_KEY,
+        "reader": READER_KEY,
+        "limited": LIMITED_KEY,
+        "limited_bank": LIMITED_BANK,
+        "other_bank": OTHER_BANK,
+    }
+
+
+@pytest.fixture
+def sdk(open_server: RunningServer) -> agentplatform.Client:
+    """The official SDK against the open server."""
+    return sdk_client(open_server.url)
+
+
+@pytest.fixture
+def admin_sdk(keyed_server: RunningServer) -> agentplatform.Client:
+    """The official SDK with the admin key, against the keyed server."""
+    return sdk_client(keyed_server.url, token=ADMIN_KEY)
+
+
+@pytest.fixture
+def bank(sdk: agentplatform.Client) -> str:
+    """A new, empty bank on the open server."""
+    return sdk.memory_banks.create(config={"display_name": f"test-{uuid.uuid4().hex[:6]}"}).name
+
+
+@pytest.fixture
+def model(open_server: RunningServer) -> Iterator[ScriptedMemoryModel]:
+    """The open server's scripted generation model, emptied after each test."""
+    yield open_server.model
+    open_server.model.extractions.clear()
+    open_server.model.consolidations.clear()
+    open_server.model.consolidate = None
+    open_server.model.requests.clear()
