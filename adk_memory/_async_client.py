@@ -48,7 +48,6 @@ _OPERATION_TYPES: dict[str, type[BaseModel]] = {
     "delete_bank": types.DeleteMemoryBankOperation,
     "ingest": types.MemoryBankIngestEventsOperation,
 }
-_NOT_YET = "{what} is not available in this version of adk-memory yet (structured profiles)."
 
 
 class AsyncMemoryRevisions:
@@ -322,9 +321,21 @@ class AsyncMemories:
         )
         return await self._done(bank_id, "", "generate", operation)
 
-    async def retrieve_profiles(self, **kwargs: Any) -> types.RetrieveProfilesResponse:
-        """RetrieveProfiles (structured memory profiles)."""
-        raise Unimplemented(_NOT_YET.format(what="memories.retrieve_profiles"))
+    async def retrieve_profiles(
+        self, *, name: str, scope: dict[str, str], config: Any = None
+    ) -> types.RetrieveProfilesResponse:
+        """The structured profiles of exactly `scope`, by schema id."""
+        parse_model(types.RetrieveMemoryProfilesConfig, config, field="config")
+        bank_id = Names.parse_bank(name)
+        records = await self._engine.memories.profiles(bank_id, scope)
+        return types.RetrieveProfilesResponse(
+            profiles={
+                record.schema_id or "": types.MemoryProfile(
+                    schema_id=record.schema_id, profile=dict(record.structured_data or {})
+                )
+                for record in records
+            }
+        )
 
     async def _done(self, bank_id: str, parent: str, kind: str, operation: Any) -> Any:
         operation.name = await self._engine.context.record_operation(

@@ -27,7 +27,9 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="adk-memory-loop", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="adk-memory-loop", daemon=True
+        )
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -108,7 +110,9 @@ class MemoryBanks(_Resource):
 class AgentEngines(_Resource):
     """The older `agent_engines` surface."""
 
-    def __init__(self, resource: aio.AsyncAgentEngines, memories: Memories, runner: _LoopThread) -> None:
+    def __init__(
+        self, resource: aio.AsyncAgentEngines, memories: Memories, runner: _LoopThread
+    ) -> None:
         super().__init__(resource, runner)
         self.memories = memories
 
@@ -143,7 +147,9 @@ class Client:
             self._runner.stop()
             raise
         self.memory_banks = MemoryBanks(self.aio.memory_banks, self._runner)
-        self.agent_engines = AgentEngines(self.aio.agent_engines, self.memory_banks.memories, self._runner)
+        self.agent_engines = AgentEngines(
+            self.aio.agent_engines, self.memory_banks.memories, self._runner
+        )
         self.operations = Operations(self.aio.operations, self._runner)
 
     @property

@@ -119,7 +119,8 @@ def _check_bank_id(bank_id: str, name: str, field: str) -> None:
 def _parse(name: str, field: str, kinds: tuple[str, ...]) -> list[str]:
     segments = _strip_prefix(name, field).split("/")
     expected = "/".join(
-        ["…/reasoningEngines/{bank}"] + [f"{kind}/{{{kind[:-1] if kind.endswith('s') else kind}}}" for kind in kinds[1:]]
+        ["…/reasoningEngines/{bank}"]
+        + [f"{kind}/{{{kind[:-1] if kind.endswith('s') else kind}}}" for kind in kinds[1:]]
     )
     if len(segments) != 2 * len(kinds) - 1:
         raise _bad_name(name, field, expected)

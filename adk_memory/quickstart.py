@@ -55,7 +55,9 @@ def run_quickstart(uri: str, *, console: Console | None = None, keep: bool = Fal
     with Client(uri=uri) as client:
         bank = client.memory_banks.create(
             config={"display_name": "quickstart"},
-            managed_semantic_memory_config={"ttl_config": {"memory_revision_default_ttl": "86400s"}},
+            managed_semantic_memory_config={
+                "ttl_config": {"memory_revision_default_ttl": "86400s"}
+            },
         )
         out.print(f"Created memory bank [green]{bank.name}[/green]\n")
         try:
@@ -75,12 +77,17 @@ def _tour(client: Client, bank: str, out: Console) -> None:
         for fact in facts:
             if names and not first_done:
                 first_done = time.perf_counter()
-            topic = "USER_PREFERENCES" if "prefer" in fact or "love" in fact else "USER_PERSONAL_INFO"
+            topic = (
+                "USER_PREFERENCES" if "prefer" in fact or "love" in fact else "USER_PERSONAL_INFO"
+            )
             operation = memories.create(
                 name=bank,
                 fact=fact,
                 scope={"user_id": user},
-                config={"topics": [{"managed_memory_topic": topic}], "metadata": {"source": types.MemoryMetadataValue(string_value="quickstart")}},
+                config={
+                    "topics": [{"managed_memory_topic": topic}],
+                    "metadata": {"source": types.MemoryMetadataValue(string_value="quickstart")},
+                },
             )
             names[fact] = operation.response.name
     load, rest = first_done - started, time.perf_counter() - first_done
@@ -92,10 +99,19 @@ def _tour(client: Client, bank: str, out: Console) -> None:
     query = "Where does the user like to sit on a plane?"
     for user in _MEMORIES:
         results = memories.retrieve(
-            name=bank, scope={"user_id": user}, similarity_search_params={"search_query": query, "top_k": 3}
+            name=bank,
+            scope={"user_id": user},
+            similarity_search_params={"search_query": query, "top_k": 3},
         )
         rows = [(f"{hit.distance:.3f}", hit.memory.fact) for hit in results]
-        out.print(_table(f"retrieve for {user}: {query!r} (top 3, Euclidean distance)", rows, "distance", "fact"))
+        out.print(
+            _table(
+                f"retrieve for {user}: {query!r} (top 3, Euclidean distance)",
+                rows,
+                "distance",
+                "fact",
+            )
+        )
     out.print("Each user sees only their own memories: scope matching is exact.\n")
 
     flt = 'topics.managed_memory_topic: USER_PREFERENCES AND fact=~"(?i)seat|tea|coffee"'
@@ -109,10 +125,15 @@ def _tour(client: Client, bank: str, out: Console) -> None:
     out.print(_table("update → two revisions (newest first)", rows, "revision", "fact"))
     oldest = revisions[-1].name.rsplit("/", 1)[-1]
     memories.rollback(name=name, target_revision_id=oldest)
-    out.print(f"rollback to {oldest} → fact is again: [green]{memories.get(name=name).fact!r}[/green]\n")
+    out.print(
+        f"rollback to {oldest} → fact is again: [green]{memories.get(name=name).fact!r}[/green]\n"
+    )
 
     operation = memories.create(
-        name=bank, fact="My one-time login code is 4711.", scope={"user_id": "alice"}, config={"ttl": "2s"}
+        name=bank,
+        fact="My one-time login code is 4711.",
+        scope={"user_id": "alice"},
+        config={"ttl": "2s"},
     )
     short = operation.response
     out.print(f"created a memory with ttl=2s, expire_time={short.expire_time:%H:%M:%S}")
@@ -123,7 +144,9 @@ def _tour(client: Client, bank: str, out: Console) -> None:
     out.print(f"  2 s later: visible = {short.fact in seen}\n")
 
     dry = memories.purge(name=bank, filter='scope.user_id="bob"', force=False)
-    out.print(f"purge dry run for bob: would delete {dry.response.purge_count} memories (force=False)")
+    out.print(
+        f"purge dry run for bob: would delete {dry.response.purge_count} memories (force=False)"
+    )
     _generation_step(client, bank, out)
 
 
@@ -132,7 +155,8 @@ def _generation_step(client: Client, bank: str, out: Console) -> None:
     if not gemini_credentials_configured():
         out.print(
             "\n[yellow]Skipped the generation step[/yellow] (memories.generate extracts and "
-            "consolidates memories with an LLM): set GOOGLE_API_KEY, or GOOGLE_GENAI_USE_VERTEXAI=true "
+            "consolidates memories with an LLM): set GOOGLE_API_KEY, or "
+            "GOOGLE_GENAI_USE_VERTEXAI=true "
             "with GOOGLE_CLOUD_PROJECT, and run the quickstart again."
         )
         return
@@ -145,6 +169,9 @@ def _generation_step(client: Client, bank: str, out: Console) -> None:
     operation = client.memory_banks.memories.generate(
         name=bank, scope={"user_id": "alice"}, direct_contents_source={"events": events}
     )
-    rows = [(item.action.value, item.memory.fact) for item in operation.response.generated_memories or []]
+    rows = [
+        (item.action.value, item.memory.fact)
+        for item in operation.response.generated_memories or []
+    ]
     out.print(_table("generate from a conversation (gemini-2.5-flash)", rows, "action", "fact"))
     out.print(f"LLM usage: {operation.metadata}")

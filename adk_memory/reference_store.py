@@ -30,9 +30,10 @@ from adk_memory.store import (
     ScoredRecord,
     StoreCapabilities,
     WriteBatch,
+    sort_records,
 )
 
-__all__ = ["ReferenceMemoryStore", "sort_records"]
+__all__ = ["ReferenceMemoryStore"]
 
 _ALL_FAMILIES = ("fact", "time", "topics", "scope") + tuple(
     f"metadata_{kind}" for kind in ("string", "number", "bool", "timestamp")
@@ -53,14 +54,6 @@ _SHARED: dict[str, dict[str, _Bank]] = {}
 _SHARED_LOCKS: dict[str, InProcessLockProvider] = {}
 
 
-def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
-    """Orders records by the query's sort keys, then memory id ascending (a stable total order)."""
-    ordered = sorted(records, key=lambda record: record.memory_id)
-    for key in reversed(query.order_by):
-        ordered.sort(key=lambda record: getattr(record, key.field), reverse=key.descending)
-    return ordered
-
-
 class ReferenceMemoryStore(MemoryStore):
     """Exact, in-process, non-persistent. Evaluates every filter natively."""
 
@@ -71,14 +64,20 @@ class ReferenceMemoryStore(MemoryStore):
 
     def __init__(self, *, name: str | None = None) -> None:
         self._banks: dict[str, _Bank] = _SHARED.setdefault(name, {}) if name else {}
-        self._locks = _SHARED_LOCKS.setdefault(name, InProcessLockProvider()) if name else InProcessLockProvider()
+        self._locks = (
+            _SHARED_LOCKS.setdefault(name, InProcessLockProvider())
+            if name
+            else InProcessLockProvider()
+        )
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
         """`memory://` (private) or `memory://NAME` (shared within the process)."""
         parts = urlsplit(uri)
         if parts.scheme != "memory":
-            raise InvalidArgument(f"ReferenceMemoryStore takes memory:// URIs, not {parts.scheme!r}.")
+            raise InvalidArgument(
+                f"ReferenceMemoryStore takes memory:// URIs, not {parts.scheme!r}."
+            )
         if options:
             raise InvalidArgument(f"memory:// takes no options; got {sorted(options)}.")
         return cls(name=(parts.netloc + parts.path).strip("/") or None)
@@ -209,7 +208,9 @@ class ReferenceMemoryStore(MemoryStore):
         bank = self._banks.get(bank_id)
         if bank is None:
             return []
-        found = sorted((key, body) for (doc_kind, key), body in bank.documents.items() if doc_kind == kind)
+        found = sorted(
+            (key, body) for (doc_kind, key), body in bank.documents.items() if doc_kind == kind
+        )
         return [(key, json.loads(json.dumps(body))) for key, body in found]
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:

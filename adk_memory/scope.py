@@ -15,7 +15,14 @@ from typing import NewType
 
 from adk_memory.errors import InvalidArgument
 
-__all__ = ["MAX_SCOPE_PAIRS", "MAX_SCOPE_TEXT", "ScopeKey", "scope_key", "validate_scope"]
+__all__ = [
+    "MAX_SCOPE_PAIRS",
+    "MAX_SCOPE_TEXT",
+    "ScopeKey",
+    "profile_scope_key",
+    "scope_key",
+    "validate_scope",
+]
 
 ScopeKey = NewType("ScopeKey", str)
 """The hex sha256 of the canonical scope: what every store stores and matches on."""
@@ -64,3 +71,12 @@ def scope_key(scope: Mapping[str, str]) -> ScopeKey:
     """The digest of the canonical scope (keys sorted); order of the pairs does not matter."""
     canonical = json.dumps(dict(sorted(scope.items())), ensure_ascii=False, separators=(",", ":"))
     return ScopeKey(hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+
+
+def profile_scope_key(scope: Mapping[str, str]) -> ScopeKey:
+    """The digest under which a scope's structured profiles live, apart from its memories.
+
+    Profiles are memories of type `STRUCTURED_PROFILE`; keeping them under their own key means
+    every natural-language read (the default `memory_types`) excludes them with no extra filter.
+    """
+    return ScopeKey(hashlib.sha256(("profiles\x1f" + scope_key(scope)).encode("ascii")).hexdigest())

@@ -40,10 +40,11 @@ __all__ = [
     "StoreCapabilities",
     "TopicRef",
     "WriteBatch",
+    "sort_records",
 ]
 
 MetadataValue = str | float | bool | datetime
-"""A metadata value: Memory Bank's string, double, bool or timestamp (check `bool` before `float`)."""
+"""A metadata value: Memory Bank's string, double, bool or timestamp (test `bool` first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,13 @@ class MemoryRecord:
     metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
     display_name: str | None = None
     description: str | None = None
+    memory_type: str = "NATURAL_LANGUAGE_COLLECTION"
+    """`NATURAL_LANGUAGE_COLLECTION`, or `STRUCTURED_PROFILE` for a profile (which has its own
+    scope key, `adk_memory.scope.profile_scope_key`, so natural-language reads never see it)."""
+    schema_id: str | None = None
+    """For a profile: the id of its schema in the bank's `structured_memory_configs`."""
+    structured_data: Mapping[str, Any] | None = None
+    """For a profile: its JSON object."""
 
     def is_live(self, now: datetime) -> bool:
         """True until the instant the memory expires (an expired memory is never returned)."""
@@ -98,6 +106,8 @@ class RevisionRecord:
     """`IntermediateExtractedMemory` dicts (fact, context) of the generate request that wrote it."""
     deleted: bool = False
     """A tombstone: written when generation deleted the memory; rollback can restore from it."""
+    structured_data: Mapping[str, Any] | None = None
+    """For a profile's revision: the profile's JSON object at that time."""
 
     def is_live(self, now: datetime) -> bool:
         """True until the revision's own expiry."""
@@ -194,6 +204,14 @@ class StoreCapabilities:
     """(family, op) pairs the store can filter on natively; see `adk_memory.filters.family_of`."""
     native_ttl: bool = False
     """True when the backend reclaims expired memories itself (Redis key expiry)."""
+
+
+def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
+    """Orders records by the query's sort keys, then memory id ascending (a stable total order)."""
+    ordered = sorted(records, key=lambda record: record.memory_id)
+    for key in reversed(query.order_by):
+        ordered.sort(key=lambda record: getattr(record, key.field), reverse=key.descending)
+    return ordered
 
 
 @runtime_checkable

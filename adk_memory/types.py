@@ -60,6 +60,8 @@ def normalize_seed_spellings(data: Any, *, customization_key: str | None = None)
             new_key = customization_key
         if key in _TOPIC_LISTS and isinstance(value, list):
             value = [_wrap_bare_managed_topic(item) for item in value]
+        if key in _SCHEMA_LISTS and isinstance(value, list):
+            value = [_schema_key(item) for item in value]
         result[new_key] = normalize_seed_spellings(value)
     return result
 
@@ -70,6 +72,16 @@ _CUSTOMIZATION_SPELLINGS = (
     "unstructured_memory_configs",
     "unstructuredMemoryConfigs",
 )
+
+
+_SCHEMA_LISTS = ("schema_configs", "schemaConfigs")
+
+
+def _schema_key(item: Any) -> Any:
+    """The wire spells a schema config's `memory_schema` as `schema` (reference §3.9)."""
+    if isinstance(item, Mapping) and "schema" in item and "memory_schema" not in item:
+        return {("memory_schema" if key == "schema" else key): value for key, value in item.items()}
+    return item
 
 
 def _wrap_bare_managed_topic(item: Any) -> Any:

@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from adk_memory.engine.banks import BankOps
+from adk_memory.engine.context import EngineContext, LoadedBank, utc_now
 from adk_memory.engine.generate import GenerateOps
 from adk_memory.engine.ingest import IngestOps
-from adk_memory.engine.context import EngineContext, LoadedBank, utc_now
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.retrieval import Retrieval, Retrieved
 from adk_memory.errors import NotFound

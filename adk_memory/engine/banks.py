@@ -15,6 +15,7 @@ from adk_memory import types
 from adk_memory.embeddings import canonical_model_name
 from adk_memory.engine.context import EngineContext
 from adk_memory.engine.convert import parse_duration, parse_model
+from adk_memory.engine.profiles import validate_structured_configs
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from adk_memory.names import Names, new_bank_id
 from adk_memory.store import BankRecord, ScanQuery
@@ -22,6 +23,7 @@ from adk_memory.store import BankRecord, ScanQuery
 __all__ = ["BankOps", "to_memory_bank", "to_reasoning_engine_json", "validate_bank_config"]
 
 _MAX_DISPLAY_NAME = 128
+_SimilaritySearchConfig = types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig
 
 
 def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfig) -> None:
@@ -31,7 +33,9 @@ def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfi
         where = f"customization_configs[{index}]"
         keys = customization.scope_keys or []
         if len(set(keys)) != len(keys) or any(not key for key in keys):
-            raise InvalidArgument(f"{where}.scope_keys must be unique, non-empty keys.", field=where)
+            raise InvalidArgument(
+                f"{where}.scope_keys must be unique, non-empty keys.", field=where
+            )
         key_set = frozenset(keys)
         if key_set in seen_key_sets:
             which = "default config (no scope_keys)" if not keys else f"config for {sorted(keys)}"
@@ -45,6 +49,7 @@ def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfi
                 f"{where}.consolidation_config.revisions_per_candidate_count must be >= 1.",
                 field=where,
             )
+    validate_structured_configs(config.structured_memory_configs)
     ttl = config.ttl_config
     if ttl is not None:
         if ttl.default_ttl and ttl.granular_ttl_config:
@@ -53,22 +58,34 @@ def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfi
                 field="ttl_config",
             )
         parse_duration(ttl.default_ttl, field="ttl_config.default_ttl")
-        parse_duration(ttl.memory_revision_default_ttl, field="ttl_config.memory_revision_default_ttl")
+        parse_duration(
+            ttl.memory_revision_default_ttl, field="ttl_config.memory_revision_default_ttl"
+        )
         granular = ttl.granular_ttl_config
         for name in ("create_ttl", "generate_created_ttl", "generate_updated_ttl"):
             if granular is not None:
-                parse_duration(getattr(granular, name), field=f"ttl_config.granular_ttl_config.{name}")
+                parse_duration(
+                    getattr(granular, name), field=f"ttl_config.granular_ttl_config.{name}"
+                )
 
 
 def _wire_config(managed: Any) -> types.ReasoningEngineContextSpecMemoryBankConfig:
     """The wire-form config from a ManagedSemanticMemoryConfig (model or dict) or a wire config."""
     if isinstance(managed, sdk_types.ReasoningEngineContextSpecMemoryBankConfig):
-        return parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, managed, field="memory_bank_config")
-    sdk_form = parse_model(types.ManagedSemanticMemoryConfig, managed, field="managed_semantic_memory_config")
+        return parse_model(
+            types.ReasoningEngineContextSpecMemoryBankConfig, managed, field="memory_bank_config"
+        )
+    sdk_form = parse_model(
+        types.ManagedSemanticMemoryConfig, managed, field="managed_semantic_memory_config"
+    )
     data = sdk_form.model_dump(exclude_none=True)
     if "unstructured_memory_configs" in data:
         data["customization_configs"] = data.pop("unstructured_memory_configs")
-    return parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, data, field="managed_semantic_memory_config")
+    return parse_model(
+        types.ReasoningEngineContextSpecMemoryBankConfig,
+        data,
+        field="managed_semantic_memory_config",
+    )
 
 
 def _config_json(config: types.ReasoningEngineContextSpecMemoryBankConfig) -> dict[str, Any]:
@@ -126,7 +143,11 @@ class BankOps:
         _check_display_name(display_name)
         if bank_id is not None:
             Names.parse_bank(f"reasoningEngines/{bank_id}", field="bank_id")
-        requested = config.similarity_search_config.embedding_model if config.similarity_search_config else None
+        requested = (
+            config.similarity_search_config.embedding_model
+            if config.similarity_search_config
+            else None
+        )
         embedder = self._context.embedder(requested)
         config = _with_embedding_model(config, embedder.model)
         now = self._context.clock()
@@ -169,16 +190,24 @@ class BankOps:
         bank = await self._context.load_bank(bank_id)
         _check_display_name(display_name)
         changes = _config_json(_wire_config(managed_config)) if managed_config is not None else {}
-        merged = {**bank.record.config, **{key: value for key, value in changes.items() if value not in ({}, [], None)}}
+        merged = {
+            **bank.record.config,
+            **{key: value for key, value in changes.items() if value not in ({}, [], None)},
+        }
         config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(merged)
         validate_bank_config(config)
         embedding_model, dimension = bank.record.embedding_model, bank.record.embedding_dimension
         if "similarity_search_config" in changes:
-            new_embedder = self._context.embedder(config.similarity_search_config.embedding_model if config.similarity_search_config else None)
+            new_embedder = self._context.embedder(
+                config.similarity_search_config.embedding_model
+                if config.similarity_search_config
+                else None
+            )
             if canonical_model_name(new_embedder.model) != embedding_model:
                 if await self._holds_memories(bank_id):
                     raise FailedPrecondition(
-                        f"Memory bank {bank_id!r} holds memories embedded with {embedding_model!r}; "
+                        f"Memory bank {bank_id!r} holds memories embedded with "
+                        f"{embedding_model!r}; "
                         "changing its embedding model needs re-embedding every memory "
                         "(`adk-memory reembed`), or delete the memories first.",
                         field="similarity_search_config.embedding_model",
@@ -222,11 +251,7 @@ def _with_embedding_model(
     if config.similarity_search_config and config.similarity_search_config.embedding_model:
         return config
     return config.model_copy(
-        update={
-            "similarity_search_config": types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig(
-                embedding_model=model
-            )
-        }
+        update={"similarity_search_config": _SimilaritySearchConfig(embedding_model=model)}
     )
 
 
@@ -235,4 +260,3 @@ def _check_display_name(display_name: str | None) -> None:
         raise InvalidArgument(
             f"display_name is limited to {_MAX_DISPLAY_NAME} UTF-8 bytes.", field="display_name"
         )
-

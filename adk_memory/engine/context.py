@@ -81,7 +81,9 @@ class EngineContext:
                 "memory_banks.create() or check the name.",
                 field="name",
             )
-        config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(dict(record.config))
+        config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(
+            dict(record.config)
+        )
         search = config.similarity_search_config
         model = (search.embedding_model if search else None) or record.embedding_model
         return LoadedBank(record, config, functools.partial(self.embedder, model))

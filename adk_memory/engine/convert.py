@@ -58,7 +58,9 @@ def parse_model(model: type[M], value: Any, *, field: str) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or field
-        raise InvalidArgument(f"{field}.{where}: {first['msg']}.", field=f"{field}.{where}") from None
+        raise InvalidArgument(
+            f"{field}.{where}: {first['msg']}.", field=f"{field}.{where}"
+        ) from None
 
 
 def parse_duration(value: Any, *, field: str) -> timedelta | None:
@@ -89,7 +91,9 @@ def to_utc(value: datetime | None, *, field: str = "time") -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def topics_from_request(topics: Sequence[types.MemoryTopicId] | None, *, field: str = "topics") -> tuple[TopicRef, ...]:
+def topics_from_request(
+    topics: Sequence[types.MemoryTopicId] | None, *, field: str = "topics"
+) -> tuple[TopicRef, ...]:
     """Validated topic references: exactly one of a managed enum or a custom label each."""
     result: list[TopicRef] = []
     for index, topic in enumerate(topics or ()):
@@ -166,7 +170,9 @@ def metadata_from_request(
     return result
 
 
-def metadata_to_sdk(metadata: Mapping[str, MetadataValue]) -> dict[str, types.MemoryMetadataValue] | None:
+def metadata_to_sdk(
+    metadata: Mapping[str, MetadataValue],
+) -> dict[str, types.MemoryMetadataValue] | None:
     """SDK metadata values, or None when empty."""
     converted: dict[str, types.MemoryMetadataValue] = {}
     for key, value in metadata.items():
@@ -194,6 +200,12 @@ def to_memory(record: MemoryRecord, bank_id: str, names: Names) -> types.Memory:
         create_time=record.create_time,
         update_time=record.update_time,
         expire_time=record.expire_time,
+        memory_type=types.MemoryType(record.memory_type) if record.schema_id else None,
+        structured_content=types.MemoryStructuredContent(
+            data=dict(record.structured_data or {}), schema_id=record.schema_id
+        )
+        if record.schema_id
+        else None,
     )
 
 
@@ -205,6 +217,9 @@ def to_revision(revision: RevisionRecord, bank_id: str, names: Names) -> types.M
         create_time=revision.create_time,
         expire_time=revision.expire_time,
         labels=dict(revision.labels) or None,
+        structured_data=dict(revision.structured_data)
+        if revision.structured_data is not None
+        else None,
         extracted_memories=[
             types.IntermediateExtractedMemory.model_validate(dict(item))
             for item in revision.extracted_memories

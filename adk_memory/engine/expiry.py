@@ -59,8 +59,12 @@ def memory_expiry(
     if expire_time is not None:
         return to_utc(expire_time, field=f"{field_prefix}.expire_time")
     if bank_ttl is not None and bank_ttl.granular_ttl_config is not None:
-        granular = getattr(bank_ttl.granular_ttl_config, action.value, None) if action.value else None
-        bank_duration = parse_duration(granular, field=f"ttl_config.granular_ttl_config.{action.value}")
+        granular = (
+            getattr(bank_ttl.granular_ttl_config, action.value, None) if action.value else None
+        )
+        bank_duration = parse_duration(
+            granular, field=f"ttl_config.granular_ttl_config.{action.value}"
+        )
         return now + bank_duration if bank_duration else _default_for(action)
     if bank_ttl is not None and bank_ttl.default_ttl:
         default = parse_duration(bank_ttl.default_ttl, field="ttl_config.default_ttl")
@@ -94,5 +98,7 @@ def revision_expiry(
         assert expiry is not None
         return expiry
     bank_default = bank_ttl.memory_revision_default_ttl if bank_ttl else None
-    return now + (parse_duration(bank_default, field="ttl_config.memory_revision_default_ttl") or DEFAULT_REVISION_TTL)
-
+    return now + (
+        parse_duration(bank_default, field="ttl_config.memory_revision_default_ttl")
+        or DEFAULT_REVISION_TTL
+    )

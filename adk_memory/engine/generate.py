@@ -9,10 +9,11 @@ outside the candidates is refused (and re-asked, within the retry bound).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,12 +24,21 @@ from adk_memory.engine.context import EngineContext, LoadedBank
 from adk_memory.engine.convert import metadata_from_request, to_utc, topics_from_request
 from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
 from adk_memory.engine.memories import new_revision_id, validate_fact
+from adk_memory.engine.profiles import (
+    PROFILE_TYPE,
+    ProfileSchema,
+    canonical_json,
+    profile_memory_id,
+    schemas_for,
+    validate_profile,
+)
 from adk_memory.errors import FailedPrecondition, InvalidArgument, NotFound
 from adk_memory.generation import (
     CallStats,
     ConsolidationOutput,
     ExtractedFact,
     ExtractionOutput,
+    ExtractionWithProfiles,
     call_structured,
     resolve_model,
 )
@@ -41,9 +51,17 @@ from adk_memory.generation.prompts import (
     extraction_prompt,
     render_conversation,
 )
+from adk_memory.generation.schemas import extraction_wire_schema
 from adk_memory.names import new_memory_id
-from adk_memory.scope import scope_key, validate_scope
-from adk_memory.store import MemoryRecord, MetadataValue, NearestQuery, RevisionRecord, TopicRef, WriteBatch
+from adk_memory.scope import profile_scope_key, scope_key, validate_scope
+from adk_memory.store import (
+    MemoryRecord,
+    MetadataValue,
+    NearestQuery,
+    RevisionRecord,
+    TopicRef,
+    WriteBatch,
+)
 
 __all__ = [
     "MAX_DIRECT_MEMORIES",
@@ -90,6 +108,7 @@ class _Request:
     config: types.GenerateMemoriesConfig
     metadata: dict[str, MetadataValue]
     now: datetime
+    profiles: list[ProfileSchema]
 
 
 class GenerateOps:
@@ -104,7 +123,8 @@ class GenerateOps:
         *,
         scope: Any,
         events: Sequence[genai_types.Content] | None,
-        direct_memories: Sequence[types.GenerateMemoriesRequestDirectMemoriesSourceDirectMemory] | None,
+        direct_memories: Sequence[types.GenerateMemoriesRequestDirectMemoriesSourceDirectMemory]
+        | None,
         config: types.GenerateMemoriesConfig,
         model: Any = None,
     ) -> GenerateResult:
@@ -117,13 +137,16 @@ class GenerateOps:
             )
         request = await self._request(bank_id, scope, config)
         result = GenerateResult()
-        if request.customization is not None and request.customization.disable_natural_language_memories:
+        natural_language = not (
+            request.customization is not None
+            and request.customization.disable_natural_language_memories
+        )
+        profiles = request.profiles if events is not None else []
+        if not natural_language and not profiles:
             return result
-        llm = None
-        if direct_memories is not None:
-            facts = _direct_facts(direct_memories)
-        else:
-            conversation = render_conversation(events or ())
+        conversation = ""
+        if events is not None:
+            conversation = render_conversation(events)
             if not conversation.strip():
                 return result
             if len(conversation) > MAX_CONVERSATION_CHARS:
@@ -132,31 +155,44 @@ class GenerateOps:
                     f"{MAX_CONVERSATION_CHARS} are accepted per request. Split it.",
                     field="direct_contents_source",
                 )
-            llm = resolve_model(model or _configured_model(request.bank))
-            facts = await self._extract(llm, conversation, request, result.stats)
-        if not facts:
-            return result
-        if config.disable_consolidation:
-            result.actions = self._create_all(facts, request)
-            await self._apply(request, result.actions, facts)
-            return result
-        llm = llm or resolve_model(model or _configured_model(request.bank))
-        lock = self._context.store.lock_provider().lock(f"generate:{bank_id}:{scope_key(request.scope)}")
-        async with lock:
-            result.actions = await self._consolidate(llm, facts, request, result.stats)
-            await self._apply(request, result.actions, facts)
+        llm = resolve_model(model or _configured_model(request.bank))
+        # SPEC §3: one scope's read-decide-write never interleaves with another request's.
+        needs_lock = bool(profiles) or not config.disable_consolidation
+        lock_name = f"generate:{bank_id}:{scope_key(request.scope)}"
+        async with (
+            self._context.store.lock_provider().lock(lock_name) if needs_lock else _no_lock()
+        ):
+            current = await self._current_profiles(request, profiles)
+            if direct_memories is not None:
+                facts = _direct_facts(direct_memories)
+                updates: dict[str, dict[str, Any]] = {}
+            else:
+                facts, updates = await self._extract(
+                    llm, conversation, request, result.stats, current, natural_language
+                )
+            if facts and config.disable_consolidation:
+                result.actions = self._create_all(facts, request)
+            elif facts:
+                result.actions = await self._consolidate(llm, facts, request, result.stats)
+            result.actions += await self._profile_actions(request, current, updates)
+            if result.actions:
+                await self._apply(request, result.actions, facts)
         return result
 
     # Request and config
 
-    async def _request(self, bank_id: str, scope: Any, config: types.GenerateMemoriesConfig) -> _Request:
+    async def _request(
+        self, bank_id: str, scope: Any, config: types.GenerateMemoriesConfig
+    ) -> _Request:
         checked_scope = validate_scope(scope)
         metadata = metadata_from_request(config.metadata, field="config.metadata")
         bank = await self._context.load_bank(bank_id)
         customization = _customization_for(bank, checked_scope)
         topics = _topics_of(customization)
         if config.allowed_topics:
-            allowed = {_topic_label(topic, index) for index, topic in enumerate(config.allowed_topics)}
+            allowed = {
+                _topic_label(topic, index) for index, topic in enumerate(config.allowed_topics)
+            }
             unknown = allowed - {topic.label for topic in topics}
             if unknown:
                 raise InvalidArgument(
@@ -166,40 +202,126 @@ class GenerateOps:
                     field="config.allowed_topics",
                 )
             topics = tuple(topic for topic in topics if topic.label in allowed)
-        return _Request(bank, checked_scope, customization, topics, config, metadata, self._context.clock())
+        return _Request(
+            bank,
+            checked_scope,
+            customization,
+            topics,
+            config,
+            metadata,
+            self._context.clock(),
+            schemas_for(bank.config, checked_scope),
+        )
 
     # Extraction
 
     async def _extract(
-        self, llm: Any, conversation: str, request: _Request, stats: CallStats
-    ) -> list[ExtractedFact]:
+        self,
+        llm: Any,
+        conversation: str,
+        request: _Request,
+        stats: CallStats,
+        current: dict[str, tuple[ProfileSchema, MemoryRecord | None]],
+        natural_language: bool,
+    ) -> tuple[list[ExtractedFact], dict[str, dict[str, Any]]]:
+        """One call: the facts worth remembering and, where schemas apply, profile updates."""
         customization = request.customization
         prompt = extraction_prompt(
             conversation,
-            topics=request.topics,
-            examples=_examples_of(customization),
+            topics=request.topics if natural_language else (),
+            examples=_examples_of(customization) if natural_language else [],
             third_person=bool(customization and customization.enable_third_person_memories),
+            profiles=[
+                (
+                    schema.schema_id,
+                    schema.partial_schema(),
+                    dict(record.structured_data or {}) if record else None,
+                )
+                for schema, record in current.values()
+            ],
         )
         answer = await call_structured(
             llm,
             system_instruction=prompt.system_instruction,
             contents=prompt.contents,
-            schema=ExtractionOutput,
+            schema=ExtractionWithProfiles if current else ExtractionOutput,
+            wire_schema=extraction_wire_schema(
+                {key: schema.partial_schema() for key, (schema, _) in current.items()}
+            )
+            if current
+            else None,
             stats=stats,
+            check=lambda output: _check_profiles(output, current),
         )
         labels = {topic.label for topic in request.topics}
         kept = []
-        for fact in answer.memories:
+        for fact in answer.memories if natural_language else []:
             if not fact.fact.strip():
                 continue
             fact.topics = [label for label in fact.topics if label in labels]
             if fact.topics or fact.forget or not labels:
                 kept.append(fact)
-        return kept
+        updates = getattr(answer, "profiles", None) or {}
+        return kept, {key: value for key, value in updates.items() if value}
+
+    async def _current_profiles(
+        self, request: _Request, schemas: Sequence[ProfileSchema]
+    ) -> dict[str, tuple[ProfileSchema, MemoryRecord | None]]:
+        """Each schema in force with the scope's current profile record (or None), one read."""
+        if not schemas:
+            return {}
+        ids = [profile_memory_id(request.scope, schema.schema_id) for schema in schemas]
+        found = await self._context.store.get_memories(request.bank.bank_id, ids, request.now)
+        by_id = {record.memory_id: record for record in found}
+        return {
+            schema.schema_id: (schema, by_id.get(memory_id))
+            for schema, memory_id in zip(schemas, ids, strict=True)
+        }
+
+    async def _profile_actions(
+        self,
+        request: _Request,
+        current: dict[str, tuple[ProfileSchema, MemoryRecord | None]],
+        updates: dict[str, dict[str, Any]],
+    ) -> list[GeneratedAction]:
+        """CREATED/UPDATED actions for the profiles an extraction changed."""
+        actions = []
+        for schema_id, update in updates.items():
+            schema, record = current[schema_id]
+            merged = {**dict(record.structured_data or {}), **update} if record else dict(update)
+            if record is not None and merged == dict(record.structured_data or {}):
+                continue
+            text = canonical_json(merged)
+            if record is None:
+                created = MemoryRecord(
+                    memory_id=profile_memory_id(request.scope, schema_id),
+                    scope_key=profile_scope_key(request.scope),
+                    scope=request.scope,
+                    fact=text,
+                    embedding=(),
+                    create_time=request.now,
+                    update_time=request.now,
+                    memory_type=PROFILE_TYPE,
+                    schema_id=schema_id,
+                    structured_data=merged,
+                )
+                actions.append(GeneratedAction("CREATED", created))
+                continue
+            revisions = await self._context.store.list_revisions(
+                request.bank.bank_id, record.memory_id, request.now
+            )
+            updated = replace(
+                record, fact=text, embedding=(), update_time=request.now, structured_data=merged
+            )
+            previous = revisions[0].revision_id if revisions else None
+            actions.append(GeneratedAction("UPDATED", updated, previous))
+        return actions
 
     # Consolidation
 
-    def _create_all(self, facts: Sequence[ExtractedFact], request: _Request) -> list[GeneratedAction]:
+    def _create_all(
+        self, facts: Sequence[ExtractedFact], request: _Request
+    ) -> list[GeneratedAction]:
         return [
             GeneratedAction("CREATED", self._new_record(fact.fact, fact, request))
             for fact in facts
@@ -212,7 +334,11 @@ class GenerateOps:
         candidates, revisions = await self._candidates(facts, request)
         count = _revisions_per_candidate(request.customization)
         offered = [
-            Candidate(record.memory_id, record.fact, tuple(rev.fact for rev in revisions[record.memory_id][:count]))
+            Candidate(
+                record.memory_id,
+                record.fact,
+                tuple(rev.fact for rev in revisions[record.memory_id][:count]),
+            )
             for record in candidates.values()
         ]
         prompt = consolidation_prompt(
@@ -230,14 +356,24 @@ class GenerateOps:
         for decision in answer.actions:
             fact = facts[decision.fact_index]
             if decision.action == "CREATE":
-                actions.append(GeneratedAction("CREATED", self._new_record(decision.fact or fact.fact, fact, request)))
+                actions.append(
+                    GeneratedAction(
+                        "CREATED", self._new_record(decision.fact or fact.fact, fact, request)
+                    )
+                )
             elif decision.action in ("UPDATE", "DELETE"):
                 current = candidates[decision.memory_id or ""]
-                latest = revisions[current.memory_id][0].revision_id if revisions[current.memory_id] else None
+                latest = (
+                    revisions[current.memory_id][0].revision_id
+                    if revisions[current.memory_id]
+                    else None
+                )
                 if decision.action == "DELETE":
                     actions.append(GeneratedAction("DELETED", current, latest))
                 else:
-                    updated = await self._updated_record(current, decision.fact or current.fact, fact, request)
+                    updated = await self._updated_record(
+                        current, decision.fact or current.fact, fact, request
+                    )
                     actions.append(GeneratedAction("UPDATED", updated, latest))
         return actions
 
@@ -247,19 +383,28 @@ class GenerateOps:
         """The nearest existing memories of the scope for each fact, with their revisions."""
         vectors = await request.bank.embedder.embed_documents([fact.fact for fact in facts])
         key = scope_key(request.scope)
-        exact = request.config.metadata_merge_strategy == types.MemoryMetadataMergeStrategy.REQUIRE_EXACT_MATCH
+        exact = (
+            request.config.metadata_merge_strategy
+            == types.MemoryMetadataMergeStrategy.REQUIRE_EXACT_MATCH
+        )
         found: dict[str, MemoryRecord] = {}
         for vector in vectors:
             limit = CANDIDATES_PER_FACT * (4 if exact else 1)
             hits = await self._context.store.nearest(
                 request.bank.bank_id, NearestQuery(key, vector, limit, request.now)
             )
-            eligible = [hit.record for hit in hits if not exact or dict(hit.record.metadata) == request.metadata]
+            eligible = [
+                hit.record
+                for hit in hits
+                if not exact or dict(hit.record.metadata) == request.metadata
+            ]
             for record in eligible[:CANDIDATES_PER_FACT]:
                 found.setdefault(record.memory_id, record)
         chosen = dict(itertools.islice(found.items(), MAX_CANDIDATES))
         revisions = {
-            memory_id: await self._context.store.list_revisions(request.bank.bank_id, memory_id, request.now)
+            memory_id: await self._context.store.list_revisions(
+                request.bank.bank_id, memory_id, request.now
+            )
             for memory_id in chosen
         }
         return chosen, revisions
@@ -309,17 +454,31 @@ class GenerateOps:
         self, request: _Request, actions: list[GeneratedAction], facts: Sequence[ExtractedFact]
     ) -> None:
         """Embeds changed facts in one batch and writes every action in one atomic batch."""
-        needs_vector = [index for index, action in enumerate(actions) if action.action != "DELETED" and not action.record.embedding]
-        vectors = await request.bank.embedder.embed_documents([actions[i].record.fact for i in needs_vector])
+        needs_vector = [
+            index
+            for index, action in enumerate(actions)
+            if action.action != "DELETED" and not action.record.embedding
+        ]
+        vectors = await request.bank.embedder.embed_documents(
+            [actions[i].record.fact for i in needs_vector]
+        )
         for index, vector in zip(needs_vector, vectors, strict=True):
             action = actions[index]
             actions[index] = replace(action, record=replace(action.record, embedding=vector))
-        extracted = tuple({"fact": fact.fact, "context": fact.context} if fact.context else {"fact": fact.fact} for fact in facts)
+        extracted = tuple(
+            {"fact": fact.fact, "context": fact.context} if fact.context else {"fact": fact.fact}
+            for fact in facts
+        )
         upserts = tuple(action.record for action in actions if action.action != "DELETED")
         deletes = tuple(action.record.memory_id for action in actions if action.action == "DELETED")
-        revisions = tuple(
-            self._revision(request, action, extracted) for action in actions
-        ) if not (request.config.disable_memory_revisions or request.bank.config.disable_memory_revisions) else ()
+        revisions = (
+            tuple(self._revision(request, action, extracted) for action in actions)
+            if not (
+                request.config.disable_memory_revisions
+                or request.bank.config.disable_memory_revisions
+            )
+            else ()
+        )
         await self._context.store.apply(
             request.bank.bank_id, WriteBatch(upserts=upserts, deletes=deletes, revisions=revisions)
         )
@@ -346,7 +505,32 @@ class GenerateOps:
             labels=dict(request.config.revision_labels or {}),
             extracted_memories=extracted,
             deleted=action.action == "DELETED",
+            structured_data=record.structured_data,
         )
+
+
+@contextlib.asynccontextmanager
+async def _no_lock() -> AsyncIterator[None]:
+    yield
+
+
+def _check_profiles(
+    output: ExtractionOutput, current: dict[str, tuple[ProfileSchema, MemoryRecord | None]]
+) -> None:
+    """Refuses profile updates for unknown schemas or that break their schema once merged."""
+    for schema_id, update in (getattr(output, "profiles", None) or {}).items():
+        if schema_id not in current:
+            raise ModelAnswerRejected(
+                f"profile {schema_id[:40]!r} is not one of the listed schemas"
+            )
+        schema, record = current[schema_id]
+        if not isinstance(update, dict):
+            raise ModelAnswerRejected(f"profile {schema_id!r} must be a JSON object")
+        merged = {**dict(record.structured_data or {}), **update} if record else dict(update)
+        try:
+            validate_profile(merged, schema)
+        except ValueError as exc:
+            raise ModelAnswerRejected(str(exc)) from None
 
 
 def _configured_model(bank: LoadedBank) -> str | None:
@@ -369,7 +553,9 @@ def _customization_for(
 def _topics_of(customization: types.MemoryBankCustomizationConfig | None) -> tuple[Topic, ...]:
     configured = customization.memory_topics if customization else None
     if not configured:
-        return tuple(Topic(label, description, True) for label, description in MANAGED_TOPICS.items())
+        return tuple(
+            Topic(label, description, True) for label, description in MANAGED_TOPICS.items()
+        )
     topics = []
     for topic in configured:
         if topic.managed_memory_topic is not None and topic.managed_memory_topic.managed_topic_enum:
@@ -377,7 +563,9 @@ def _topics_of(customization: types.MemoryBankCustomizationConfig | None) -> tup
             topics.append(Topic(label, MANAGED_TOPICS.get(label, label), True))
         elif topic.custom_memory_topic is not None:
             custom = topic.custom_memory_topic
-            topics.append(Topic(custom.label or "", " ".join((custom.description or "").split()), False))
+            topics.append(
+                Topic(custom.label or "", " ".join((custom.description or "").split()), False)
+            )
     return tuple(topics)
 
 
@@ -392,7 +580,10 @@ def _topic_label(topic: types.MemoryTopicId, index: int) -> str:
 
 def _topic_refs(labels: Sequence[str]) -> tuple[TopicRef, ...]:
     return tuple(
-        dict.fromkeys(TopicRef(managed=label) if label in MANAGED_TOPICS else TopicRef(custom=label) for label in labels)
+        dict.fromkeys(
+            TopicRef(managed=label) if label in MANAGED_TOPICS else TopicRef(custom=label)
+            for label in labels
+        )
     )
 
 
@@ -403,7 +594,10 @@ def _examples_of(
     for example in (customization.generate_memories_examples if customization else None) or ():
         events = example.conversation_source.events if example.conversation_source else None
         turns = [
-            (event.content.role or "user", " ".join(part.text for part in event.content.parts or () if part.text))
+            (
+                event.content.role or "user",
+                " ".join(part.text for part in event.content.parts or () if part.text),
+            )
             for event in events or ()
             if event.content is not None
         ]
@@ -427,7 +621,10 @@ def _direct_facts(
     direct: Sequence[types.GenerateMemoriesRequestDirectMemoriesSourceDirectMemory],
 ) -> list[ExtractedFact]:
     if not direct:
-        raise InvalidArgument("direct_memories_source.direct_memories must not be empty.", field="direct_memories_source")
+        raise InvalidArgument(
+            "direct_memories_source.direct_memories must not be empty.",
+            field="direct_memories_source",
+        )
     if len(direct) > MAX_DIRECT_MEMORIES:
         raise InvalidArgument(
             f"At most {MAX_DIRECT_MEMORIES} direct memories are allowed per request; got "
@@ -438,7 +635,12 @@ def _direct_facts(
     for index, item in enumerate(direct):
         where = f"direct_memories_source.direct_memories[{index}]"
         refs = topics_from_request(item.topics, field=f"{where}.topics")
-        facts.append(ExtractedFact(fact=validate_fact(item.fact, field=f"{where}.fact"), topics=[r.managed or r.custom or "" for r in refs]))
+        facts.append(
+            ExtractedFact(
+                fact=validate_fact(item.fact, field=f"{where}.fact"),
+                topics=[r.managed or r.custom or "" for r in refs],
+            )
+        )
     return facts
 
 
@@ -460,13 +662,18 @@ def _check_consolidation(
             touched.add(action.memory_id)
         if action.action == "CREATE" and facts[action.fact_index].forget:
             raise ModelAnswerRejected("a fact the user asked to forget must not be created")
-        if action.action in ("CREATE", "UPDATE") and action.fact is not None and not action.fact.strip():
+        if (
+            action.action in ("CREATE", "UPDATE")
+            and action.fact is not None
+            and not action.fact.strip()
+        ):
             raise ModelAnswerRejected(f"{action.action} with an empty fact")
 
 
-
 async def events_from_session(
-    session_service: Any, source: types.GenerateMemoriesRequestVertexSessionSource, scope: dict[str, str] | None
+    session_service: Any,
+    source: types.GenerateMemoriesRequestVertexSessionSource,
+    scope: dict[str, str] | None,
 ) -> tuple[list[genai_types.Content], dict[str, str]]:
     """The events of an ADK session in `[start_time, end_time)`, and the request's scope.
 
@@ -482,7 +689,8 @@ async def events_from_session(
     match = _SESSION_NAME.match(source.session or "")
     if match is None:
         raise InvalidArgument(
-            "vertex_session_source.session must be projects/…/reasoningEngines/{app}/sessions/{id}.",
+            "vertex_session_source.session must be "
+            "projects/…/reasoningEngines/{app}/sessions/{id}.",
             field="vertex_session_source.session",
         )
     user_id = (scope or {}).get("user_id")
@@ -495,7 +703,10 @@ async def events_from_session(
         app_name=match.group("app"), user_id=user_id, session_id=match.group("session")
     )
     if session is None:
-        raise NotFound(f"Session {source.session[:200]!r} does not exist for that user.", field="vertex_session_source.session")
+        raise NotFound(
+            f"Session {source.session[:200]!r} does not exist for that user.",
+            field="vertex_session_source.session",
+        )
     start = to_utc(source.start_time, field="vertex_session_source.start_time")
     end = to_utc(source.end_time, field="vertex_session_source.end_time")
     contents = []

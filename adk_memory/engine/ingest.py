@@ -58,7 +58,9 @@ class TriggerRule:
     overlap_event_count: int = 0
 
     @classmethod
-    def from_config(cls, config: types.MemoryGenerationTriggerConfig | None, *, field: str) -> TriggerRule | None:
+    def from_config(
+        cls, config: types.MemoryGenerationTriggerConfig | None, *, field: str
+    ) -> TriggerRule | None:
         """The rule of a trigger config, or None when it has no `generation_rule`."""
         rule = config.generation_rule if config else None
         if rule is None:
@@ -66,18 +68,26 @@ class TriggerRule:
         if rule.event_count is not None and rule.event_count < 1:
             raise InvalidArgument(f"{field}.generation_rule.event_count must be >= 1.", field=field)
         if rule.overlap_event_count is not None and rule.overlap_event_count < 0:
-            raise InvalidArgument(f"{field}.generation_rule.overlap_event_count must be >= 0.", field=field)
+            raise InvalidArgument(
+                f"{field}.generation_rule.overlap_event_count must be >= 0.", field=field
+            )
         return cls(
             event_count=rule.event_count,
-            fixed_interval=parse_duration(rule.fixed_interval, field=f"{field}.generation_rule.fixed_interval"),
-            idle_duration=parse_duration(rule.idle_duration, field=f"{field}.generation_rule.idle_duration"),
+            fixed_interval=parse_duration(
+                rule.fixed_interval, field=f"{field}.generation_rule.fixed_interval"
+            ),
+            idle_duration=parse_duration(
+                rule.idle_duration, field=f"{field}.generation_rule.idle_duration"
+            ),
             overlap_event_count=rule.overlap_event_count or 0,
         )
 
     @property
     def flushes_at_once(self) -> bool:
         """True when no condition is set."""
-        return self.event_count is None and self.fixed_interval is None and self.idle_duration is None
+        return (
+            self.event_count is None and self.fixed_interval is None and self.idle_duration is None
+        )
 
 
 def stream_key(scope: dict[str, str], stream_id: str) -> str:
@@ -105,18 +115,36 @@ class IngestOps:
         """Buffers the events; returns (stream key, operation path, whether it is due now)."""
         checked_scope = validate_scope(scope)
         if not isinstance(stream_id, str) or len(stream_id) > 256:
-            raise InvalidArgument("stream_id must be a string of at most 256 characters.", field="stream_id")
+            raise InvalidArgument(
+                "stream_id must be a string of at most 256 characters.", field="stream_id"
+            )
         events = _events_of(source)
-        trigger = parse_model(types.MemoryGenerationTriggerConfig, trigger_config, field="generation_trigger_config") if trigger_config is not None else None
+        trigger = (
+            parse_model(
+                types.MemoryGenerationTriggerConfig,
+                trigger_config,
+                field="generation_trigger_config",
+            )
+            if trigger_config is not None
+            else None
+        )
         TriggerRule.from_config(trigger, field="generation_trigger_config")
         bank = await self._context.load_bank(bank_id)
         key = stream_key(checked_scope, stream_id)
         now = self._context.clock()
         async with self._context.store.lock_provider().lock(f"stream:{bank_id}:{key}"):
-            stream = dict(await self._context.store.get_document(bank_id, STREAM_KIND, key) or {
-                "scope": checked_scope, "stream_id": stream_id, "pending": [], "processed": [],
-                "seen_ids": [], "operations": [], "created_at": now.isoformat(),
-            })
+            stream = dict(
+                await self._context.store.get_document(bank_id, STREAM_KIND, key)
+                or {
+                    "scope": checked_scope,
+                    "stream_id": stream_id,
+                    "pending": [],
+                    "processed": [],
+                    "seen_ids": [],
+                    "operations": [],
+                    "created_at": now.isoformat(),
+                }
+            )
             seen = set(stream["seen_ids"])
             fresh = []
             for event in events:
@@ -133,12 +161,16 @@ class IngestOps:
                     "flush it (force_flush) or set a trigger rule.",
                     field="direct_contents_source",
                 )
-            stream["pending"] = sorted([*stream["pending"], *fresh], key=lambda event: event["event_time"])
+            stream["pending"] = sorted(
+                [*stream["pending"], *fresh], key=lambda event: event["event_time"]
+            )
             if fresh:
                 stream["last_event_at"] = now.isoformat()
             if trigger is not None:
                 stream["trigger"] = trigger.model_dump(mode="json", exclude_none=True)
-            stream["config"] = config.model_dump(mode="json", include=set(_GENERATE_FIELDS), exclude_none=True)
+            stream["config"] = config.model_dump(
+                mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
+            )
             stream["force"] = bool(stream.get("force")) or bool(config.force_flush)
             stream["failures"] = 0
             operation_path = f"operations/{secrets.token_hex(8)}"
@@ -146,15 +178,24 @@ class IngestOps:
             if waiting:
                 stream["operations"].append(operation_path)
             metadata = {"streamId": stream_id, "eventsAccepted": len(fresh)}
-            await self._context.store.put_operation(OperationRecord(
-                bank_id, operation_path, not waiting,
-                {"kind": "ingest", "operation": {"done": not waiting, "metadata": metadata}},
-                now,
-            ))
+            await self._context.store.put_operation(
+                OperationRecord(
+                    bank_id,
+                    operation_path,
+                    not waiting,
+                    {"kind": "ingest", "operation": {"done": not waiting, "metadata": metadata}},
+                    now,
+                )
+            )
             await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
         return key, operation_path, self.is_due(stream, bank.config, now)
 
-    def is_due(self, stream: dict[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig, now: datetime) -> bool:
+    def is_due(
+        self,
+        stream: dict[str, Any],
+        bank_config: types.ReasoningEngineContextSpecMemoryBankConfig,
+        now: datetime,
+    ) -> bool:
         """Whether the stream's trigger says to flush now."""
         if not stream.get("pending") or stream.get("failures", 0) >= MAX_FLUSH_FAILURES:
             return False
@@ -173,11 +214,19 @@ class IngestOps:
         last_flush = datetime.fromisoformat(stream.get("last_flush_at") or stream["created_at"])
         return rule.fixed_interval is not None and now - last_flush >= rule.fixed_interval
 
-    def _rule(self, stream: dict[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig) -> TriggerRule | None:
+    def _rule(
+        self, stream: dict[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig
+    ) -> TriggerRule | None:
         if stream.get("trigger"):
-            return TriggerRule.from_config(types.MemoryGenerationTriggerConfig.model_validate(stream["trigger"]), field="generation_trigger_config")
+            return TriggerRule.from_config(
+                types.MemoryGenerationTriggerConfig.model_validate(stream["trigger"]),
+                field="generation_trigger_config",
+            )
         generation = bank_config.generation_config
-        return TriggerRule.from_config(generation.generation_trigger_config if generation else None, field="generation_config.generation_trigger_config")
+        return TriggerRule.from_config(
+            generation.generation_trigger_config if generation else None,
+            field="generation_config.generation_trigger_config",
+        )
 
     async def due_streams(self, bank_id: str) -> list[str]:
         """Keys of the bank's streams that are due now."""
@@ -189,7 +238,9 @@ class IngestOps:
     async def flush(self, bank_id: str, key: str, *, wait_seconds: float = 60.0) -> int:
         """Generates from the stream's pending events; returns how many memories changed."""
         bank = await self._context.load_bank(bank_id)
-        async with self._context.store.lock_provider().lock(f"stream:{bank_id}:{key}", wait_seconds=wait_seconds):
+        async with self._context.store.lock_provider().lock(
+            f"stream:{bank_id}:{key}", wait_seconds=wait_seconds
+        ):
             document = await self._context.store.get_document(bank_id, STREAM_KIND, key)
             if document is None:
                 return 0
@@ -198,18 +249,26 @@ class IngestOps:
             if not self.is_due(stream, bank.config, now):
                 return 0
             rule = self._rule(stream, bank.config) or TriggerRule()
-            overlap = stream["processed"][-rule.overlap_event_count:] if rule.overlap_event_count else []
+            overlap = (
+                stream["processed"][-rule.overlap_event_count :] if rule.overlap_event_count else []
+            )
             window = [*overlap, *stream["pending"]]
             contents = [genai_types.Content.model_validate(event["content"]) for event in window]
             config = types.GenerateMemoriesConfig.model_validate(stream.get("config") or {})
             try:
                 result = await self._generation.generate(
-                    bank_id, scope=stream["scope"], events=contents, direct_memories=None,
-                    config=config, model=self._context.generation_model,
+                    bank_id,
+                    scope=stream["scope"],
+                    events=contents,
+                    direct_memories=None,
+                    config=config,
+                    model=self._context.generation_model,
                 )
             except AdkMemoryError as exc:
                 return await self._record_failure(bank_id, key, stream, exc, now)
-            stream["processed"] = [*stream["processed"], *stream["pending"]][-max(rule.overlap_event_count, 1):]
+            stream["processed"] = [*stream["processed"], *stream["pending"]][
+                -max(rule.overlap_event_count, 1) :
+            ]
             stream["pending"] = []
             stream["force"] = False
             stream["failures"] = 0
@@ -218,23 +277,41 @@ class IngestOps:
             finished, stream["operations"] = stream["operations"], []
             metadata = {"generatedMemories": len(result.actions), **result.stats.as_metadata()}
             for path in finished:
-                await self._context.store.put_operation(OperationRecord(
-                    bank_id, path, True, {"kind": "ingest", "operation": {"done": True, "metadata": metadata}}, now,
-                ))
+                await self._context.store.put_operation(
+                    OperationRecord(
+                        bank_id,
+                        path,
+                        True,
+                        {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
+                        now,
+                    )
+                )
             await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
             return len(result.actions)
 
-    async def _record_failure(self, bank_id: str, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime) -> int:
+    async def _record_failure(
+        self, bank_id: str, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime
+    ) -> int:
         failures = int(stream.get("failures", 0)) + 1
         stream["failures"] = failures
         stream["retry_after"] = (now + timedelta(seconds=min(2**failures, 300))).isoformat()
         logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.code, failures)
         if failures >= MAX_FLUSH_FAILURES:
-            error = {"code": 14, "message": f"Generation failed {failures} times ({exc.code}); events are kept. Ingest again or force_flush to retry."}
+            error = {
+                "code": 14,
+                "message": f"Generation failed {failures} times ({exc.code}); events are kept. "
+                "Ingest again or force_flush to retry.",
+            }
             for path in stream["operations"]:
-                await self._context.store.put_operation(OperationRecord(
-                    bank_id, path, True, {"kind": "ingest", "operation": {"done": True, "error": error}}, now,
-                ))
+                await self._context.store.put_operation(
+                    OperationRecord(
+                        bank_id,
+                        path,
+                        True,
+                        {"kind": "ingest", "operation": {"done": True, "error": error}},
+                        now,
+                    )
+                )
             stream["operations"] = []
         await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
         return 0
@@ -244,7 +321,9 @@ def _events_of(source: Any) -> list[dict[str, Any]]:
     """Validated events as JSON: content, event_id (or None), event_time (ISO or None)."""
     if source is None:
         return []
-    parsed = parse_model(types.IngestionDirectContentsSource, source, field="direct_contents_source")
+    parsed = parse_model(
+        types.IngestionDirectContentsSource, source, field="direct_contents_source"
+    )
     events = parsed.events or []
     if len(events) > MAX_EVENTS_PER_REQUEST:
         raise InvalidArgument(
@@ -258,10 +337,14 @@ def _events_of(source: Any) -> list[dict[str, Any]]:
                 f"direct_contents_source.events[{index}].content is required.",
                 field=f"direct_contents_source.events[{index}].content",
             )
-        moment = to_utc(event.event_time, field=f"direct_contents_source.events[{index}].event_time")
-        result.append({
-            "content": event.content.model_dump(mode="json", exclude_none=True),
-            "event_id": event.event_id or None,
-            "event_time": moment.isoformat() if moment else None,
-        })
+        moment = to_utc(
+            event.event_time, field=f"direct_contents_source.events[{index}].event_time"
+        )
+        result.append(
+            {
+                "content": event.content.model_dump(mode="json", exclude_none=True),
+                "event_id": event.event_id or None,
+                "event_time": moment.isoformat() if moment else None,
+            }
+        )
     return result

@@ -22,13 +22,14 @@ from adk_memory.engine.paging import Page, decode_page_token, encode_page_token
 from adk_memory.errors import InvalidArgument, NotFound
 from adk_memory.filters import combine, from_filter_groups, matches, parse_filter, partition
 from adk_memory.names import new_memory_id, validate_memory_id
-from adk_memory.scope import scope_key, validate_scope
+from adk_memory.scope import profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
     MemoryRecord,
     RevisionRecord,
     ScanQuery,
     SortKey,
     WriteBatch,
+    sort_records,
 )
 
 __all__ = ["MemoryOps", "new_revision_id", "validate_fact"]
@@ -67,9 +68,15 @@ def parse_order_by(order_by: str | None) -> tuple[SortKey, ...]:
     keys: list[SortKey] = []
     for term in order_by.split(","):
         words = term.split()
-        field = {"createTime": "create_time", "updateTime": "update_time"}.get(words[0], words[0]) if words else ""
-        if field not in ("create_time", "update_time") or len(words) > 2 or (
-            len(words) == 2 and words[1].lower() not in ("asc", "desc")
+        field = (
+            {"createTime": "create_time", "updateTime": "update_time"}.get(words[0], words[0])
+            if words
+            else ""
+        )
+        if (
+            field not in ("create_time", "update_time")
+            or len(words) > 2
+            or (len(words) == 2 and words[1].lower() not in ("asc", "desc"))
         ):
             raise InvalidArgument(
                 f"order_by term {term.strip()[:40]!r} is not valid; use create_time or "
@@ -142,22 +149,31 @@ class MemoryOps:
     async def scan_page(
         self,
         bank_id: str,
-        query: ScanQuery,
+        query: ScanQuery | Sequence[ScanQuery],
         expr: Any,
         page_size: int,
         page_token: str | None,
     ) -> Page[MemoryRecord]:
-        """One page of a filtered scan; the filter part the store cannot run is run here."""
-        fingerprint = repr((query.scope_key, query.order_by, expr))
+        """One page of a filtered scan (of several scopes merged in order, when given several).
+
+        The filter part the store cannot run is run here, over the whole result.
+        """
+        queries = [query] if isinstance(query, ScanQuery) else list(query)
+        fingerprint = repr(([(q.scope_key, q.order_by) for q in queries], expr))
         offset = decode_page_token(page_token, fingerprint)
         pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
-        if residual is None:
-            sliced = replace(query, filter=pushed, offset=offset, limit=page_size + 1)
+        if residual is None and len(queries) == 1:
+            sliced = replace(queries[0], filter=pushed, offset=offset, limit=page_size + 1)
             found = await self._context.store.scan(bank_id, sliced)
         else:
-            everything = await self._context.store.scan(bank_id, replace(query, filter=pushed))
-            survivors = [record for record in everything if matches(residual, record)]
-            found = survivors[offset : offset + page_size + 1]
+            everything = [
+                record
+                for part in queries
+                for record in await self._context.store.scan(bank_id, replace(part, filter=pushed))
+                if matches(residual, record)
+            ]
+            ordered = sort_records(everything, queries[0]) if len(queries) > 1 else everything
+            found = ordered[offset : offset + page_size + 1]
         more = len(found) > page_size
         token = encode_page_token(offset + page_size, fingerprint) if more else None
         return Page(found[:page_size], token)
@@ -214,7 +230,9 @@ class MemoryOps:
             changes["expire_time"] = None
         updated = replace(current, **changes)
         revisions = self._revision_for(bank, updated, now, config) if "fact" in changes else ()
-        await self._context.store.apply(bank_id, WriteBatch(upserts=(updated,), revisions=revisions))
+        await self._context.store.apply(
+            bank_id, WriteBatch(upserts=(updated,), revisions=revisions)
+        )
         return updated
 
     async def delete(self, bank_id: str, memory_id: str) -> None:
@@ -226,7 +244,9 @@ class MemoryOps:
     async def rollback(self, bank_id: str, memory_id: str, target_revision_id: str) -> MemoryRecord:
         """Restores a revision's fact, topics and metadata (recreating a deleted memory)."""
         if not target_revision_id or not isinstance(target_revision_id, str):
-            raise InvalidArgument("target_revision_id must name a revision id.", field="target_revision_id")
+            raise InvalidArgument(
+                "target_revision_id must name a revision id.", field="target_revision_id"
+            )
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()
         target = await self._context.store.get_revision(bank_id, memory_id, target_revision_id, now)
@@ -264,7 +284,9 @@ class MemoryOps:
             update_time=now,
         )
         revisions = self._revision_for(bank, restored, now, types.MemoryConfig())
-        await self._context.store.apply(bank_id, WriteBatch(upserts=(restored,), revisions=revisions))
+        await self._context.store.apply(
+            bank_id, WriteBatch(upserts=(restored,), revisions=revisions)
+        )
         return restored
 
     # Purge
@@ -279,7 +301,9 @@ class MemoryOps:
                 "memory_banks.delete(name, force=True).",
                 field="filter",
             )
-        expr = combine(parse_filter(filter or "", allow_scope=True), from_filter_groups(filter_groups))
+        expr = combine(
+            parse_filter(filter or "", allow_scope=True), from_filter_groups(filter_groups)
+        )
         await self._context.load_bank(bank_id)
         query = ScanQuery(now=self._context.clock(), order_by=(SortKey("create_time"),))
         pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
@@ -295,6 +319,13 @@ class MemoryOps:
                 await self._context.store.apply(bank_id, batch)
         return len(selected)
 
+    async def profiles(self, bank_id: str, scope: Any) -> list[MemoryRecord]:
+        """The live structured profiles of exactly `scope` (one per schema id)."""
+        checked = validate_scope(scope)
+        await self._context.load_bank(bank_id)
+        query = ScanQuery(now=self._context.clock(), scope_key=profile_scope_key(checked))
+        return await self._context.store.scan(bank_id, query)
+
     # Revisions
 
     async def list_revisions(
@@ -304,7 +335,9 @@ class MemoryOps:
         page_size = _page_size(config.page_size, DEFAULT_LIST_PAGE_SIZE, MAX_LIST_PAGE_SIZE)
         expr = parse_filter(config.filter or "")
         await self._context.load_bank(bank_id)
-        revisions = await self._context.store.list_revisions(bank_id, memory_id, self._context.clock())
+        revisions = await self._context.store.list_revisions(
+            bank_id, memory_id, self._context.clock()
+        )
         kept = [revision for revision in revisions if matches(expr, _revision_view(revision))]
         fingerprint = repr((memory_id, expr))
         offset = decode_page_token(config.page_token, fingerprint)
@@ -315,7 +348,9 @@ class MemoryOps:
     async def get_revision(self, bank_id: str, memory_id: str, revision_id: str) -> RevisionRecord:
         """One live revision; `NotFound` if missing or expired."""
         await self._context.load_bank(bank_id)
-        found = await self._context.store.get_revision(bank_id, memory_id, revision_id, self._context.clock())
+        found = await self._context.store.get_revision(
+            bank_id, memory_id, revision_id, self._context.clock()
+        )
         if found is None:
             raise NotFound(
                 f"Revision {revision_id[:40]!r} of memory {memory_id!r} does not exist or has "
@@ -414,10 +449,11 @@ def _update_mask(mask: str | None) -> frozenset[str] | None:
 
 
 def _given_fields(fact: str | None, scope: Any, config: types.UpdateMemoryConfig) -> frozenset[str]:
-    fields = {name for name in _UPDATABLE - {"fact", "scope"} if getattr(config, name, None) is not None}
+    fields = {
+        name for name in _UPDATABLE - {"fact", "scope"} if getattr(config, name, None) is not None
+    }
     if fact is not None:
         fields.add("fact")
     if scope is not None:
         fields.add("scope")
     return frozenset(fields)
-

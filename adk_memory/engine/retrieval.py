@@ -15,9 +15,17 @@ from adk_memory import types
 from adk_memory.engine.context import EngineContext
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.paging import Page
+from adk_memory.engine.profiles import PROFILE_TYPE
 from adk_memory.errors import InvalidArgument
-from adk_memory.filters import FilterExpr, combine, from_filter_groups, matches, parse_filter, partition
-from adk_memory.scope import scope_key, validate_scope
+from adk_memory.filters import (
+    FilterExpr,
+    combine,
+    from_filter_groups,
+    matches,
+    parse_filter,
+    partition,
+)
+from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
 
 __all__ = ["DEFAULT_TOP_K", "MAX_TOP_K", "Retrieval", "Retrieved"]
@@ -27,7 +35,7 @@ MAX_TOP_K = 100
 DEFAULT_PAGE_SIZE = 3
 RETRIEVE_ALL_LIMIT = 100
 _MAX_SEARCH_QUERY = 10_000
-_NL_TYPES = {None, "NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
+_NL_TYPES = {"NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
 _RETRIEVE_ORDER = (SortKey("update_time", descending=True),)
 
 
@@ -63,32 +71,36 @@ class Retrieval:
                 field="similarity_search_params",
             )
         expr = combine(parse_filter(config.filter or ""), from_filter_groups(config.filter_groups))
-        wants_natural_language = _wants_natural_language(config.memory_types)
+        keys = _scope_keys_for(checked, config.memory_types)
+        bank = await self._context.load_bank(bank_id)
+        now = self._context.clock()
         if similarity_search_params is not None:
-            params = similarity_search_params
-            top_k = _top_k(params.top_k)
-            query_text = _search_query(params.search_query)
-            bank = await self._context.load_bank(bank_id)
-            if not wants_natural_language:
-                return Page([], None)
-            vector = await bank.embedder.embed_query(query_text)
-            hits = await self._nearest(bank_id, NearestQuery(scope_key(checked), vector, top_k, self._context.clock()), expr)
-            return Page([Retrieved(hit.record, hit.distance) for hit in hits], None)
-        await self._context.load_bank(bank_id)
-        if not wants_natural_language:
-            return Page([], None)
-        query = ScanQuery(now=self._context.clock(), scope_key=scope_key(checked), order_by=_RETRIEVE_ORDER)
+            top_k = _top_k(similarity_search_params.top_k)
+            vector = await bank.embedder.embed_query(
+                _search_query(similarity_search_params.search_query)
+            )
+            hits = [
+                hit
+                for key in keys
+                for hit in await self._nearest(bank_id, NearestQuery(key, vector, top_k, now), expr)
+            ]
+            hits.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
+            return Page([Retrieved(hit.record, hit.distance) for hit in hits[:top_k]], None)
         if simple_retrieval_params is None:
-            page = await self._memories.scan_page(bank_id, query, expr, RETRIEVE_ALL_LIMIT, None)
-            return Page([Retrieved(record, None) for record in page.items], None)
-        size = simple_retrieval_params.page_size
-        if size is not None and size < 0:
-            raise InvalidArgument("simple_retrieval_params.page_size must not be negative.", field="simple_retrieval_params.page_size")
-        page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
-        page = await self._memories.scan_page(
-            bank_id, query, expr, page_size, simple_retrieval_params.page_token
-        )
-        return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
+            page_size, token = RETRIEVE_ALL_LIMIT, None
+        else:
+            size = simple_retrieval_params.page_size
+            if size is not None and size < 0:
+                raise InvalidArgument(
+                    "simple_retrieval_params.page_size must not be negative.",
+                    field="simple_retrieval_params.page_size",
+                )
+            page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
+            token = simple_retrieval_params.page_token
+        queries = [ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER) for key in keys]
+        page = await self._memories.scan_page(bank_id, queries, expr, page_size, token)
+        next_token = page.next_page_token if simple_retrieval_params is not None else None
+        return Page([Retrieved(record, None) for record in page.items], next_token)
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None
@@ -131,8 +143,19 @@ def _search_query(text: str | None) -> str:
     return text
 
 
-def _wants_natural_language(memory_types: list[Any] | None) -> bool:
-    if not memory_types:
-        return True
-    names = {getattr(kind, "value", kind) for kind in memory_types}
-    return bool(names & _NL_TYPES)
+def _scope_keys_for(scope: dict[str, str], memory_types: list[Any] | None) -> list[ScopeKey]:
+    """The scope keys to read: natural-language memories by default, profiles when asked."""
+    names = {str(getattr(kind, "value", kind)).upper() for kind in memory_types or ()}
+    unknown = names - {*_NL_TYPES, PROFILE_TYPE} - {"NONE"}
+    if unknown:
+        raise InvalidArgument(
+            f"config.memory_types has unknown types {sorted(unknown)}; use "
+            "NATURAL_LANGUAGE_COLLECTION and/or STRUCTURED_PROFILE.",
+            field="config.memory_types",
+        )
+    keys = []
+    if not names or names & _NL_TYPES:
+        keys.append(scope_key(scope))
+    if PROFILE_TYPE in names:
+        keys.append(profile_scope_key(scope))
+    return keys

@@ -12,6 +12,7 @@ from adk_memory.generation.schemas import (
     ConsolidationOutput,
     ExtractedFact,
     ExtractionOutput,
+    ExtractionWithProfiles,
 )
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "ConsolidationOutput",
     "ExtractedFact",
     "ExtractionOutput",
+    "ExtractionWithProfiles",
     "call_structured",
     "resolve_model",
 ]

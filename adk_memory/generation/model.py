@@ -84,11 +84,16 @@ async def call_structured(
     contents: list[genai_types.Content],
     schema: type[M],
     stats: CallStats,
+    wire_schema: dict[str, Any] | None = None,
     max_retries: int = 2,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     check: Callable[[M], None] | None = None,
 ) -> M:
-    """One logical call: the validated answer, after at most `max_retries` re-asks."""
+    """One logical call: the validated answer, after at most `max_retries` re-asks.
+
+    `schema` validates the answer; it is also what the model is sent, unless `wire_schema` (a
+    JSON Schema) is given for shapes a pydantic model cannot state, such as per-schema profiles.
+    """
     from google.adk.models import LlmRequest
 
     stats.calls += 1
@@ -118,7 +123,8 @@ async def call_structured(
             config=genai_types.GenerateContentConfig(
                 system_instruction=system_instruction,
                 response_mime_type="application/json",
-                response_schema=schema,
+                response_schema=None if wire_schema else schema,
+                response_json_schema=wire_schema,
                 temperature=0.0,
             ),
         )

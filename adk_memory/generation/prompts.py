@@ -117,6 +117,26 @@ A fact marked forget=true must never be CREATEd.
 Answer only with JSON matching the response schema."""
 
 
+_NO_MEMORIES = "TOPICS: none. Return an empty `memories` list; only update the profiles below."
+_PROFILE_RULES = """\
+PROFILES: also keep these structured profiles of the user up to date. In "profiles", by schema
+id, return only the fields this conversation sets or changes (omit a profile with nothing new).
+Values must match the schema. A field the user asks to forget is set to null when the schema
+allows it."""
+
+
+def _profiles_section(
+    profiles: Sequence[tuple[str, dict[str, object], dict[str, object] | None]],
+) -> str:
+    lines = [_PROFILE_RULES]
+    for schema_id, schema, current in profiles:
+        lines.append(
+            f"- {schema_id}: schema {json.dumps(schema, ensure_ascii=False)}; current value "
+            f"{json.dumps(current, ensure_ascii=False) if current is not None else '(none yet)'}"
+        )
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True, slots=True)
 class ExtractionPrompt:
     """The system instruction and the user content of the extraction call."""
@@ -174,6 +194,7 @@ def extraction_prompt(
     topics: Sequence[Topic],
     examples: Sequence[tuple[Sequence[tuple[str, str]], Sequence[dict[str, object]]]],
     third_person: bool,
+    profiles: Sequence[tuple[str, dict[str, object], dict[str, object] | None]] = (),
 ) -> ExtractionPrompt:
     """The extraction call's prompt.
 
@@ -183,6 +204,8 @@ def extraction_prompt(
         examples: The bank's few-shot examples: (turns as (role, text), generated memories as
             dicts with `fact` and optional `topics`).
         third_person: `enable_third_person_memories`.
+        profiles: The structured profiles in force: (schema id, JSON schema of an update,
+            current value or None). Empty `topics` with profiles means profiles only.
     """
     topic_lines = "\n".join(f"- {topic.label}: {topic.description}" for topic in topics)
     blocks = [
@@ -197,13 +220,14 @@ def extraction_prompt(
         blocks.append(
             f"<conversation>\n{conversation_text}\n</conversation>\n<answer>{answer}</answer>"
         )
-    system = "\n\n".join(
-        [
-            _EXTRACTION_RULES.format(perspective=_PERSPECTIVE[third_person]),
-            f"TOPICS:\n{topic_lines}",
-            "EXAMPLES:\n" + "\n\n".join(blocks),
-        ]
-    )
+    sections = [
+        _EXTRACTION_RULES.format(perspective=_PERSPECTIVE[third_person]),
+        f"TOPICS:\n{topic_lines}" if topics else _NO_MEMORIES,
+        "EXAMPLES:\n" + "\n\n".join(blocks),
+    ]
+    if profiles:
+        sections.append(_profiles_section(profiles))
+    system = "\n\n".join(sections)
     user = (
         "Extract the memories from this conversation:\n"
         f"<conversation>\n{conversation}\n</conversation>"

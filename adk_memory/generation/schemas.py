@@ -6,7 +6,7 @@ Anything that does not validate is a malformed answer (retried a bounded number 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,8 @@ __all__ = [
     "ConsolidationOutput",
     "ExtractedFact",
     "ExtractionOutput",
+    "ExtractionWithProfiles",
+    "extraction_wire_schema",
 ]
 
 
@@ -75,3 +77,37 @@ class ConsolidationOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     actions: list[ConsolidationAction] = Field(default_factory=list)
+
+
+class ExtractionWithProfiles(ExtractionOutput):
+    """What the extraction call returns when profile schemas apply to the scope."""
+
+    profiles: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="By schema id: only the profile fields this conversation sets or changes.",
+    )
+
+
+_FACT_ITEM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "fact": {"type": "string"},
+        "topics": {"type": "array", "items": {"type": "string"}},
+        "context": {"type": "string"},
+        "forget": {"type": "boolean"},
+    },
+    "required": ["fact"],
+}
+
+
+def extraction_wire_schema(profile_schemas: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The JSON Schema sent to the model when profiles apply (each profile's update is partial)."""
+    return {
+        "title": "ExtractionWithProfiles",
+        "type": "object",
+        "properties": {
+            "memories": {"type": "array", "items": _FACT_ITEM},
+            "profiles": {"type": "object", "properties": dict(profile_schemas)},
+        },
+        "required": ["memories"],
+    }

@@ -188,7 +188,9 @@ class MemoryStoreConformance:
         self, store: MemoryStore, bank: str
     ) -> None:
         """A re-created bank of the same id starts empty."""
-        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), revisions=(revision("m1", "r1"),)))
+        await store.apply(
+            bank, WriteBatch(inserts=(memory("m1", unit(0)),), revisions=(revision("m1", "r1"),))
+        )
         await store.put_operation(OperationRecord(bank, "operations/o1", True, {"done": True}, T0))
         await store.delete_bank(bank)
         await store.create_bank(bank_record())
@@ -230,6 +232,18 @@ class MemoryStoreConformance:
         assert isinstance(found.metadata["b"], bool)
         assert isinstance(found.metadata["n"], float)
 
+    async def test_profile_fields_round_trip(self, store: MemoryStore, bank: str) -> None:
+        """A structured profile's type, schema id and JSON data read back equal, with revisions."""
+        data = {"name": "Ada", "age": 36, "tags": ["a", "ü"], "nested": {"ok": True, "none": None}}
+        record = memory("profile-1", unit(2), memory_type="STRUCTURED_PROFILE", schema_id="user-profile", structured_data=data)
+        rev = revision("profile-1", "r1", structured_data=data)
+        await store.apply(bank, WriteBatch(inserts=(record,), revisions=(rev,)))
+        [found] = await store.get_memories(bank, ["profile-1"], T0)
+        assert found == record
+        assert await store.list_revisions(bank, "profile-1", T0) == [rev]
+        [scanned] = await store.scan(bank, ScanQuery(T0))
+        assert (scanned.memory_type, scanned.schema_id, scanned.structured_data) == ("STRUCTURED_PROFILE", "user-profile", data)
+
     async def test_insert_of_a_live_id_fails_the_whole_batch(
         self, store: MemoryStore, bank: str
     ) -> None:
@@ -248,17 +262,33 @@ class MemoryStoreConformance:
         self, store: MemoryStore, bank: str
     ) -> None:
         """An expired memory no longer holds its id."""
-        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0), expire_time=T0 + timedelta(seconds=1)),)))
+        await store.apply(
+            bank,
+            WriteBatch(inserts=(memory("m1", unit(0), expire_time=T0 + timedelta(seconds=1)),)),
+        )
         later = T0 + timedelta(seconds=2)
-        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(1), fact="new", create_time=later, update_time=later),)))
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("m1", unit(1), fact="new", create_time=later, update_time=later),)
+            ),
+        )
         [found] = await store.get_memories(bank, ["m1"], later)
         assert found.fact == "new"
 
     async def test_upsert_replaces_and_delete_removes(self, store: MemoryStore, bank: str) -> None:
         """Upsert replaces the whole record; delete removes the memory but keeps revisions."""
-        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), revisions=(revision("m1", "r1"),)))
+        await store.apply(
+            bank, WriteBatch(inserts=(memory("m1", unit(0)),), revisions=(revision("m1", "r1"),))
+        )
         updated = memory("m1", unit(3), fact="changed", update_time=T0 + timedelta(seconds=1))
-        await store.apply(bank, WriteBatch(upserts=(updated,), revisions=(revision("m1", "r2", create_time=T0 + timedelta(seconds=1)),)))
+        await store.apply(
+            bank,
+            WriteBatch(
+                upserts=(updated,),
+                revisions=(revision("m1", "r2", create_time=T0 + timedelta(seconds=1)),),
+            ),
+        )
         assert await store.get_memories(bank, ["m1"], T0) == [updated]
         await store.apply(bank, WriteBatch(deletes=("m1",)))
         assert await store.get_memories(bank, ["m1"], T0) == []
@@ -266,7 +296,9 @@ class MemoryStoreConformance:
 
     async def test_get_memories_keeps_the_order_asked(self, store: MemoryStore, bank: str) -> None:
         """Found memories come back in the order of the ids asked; missing ones are skipped."""
-        await store.apply(bank, WriteBatch(inserts=tuple(memory(f"m{i}", unit(i)) for i in range(4))))
+        await store.apply(
+            bank, WriteBatch(inserts=tuple(memory(f"m{i}", unit(i)) for i in range(4)))
+        )
         found = await store.get_memories(bank, ["m3", "missing", "m0", "m2"], T0)
         assert [r.memory_id for r in found] == ["m3", "m0", "m2"]
 
@@ -306,7 +338,12 @@ class MemoryStoreConformance:
     async def test_nearest_is_ascending_true_euclidean(self, store: MemoryStore, bank: str) -> None:
         """Distances are the true L2 distance (not squared), ascending."""
         far = tuple(v * -1.0 for v in unit(0))
-        await store.apply(bank, WriteBatch(inserts=(memory("same", unit(0)), memory("orth", unit(1)), memory("opposite", far))))
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("same", unit(0)), memory("orth", unit(1)), memory("opposite", far))
+            ),
+        )
         hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0))
         assert [hit.record.memory_id for hit in hits] == ["same", "orth", "opposite"]
         assert hits[0].distance == pytest.approx(0.0, abs=1e-4)
@@ -315,7 +352,9 @@ class MemoryStoreConformance:
 
     async def test_nearest_ties_break_by_memory_id(self, store: MemoryStore, bank: str) -> None:
         """Equal distances order by memory id."""
-        await store.apply(bank, WriteBatch(inserts=tuple(memory(name, unit(1)) for name in ("mc", "ma", "mb"))))
+        await store.apply(
+            bank, WriteBatch(inserts=tuple(memory(name, unit(1)) for name in ("mc", "ma", "mb")))
+        )
         hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0))
         assert [hit.record.memory_id for hit in hits] == ["ma", "mb", "mc"]
 
@@ -325,7 +364,9 @@ class MemoryStoreConformance:
         Troubleshooting: match the stored `scope_key` by exact equality (TAG or metadata `$eq`);
         never build a query string from scope text.
         """
-        others = [memory(f"other{i}", unit(0), scope=scope) for i, scope in enumerate(CRAFTED_SCOPES)]
+        others = [
+            memory(f"other{i}", unit(0), scope=scope) for i, scope in enumerate(CRAFTED_SCOPES)
+        ]
         await store.apply(bank, WriteBatch(inserts=(memory("mine", unit(1)), *others)))
         hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 100, T0))
         assert [hit.record.memory_id for hit in hits] == ["mine"]
@@ -336,7 +377,9 @@ class MemoryStoreConformance:
 
     async def test_nearest_respects_k(self, store: MemoryStore, bank: str) -> None:
         """At most k results, the k nearest."""
-        await store.apply(bank, WriteBatch(inserts=tuple(memory(f"m{i}", unit(i)) for i in range(DIM))))
+        await store.apply(
+            bank, WriteBatch(inserts=tuple(memory(f"m{i}", unit(i)) for i in range(DIM)))
+        )
         hits = await store.nearest(bank, NearestQuery(KEY, unit(2), 1, T0))
         assert [hit.record.memory_id for hit in hits] == ["m2"]
 
@@ -356,7 +399,10 @@ class MemoryStoreConformance:
                 await target.apply(BANK, WriteBatch(inserts=records[start : start + 100]))
         for trial in range(12):
             query = NearestQuery(
-                scope_key(scopes[trial % 3]), _random_unit(rng), k=(1, 3, 10, 100)[trial % 4], now=T0
+                scope_key(scopes[trial % 3]),
+                _random_unit(rng),
+                k=(1, 3, 10, 100)[trial % 4],
+                now=T0,
             )
             got = await store.nearest(bank, query)
             want = await reference.nearest(BANK, query)
@@ -369,9 +415,28 @@ class MemoryStoreConformance:
     ) -> None:
         """Each supported filter is applied before the k nearest are taken."""
         records = (
-            memory("near", unit(0), fact="coffee black", topics=(TopicRef(managed="USER_PREFERENCES"),), metadata={"lang": "de", "n": 1.0, "ok": True, "t": T0}),
-            memory("mid", tuple(0.9 if i == 0 else (0.1 if i == 1 else 0.0) for i in range(DIM)), fact="tea green", topics=(TopicRef(custom="drinks"),), metadata={"lang": "en", "n": 5.0, "ok": False, "t": T0 + timedelta(days=1)}, create_time=T0 + timedelta(hours=1)),
-            memory("far", unit(1), fact="coffee with milk", metadata={"n": 9.0}, create_time=T0 + timedelta(hours=2)),
+            memory(
+                "near",
+                unit(0),
+                fact="coffee black",
+                topics=(TopicRef(managed="USER_PREFERENCES"),),
+                metadata={"lang": "de", "n": 1.0, "ok": True, "t": T0},
+            ),
+            memory(
+                "mid",
+                tuple(0.9 if i == 0 else (0.1 if i == 1 else 0.0) for i in range(DIM)),
+                fact="tea green",
+                topics=(TopicRef(custom="drinks"),),
+                metadata={"lang": "en", "n": 5.0, "ok": False, "t": T0 + timedelta(days=1)},
+                create_time=T0 + timedelta(hours=1),
+            ),
+            memory(
+                "far",
+                unit(1),
+                fact="coffee with milk",
+                metadata={"n": 9.0},
+                create_time=T0 + timedelta(hours=2),
+            ),
         )
         await store.apply(bank, WriteBatch(inserts=records))
         cases: list[tuple[FilterExpr, list[str]]] = [
@@ -389,8 +454,16 @@ class MemoryStoreConformance:
             (Condition("metadata.n", Op.LT, 3.0), ["near"]),
             (Condition("metadata.ok", Op.EQ, True), ["near"]),
             (Condition("metadata.t", Op.GT, T0), ["mid"]),
-            (Or((Condition("metadata.lang", Op.EQ, "de"), Condition("metadata.n", Op.EQ, 9.0))), ["near", "far"]),
-            (And((Condition("fact", Op.HAS, "coffee"), Not(Condition("metadata.n", Op.LT, 3.0)))), ["far"]),
+            (
+                Or((Condition("metadata.lang", Op.EQ, "de"), Condition("metadata.n", Op.EQ, 9.0))),
+                ["near", "far"],
+            ),
+            (
+                And(
+                    (Condition("fact", Op.HAS, "coffee"), Not(Condition("metadata.n", Op.LT, 3.0)))
+                ),
+                ["far"],
+            ),
         ]
         supported = store.capabilities.pushdown
         tried = 0
@@ -400,7 +473,15 @@ class MemoryStoreConformance:
             tried += 1
             hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0, filter=expr))
             assert [hit.record.memory_id for hit in hits] == expected, expr
-            scanned = await store.scan(bank, ScanQuery(T0, scope_key=KEY, filter=expr, order_by=(SortKey("create_time", descending=False),)))
+            scanned = await store.scan(
+                bank,
+                ScanQuery(
+                    T0,
+                    scope_key=KEY,
+                    filter=expr,
+                    order_by=(SortKey("create_time", descending=False),),
+                ),
+            )
             assert [record.memory_id for record in scanned] == expected, expr
         assert tried or not supported
 
@@ -409,13 +490,20 @@ class MemoryStoreConformance:
     async def test_scan_orders_and_slices(self, store: MemoryStore, bank: str) -> None:
         """Scan orders by the sort keys, then id; offset and limit slice that order."""
         records = tuple(
-            memory(f"m{i}", unit(i), create_time=T0 + timedelta(seconds=i // 2), update_time=T0 + timedelta(seconds=10 - i))
+            memory(
+                f"m{i}",
+                unit(i),
+                create_time=T0 + timedelta(seconds=i // 2),
+                update_time=T0 + timedelta(seconds=10 - i),
+            )
             for i in range(6)
         )
         await store.apply(bank, WriteBatch(inserts=records))
         newest_first = await store.scan(bank, ScanQuery(T0))
         assert [r.memory_id for r in newest_first] == ["m4", "m5", "m2", "m3", "m0", "m1"]
-        by_update = await store.scan(bank, ScanQuery(T0, order_by=(SortKey("update_time", descending=False),)))
+        by_update = await store.scan(
+            bank, ScanQuery(T0, order_by=(SortKey("update_time", descending=False),))
+        )
         assert [r.memory_id for r in by_update] == ["m5", "m4", "m3", "m2", "m1", "m0"]
         page = await store.scan(bank, ScanQuery(T0, offset=2, limit=3))
         assert [r.memory_id for r in page] == ["m2", "m3", "m0"]
@@ -424,19 +512,30 @@ class MemoryStoreConformance:
     async def test_scan_by_scope_and_across_scopes(self, store: MemoryStore, bank: str) -> None:
         """A scan with a scope key sees only that scope; without one it sees the bank."""
         other = {"user_id": "u2"}
-        await store.apply(bank, WriteBatch(inserts=(memory("a", unit(0)), memory("b", unit(1), scope=other))))
+        await store.apply(
+            bank, WriteBatch(inserts=(memory("a", unit(0)), memory("b", unit(1), scope=other)))
+        )
         assert [r.memory_id for r in await store.scan(bank, ScanQuery(T0, scope_key=KEY))] == ["a"]
         assert sorted(r.memory_id for r in await store.scan(bank, ScanQuery(T0))) == ["a", "b"]
         if ("scope", "=") in store.capabilities.pushdown:
             expr = Condition("scope.user_id", Op.EQ, "u2")
-            assert [r.memory_id for r in await store.scan(bank, ScanQuery(T0, filter=expr))] == ["b"]
+            assert [r.memory_id for r in await store.scan(bank, ScanQuery(T0, filter=expr))] == [
+                "b"
+            ]
 
     # Revisions
 
     async def test_revisions_newest_first_and_by_id(self, store: MemoryStore, bank: str) -> None:
         """Revisions list newest first; each can be read by id; tombstones keep their flag."""
         revisions = (
-            revision("m1", "r1", labels={"src": "chat"}, extracted_memories=({"fact": "x", "context": "y"},), topics=(TopicRef(managed="USER_PERSONAL_INFO"),), metadata={"k": 1.5}),
+            revision(
+                "m1",
+                "r1",
+                labels={"src": "chat"},
+                extracted_memories=({"fact": "x", "context": "y"},),
+                topics=(TopicRef(managed="USER_PERSONAL_INFO"),),
+                metadata={"k": 1.5},
+            ),
             revision("m1", "r2", create_time=T0 + timedelta(seconds=1), deleted=True),
         )
         await store.apply(bank, WriteBatch(revisions=revisions))
@@ -456,19 +555,25 @@ class MemoryStoreConformance:
 
     async def test_operations_round_trip(self, store: MemoryStore, bank: str) -> None:
         """An operation reads back as written and can be replaced."""
-        pending = OperationRecord(bank, "memories/m1/operations/op1", False, {"metadata": {"a": 1}}, T0)
+        pending = OperationRecord(
+            bank, "memories/m1/operations/op1", False, {"metadata": {"a": 1}}, T0
+        )
         await store.put_operation(pending)
         assert await store.get_operation(bank, pending.operation_path) == pending
-        done = OperationRecord(bank, pending.operation_path, True, {"done": True, "response": {"name": "x"}}, T0)
+        done = OperationRecord(
+            bank, pending.operation_path, True, {"done": True, "response": {"name": "x"}}, T0
+        )
         await store.put_operation(done)
         assert await store.get_operation(bank, pending.operation_path) == done
         assert await store.get_operation(bank, "operations/missing") is None
 
     # Documents and locks
 
-    async def test_documents_round_trip_by_kind_and_key(self, store: MemoryStore, bank: str) -> None:
+    async def test_documents_round_trip_by_kind_and_key(
+        self, store: MemoryStore, bank: str
+    ) -> None:
         """Documents are JSON mappings kept per (bank, kind, key), listed by key."""
-        body = {"events": [{"text": "héllo \u2603 \"q\""}], "n": 3, "ok": True, "none": None}
+        body = {"events": [{"text": 'héllo \u2603 "q"'}], "n": 3, "ok": True, "none": None}
         await store.put_document(bank, "stream", "b-key", body)
         await store.put_document(bank, "stream", "a-key", {"n": 1})
         await store.put_document(bank, "journal", "a-key", {"other": "kind"})
@@ -511,4 +616,3 @@ def _pushable(expr: FilterExpr, supported: frozenset[tuple[str, str]]) -> bool:
     if isinstance(expr, Not):
         return _pushable(expr.part, supported)
     return all(_pushable(part, supported) for part in expr.parts)
-

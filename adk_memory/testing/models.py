@@ -54,7 +54,10 @@ class ScriptedMemoryModel(BaseLlm):
     def kind_of(self, request: LlmRequest) -> str:
         """`extraction` or `consolidation`, read from the request's response schema."""
         schema = request.config.response_schema if request.config else None
-        if schema is ExtractionOutput:
+        wire = request.config.response_json_schema if request.config else None
+        if schema is ExtractionOutput or (
+            isinstance(wire, dict) and "memories" in wire.get("properties", {})
+        ):
             return "extraction"
         if schema is ConsolidationOutput:
             return "consolidation"
@@ -81,8 +84,10 @@ class ScriptedMemoryModel(BaseLlm):
             if not script:
                 raise AssertionError(f"ScriptedMemoryModel has no {kind} answer left")
             answer = script.pop(0)
-        text = answer if isinstance(answer, str) else json.dumps(
-            answer.model_dump() if isinstance(answer, BaseModel) else answer
+        text = (
+            answer
+            if isinstance(answer, str)
+            else json.dumps(answer.model_dump() if isinstance(answer, BaseModel) else answer)
         )
         prompt_tokens = len(self.prompt_text(llm_request)) // 4
         yield LlmResponse(
