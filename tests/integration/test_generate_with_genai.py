@@ -25,12 +25,34 @@ class _Stub:
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         schema = json.dumps(body.get("generationConfig", {}))
         if '"actions"' not in schema:
-            text = json.dumps({"memories": [{"fact": "I drink green tea every morning.", "topics": ["USER_PREFERENCES"]}]})
+            text = json.dumps(
+                {
+                    "memories": [
+                        {"fact": "I drink green tea every morning.", "topics": ["USER_PREFERENCES"]}
+                    ]
+                }
+            )
         else:
-            text = json.dumps({"actions": [{"fact_index": 0, "action": "CREATE", "fact": "I drink green tea every morning."}]})
+            text = json.dumps(
+                {
+                    "actions": [
+                        {
+                            "fact_index": 0,
+                            "action": "CREATE",
+                            "fact": "I drink green tea every morning.",
+                        }
+                    ]
+                }
+            )
         return {
-            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
-            "usageMetadata": {"promptTokenCount": 120, "candidatesTokenCount": 20, "totalTokenCount": 140},
+            "candidates": [
+                {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}
+            ],
+            "usageMetadata": {
+                "promptTokenCount": 120,
+                "candidatesTokenCount": 20,
+                "totalTokenCount": 140,
+            },
         }
 
 
@@ -62,8 +84,15 @@ def stub() -> Iterator[tuple[str, _Stub]]:
         server.server_close()
 
 
-def test_generate_sends_the_response_schema_and_applies_the_parsed_answer(stub: tuple[str, _Stub], monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT"):
+def test_generate_sends_the_response_schema_and_applies_the_parsed_answer(
+    stub: tuple[str, _Stub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (
+        "GOOGLE_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_GENAI_USE_VERTEXAI",
+        "GOOGLE_CLOUD_PROJECT",
+    ):
         monkeypatch.delenv(name, raising=False)
     url, state = stub
     genai = GenaiClient(api_key="test-key", http_options={"base_url": url})
@@ -73,13 +102,26 @@ def test_generate_sends_the_response_schema_and_applies_the_parsed_answer(stub: 
         operation = client.memory_banks.memories.generate(
             name=bank,
             scope=SCOPE,
-            direct_contents_source={"events": [{"content": {"role": "user", "parts": [{"text": "I drink green tea every morning."}]}}]},
+            direct_contents_source={
+                "events": [
+                    {
+                        "content": {
+                            "role": "user",
+                            "parts": [{"text": "I drink green tea every morning."}],
+                        }
+                    }
+                ]
+            },
         )
-        assert [(g.action.value, g.memory.fact) for g in operation.response.generated_memories] == [("CREATED", "I drink green tea every morning.")]
+        assert [(g.action.value, g.memory.fact) for g in operation.response.generated_memories] == [
+            ("CREATED", "I drink green tea every morning.")
+        ]
         assert operation.metadata["llmCalls"] == 2 and operation.metadata["promptTokens"] == 240
         [hit] = list(client.memory_banks.memories.retrieve(name=bank, scope=SCOPE))
         assert hit.memory.fact == "I drink green tea every morning."
-    assert [path for path, _ in state.requests] == ["/v1beta/models/gemini-2.5-flash:generateContent"] * 2
+    assert [path for path, _ in state.requests] == [
+        "/v1beta/models/gemini-2.5-flash:generateContent"
+    ] * 2
     extraction, consolidation = (body for _, body in state.requests)
     config = extraction["generationConfig"]
     assert config["responseMimeType"] == "application/json"

@@ -24,7 +24,9 @@ def event(text: str, event_id: str | None = None) -> dict[str, Any]:
 
 @pytest.fixture
 def model() -> ScriptedMemoryModel:
-    return ScriptedMemoryModel(consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]})
+    return ScriptedMemoryModel(
+        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]}
+    )
 
 
 @pytest.fixture
@@ -54,41 +56,69 @@ def wait_done(client: Client, name: str, seconds: float = 10.0) -> Any:
 
 
 def facts(client: Client, bank: str) -> list[str]:
-    return sorted(hit.memory.fact for hit in client.memory_banks.memories.retrieve(name=bank, scope=SCOPE))
+    return sorted(
+        hit.memory.fact for hit in client.memory_banks.memories.retrieve(name=bank, scope=SCOPE)
+    )
 
 
 def extracting(model: ScriptedMemoryModel, *facts: str) -> None:
-    model.extractions.append({"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]} for fact in facts]})
+    model.extractions.append(
+        {"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]} for fact in facts]}
+    )
 
 
-def test_without_a_rule_events_flush_at_once(client: Client, bank: str, model: ScriptedMemoryModel) -> None:
+def test_without_a_rule_events_flush_at_once(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
     extracting(model, "I like tea.")
-    operation = client.memory_banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("I like tea")]})
+    operation = client.memory_banks.ingest_events(
+        name=bank, scope=SCOPE, direct_contents_source={"events": [event("I like tea")]}
+    )
     assert operation.name.startswith(bank + "/operations/")
     finished = wait_done(client, operation.name)
     assert finished.metadata["generatedMemories"] == 1
     assert facts(client, bank) == ["I like tea."]
 
 
-def test_event_count_trigger_waits_for_enough_events(client: Client, bank: str, model: ScriptedMemoryModel) -> None:
+def test_event_count_trigger_waits_for_enough_events(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
     trigger = {"generation_rule": {"event_count": 3}}
     banks = client.memory_banks
-    first = banks.ingest_events(name=bank, scope=SCOPE, stream_id="s", direct_contents_source={"events": [event("one", "e1"), event("two", "e2")]}, generation_trigger_config=trigger)
+    first = banks.ingest_events(
+        name=bank,
+        scope=SCOPE,
+        stream_id="s",
+        direct_contents_source={"events": [event("one", "e1"), event("two", "e2")]},
+        generation_trigger_config=trigger,
+    )
     time.sleep(0.5)
     assert not client.operations.get(first.name).done and model.requests == []
     extracting(model, "I said three things.")
-    third = banks.ingest_events(name=bank, scope=SCOPE, stream_id="s", direct_contents_source={"events": [event("three", "e3")]})
+    third = banks.ingest_events(
+        name=bank,
+        scope=SCOPE,
+        stream_id="s",
+        direct_contents_source={"events": [event("three", "e3")]},
+    )
     wait_done(client, third.name)
     assert client.operations.get(first.name).done
     prompt = model.prompt_text(model.requests[0])
     assert prompt.index("user: one") < prompt.index("user: two") < prompt.index("user: three")
 
 
-def test_duplicate_event_ids_are_ignored(client: Client, bank: str, model: ScriptedMemoryModel) -> None:
+def test_duplicate_event_ids_are_ignored(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
     trigger = {"generation_rule": {"event_count": 10}}
     banks = client.memory_banks
     for _ in range(3):
-        banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("same words", "dup-1")]}, generation_trigger_config=trigger)
+        banks.ingest_events(
+            name=bank,
+            scope=SCOPE,
+            direct_contents_source={"events": [event("same words", "dup-1")]},
+            generation_trigger_config=trigger,
+        )
     extracting(model)
     operation = banks.ingest_events(name=bank, scope=SCOPE, config={"force_flush": True})
     wait_done(client, operation.name) if not operation.done else None
@@ -98,47 +128,97 @@ def test_duplicate_event_ids_are_ignored(client: Client, bank: str, model: Scrip
     assert model.prompt_text(model.requests[0]).count("same words") == 1
 
 
-def test_idle_duration_flushes_after_silence(client: Client, bank: str, model: ScriptedMemoryModel) -> None:
+def test_idle_duration_flushes_after_silence(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
     extracting(model, "I like tea.")
-    operation = client.memory_banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("tea")]}, generation_trigger_config={"generation_rule": {"idle_duration": "1s"}})
+    operation = client.memory_banks.ingest_events(
+        name=bank,
+        scope=SCOPE,
+        direct_contents_source={"events": [event("tea")]},
+        generation_trigger_config={"generation_rule": {"idle_duration": "1s"}},
+    )
     time.sleep(0.3)
     assert not client.operations.get(operation.name).done
     wait_done(client, operation.name, seconds=6)
     assert facts(client, bank) == ["I like tea."]
 
 
-def test_bank_default_trigger_applies_without_a_request_rule(uri: str, model: ScriptedMemoryModel) -> None:
+def test_bank_default_trigger_applies_without_a_request_rule(
+    uri: str, model: ScriptedMemoryModel
+) -> None:
     with Client(uri=uri, embedding_model="hash-64", generation_model=model) as client:
-        bank = client.memory_banks.create(managed_semantic_memory_config={"generation_config": {"generation_trigger_config": {"generation_rule": {"event_count": 2}}}}).name
-        first = client.memory_banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("one")]})
+        bank = client.memory_banks.create(
+            managed_semantic_memory_config={
+                "generation_config": {
+                    "generation_trigger_config": {"generation_rule": {"event_count": 2}}
+                }
+            }
+        ).name
+        first = client.memory_banks.ingest_events(
+            name=bank, scope=SCOPE, direct_contents_source={"events": [event("one")]}
+        )
         time.sleep(0.4)
         assert not client.operations.get(first.name).done
         extracting(model, "x")
-        second = client.memory_banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("two")]})
+        second = client.memory_banks.ingest_events(
+            name=bank, scope=SCOPE, direct_contents_source={"events": [event("two")]}
+        )
         wait_done(client, second.name)
 
 
-def test_overlap_re_includes_processed_events(client: Client, bank: str, model: ScriptedMemoryModel) -> None:
+def test_overlap_re_includes_processed_events(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
     trigger = {"generation_rule": {"event_count": 1, "overlap_event_count": 1}}
     banks = client.memory_banks
     extracting(model)
     extracting(model)
-    wait_done(client, banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("first message")]}, generation_trigger_config=trigger).name)
-    wait_done(client, banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("second message")]}).name)
+    wait_done(
+        client,
+        banks.ingest_events(
+            name=bank,
+            scope=SCOPE,
+            direct_contents_source={"events": [event("first message")]},
+            generation_trigger_config=trigger,
+        ).name,
+    )
+    wait_done(
+        client,
+        banks.ingest_events(
+            name=bank, scope=SCOPE, direct_contents_source={"events": [event("second message")]}
+        ).name,
+    )
     second_prompt = model.prompt_text(model.requests[1])
     assert "first message" in second_prompt and "second message" in second_prompt
 
 
-def test_wait_for_completion_returns_a_done_operation(client: Client, bank: str, model: ScriptedMemoryModel) -> None:
+def test_wait_for_completion_returns_a_done_operation(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
     extracting(model, "I like tea.")
-    operation = client.memory_banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("tea")]}, config={"wait_for_completion": True})
+    operation = client.memory_banks.ingest_events(
+        name=bank,
+        scope=SCOPE,
+        direct_contents_source={"events": [event("tea")]},
+        config={"wait_for_completion": True},
+    )
     assert operation.done and operation.metadata["generatedMemories"] == 1
 
 
-def test_buffered_events_survive_and_a_new_client_flushes_them(uri: str, model: ScriptedMemoryModel) -> None:
-    with Client(uri=uri, embedding_model="hash-64", generation_model=model, run_scheduler=False) as first:
+def test_buffered_events_survive_and_a_new_client_flushes_them(
+    uri: str, model: ScriptedMemoryModel
+) -> None:
+    with Client(
+        uri=uri, embedding_model="hash-64", generation_model=model, run_scheduler=False
+    ) as first:
         bank = first.memory_banks.create().name
-        operation = first.memory_banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [event("I like tea", "e1")]}, generation_trigger_config={"generation_rule": {"event_count": 50}})
+        operation = first.memory_banks.ingest_events(
+            name=bank,
+            scope=SCOPE,
+            direct_contents_source={"events": [event("I like tea", "e1")]},
+            generation_trigger_config={"generation_rule": {"event_count": 50}},
+        )
         assert not operation.done
     extracting(model, "I like tea.")
     with Client(uri=uri, embedding_model="hash-64", generation_model=model) as second:
@@ -156,7 +236,15 @@ def test_ingest_validates_its_input(client: Client, bank: str) -> None:
     with pytest.raises(InvalidArgument):
         banks.ingest_events(name=bank, scope={}, direct_contents_source={"events": [event("x")]})
     with pytest.raises(InvalidArgument):
-        banks.ingest_events(name=bank, scope=SCOPE, direct_contents_source={"events": [{"event_id": "no-content"}]})
+        banks.ingest_events(
+            name=bank, scope=SCOPE, direct_contents_source={"events": [{"event_id": "no-content"}]}
+        )
     with pytest.raises(InvalidArgument):
-        banks.ingest_events(name=bank, scope=SCOPE, generation_trigger_config={"generation_rule": {"idle_duration": "soon"}})
-    assert isinstance(banks.ingest_events(name=bank, scope=SCOPE), types.MemoryBankIngestEventsOperation)
+        banks.ingest_events(
+            name=bank,
+            scope=SCOPE,
+            generation_trigger_config={"generation_rule": {"idle_duration": "soon"}},
+        )
+    assert isinstance(
+        banks.ingest_events(name=bank, scope=SCOPE), types.MemoryBankIngestEventsOperation
+    )

@@ -36,8 +36,12 @@ def bank(client: Client) -> str:
     return client.memory_banks.create().name
 
 
-def create(client: Client, bank: str, fact: str, scope: dict[str, str] = SCOPE, **config: object) -> types.Memory:
-    return client.memory_banks.memories.create(name=bank, fact=fact, scope=scope, config=config or None).response
+def create(
+    client: Client, bank: str, fact: str, scope: dict[str, str] = SCOPE, **config: object
+) -> types.Memory:
+    return client.memory_banks.memories.create(
+        name=bank, fact=fact, scope=scope, config=config or None
+    ).response
 
 
 def facts(results: object) -> list[str]:
@@ -77,7 +81,10 @@ def test_no_other_scope_is_ever_returned(client: Client, bank: str) -> None:
         create(client, bank, "I like blue.", scope=scope)
     search = {"search_query": "I like blue.", "top_k": 100}
     memories = client.memory_banks.memories
-    assert [hit.memory.name for hit in memories.retrieve(name=bank, scope=SCOPE, similarity_search_params=search)] == [mine.name]
+    assert [
+        hit.memory.name
+        for hit in memories.retrieve(name=bank, scope=SCOPE, similarity_search_params=search)
+    ] == [mine.name]
     assert [hit.memory.name for hit in memories.retrieve(name=bank, scope=SCOPE)] == [mine.name]
     for scope in CRAFTED:
         hits = list(memories.retrieve(name=bank, scope=scope, similarity_search_params=search))
@@ -88,10 +95,14 @@ def test_no_other_scope_is_ever_returned(client: Client, bank: str) -> None:
 def test_simple_retrieval_pages_through_everything(client: Client, bank: str) -> None:
     for fact in FACTS:
         create(client, bank, fact)
-    pager = client.memory_banks.memories.retrieve(name=bank, scope=SCOPE, simple_retrieval_params={"page_size": 4})
+    pager = client.memory_banks.memories.retrieve(
+        name=bank, scope=SCOPE, simple_retrieval_params={"page_size": 4}
+    )
     assert len(pager.page) == 4 and pager.next_page_token
     assert sorted(facts(pager)) == sorted(FACTS)
-    default = client.memory_banks.memories.retrieve(name=bank, scope=SCOPE, simple_retrieval_params={})
+    default = client.memory_banks.memories.retrieve(
+        name=bank, scope=SCOPE, simple_retrieval_params={}
+    )
     assert len(default.page) == 3
 
 
@@ -99,45 +110,114 @@ def test_filters_select_before_top_k(client: Client, bank: str) -> None:
     for fact in FACTS:
         create(client, bank, fact)
     memories = client.memory_banks.memories
-    allergies = memories.retrieve(name=bank, scope=SCOPE, similarity_search_params={"search_query": "blue", "top_k": 1}, config={"filter": 'fact=~"peanut|Lisbon"'})
+    allergies = memories.retrieve(
+        name=bank,
+        scope=SCOPE,
+        similarity_search_params={"search_query": "blue", "top_k": 1},
+        config={"filter": 'fact=~"peanut|Lisbon"'},
+    )
     assert facts(allergies) in (["I am allergic to peanuts."], ["My sister lives in Lisbon."])
     since = (datetime.now(UTC) - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
-    both = memories.retrieve(name=bank, scope=SCOPE, config={"filter": f'create_time>="{since}" AND fact=~"^My "'})
+    both = memories.retrieve(
+        name=bank, scope=SCOPE, config={"filter": f'create_time>="{since}" AND fact=~"^My "'}
+    )
     assert sorted(facts(both)) == ["My dog is called Rex.", "My sister lives in Lisbon."]
-    future = memories.retrieve(name=bank, scope=SCOPE, config={"filter": f"create_time>={int((time.time() + 3600) * 1e6)}"})
+    future = memories.retrieve(
+        name=bank, scope=SCOPE, config={"filter": f"create_time>={int((time.time() + 3600) * 1e6)}"}
+    )
     assert list(future) == []
 
 
 def test_filter_groups_equal_greater_less_and_negate(client: Client, bank: str) -> None:
     value = types.MemoryMetadataValue
-    create(client, bank, "a", metadata={"author": value(string_value="agent 123"), "score": value(double_value=0.5)})
-    create(client, bank, "b", metadata={"label": value(string_value="travel"), "score": value(double_value=2.0)})
-    create(client, bank, "c", metadata={"label": value(string_value="travel"), "score": value(double_value=0.1)})
+    create(
+        client,
+        bank,
+        "a",
+        metadata={"author": value(string_value="agent 123"), "score": value(double_value=0.5)},
+    )
+    create(
+        client,
+        bank,
+        "b",
+        metadata={"label": value(string_value="travel"), "score": value(double_value=2.0)},
+    )
+    create(
+        client,
+        bank,
+        "c",
+        metadata={"label": value(string_value="travel"), "score": value(double_value=0.1)},
+    )
     create(client, bank, "d")
     groups = [
         {"filters": [{"key": "author", "value": {"string_value": "agent 123"}, "op": "EQUAL"}]},
-        {"filters": [{"key": "label", "value": {"string_value": "travel"}}, {"key": "score", "negate": True, "op": "GREATER_THAN", "value": {"double_value": 1.0}}]},
+        {
+            "filters": [
+                {"key": "label", "value": {"string_value": "travel"}},
+                {
+                    "key": "score",
+                    "negate": True,
+                    "op": "GREATER_THAN",
+                    "value": {"double_value": 1.0},
+                },
+            ]
+        },
     ]
-    found = client.memory_banks.memories.retrieve(name=bank, scope=SCOPE, config={"filter_groups": groups})
+    found = client.memory_banks.memories.retrieve(
+        name=bank, scope=SCOPE, config={"filter_groups": groups}
+    )
     assert sorted(facts(found)) == ["a", "c"]
     below = [{"filters": [{"key": "score", "op": "LESS_THAN", "value": {"double_value": 1.0}}]}]
-    assert sorted(facts(client.memory_banks.memories.retrieve(name=bank, scope=SCOPE, config={"filter_groups": below}))) == ["a", "c"]
+    assert sorted(
+        facts(
+            client.memory_banks.memories.retrieve(
+                name=bank, scope=SCOPE, config={"filter_groups": below}
+            )
+        )
+    ) == ["a", "c"]
     missing = [{"filters": [{"key": "score", "negate": True, "value": {"double_value": 0.5}}]}]
-    assert sorted(facts(client.memory_banks.memories.retrieve(name=bank, scope=SCOPE, config={"filter_groups": missing}))) == ["b", "c", "d"]
+    assert sorted(
+        facts(
+            client.memory_banks.memories.retrieve(
+                name=bank, scope=SCOPE, config={"filter_groups": missing}
+            )
+        )
+    ) == ["b", "c", "d"]
 
 
-@pytest.mark.parametrize("bad_filter", ['fact=~"unclosed', "fact >", "no_such_field = 1", 'fact=~"(?<=x)"', "create_time > yesterday"])
+@pytest.mark.parametrize(
+    "bad_filter",
+    ['fact=~"unclosed', "fact >", "no_such_field = 1", 'fact=~"(?<=x)"', "create_time > yesterday"],
+)
 def test_bad_filter_is_invalid_argument(client: Client, bank: str, bad_filter: str) -> None:
     with pytest.raises(InvalidArgument):
-        list(client.memory_banks.memories.retrieve(name=bank, scope=SCOPE, config={"filter": bad_filter}))
+        list(
+            client.memory_banks.memories.retrieve(
+                name=bank, scope=SCOPE, config={"filter": bad_filter}
+            )
+        )
 
 
-@pytest.mark.parametrize("bad_scope", [{}, {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}, {"user_id": "*"}, {"user_id": ""}, {"": "x"}, {"user_id": 5}])
-def test_invalid_scope_is_invalid_argument_everywhere(client: Client, bank: str, bad_scope: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "bad_scope",
+    [
+        {},
+        {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"},
+        {"user_id": "*"},
+        {"user_id": ""},
+        {"": "x"},
+        {"user_id": 5},
+    ],
+)
+def test_invalid_scope_is_invalid_argument_everywhere(
+    client: Client, bank: str, bad_scope: dict[str, object]
+) -> None:
     with pytest.raises(InvalidArgument):
         client.memory_banks.memories.create(name=bank, fact="x", scope=bad_scope)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument):
-        client.memory_banks.memories.retrieve(name=bank, scope=bad_scope, similarity_search_params={"search_query": "x"})  # type: ignore[arg-type]
+        client.memory_banks.memories.retrieve(
+            name=bank, scope=bad_scope, similarity_search_params={"search_query": "x"}
+        )  # type: ignore[arg-type]
 
 
 def test_update_then_rollback_through_revisions(client: Client, bank: str) -> None:
@@ -147,22 +227,42 @@ def test_update_then_rollback_through_revisions(client: Client, bank: str) -> No
     assert updated.fact == "I like green."
     revisions = list(memories.revisions.list(name=memory.name))
     assert [revision.fact for revision in revisions] == ["I like green.", "I like blue."]
-    hit = next(iter(memories.retrieve(name=bank, scope=SCOPE, similarity_search_params={"search_query": "I like green."})))
+    hit = next(
+        iter(
+            memories.retrieve(
+                name=bank, scope=SCOPE, similarity_search_params={"search_query": "I like green."}
+            )
+        )
+    )
     assert hit.distance < 1e-3
     first = revisions[-1].name.rsplit("/", 1)[-1]
     memories.rollback(name=memory.name, target_revision_id=first)
     assert memories.get(name=memory.name).fact == "I like blue."
-    assert [r.fact for r in memories.revisions.list(name=memory.name)] == ["I like blue.", "I like green.", "I like blue."]
+    assert [r.fact for r in memories.revisions.list(name=memory.name)] == [
+        "I like blue.",
+        "I like green.",
+        "I like blue.",
+    ]
     assert memories.revisions.get(name=revisions[0].name).fact == "I like green."
 
 
 def test_update_with_mask_changes_only_masked_fields(client: Client, bank: str) -> None:
     value = types.MemoryMetadataValue
-    memory = create(client, bank, "I like blue.", display_name="old", metadata={"k": value(string_value="v")})
+    memory = create(
+        client, bank, "I like blue.", display_name="old", metadata={"k": value(string_value="v")}
+    )
     memories = client.memory_banks.memories
-    memories.update(name=memory.name, fact="ignored", config={"display_name": "new", "update_mask": "displayName"})
+    memories.update(
+        name=memory.name,
+        fact="ignored",
+        config={"display_name": "new", "update_mask": "displayName"},
+    )
     after = memories.get(name=memory.name)
-    assert (after.fact, after.display_name, after.metadata["k"].string_value) == ("I like blue.", "new", "v")
+    assert (after.fact, after.display_name, after.metadata["k"].string_value) == (
+        "I like blue.",
+        "new",
+        "v",
+    )
     memories.update(name=memory.name, config={"metadata": {"k": value(string_value="w")}})
     assert memories.get(name=memory.name).metadata["k"].string_value == "w"
     assert len(list(memories.revisions.list(name=memory.name))) == 1
@@ -179,7 +279,14 @@ def test_ttl_hides_a_memory_when_it_expires(client: Client, bank: str) -> None:
     with pytest.raises(NotFound):
         memories.get(name=short.name)
     assert list(memories.retrieve(name=bank, scope=SCOPE)) == []
-    assert list(memories.retrieve(name=bank, scope=SCOPE, similarity_search_params={"search_query": "code"})) == []
+    assert (
+        list(
+            memories.retrieve(
+                name=bank, scope=SCOPE, similarity_search_params={"search_query": "code"}
+            )
+        )
+        == []
+    )
 
 
 def test_delete_keeps_revisions_and_rollback_recreates(client: Client, bank: str) -> None:
@@ -205,7 +312,10 @@ def test_purge_dry_run_counts_and_force_deletes(client: Client, bank: str) -> No
     assert len(list(memories.retrieve(name=bank, scope=SCOPE))) == 6
     forced = memories.purge(name=bank, filter='scope.user_id="123" AND fact=~"^I "', force=True)
     assert forced.response.purge_count == 4
-    assert sorted(facts(memories.retrieve(name=bank, scope=SCOPE))) == ["My dog is called Rex.", "My sister lives in Lisbon."]
+    assert sorted(facts(memories.retrieve(name=bank, scope=SCOPE))) == [
+        "My dog is called Rex.",
+        "My sister lives in Lisbon.",
+    ]
     assert len(list(memories.retrieve(name=bank, scope={"user_id": "456"}))) == 1
 
 
@@ -217,7 +327,9 @@ def test_list_pages_filters_and_orders(client: Client, bank: str) -> None:
     listed = list(pager)
     assert len(listed) == 6
     assert [m.create_time for m in listed] == sorted((m.create_time for m in listed), reverse=True)
-    oldest_first = list(client.memory_banks.memories.list(name=bank, config={"order_by": "create_time"}))
+    oldest_first = list(
+        client.memory_banks.memories.list(name=bank, config={"order_by": "create_time"})
+    )
     assert [m.name for m in oldest_first] == [m.name for m in reversed(listed)]
     dogs = list(client.memory_banks.memories.list(name=bank, config={"filter": 'fact:"dog"'}))
     assert [m.fact for m in dogs] == ["My dog is called Rex."]
@@ -232,8 +344,14 @@ def test_bank_delete_needs_force_when_it_holds_memories(client: Client, bank: st
         client.memory_banks.get(name=bank)
 
 
-def test_bank_update_merges_and_refuses_model_change_with_memories(client: Client, bank: str) -> None:
-    client.memory_banks.update(name=bank, managed_semantic_memory_config={"ttl_config": {"default_ttl": "3600s"}}, config={"display_name": "renamed"})
+def test_bank_update_merges_and_refuses_model_change_with_memories(
+    client: Client, bank: str
+) -> None:
+    client.memory_banks.update(
+        name=bank,
+        managed_semantic_memory_config={"ttl_config": {"default_ttl": "3600s"}},
+        config={"display_name": "renamed"},
+    )
     client.memory_banks.update(name=bank, managed_semantic_memory_config={})
     got = client.memory_banks.get(name=bank)
     assert got.display_name == "renamed"
@@ -242,7 +360,12 @@ def test_bank_update_merges_and_refuses_model_change_with_memories(client: Clien
     memory = create(client, bank, "I like blue.")
     assert memory.expire_time is not None
     with pytest.raises(FailedPrecondition):
-        client.memory_banks.update(name=bank, managed_semantic_memory_config={"similarity_search_config": {"embedding_model": "hash-32"}})
+        client.memory_banks.update(
+            name=bank,
+            managed_semantic_memory_config={
+                "similarity_search_config": {"embedding_model": "hash-32"}
+            },
+        )
 
 
 def test_operations_are_recorded(client: Client, bank: str) -> None:

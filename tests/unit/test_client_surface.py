@@ -23,25 +23,67 @@ PAIRS = [
 
 def test_exported_names_are_pinned() -> None:
     assert adk_memory.__all__ == [
-        "AdkMemoryError", "AlreadyExists", "AsyncClient", "AsyncPager", "Client",
-        "FailedPrecondition", "InvalidArgument", "ModelUnavailable", "NotFound", "Pager", "PermissionDenied",
-        "ResourceExhausted", "StoreUnavailable", "Unauthenticated", "Unimplemented", "types",
+        "AdkMemoryError",
+        "AlreadyExists",
+        "AsyncClient",
+        "AsyncPager",
+        "Client",
+        "FailedPrecondition",
+        "InvalidArgument",
+        "ModelUnavailable",
+        "NotFound",
+        "Pager",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "StoreUnavailable",
+        "Unauthenticated",
+        "Unimplemented",
+        "types",
     ]
 
 
 @pytest.mark.parametrize(("blocking", "asynchronous"), PAIRS)
-def test_every_async_method_has_a_blocking_twin_with_the_same_signature(blocking: type, asynchronous: type) -> None:
-    public = [name for name, value in vars(asynchronous).items() if inspect.iscoroutinefunction(value) and (not name.startswith("_") or name == "_update")]
+def test_every_async_method_has_a_blocking_twin_with_the_same_signature(
+    blocking: type, asynchronous: type
+) -> None:
+    public = [
+        name
+        for name, value in vars(asynchronous).items()
+        if inspect.iscoroutinefunction(value) and (not name.startswith("_") or name == "_update")
+    ]
     assert public
     for name in public:
-        assert inspect.signature(getattr(blocking, name)) == inspect.signature(getattr(asynchronous, name)), name
+        assert inspect.signature(getattr(blocking, name)) == inspect.signature(
+            getattr(asynchronous, name)
+        ), name
 
 
 def test_sdk_method_names_exist() -> None:
-    memories = {"create", "get", "list", "update", "_update", "delete", "generate", "retrieve", "retrieve_profiles", "rollback", "purge"}
+    memories = {
+        "create",
+        "get",
+        "list",
+        "update",
+        "_update",
+        "delete",
+        "generate",
+        "retrieve",
+        "retrieve_profiles",
+        "rollback",
+        "purge",
+    }
     assert memories <= set(dir(aio.AsyncMemories))
-    assert {"create", "get", "list", "update", "delete", "ingest_events"} <= set(dir(aio.AsyncMemoryBanks))
-    flat = {"get_memory", "list_memories", "retrieve_memories", "create_memory", "generate_memories", "delete_memory"}
+    assert {"create", "get", "list", "update", "delete", "ingest_events"} <= set(
+        dir(aio.AsyncMemoryBanks)
+    )
+    flat = {
+        "get_memory",
+        "list_memories",
+        "retrieve_memories",
+        "create_memory",
+        "generate_memories",
+        "delete_memory",
+    }
     assert flat <= set(dir(aio.AsyncAgentEngines))
 
 
@@ -49,32 +91,56 @@ def test_sdk_keyword_only_parameters_match_the_official_sdk() -> None:
     from agentplatform._genai.memories import Memories as SdkMemories
 
     for name in ("create", "get", "list", "delete", "retrieve", "rollback", "purge"):
-        ours = [p.name for p in inspect.signature(getattr(aio.AsyncMemories, name)).parameters.values() if p.name != "self"]
-        theirs = [p.name for p in inspect.signature(getattr(SdkMemories, name)).parameters.values() if p.name != "self"]
+        ours = [
+            p.name
+            for p in inspect.signature(getattr(aio.AsyncMemories, name)).parameters.values()
+            if p.name != "self"
+        ]
+        theirs = [
+            p.name
+            for p in inspect.signature(getattr(SdkMemories, name)).parameters.values()
+            if p.name != "self"
+        ]
         assert ours == theirs, name
 
 
 def test_long_vertexai_names_and_seed_spellings() -> None:
     assert types.RetrieveAgentEngineMemoriesConfig is types.RetrieveMemoriesConfig
     with pytest.warns(DeprecationWarning, match="granular_ttl"):
-        ttl = types.ReasoningEngineContextSpecMemoryBankConfigTtlConfig(granular_ttl={"create_ttl": "60s"})
+        ttl = types.ReasoningEngineContextSpecMemoryBankConfigTtlConfig(
+            granular_ttl={"create_ttl": "60s"}
+        )
     assert ttl.granular_ttl_config.create_ttl == "60s"
     with pytest.warns(DeprecationWarning, match="consolidation_customization"):
-        custom = types.MemoryBankCustomizationConfig(consolidation_customization={"revisions_per_candidate_count": 10})
+        custom = types.MemoryBankCustomizationConfig(
+            consolidation_customization={"revisions_per_candidate_count": 10}
+        )
     assert custom.consolidation_config.revisions_per_candidate_count == 10
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        topic = types.MemoryBankCustomizationConfigMemoryTopic.model_validate({"managed_memory_topic": "USER_PREFERENCES"})
-        camel = types.Memory.model_validate({"fact": "x", "createTime": "2026-01-01T00:00:00Z", "topics": [{"managedMemoryTopic": "USER_PREFERENCES"}]})
+        topic = types.MemoryBankCustomizationConfigMemoryTopic.model_validate(
+            {"managed_memory_topic": "USER_PREFERENCES"}
+        )
+        camel = types.Memory.model_validate(
+            {
+                "fact": "x",
+                "createTime": "2026-01-01T00:00:00Z",
+                "topics": [{"managedMemoryTopic": "USER_PREFERENCES"}],
+            }
+        )
     assert topic.managed_memory_topic.managed_topic_enum == types.ManagedTopicEnum.USER_PREFERENCES
-    assert camel.model_dump(mode="json", by_alias=True, exclude_none=True)["createTime"].startswith("2026-01-01")
+    assert camel.model_dump(mode="json", by_alias=True, exclude_none=True)["createTime"].startswith(
+        "2026-01-01"
+    )
 
 
 def test_typo_in_a_config_is_invalid_argument() -> None:
     with Client("memory://", embedding_model="hash-8") as client:
         bank = client.memory_banks.create().name
         with pytest.raises(InvalidArgument, match="memory_idd"):
-            client.memory_banks.memories.create(name=bank, fact="x", scope={"u": "1"}, config={"memory_idd": "a"})
+            client.memory_banks.memories.create(
+                name=bank, fact="x", scope={"u": "1"}, config={"memory_idd": "a"}
+            )
         with pytest.raises(InvalidArgument, match="name"):
             client.memory_banks.memories.get(name="banks/1/memories/x")
         with pytest.raises(NotFound):
@@ -89,7 +155,9 @@ async def test_async_client_and_pager() -> None:
     async with AsyncClient("memory://", embedding_model="hash-8") as client:
         bank = (await client.memory_banks.create()).name
         for index in range(5):
-            await client.memory_banks.memories.create(name=bank, fact=f"fact {index}", scope={"u": "1"})
+            await client.memory_banks.memories.create(
+                name=bank, fact=f"fact {index}", scope={"u": "1"}
+            )
         pager = await client.memory_banks.memories.list(name=bank, config={"page_size": 2})
         assert len(pager.page) == 2
         assert len([memory async for memory in pager]) == 5

@@ -19,7 +19,9 @@ def ttl(**fields: object) -> TtlConfig:
 
 def test_request_ttl_wins_over_bank_config() -> None:
     bank = ttl(default_ttl="100s")
-    assert memory_expiry(now=NOW, action=Action.CREATE, ttl="5s", bank_ttl=bank) == NOW + timedelta(seconds=5)
+    assert memory_expiry(now=NOW, action=Action.CREATE, ttl="5s", bank_ttl=bank) == NOW + timedelta(
+        seconds=5
+    )
     at = NOW + timedelta(days=2)
     assert memory_expiry(now=NOW, action=Action.CREATE, expire_time=at, bank_ttl=bank) == at
 
@@ -31,8 +33,12 @@ def test_ttl_and_expire_time_together_are_refused() -> None:
 
 def test_granular_ttl_applies_per_operation_and_leaves_others_unchanged() -> None:
     bank = ttl(granular_ttl_config={"create_ttl": "10s", "generate_updated_ttl": "20s"})
-    assert memory_expiry(now=NOW, action=Action.CREATE, bank_ttl=bank) == NOW + timedelta(seconds=10)
-    assert memory_expiry(now=NOW, action=Action.GENERATE_UPDATED, bank_ttl=bank) == NOW + timedelta(seconds=20)
+    assert memory_expiry(now=NOW, action=Action.CREATE, bank_ttl=bank) == NOW + timedelta(
+        seconds=10
+    )
+    assert memory_expiry(now=NOW, action=Action.GENERATE_UPDATED, bank_ttl=bank) == NOW + timedelta(
+        seconds=20
+    )
     assert memory_expiry(now=NOW, action=Action.GENERATE_CREATED, bank_ttl=bank) is None
     assert memory_expiry(now=NOW, action=Action.UPDATE, bank_ttl=bank) is UNCHANGED
 
@@ -55,8 +61,12 @@ def test_bad_durations_are_refused(bad: str) -> None:
 
 
 def test_revision_expiry_precedence() -> None:
-    assert revision_expiry(now=NOW, revision_ttl="7s", bank_ttl=ttl(memory_revision_default_ttl="9s")) == NOW + timedelta(seconds=7)
-    assert revision_expiry(now=NOW, bank_ttl=ttl(memory_revision_default_ttl="9s")) == NOW + timedelta(seconds=9)
+    assert revision_expiry(
+        now=NOW, revision_ttl="7s", bank_ttl=ttl(memory_revision_default_ttl="9s")
+    ) == NOW + timedelta(seconds=7)
+    assert revision_expiry(
+        now=NOW, bank_ttl=ttl(memory_revision_default_ttl="9s")
+    ) == NOW + timedelta(seconds=9)
     assert revision_expiry(now=NOW, bank_ttl=None) == NOW + timedelta(days=365)
 
 
@@ -67,10 +77,24 @@ def test_names_parse_full_and_short_forms() -> None:
     assert Names.parse_revision(full) == ("123", "m-1", "r9")
     assert Names.parse_memory("reasoningEngines/123/memories/m-1") == ("123", "m-1")
     assert Names.parse_bank("projects/x/locations/y/reasoningEngines/abc-1") == "abc-1"
-    assert Names.parse_operation(names.operation("123", "memories/m-1/operations/o1")) == ("123", "memories/m-1/operations/o1")
+    assert Names.parse_operation(names.operation("123", "memories/m-1/operations/o1")) == (
+        "123",
+        "memories/m-1/operations/o1",
+    )
 
 
-@pytest.mark.parametrize("bad", ["", "reasoningEngines/", "reasoningEngines/UPPER", "reasoningEngines/1/memories", "reasoningEngines/1/memories/Bad_Id", "reasoningEngines/1/memories/m/extra", "projects/p/reasoningEngines/1"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "reasoningEngines/",
+        "reasoningEngines/UPPER",
+        "reasoningEngines/1/memories",
+        "reasoningEngines/1/memories/Bad_Id",
+        "reasoningEngines/1/memories/m/extra",
+        "projects/p/reasoningEngines/1",
+    ],
+)
 def test_malformed_names_are_invalid_argument(bad: str) -> None:
     with pytest.raises(InvalidArgument, match="expected|memory id"):
         Names.parse_memory(bad)
