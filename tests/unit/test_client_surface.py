@@ -147,8 +147,8 @@ def test_typo_in_a_config_is_invalid_argument() -> None:
             client.memory_banks.memories.get(name="reasoningEngines/42/memories/x")
         with pytest.raises(InvalidArgument, match="exactly one"):
             client.memory_banks.memories.generate(name=bank)
-        with pytest.raises(Unimplemented):
-            client.memory_banks.memories.retrieve_profiles(name=bank, scope={"u": "1"})
+        with pytest.raises(Unimplemented, match="encryption_spec"):
+            client.memory_banks.create(config={"encryption_spec": {"kms_key_name": "k"}})
 
 
 async def test_async_client_and_pager() -> None:
