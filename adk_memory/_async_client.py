@@ -24,10 +24,12 @@ from adk_memory.engine.convert import parse_model, to_memory, to_revision
 from adk_memory.engine.generate import events_from_session
 from adk_memory.engine.paging import decode_page_token, encode_page_token
 from adk_memory.errors import InvalidArgument, Unimplemented
+from adk_memory.extensions import BankExtensions
 from adk_memory.names import Names
 from adk_memory.scheduler import IngestScheduler
 from adk_memory.settings import default_embedding_model, default_uri
 from adk_memory.store import MemoryStore
+from adk_memory.telemetry import instrument_engine_context, trace_store, traced_resource
 
 __all__ = [
     "AsyncAgentEngines",
@@ -50,6 +52,7 @@ _OPERATION_TYPES: dict[str, type[BaseModel]] = {
 }
 
 
+@traced_resource("memories.revisions")
 class AsyncMemoryRevisions:
     """`memory_banks.memories.revisions`."""
 
@@ -78,6 +81,7 @@ class AsyncMemoryRevisions:
         return await _first_page(fetch, checked.page_token)
 
 
+@traced_resource("memories")
 class AsyncMemories:
     """`memory_banks.memories` (also `agent_engines.memories`)."""
 
@@ -344,6 +348,7 @@ class AsyncMemories:
         return operation
 
 
+@traced_resource("memory_banks")
 class AsyncMemoryBanks:
     """`memory_banks`."""
 
@@ -361,8 +366,13 @@ class AsyncMemoryBanks:
         managed_semantic_memory_config: Any = None,
         config: Any = None,
         memory_bank_id: str | None = None,
+        extensions: Any = None,
     ) -> types.MemoryBank:
-        """Creates a bank (`memory_bank_id` is our extension: a fixed id instead of a new one)."""
+        """Creates a bank.
+
+        Our extensions (the SDK has neither): `memory_bank_id`, a fixed id instead of a new one;
+        `extensions`, an `adk_memory.extensions.BankExtensions` (e.g. hybrid retrieval).
+        """
         checked = parse_model(types.CreateMemoryBankConfig, config, field="config")
         if checked.encryption_spec is not None:
             raise Unimplemented(
@@ -375,6 +385,7 @@ class AsyncMemoryBanks:
             display_name=checked.display_name,
             description=checked.description,
             bank_id=memory_bank_id,
+            extensions=extensions,
         )
         return to_memory_bank(record, self._engine.names)
 
@@ -398,17 +409,30 @@ class AsyncMemoryBanks:
         return await _first_page(fetch, checked.page_token)
 
     async def update(
-        self, *, name: str, managed_semantic_memory_config: Any = None, config: Any = None
+        self,
+        *,
+        name: str,
+        managed_semantic_memory_config: Any = None,
+        config: Any = None,
+        extensions: Any = None,
     ) -> types.MemoryBank:
-        """Merges the non-empty top-level config fields given into the bank's config."""
+        """Merges the non-empty top-level config fields given into the bank's config.
+
+        `extensions` (ours) replaces the bank's `BankExtensions` when given.
+        """
         checked = parse_model(types.UpdateMemoryBankConfig, config, field="config")
         record = await self._engine.banks.update(
             Names.parse_bank(name),
             managed_semantic_memory_config,
             display_name=checked.display_name,
             description=checked.description,
+            extensions=extensions,
         )
         return to_memory_bank(record, self._engine.names)
+
+    async def get_extensions(self, *, name: str) -> BankExtensions:
+        """The bank's adk-memory extensions (ours; the SDK has no such call)."""
+        return (await self._engine.context.load_bank(Names.parse_bank(name))).extensions
 
     async def delete(
         self, *, name: str, force: bool | None = None, config: Any = None
@@ -475,6 +499,7 @@ _DEPLOYMENT_FIELDS = (
 )
 
 
+@traced_resource("agent_engines")
 class AsyncAgentEngines:
     """The older `agent_engines` surface the seeds use; a memory bank is a reasoning engine."""
 
@@ -547,6 +572,7 @@ class AsyncAgentEngines:
         return AgentEngine(api_resource=types.ReasoningEngine.model_validate(payload))
 
 
+@traced_resource("operations")
 class AsyncOperations:
     """`operations.get`: every operation is recorded in the store."""
 
@@ -604,7 +630,8 @@ class AsyncClient:
         if store is not None and uri is not None:
             raise InvalidArgument("Pass either uri or store, not both.", field="uri")
         self.uri = uri or default_uri()
-        self._store = store or store_from_uri(self.uri, **store_options)
+        # Spans for every store round trip and embedding batch (adk_memory.telemetry).
+        self._store = trace_store(store or store_from_uri(self.uri, **store_options))
         self.engine = MemoryEngine(
             self._store,
             names=Names(project=project, location=location),
@@ -613,6 +640,7 @@ class AsyncClient:
             generation_model=generation_model,
             session_service=session_service,
         )
+        instrument_engine_context(self.engine.context)
         self.ingest_scheduler = IngestScheduler(self.engine)
         self.memory_banks = AsyncMemoryBanks(
             self.engine, self.ingest_scheduler, start_scheduler=run_scheduler

@@ -104,6 +104,7 @@ class MemoryBanks(_Resource):
     list = _blocking(aio.AsyncMemoryBanks.list)
     update = _blocking(aio.AsyncMemoryBanks.update)
     delete = _blocking(aio.AsyncMemoryBanks.delete)
+    get_extensions = _blocking(aio.AsyncMemoryBanks.get_extensions)
     ingest_events = _blocking(aio.AsyncMemoryBanks.ingest_events)
 
 

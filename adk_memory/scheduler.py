@@ -31,10 +31,12 @@ class IngestScheduler:
         self._poll_seconds = poll_seconds
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         """Starts the polling loop on the running event loop (idempotent)."""
         if self._loop_task is None or self._loop_task.done():
+            self._stopping = asyncio.Event()
             self._loop_task = asyncio.get_running_loop().create_task(self.run_forever())
 
     def kick(self, bank_id: str, key: str) -> None:
@@ -55,26 +57,35 @@ class IngestScheduler:
         return changed
 
     async def run_forever(self) -> None:
-        """Polls until cancelled."""
-        while True:
+        """Polls until `stop()` (or cancellation)."""
+        while not self._stopping.is_set():
             try:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the scheduler must outlive any one failure
                 logger.exception("Ingest scheduler pass failed; retrying.")
-            await asyncio.sleep(self._poll_seconds)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._poll_seconds)
+            except TimeoutError:
+                pass
 
     async def drain(self) -> None:
         """Waits for the flushes already started."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def stop(self) -> None:
-        """Stops polling and waits for running flushes."""
+    async def stop(self, *, timeout: float = 30.0) -> None:
+        """Stops polling after the current pass and waits for running flushes.
+
+        A stop event rather than cancellation: on Python 3.11 some drivers' `wait_for` can
+        swallow a cancellation (CPython gh-86296), which would leave the loop running forever.
+        """
+        self._stopping.set()
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+            done, _ = await asyncio.wait({self._loop_task}, timeout=timeout)
+            if not done:
+                self._loop_task.cancel()
             self._loop_task = None
         await self.drain()
 

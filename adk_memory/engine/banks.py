@@ -13,10 +13,11 @@ from agentplatform import types as sdk_types
 
 from adk_memory import types
 from adk_memory.embeddings import canonical_model_name
-from adk_memory.engine.context import EngineContext
+from adk_memory.engine.context import EngineContext, split_config
 from adk_memory.engine.convert import parse_duration, parse_model
 from adk_memory.engine.profiles import validate_structured_configs
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.names import Names, new_bank_id
 from adk_memory.store import BankRecord, ScanQuery
 
@@ -95,6 +96,7 @@ def _config_json(config: types.ReasoningEngineContextSpecMemoryBankConfig) -> di
 def to_memory_bank(record: BankRecord, names: Names) -> types.MemoryBank:
     """The SDK `MemoryBank` view of a bank record."""
     data = dict(record.config)
+    data.pop(EXTENSIONS_KEY, None)
     if "customization_configs" in data:
         data["unstructured_memory_configs"] = data.pop("customization_configs")
     return types.MemoryBank(
@@ -109,7 +111,7 @@ def to_memory_bank(record: BankRecord, names: Names) -> types.MemoryBank:
 
 def to_reasoning_engine_json(record: BankRecord, names: Names) -> dict[str, Any]:
     """The ReasoningEngine JSON (camelCase) of a bank, as the REST API returns it."""
-    config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(dict(record.config))
+    config, _ = split_config(record.config)
     engine = types.ReasoningEngine(
         name=names.bank(record.bank_id),
         display_name=record.display_name,
@@ -136,6 +138,7 @@ class BankOps:
         display_name: str | None = None,
         description: str | None = None,
         bank_id: str | None = None,
+        extensions: Any = None,
     ) -> BankRecord:
         """Validates the config, resolves its embedding model and stores a new bank."""
         config = _wire_config(managed_config)
@@ -153,7 +156,7 @@ class BankOps:
         now = self._context.clock()
         record = BankRecord(
             bank_id=bank_id or new_bank_id(),
-            config=_config_json(config),
+            config=_with_extensions(_config_json(config), extensions, None),
             embedding_model=canonical_model_name(embedder.model),
             embedding_dimension=embedder.dimension,
             create_time=now,
@@ -185,13 +188,15 @@ class BankOps:
         *,
         display_name: str | None = None,
         description: str | None = None,
+        extensions: Any = None,
     ) -> BankRecord:
         """Merges the non-empty top-level config fields given (SPEC §3: `{}` changes nothing)."""
         bank = await self._context.load_bank(bank_id)
         _check_display_name(display_name)
         changes = _config_json(_wire_config(managed_config)) if managed_config is not None else {}
+        stored = {key: value for key, value in bank.record.config.items() if key != EXTENSIONS_KEY}
         merged = {
-            **bank.record.config,
+            **stored,
             **{key: value for key, value in changes.items() if value not in ({}, [], None)},
         }
         config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(merged)
@@ -217,7 +222,7 @@ class BankOps:
             config = _with_embedding_model(config, new_embedder.model)
         record = BankRecord(
             bank_id=bank_id,
-            config=_config_json(config),
+            config=_with_extensions(_config_json(config), extensions, bank.extensions),
             embedding_model=embedding_model,
             embedding_dimension=dimension,
             create_time=bank.record.create_time,
@@ -253,6 +258,19 @@ def _with_embedding_model(
     return config.model_copy(
         update={"similarity_search_config": _SimilaritySearchConfig(embedding_model=model)}
     )
+
+
+def _with_extensions(
+    config: dict[str, Any], extensions: Any, current: BankExtensions | None
+) -> dict[str, Any]:
+    """The config JSON with our extensions beside it (given ones replace the current ones)."""
+    if extensions is None:
+        chosen = current
+    else:
+        chosen = parse_model(BankExtensions, extensions, field="extensions")
+    if chosen is not None and chosen != BankExtensions():
+        config[EXTENSIONS_KEY] = chosen.model_dump(mode="json")
+    return config
 
 
 def _check_display_name(display_name: str | None) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,13 +18,29 @@ from pydantic import BaseModel
 from adk_memory import types
 from adk_memory.embeddings import Embedder, embedder_for
 from adk_memory.errors import NotFound
+from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.names import Names
 from adk_memory.store import BankRecord, MemoryStore, OperationRecord
 
-__all__ = ["DEFAULT_REVISION_TTL", "EngineContext", "LoadedBank", "utc_now"]
+__all__ = [
+    "DEFAULT_REVISION_TTL",
+    "EngineContext",
+    "LoadedBank",
+    "split_config",
+    "utc_now",
+]
 
 DEFAULT_REVISION_TTL = timedelta(days=365)
 """SPEC §3: revisions expire after 365 days unless the request or the bank says otherwise."""
+
+
+def split_config(
+    stored: Mapping[str, Any],
+) -> tuple[types.ReasoningEngineContextSpecMemoryBankConfig, BankExtensions]:
+    """A bank record's config JSON as the SDK's config model and our extensions."""
+    data = dict(stored)
+    extensions = BankExtensions.model_validate(data.pop(EXTENSIONS_KEY, {}))
+    return types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(data), extensions
 
 
 def utc_now() -> datetime:
@@ -42,6 +58,7 @@ class LoadedBank:
     record: BankRecord
     config: types.ReasoningEngineContextSpecMemoryBankConfig
     make_embedder: Callable[[], Embedder]
+    extensions: BankExtensions = field(default_factory=BankExtensions)
 
     @property
     def bank_id(self) -> str:
@@ -81,12 +98,10 @@ class EngineContext:
                 "memory_banks.create() or check the name.",
                 field="name",
             )
-        config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(
-            dict(record.config)
-        )
+        config, extensions = split_config(record.config)
         search = config.similarity_search_config
         model = (search.embedding_model if search else None) or record.embedding_model
-        return LoadedBank(record, config, functools.partial(self.embedder, model))
+        return LoadedBank(record, config, functools.partial(self.embedder, model), extensions)
 
     async def record_operation(
         self, bank_id: str, parent_path: str, kind: str, operation: BaseModel

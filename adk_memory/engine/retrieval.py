@@ -9,7 +9,10 @@ read and, without a residual filter, one nearest query.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
+
+import numpy as np
 
 from adk_memory import types
 from adk_memory.engine.context import EngineContext
@@ -17,6 +20,7 @@ from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.paging import Page
 from adk_memory.engine.profiles import PROFILE_TYPE
 from adk_memory.errors import InvalidArgument
+from adk_memory.extensions import RetrievalConfig
 from adk_memory.filters import (
     FilterExpr,
     combine,
@@ -25,6 +29,7 @@ from adk_memory.filters import (
     parse_filter,
     partition,
 )
+from adk_memory.lexical import bm25_scores
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
 
@@ -34,6 +39,7 @@ DEFAULT_TOP_K = 3
 MAX_TOP_K = 100
 DEFAULT_PAGE_SIZE = 3
 RETRIEVE_ALL_LIMIT = 100
+MAX_SCAN = 1_000_000
 _MAX_SEARCH_QUERY = 10_000
 _NL_TYPES = {"NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
 _RETRIEVE_ORDER = (SortKey("update_time", descending=True),)
@@ -79,6 +85,13 @@ class Retrieval:
             vector = await bank.embedder.embed_query(
                 _search_query(similarity_search_params.search_query)
             )
+            retrieval = bank.extensions.retrieval
+            if retrieval.mode == "hybrid":
+                query_text = _search_query(similarity_search_params.search_query)
+                fused = await self._hybrid(
+                    bank_id, keys, query_text, vector, top_k, expr, now, retrieval
+                )
+                return Page(fused, None)
             hits = [
                 hit
                 for key in keys
@@ -101,6 +114,54 @@ class Retrieval:
         page = await self._memories.scan_page(bank_id, queries, expr, page_size, token)
         next_token = page.next_page_token if simple_retrieval_params is not None else None
         return Page([Retrieved(record, None) for record in page.items], next_token)
+
+    async def _hybrid(
+        self,
+        bank_id: str,
+        keys: list[ScopeKey],
+        query_text: str,
+        vector: tuple[float, ...],
+        top_k: int,
+        expr: FilterExpr | None,
+        now: datetime,
+        config: RetrievalConfig,
+    ) -> list[Retrieved]:
+        """Dense and BM25 rankings of the scope fused by weighted reciprocal rank (extension).
+
+        Cost: the dense query, one scan of the scope's facts (filtered like the dense query)
+        for BM25, and one read of the vectors of lexical-only hits for their true distance.
+        """
+        dense: list[ScoredRecord] = []
+        lexical_pool: list[MemoryRecord] = []
+        for key in keys:
+            dense += await self._nearest(
+                bank_id, NearestQuery(key, vector, config.candidates, now), expr
+            )
+            query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
+            page = await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)
+            lexical_pool += page.items
+        dense.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
+        scores = bm25_scores(query_text, [record.fact for record in lexical_pool])
+        lexical = sorted(
+            (pair for pair in zip(scores, lexical_pool, strict=True) if pair[0] > 0),
+            key=lambda pair: (-pair[0], pair[1].memory_id),
+        )[: config.candidates]
+        fused: dict[str, float] = {}
+        for rank, hit in enumerate(dense[: config.candidates]):
+            fused[hit.record.memory_id] = (1 - config.lexical_weight) / (config.rrf_k + rank + 1)
+        for rank, (_, record) in enumerate(lexical):
+            fused[record.memory_id] = fused.get(record.memory_id, 0.0) + config.lexical_weight / (
+                config.rrf_k + rank + 1
+            )
+        chosen = sorted(fused, key=lambda memory_id: (-fused[memory_id], memory_id))[:top_k]
+        distances = {hit.record.memory_id: (hit.record, hit.distance) for hit in dense}
+        missing = [memory_id for memory_id in chosen if memory_id not in distances]
+        for record in await self._context.store.get_memories(bank_id, missing, now):
+            gap = np.asarray(record.embedding, dtype=np.float64) - np.asarray(
+                vector, dtype=np.float64
+            )
+            distances[record.memory_id] = (record, float(np.linalg.norm(gap)))
+        return [Retrieved(*distances[memory_id]) for memory_id in chosen if memory_id in distances]
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None

@@ -1,0 +1,382 @@
+"""`MemoryBankPlugin`: automatic long-term memory for every agent of an ADK `Runner` or `App`.
+
+Registered once (`Runner(plugins=[MemoryBankPlugin()])` or `App(plugins=[…])`), it
+
+- retrieves once per invocation, from the user's message, when the run starts, and adds the
+  memories to every model request of that invocation (after ADK's `PreloadMemoryTool`, so a fact
+  that tool already put in the request is not repeated);
+- after each run, sends the session's new events to the session's ingest stream with an idle
+  trigger, so memories are generated once the conversation pauses. That runs in the background:
+  the reply is never delayed.
+
+Nothing it does raises into the agent: a failed or slow search leaves the request without
+memories, a failed ingest is logged (and its events are sent again after the next run, since
+the stream ignores event ids it has seen). Logs carry counts and lengths, never facts or queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from google.adk.plugins.base_plugin import BasePlugin
+from google.genai import types as genai_types
+from typing_extensions import override
+
+from adk_memory.adk._service import MemoryBankService
+from adk_memory.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from google.adk.agents.callback_context import CallbackContext
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.memory.base_memory_service import BaseMemoryService
+    from google.adk.memory.memory_entry import MemoryEntry
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+
+__all__ = ["MEMORY_BLOCK_TAG", "MemoryBankPlugin"]
+
+logger = logging.getLogger(__name__)
+
+MEMORY_BLOCK_TAG = "MEMORIES"
+"""The tag around the memories the plugin adds to a model request."""
+
+_PRELOAD_TAG = "<PAST_CONVERSATIONS>"
+"""Where ADK's `PreloadMemoryTool` puts the memories it adds."""
+
+_MAX_OPEN_INVOCATIONS = 1_024
+"""Invocations tracked at once; a run that ends without `after_run` must not leak its entry."""
+
+
+@dataclass
+class _Invocation:
+    """What the plugin knows about one running invocation."""
+
+    service: BaseMemoryService
+    search: asyncio.Task[list[MemoryEntry]] | None
+    facts: list[str] | None = None
+    done: bool = field(default=False)
+
+
+class MemoryBankPlugin(BasePlugin):
+    """Retrieves memories into every model request and ingests each run into memory.
+
+    ```python
+    from google.adk.apps import App
+    from adk_memory.adk import MemoryBankPlugin, MemoryBankService
+
+    app = App(name="assistant", root_agent=agent, plugins=[MemoryBankPlugin()])
+    runner = Runner(app=app, session_service=sessions, memory_service=MemoryBankService())
+    ```
+
+    The plugin uses the runner's memory service unless given `service=`. With a
+    `MemoryBankService` it asks for `top_k` memories and sends only events not sent before;
+    with another ADK memory service it keeps the first `top_k` results and sends the run's
+    events through `add_events_to_memory` with the same stream and trigger.
+    """
+
+    def __init__(
+        self,
+        *,
+        service: BaseMemoryService | None = None,
+        top_k: int = 5,
+        idle_duration: timedelta | str = timedelta(seconds=60),
+        search_timeout: float = 5.0,
+        retrieve: bool = True,
+        ingest: bool = True,
+        name: str = "adk_memory",
+    ) -> None:
+        """Configures the plugin; it does no I/O until a run starts.
+
+        Args:
+            service: The memory service to use; default: the runner's `memory_service`.
+            top_k: Memories added to each model request (1-100).
+            idle_duration: Generate a session's memories after it has been idle this long
+                (a `timedelta` or a duration string such as `"60s"`).
+            search_timeout: Seconds the first model request waits for the search; after that
+                the invocation goes on without memories.
+            retrieve: Add memories to model requests.
+            ingest: Send each run's events to memory.
+            name: The plugin's name in the runner.
+
+        Raises:
+            InvalidArgument: `top_k`, `idle_duration` or `search_timeout` out of range.
+        """
+        super().__init__(name=name)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 100:
+            raise InvalidArgument(
+                f"top_k must be a whole number from 1 to 100, not {top_k!r}.", field="top_k"
+            )
+        if search_timeout <= 0:
+            raise InvalidArgument(
+                "search_timeout must be positive seconds.", field="search_timeout"
+            )
+        self._service = service
+        self._top_k = top_k
+        self._trigger = {"generation_rule": {"idle_duration": _duration(idle_duration)}}
+        self._search_timeout = search_timeout
+        self._retrieve = retrieve
+        self._ingest = ingest
+        self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._warned_no_service = False
+        self._warned_in_memory = False
+
+    @override
+    async def before_run_callback(
+        self, *, invocation_context: InvocationContext
+    ) -> genai_types.Content | None:
+        """Starts this invocation's memory search (awaited by the first model request)."""
+        try:
+            service = self._service or invocation_context.memory_service
+            if service is None:
+                if not self._warned_no_service:
+                    logger.warning(
+                        "MemoryBankPlugin: the runner has no memory_service; memory is off."
+                    )
+                    self._warned_no_service = True
+                return None
+            if self._service is None and not self._warned_in_memory:
+                from google.adk.memory import InMemoryMemoryService
+
+                if isinstance(service, InMemoryMemoryService):
+                    logger.warning(
+                        "MemoryBankPlugin: the runner's memory service is ADK's in-memory one; "
+                        "memories last only as long as this process. Pass a MemoryBankService "
+                        "(or --memory_service_uri=chroma://… / redis://… with services.py)."
+                    )
+                    self._warned_in_memory = True
+            query = _text_of(invocation_context.user_content) if self._retrieve else ""
+            search = None
+            if query:
+                session = invocation_context.session
+                search = asyncio.get_running_loop().create_task(
+                    self._search(
+                        service, app_name=session.app_name, user_id=session.user_id, query=query
+                    )
+                )
+                search.add_done_callback(_retrieve_outcome)
+            self._invocations[invocation_context.invocation_id] = _Invocation(service, search)
+            while len(self._invocations) > _MAX_OPEN_INVOCATIONS:
+                _, stale = self._invocations.popitem(last=False)
+                _cancel(stale)
+        except Exception:  # never raise into the agent
+            logger.exception("MemoryBankPlugin could not start the memory search.")
+        return None
+
+    @override
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        """Adds the invocation's memories to the request, minus those already in it."""
+        try:
+            invocation = self._invocations.get(callback_context.invocation_id)
+            if invocation is None or invocation.search is None:
+                return None
+            if invocation.facts is None:
+                invocation.facts = await self._facts(invocation.search)
+            present = _memory_texts(llm_request)
+            facts = [fact for fact in invocation.facts if not any(fact in text for text in present)]
+            if facts:
+                _insert_memories(llm_request, facts)
+                logger.debug("Added %d memories to a model request.", len(facts))
+        except Exception:  # never raise into the agent
+            logger.exception("MemoryBankPlugin could not add memories to a model request.")
+        return None
+
+    @override
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        """Sends the run's events to memory in the background."""
+        try:
+            invocation = self._invocations.pop(invocation_context.invocation_id, None)
+            if invocation is None:
+                return
+            _cancel(invocation)
+            if not self._ingest:
+                return
+            session = invocation_context.session
+            if isinstance(invocation.service, MemoryBankService):
+                # The session object keeps changing after this run; send a snapshot of it.
+                snapshot = session.model_copy(update={"events": list(session.events)})
+                work = invocation.service.ingest_session(
+                    snapshot, generation_trigger_config=self._trigger
+                )
+            else:
+                events = [
+                    event
+                    for event in session.events
+                    if event.invocation_id == invocation_context.invocation_id
+                ]
+                work = _add_events(
+                    invocation.service,
+                    session.app_name,
+                    session.user_id,
+                    session.id,
+                    events,
+                    self._trigger,
+                )
+            self._spawn(work)
+        except Exception:  # never raise into the agent
+            logger.exception("MemoryBankPlugin could not schedule the memory ingest.")
+
+    @override
+    async def on_run_error_callback(
+        self, *, invocation_context: InvocationContext, error: Exception
+    ) -> None:
+        """Forgets the failed run; with a MemoryBankService its events go with the next run's."""
+        invocation = self._invocations.pop(invocation_context.invocation_id, None)
+        if invocation is not None:
+            _cancel(invocation)
+
+    @override
+    async def close(self) -> None:
+        """Waits for the ingests started on this loop (called by `Runner.close()`)."""
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Waits for the background ingests started on the running loop, and the service's work.
+
+        Generation waiting for a stream's idle trigger is not awaited; see
+        `MemoryBankService.flush`.
+        """
+        loop = asyncio.get_running_loop()
+        while pending := [task for task in self._background if task.get_loop() is loop]:
+            await asyncio.gather(*pending, return_exceptions=True)
+        if isinstance(self._service, MemoryBankService):
+            await self._service.drain()
+
+    async def _search(
+        self, service: BaseMemoryService, *, app_name: str, user_id: str, query: str
+    ) -> list[MemoryEntry]:
+        if isinstance(service, MemoryBankService):
+            found = await service.search_memory(
+                app_name=app_name, user_id=user_id, query=query, top_k=self._top_k
+            )
+        else:
+            found = await service.search_memory(app_name=app_name, user_id=user_id, query=query)
+        return list(found.memories[: self._top_k])
+
+    async def _facts(self, search: asyncio.Task[list[MemoryEntry]]) -> list[str]:
+        try:
+            entries = await asyncio.wait_for(asyncio.shield(search), timeout=self._search_timeout)
+        except TimeoutError:
+            logger.warning(
+                "Memory search took over %.1f s; this invocation goes on without memories.",
+                self._search_timeout,
+            )
+            return []
+        except Exception as error:  # the prompt path tolerates a failed search (SPEC §4)
+            logger.warning(
+                "Memory search failed (%s); this invocation goes on without memories.",
+                type(error).__name__,
+            )
+            return []
+        facts = [_text_of(entry.content) for entry in entries]
+        return list(dict.fromkeys(fact for fact in facts if fact))
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(_log_ingest_failure)
+
+
+async def _add_events(
+    service: BaseMemoryService,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    events: list[Any],
+    trigger: dict[str, Any],
+) -> None:
+    """Ingest for memory services other than ours, through ADK's own interface."""
+    try:
+        await service.add_events_to_memory(
+            app_name=app_name,
+            user_id=user_id,
+            events=events,
+            session_id=session_id,
+            custom_metadata={"stream_id": session_id, "generation_trigger_config": trigger},
+        )
+    except NotImplementedError:
+        logger.debug("%s takes no event deltas; skipping the ingest.", type(service).__name__)
+
+
+def _log_ingest_failure(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        logger.debug("A background memory ingest was cancelled; the next run sends its events.")
+        return
+    error = task.exception()
+    if error is not None:
+        logger.error("Background memory ingest failed: %s: %s", type(error).__name__, error)
+
+
+def _cancel(invocation: _Invocation) -> None:
+    if invocation.search is not None and not invocation.search.done():
+        invocation.search.cancel()
+
+
+def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
+    """Marks a search's failure as seen when no model request awaited it (no stray log)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _text_of(content: genai_types.Content | None) -> str:
+    if content is None:
+        return ""
+    return " ".join(
+        part.text for part in content.parts or () if part.text and not part.thought
+    ).strip()
+
+
+def _memory_texts(llm_request: LlmRequest) -> list[str]:
+    """Text parts of the request that already carry memories (ours or `PreloadMemoryTool`'s)."""
+    texts = []
+    for content in llm_request.contents:
+        for part in content.parts or ():
+            if part.text and (_PRELOAD_TAG in part.text or f"<{MEMORY_BLOCK_TAG}>" in part.text):
+                texts.append(part.text)
+    return texts
+
+
+def _insert_memories(llm_request: LlmRequest, facts: list[str]) -> None:
+    lines = "\n".join(f"- {fact}" for fact in facts)
+    text = (
+        "The following are facts you remember about the user from earlier conversations. "
+        "Use them when they help with the user's current request.\n"
+        f"<{MEMORY_BLOCK_TAG}>\n{lines}\n</{MEMORY_BLOCK_TAG}>"
+    )
+    content = genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
+    # Request-scoped context goes where PreloadMemoryTool puts it: at the current turn, never
+    # into the system instruction or the history prefix that context caching reuses.
+    insert = getattr(llm_request, "_insert_transient_user_content", None)
+    if callable(insert):
+        insert([content])
+        return
+    index = len(llm_request.contents)
+    while index > 0 and llm_request.contents[index - 1].role == "user":
+        index -= 1
+    llm_request.contents.insert(index, content)
+
+
+def _duration(value: timedelta | str) -> str:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    else:
+        text = str(value).strip()
+        try:
+            seconds = float(text[:-1]) if text.endswith("s") else float("nan")
+        except ValueError:
+            seconds = float("nan")
+    if not seconds > 0:
+        raise InvalidArgument(
+            f"idle_duration must be a positive timedelta or a duration like '60s', not {value!r}.",
+            field="idle_duration",
+        )
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"

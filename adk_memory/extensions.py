@@ -1,0 +1,46 @@
+"""Bank-level extensions of our own: settings the official SDK's closed config models cannot hold.
+
+Stored beside the bank's Memory Bank config (under the key `adk_memory` of the bank record's
+config JSON, which every store keeps verbatim) and returned by `MemoryBanks.get_extensions`.
+Memory Bank's semantics are the default; an extension only changes behaviour when set.
+
+```python
+client.memory_banks.create(extensions={"retrieval": {"mode": "hybrid"}})
+```
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["EXTENSIONS_KEY", "BankExtensions", "RetrievalConfig"]
+
+EXTENSIONS_KEY = "adk_memory"
+
+
+class RetrievalConfig(BaseModel):
+    """How similarity search ranks memories."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["dense", "hybrid"] = "dense"
+    """`dense`: Memory Bank's ranking by Euclidean distance of the embeddings. `hybrid`: the
+    dense ranking fused with a lexical (BM25) ranking of the scope's facts by reciprocal rank
+    fusion; results are ordered by the fused rank and `distance` still carries the true
+    Euclidean distance, so it need not be ascending."""
+    lexical_weight: float = Field(default=0.6, ge=0.0, le=1.0)
+    """In hybrid mode, the weight of the lexical ranking (the dense one gets the rest)."""
+    rrf_k: int = Field(default=10, ge=1, le=1000)
+    """The rank offset of reciprocal rank fusion: smaller favours the top of each ranking."""
+    candidates: int = Field(default=100, ge=1, le=1000)
+    """How many candidates each ranking contributes before fusion."""
+
+
+class BankExtensions(BaseModel):
+    """Every extension of a bank."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)

@@ -1,0 +1,332 @@
+"""`MemoryBankService` as an ADK `BaseMemoryService`, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from adk_helpers import APP, extraction
+from google.adk.events.event import Event
+from google.adk.memory.memory_entry import MemoryEntry
+from google.adk.sessions.session import Session
+from google.genai import types as genai_types
+
+from adk_memory import AsyncClient, InvalidArgument, NotFound
+from adk_memory.adk import MemoryBankService
+from adk_memory.testing.models import ScriptedMemoryModel
+
+
+def entry(text: str, **fields: object) -> MemoryEntry:
+    return MemoryEntry(
+        content=genai_types.Content(role="user", parts=[genai_types.Part(text=text)]), **fields
+    )
+
+
+def event(author: str, text: str, *, at: float) -> Event:
+    role = "user" if author == "user" else "model"
+    return Event(
+        author=author,
+        invocation_id="inv",
+        timestamp=at,
+        content=genai_types.Content(role=role, parts=[genai_types.Part(text=text)]),
+    )
+
+
+def conversation_of(model: ScriptedMemoryModel, index: int) -> str:
+    """The text of the `index`-th extraction request."""
+    extractions = [request for request in model.requests if model.kind_of(request) == "extraction"]
+    return model.prompt_text(extractions[index]).split("</conversation>")[-2]
+
+
+async def test_default_bank_is_created_once_when_services_start_together(
+    make_service: Callable[..., MemoryBankService], store: str
+) -> None:
+    services = [make_service() for _ in range(4)]
+    try:
+        await asyncio.gather(
+            *(svc.search_memory(app_name=APP, user_id="u1", query="anything") for svc in services)
+        )
+        async with AsyncClient(store, embedding_model="hash-64") as client:
+            banks = [bank.name async for bank in await client.memory_banks.list()]
+        assert banks.count(services[0].bank_name) == 1
+        assert services[0].bank_name.endswith("/reasoningEngines/adk-default")
+    finally:
+        for svc in services:
+            await svc.aclose()
+
+
+async def test_bank_created_by_another_process_meanwhile_is_used(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = AsyncClient(store, embedding_model="hash-64")
+    service = MemoryBankService(client=client)
+    other_process = AsyncClient(store, embedding_model="hash-64")
+
+    async def get_just_before_the_other_process_creates_it(**kwargs: object) -> object:
+        await other_process.memory_banks.create(memory_bank_id=service.bank_id)
+        raise NotFound("not yet")
+
+    monkeypatch.setattr(client.memory_banks, "get", get_just_before_the_other_process_creates_it)
+    try:
+        await service.add_memory(app_name=APP, user_id="u1", memories=[entry("I like green tea.")])
+        assert (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+    finally:
+        await service.aclose()
+        await client.aclose()
+        await other_process.aclose()
+
+
+async def test_search_returns_names_timestamps_metadata_and_distance(
+    service: MemoryBankService,
+) -> None:
+    await service.add_memory(
+        app_name=APP,
+        user_id="u1",
+        memories=[entry("I like green tea.", id="tea-1")],
+        custom_metadata={"source": "profile", "weight": 2},
+    )
+    found = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+    assert len(found) == 1
+    memory = found[0]
+    assert memory.id == f"{service.bank_name}/memories/tea-1"
+    assert memory.author == "user"
+    assert memory.content.parts[0].text == "I like green tea."
+    assert memory.timestamp and memory.timestamp.startswith("20")
+    assert memory.custom_metadata["source"] == "profile"
+    assert memory.custom_metadata["weight"] == 2.0
+    assert isinstance(memory.custom_metadata["distance"], float)
+
+
+async def test_delete_memory_accepts_the_ids_search_returns(service: MemoryBankService) -> None:
+    await service.add_memory(
+        app_name=APP,
+        user_id="u1",
+        memories=[entry("I like green tea."), entry("I live in Berlin.")],
+    )
+    found = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+    assert len(found) == 2
+    await service.delete_memory(app_name=APP, user_id="u1", memory_id=found[0].id)
+    left = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+    assert [memory.id for memory in left] == [found[1].id]
+    short_id = found[1].id.rsplit("/", 1)[-1]
+    await service.delete_memory(app_name=APP, user_id="u1", memory_id=short_id)
+    assert not (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+
+
+async def test_delete_memory_of_another_user_or_app_is_not_found(
+    service: MemoryBankService,
+) -> None:
+    await service.add_memory(app_name=APP, user_id="u1", memories=[entry("I like green tea.")])
+    memory_id = (
+        (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories[0].id
+    )
+    with pytest.raises(NotFound):
+        await service.delete_memory(app_name=APP, user_id="u2", memory_id=memory_id)
+    with pytest.raises(NotFound):
+        await service.delete_memory(app_name="other-app", user_id="u1", memory_id=memory_id)
+    with pytest.raises(InvalidArgument):
+        await service.delete_memory(app_name=APP, user_id="u1", memory_id=None)
+    assert (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+
+
+async def test_memories_never_cross_users_or_apps(service: MemoryBankService) -> None:
+    await service.add_memory(app_name=APP, user_id="u1", memories=[entry("I like green tea.")])
+    assert (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+    assert not (await service.search_memory(app_name=APP, user_id="u2", query="tea")).memories
+    assert not (await service.search_memory(app_name="other", user_id="u1", query="tea")).memories
+
+
+async def test_search_honours_top_k(service: MemoryBankService) -> None:
+    facts = [entry(f"Fact number {index}.") for index in range(6)]
+    await service.add_memory(app_name=APP, user_id="u1", memories=facts)
+    assert (
+        len((await service.search_memory(app_name=APP, user_id="u1", query="fact")).memories) == 3
+    )
+    more = await service.search_memory(app_name=APP, user_id="u1", query="fact", top_k=5)
+    assert len(more.memories) == 5
+    assert not (await service.search_memory(app_name=APP, user_id="u1", query="  ")).memories
+
+
+async def test_add_memory_with_consolidation_goes_through_generate(
+    service: MemoryBankService, memory_model: ScriptedMemoryModel
+) -> None:
+    await service.add_memory(
+        app_name=APP,
+        user_id="u1",
+        memories=[entry("I like green tea."), entry("I live in Berlin.")],
+        custom_metadata={"enable_consolidation": True, "wait_for_completion": True},
+    )
+    kinds = [memory_model.kind_of(request) for request in memory_model.requests]
+    assert kinds == ["consolidation"]
+    found = await service.search_memory(app_name=APP, user_id="u1", query="tea", top_k=5)
+    assert sorted(memory.content.parts[0].text for memory in found.memories) == [
+        "I like green tea.",
+        "I live in Berlin.",
+    ]
+
+
+async def test_add_memory_consolidation_runs_in_background_until_drained(
+    service: MemoryBankService, memory_model: ScriptedMemoryModel
+) -> None:
+    await service.add_memory(
+        app_name=APP,
+        user_id="u1",
+        memories=[entry("I like green tea.")],
+        custom_metadata={"enable_consolidation": True},
+    )
+    await service.drain()
+    assert (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+
+
+async def test_add_memory_refuses_what_it_cannot_honour(service: MemoryBankService) -> None:
+    with pytest.raises(InvalidArgument):
+        await service.add_memory(app_name=APP, user_id="u1", memories=[])
+    with pytest.raises(InvalidArgument):
+        await service.add_memory(app_name=APP, user_id="u1", memories=[entry("  ")])
+    with pytest.raises(InvalidArgument):
+        await service.add_memory(
+            app_name=APP,
+            user_id="u1",
+            memories=[entry("x")],
+            custom_metadata={"revision_labels": {"a": "b"}},
+        )
+    with pytest.raises(InvalidArgument):
+        await service.add_memory(
+            app_name=APP, user_id="u1", memories=[entry("x")], custom_metadata={"note": None}
+        )
+
+
+async def test_add_session_to_memory_generates_from_each_event_once(
+    service: MemoryBankService,
+    make_service: Callable[..., MemoryBankService],
+    memory_model: ScriptedMemoryModel,
+) -> None:
+    memory_model.extractions = [extraction("I like green tea."), extraction("I live in Berlin.")]
+    session = Session(id="s1", app_name=APP, user_id="u1")
+    session.events += [
+        event("user", "I love green tea.", at=1.0),
+        event("assistant", "Noted!", at=2.0),
+    ]
+    await service.add_session_to_memory(session)
+    await service.add_session_to_memory(session)  # nothing new: nothing is sent, nothing generated
+    await service.drain()
+    session.events += [event("user", "I moved to Berlin.", at=3.0)]
+    await service.add_session_to_memory(session)
+    await service.drain()
+    # A second process knows nothing of what this one sent; the stream still drops seen ids.
+    other = make_service()
+    try:
+        await other.add_session_to_memory(session)
+        await other.flush(app_name=APP, user_id="u1", session_id="s1")
+    finally:
+        await other.aclose()
+
+    assert [memory_model.kind_of(r) for r in memory_model.requests].count("extraction") == 2
+    first, second = conversation_of(memory_model, 0), conversation_of(memory_model, 1)
+    assert "I love green tea." in first and "Noted!" in first
+    assert "I moved to Berlin." in second and "green tea" not in second
+    found = await service.search_memory(app_name=APP, user_id="u1", query="tea", top_k=5)
+    assert sorted(memory.content.parts[0].text for memory in found.memories) == [
+        "I like green tea.",
+        "I live in Berlin.",
+    ]
+
+
+async def test_add_events_to_memory_appends_to_the_sessions_stream(
+    service: MemoryBankService, memory_model: ScriptedMemoryModel
+) -> None:
+    memory_model.extractions = [extraction("I like green tea.")]
+    events = [event("user", "I love green tea.", at=1.0), Event(author="user", invocation_id="inv")]
+    await service.add_events_to_memory(
+        app_name=APP,
+        user_id="u1",
+        events=events,
+        session_id="s1",
+        custom_metadata={
+            "generation_trigger_config": {"generation_rule": {"idle_duration": "3600s"}}
+        },
+    )
+    await service.drain()
+    assert not memory_model.requests  # waiting for the idle trigger
+    await service.flush(app_name=APP, user_id="u1", session_id="s1")
+    assert (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+
+
+async def test_add_events_to_memory_with_generate_keys_calls_generate(
+    service: MemoryBankService, memory_model: ScriptedMemoryModel
+) -> None:
+    memory_model.extractions = [extraction("I like green tea.")]
+    await service.add_events_to_memory(
+        app_name=APP,
+        user_id="u1",
+        events=[event("user", "I love green tea.", at=1.0)],
+        custom_metadata={"ttl": "600s", "channel": "web", "wait_for_completion": True},
+    )
+    found = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
+    assert found[0].custom_metadata["channel"] == "web"
+
+
+async def test_add_events_to_memory_refuses_unknown_or_mixed_keys(
+    service: MemoryBankService,
+) -> None:
+    events = [event("user", "I love green tea.", at=1.0)]
+    with pytest.raises(InvalidArgument, match="stream_idd"):
+        await service.add_events_to_memory(
+            app_name=APP, user_id="u1", events=events, custom_metadata={"stream_idd": "x"}
+        )
+    with pytest.raises(InvalidArgument):
+        await service.add_events_to_memory(
+            app_name=APP,
+            user_id="u1",
+            events=events,
+            custom_metadata={"ttl": "60s", "stream_id": "x"},
+        )
+
+
+async def test_bank_config_creates_and_updates_the_named_bank(
+    make_service: Callable[..., MemoryBankService], store: str
+) -> None:
+    topics = {
+        "memory_topics": [
+            {"custom_memory_topic": {"label": "business_feedback", "description": "Feedback."}}
+        ]
+    }
+    first = make_service(bank="coffee-shop", customization_configs=[topics])
+    second = make_service(
+        bank="coffee-shop", customization_configs=[{**topics, "enable_third_person_memories": True}]
+    )
+    try:
+        await first.search_memory(app_name=APP, user_id="u1", query="x")
+        await second.search_memory(app_name=APP, user_id="u1", query="x")
+        async with AsyncClient(store, embedding_model="hash-64") as client:
+            bank = await client.memory_banks.get(name=first.bank_name)
+    finally:
+        await first.aclose()
+        await second.aclose()
+    config = bank.managed_semantic_memory_config.unstructured_memory_configs[0]
+    assert config.memory_topics[0].custom_memory_topic.label == "business_feedback"
+    assert config.enable_third_person_memories is True
+
+
+def test_constructor_reads_uri_env_and_service_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "ADK_MEMORY_URI", "redis://localhost:6379/0?bank=from-uri&top_k=7&key_prefix=p"
+    )
+    service = MemoryBankService(agents_dir="/agents")  # ADK's registry passes agents_dir
+    assert service.bank_id == "from-uri"
+    assert service.top_k == 7
+    monkeypatch.setenv("ADK_MEMORY_BANK", "from-env")
+    assert MemoryBankService("chroma:///tmp/x").bank_id == "from-env"
+    assert MemoryBankService("chroma:///tmp/x", bank="reasoningEngines/given").bank_id == "given"
+
+
+def test_constructor_rejects_bad_arguments() -> None:
+    with pytest.raises(InvalidArgument, match="bank_config"):
+        MemoryBankService("memory://", customization_config=[{}])  # typo of customization_configs
+    with pytest.raises(InvalidArgument):
+        MemoryBankService("memory://", bank="Not A Bank")
+    with pytest.raises(InvalidArgument):
+        MemoryBankService("memory://", top_k=0)
+    with pytest.raises(InvalidArgument):
+        MemoryBankService("memory://", client=AsyncClient("memory://"))
