@@ -19,6 +19,7 @@ from google.genai import types as genai_types
 from pydantic import BaseModel, ValidationError
 
 from adk_memory.errors import FailedPrecondition, ModelUnavailable
+from adk_memory.telemetry import llm_span, record_llm_usage
 
 __all__ = ["DEFAULT_MODEL", "CallStats", "ModelAnswerRejected", "call_structured", "resolve_model"]
 
@@ -128,7 +129,14 @@ async def call_structured(
                 temperature=0.0,
             ),
         )
-        text = await _complete(llm, request, stats, timeout_seconds)
+        with llm_span(llm, schema=schema.__name__, attempt=attempt + 1) as span:
+            before = (stats.prompt_tokens, stats.output_tokens)
+            text = await _complete(llm, request, stats, timeout_seconds)
+            record_llm_usage(
+                span,
+                input_tokens=stats.prompt_tokens - before[0],
+                output_tokens=stats.output_tokens - before[1],
+            )
         try:
             answer = schema.model_validate_json(text)
             if check is not None:
