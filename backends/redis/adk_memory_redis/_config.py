@@ -1,0 +1,171 @@
+"""Configuration of the Redis store: one frozen model, filled from keyword arguments and the URI.
+
+Precedence: keyword arguments, then the URI's query parameters, then the defaults below. The
+URI keeps what redis-py understands (user, password, host, port, database number); every query
+parameter must be a field of `RedisStoreConfig`, so a typo is an error instead of a silent no-op.
+
+```
+redis://:secret@cache.internal:6379/0?index_algorithm=HNSW&key_prefix=prod
+rediss://default:secret@redis.example.com:6380/0?ssl_ca_certs=/etc/ssl/ca.pem
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from adk_memory.errors import InvalidArgument
+
+__all__ = ["RedisStoreConfig", "make_config", "split_uri"]
+
+_SCHEMES = ("redis", "rediss")
+
+
+class RedisStoreConfig(BaseModel):
+    """How the Redis store lays out its keys, builds its indexes and connects."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key_prefix: str = Field(default="adkmem", pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    """Namespace of every key and index this store writes (letters, digits, `_`, `.`, `-`).
+    Two stores with different prefixes share a server without seeing each other."""
+
+    index_algorithm: Literal["FLAT", "HNSW"] = "FLAT"
+    """The vector index of a bank, chosen when the bank is created. FLAT is exact and cheapest
+    to write; because every query is filtered to one scope first, its cost grows with the size
+    of that scope, not of the bank. HNSW pays off only when single scopes hold tens of thousands
+    of memories (see `hnsw_graph_from`); graph results are ranked by exact distance within an
+    over-fetched candidate window."""
+
+    hnsw_m: int = Field(default=16, ge=2, le=512)
+    """HNSW: edges per node (more is better recall, more memory)."""
+
+    hnsw_ef_construction: int = Field(default=200, ge=1, le=4096)
+    """HNSW: candidate list size while building the graph."""
+
+    hnsw_ef_runtime: int = Field(default=64, ge=1, le=4096)
+    """HNSW: candidate list size per query (raised to the candidate window when that is larger)."""
+
+    hnsw_graph_from: int = Field(default=5000, ge=0)
+    """HNSW: a scope with at least this many memories is searched through the graph (RediSearch
+    policy BATCHES); a smaller one by brute force over its own memories (ADHOC_BF), which is
+    exact and, for small scopes, faster. RediSearch's own choice (it is asked per query) tends
+    to brute-force whole large scopes. Scope sizes are counted once per `scope_size_ttl`."""
+
+    scope_size_ttl: float = Field(default=30.0, ge=0)
+    """HNSW: seconds a counted scope size is reused before it is counted again."""
+
+    overfetch: float = Field(default=2.0, ge=1.0, le=100.0)
+    """Candidates fetched per requested result before exact re-ranking (HNSW recall, and room to
+    resolve ties at the k-th place on either algorithm)."""
+
+    vector_dtype: Literal["float32", "float64"] = "float32"
+    """Storage type of embeddings. float32 halves memory; embeddings then read back rounded to
+    float32 (distances stay well within 1e-4 of exact). float64 reads back bit for bit."""
+
+    full_text: bool = True
+    """Index the fact as a TEXT field too (for full-text and hybrid queries run directly on the
+    index; exact filters use a digest TAG and do not need it)."""
+
+    max_connections: int = Field(default=50, ge=1, le=10_000)
+    """Size of the connection pool the store opens (ignored when a client is passed in)."""
+
+    socket_timeout: float | None = Field(default=10.0, gt=0)
+    """Seconds to wait for a reply before the call fails with `StoreUnavailable`."""
+
+    socket_connect_timeout: float | None = Field(default=5.0, gt=0)
+    """Seconds to wait for a connection."""
+
+    health_check_interval: int = Field(default=30, ge=0)
+    """Seconds a pooled connection may idle before it is checked with PING when next used."""
+
+    query_timeout_ms: int = Field(default=0, ge=0)
+    """Server-side limit for one search in milliseconds, 0 for none. RediSearch answers a timed
+    out query with partial results, so a limit here trades completeness for latency."""
+
+    write_retries: int = Field(default=8, ge=1, le=100)
+    """Attempts of an optimistic (WATCH) write that collides with a concurrent writer."""
+
+    ssl_ca_certs: str | None = None
+    """`rediss://` only: a PEM file of CA certificates to verify the server with."""
+
+    ssl_certfile: str | None = None
+    """`rediss://` only: the client certificate (mutual TLS)."""
+
+    ssl_keyfile: str | None = None
+    """`rediss://` only: the client certificate's private key."""
+
+    ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
+    """`rediss://` only: whether the server certificate must verify."""
+
+    ssl_check_hostname: bool = True
+    """`rediss://` only: whether the server certificate must name the host."""
+
+
+def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConfig]:
+    """Splits a store URI into the connection URL and the store configuration.
+
+    Args:
+        uri: `redis://[[user]:password@]host[:port][/db][?param=value&…]` or `rediss://…`.
+        options: Keyword overrides of `RedisStoreConfig` fields.
+
+    Returns:
+        The URL without query parameters, and the merged configuration.
+
+    Raises:
+        InvalidArgument: The scheme is wrong, a parameter is unknown or a value is invalid.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme not in _SCHEMES:
+        raise InvalidArgument(
+            f"The Redis store takes redis:// or rediss:// URIs, not {parts.scheme or 'no'!r} "
+            "scheme.",
+            field="uri",
+        )
+    if not parts.hostname:
+        raise InvalidArgument(
+            "The Redis URI names no host; write redis://host:6379/0.", field="uri"
+        )
+    values: dict[str, Any] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in values:
+            raise InvalidArgument(f"The Redis URI sets {name!r} twice; keep one.", field="uri")
+        values[name] = value
+    values.update(options)
+    config = make_config(values)
+    tls_options = {
+        "ssl_ca_certs",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_cert_reqs",
+        "ssl_check_hostname",
+    } & config.model_fields_set
+    if tls_options and parts.scheme != "rediss":
+        raise InvalidArgument(
+            f"TLS option(s) {', '.join(sorted(tls_options))} need a rediss:// URI.", field="uri"
+        )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), config
+
+
+def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
+    """Validates options into a config, or raises `InvalidArgument` naming the bad one."""
+    unknown = sorted(set(values) - set(RedisStoreConfig.model_fields))
+    if unknown:
+        raise InvalidArgument(
+            f"Unknown Redis store option(s) {', '.join(map(repr, unknown))}; the options are "
+            f"{', '.join(sorted(RedisStoreConfig.model_fields))}.",
+            field="uri",
+        )
+    try:
+        config = RedisStoreConfig.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = ".".join(str(loc) for loc in first["loc"]) or "uri"
+        raise InvalidArgument(
+            f"Redis store option {name!r} is invalid: {first['msg']}.", field=f"uri.{name}"
+        ) from None
+    return config

@@ -1,0 +1,1212 @@
+r"""`RedisMemoryStore`: the `MemoryStore` protocol on Redis with the query engine (RediSearch).
+
+Key layout (P = `key_prefix`, B = bank id, E = the bank's epoch, a random id drawn when the bank
+is created). Every key of a bank carries the hash tag `{P:B}`, so all of them live in one cluster
+slot and one MULTI/EXEC or script may touch any of them:
+
+```
+P:banks                    SET    ids of the banks (for list_banks)
+P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still being removed
+{P:B}:bank                 HASH   record (JSON), epoch, dim, algorithm, dtype
+{P:B}:E:m:<memory>         HASH   a memory, indexed by the search index P:idx:B:E
+{P:B}:E:r:<memory>:<rev>   HASH   a revision (JSON document, live_until)
+{P:B}:E:rz:<memory>        ZSET   revision ids of a memory, scored by create time (µs)
+{P:B}:E:rexp               ZSET   "<memory>\x1f<rev>" of expiring revisions, by expiry (µs),
+                                  that Redis will not evict itself (see Expiry)
+{P:B}:E:rexpn              ZSET   the same for revisions Redis evicts; trimmed by each write
+{P:B}:E:op:<path>          STRING an operation (JSON)
+{P:B}:E:doc:<kind>         HASH   documents of one kind: key -> JSON
+{P:B}:E:tx:<id>            STRING commit marker of one write, kept for 5 minutes (see `apply`)
+P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
+```
+
+Deleting a bank removes its `{P:B}:bank` key in one command, which makes the whole epoch
+unreachable at once; its keys are then removed (and, after a crash, by the next `delete_bank`).
+A bank re-created with the same id gets a new epoch and so starts empty, whatever was left.
+
+Writes: `apply` WATCHes the bank key, the memory keys it inserts and the revision sets it
+extends, checks (bank exists, inserted ids are free) and then queues every write in one
+MULTI/EXEC. Redis runs a transaction whole or not at all: a connection lost before EXEC discards
+it, so a memory and its revision are both written or both absent.
+
+Expiry: a memory's `live_until` (µs) is in every query (`@live_until:[(now +inf]`) and in every
+read, so an expired memory is never returned; its key also gets PEXPIREAT so Redis reclaims it.
+Native expiry is set only for an expire time still ahead of this host's clock (a record written
+already expired, which only a simulated clock produces, is reclaimed by `sweep_expired`). The two
+revision expiry sets let `sweep_expired` find every expired revision for any `now`; the one of
+natively evicted revisions is trimmed by the host clock on every write, so it stays bounded
+even if nobody ever sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Self, cast
+from urllib.parse import urlsplit
+
+import numpy as np
+import redis.asyncio as aredis
+import redis.exceptions
+from redisvl.index import AsyncSearchIndex
+from redisvl.schema import IndexSchema
+
+from adk_memory.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    StoreUnavailable,
+)
+from adk_memory.store import (
+    BankRecord,
+    MemoryRecord,
+    MemoryStore,
+    NearestQuery,
+    OperationRecord,
+    RevisionRecord,
+    ScanQuery,
+    ScoredRecord,
+    StoreCapabilities,
+    WriteBatch,
+)
+from adk_memory_redis._codec import (
+    LIVE_FOREVER,
+    MEMORY_FIELDS,
+    bank_from_json,
+    bank_to_json,
+    check_scope_key,
+    decode_memory,
+    decode_revision,
+    encode_memory,
+    encode_revision,
+    operation_from_json,
+    operation_to_json,
+    to_us,
+)
+from adk_memory_redis._config import RedisStoreConfig, split_uri
+from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
+from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
+from adk_memory_redis.lock import RedisLockProvider
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RedisMemoryStore"]
+
+_BANK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+_SORT_FIELDS = {"create_time": "create_us", "update_time": "update_us"}
+_SCAN_CHUNK = 1000
+_SWEEP_CHUNK = 500
+_MARKER_TTL_MS = 300_000
+"""How long the commit marker of a write outlives it (to settle a lost connection)."""
+_TIE_SLACK = 8
+"""Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
+
+# KEYS: bank key, inserted memory keys..., revision sets...
+# ARGV: number of inserted keys. Returns the epoch, each inserted key's live_until (false when
+# absent) and each revision set's absolute expiry in ms (-1 persistent, -2 absent).
+_CHECK_SCRIPT = """
+local n = tonumber(ARGV[1])
+local out = {redis.call('HGET', KEYS[1], 'epoch')}
+for i = 2, n + 1 do out[#out + 1] = redis.call('HGET', KEYS[i], 'live_until') end
+for i = n + 2, #KEYS do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+return out
+"""
+
+# KEYS: bank key. ARGV: record, epoch, dim, algorithm, dtype. 1 when created, 0 when taken.
+# Idempotent: a retry after a lost reply finds its own epoch and reports success.
+_CREATE_BANK_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'epoch') == ARGV[2] then return 1 end
+  return 0
+end
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'epoch', ARGV[2], 'dim', ARGV[3],
+           'algorithm', ARGV[4], 'dtype', ARGV[5])
+return 1
+"""
+
+# KEYS: bank key. ARGV: record, dim. The previous dim, or false when the bank does not exist.
+_UPDATE_BANK_SCRIPT = """
+local dim = redis.call('HGET', KEYS[1], 'dim')
+if not dim then return false end
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'dim', ARGV[2])
+return dim
+"""
+
+# KEYS: bank key. ARGV: epoch. Deletes the bank only if it still has that epoch.
+_DELETE_BANK_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+# KEYS: bank key, operation key. ARGV: epoch, JSON. 1 when written, 0 when the bank changed.
+_PUT_OPERATION_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: bank key, document hash. ARGV: epoch, key, JSON. 1 when written, 0 when the bank changed.
+_PUT_DOCUMENT_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+return 1
+"""
+
+# KEYS: memory keys. ARGV: now (µs). Deletes those whose live_until <= now; returns the count.
+_SWEEP_MEMORIES_SCRIPT = """
+local now, removed = tonumber(ARGV[1]), 0
+for i = 1, #KEYS do
+  local live = redis.call('HGET', KEYS[i], 'live_until')
+  if live and live ~= 'inf' and tonumber(live) <= now then
+    redis.call('DEL', KEYS[i])
+    removed = removed + 1
+  end
+end
+return removed
+"""
+
+# KEYS: an expiry set, then (revision key, revision set) pairs. ARGV: now, then (member,
+# revision id) pairs. Deletes expired revisions, forgets gone ones and entries left stale by a
+# rewrite, so every member leaves the expiry set. Returns how many revisions it deleted.
+_SWEEP_REVISIONS_SCRIPT = """
+local now, removed = tonumber(ARGV[1]), 0
+for i = 2, #KEYS, 2 do
+  local member, rev = ARGV[i], ARGV[i + 1]
+  local live = redis.call('HGET', KEYS[i], 'live_until')
+  redis.call('ZREM', KEYS[1], member)
+  if not live then
+    redis.call('ZREM', KEYS[i + 1], rev)
+  elseif live ~= 'inf' and tonumber(live) <= now then
+    redis.call('DEL', KEYS[i])
+    redis.call('ZREM', KEYS[i + 1], rev)
+    removed = removed + 1
+  end
+end
+return removed
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Bank:
+    """Where one epoch of a bank lives and how its index is built."""
+
+    prefix: str
+    bank_id: str
+    epoch: str
+    dim: int
+    algorithm: str
+    dtype: str
+
+    @property
+    def base(self) -> str:
+        return f"{{{self.prefix}:{self.bank_id}}}:{self.epoch}:"
+
+    @property
+    def index_name(self) -> str:
+        return f"{self.prefix}:idx:{self.bank_id}:{self.epoch}"
+
+    def memory(self, memory_id: str) -> str:
+        return f"{self.base}m:{memory_id}"
+
+    def revision(self, memory_id: str, revision_id: str) -> str:
+        return f"{self.base}r:{memory_id}:{revision_id}"
+
+    def revision_set(self, memory_id: str) -> str:
+        return f"{self.base}rz:{memory_id}"
+
+    @property
+    def revision_expiry(self) -> str:
+        return f"{self.base}rexp"
+
+    @property
+    def revision_expiry_native(self) -> str:
+        return f"{self.base}rexpn"
+
+    def operation(self, path: str) -> str:
+        return f"{self.base}op:{path}"
+
+    def documents(self, kind: str) -> str:
+        return f"{self.base}doc:{kind}"
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+async def _command(client: aredis.Redis, *args: Any) -> Any:
+    """A raw command (redis-py leaves `execute_command` unannotated)."""
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
+    """Whether redis-py raised WatchError because the connection died (not a collision)."""
+    cause = exc.__cause__ or exc.__context__
+    lost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+    return isinstance(cause, lost) or "occurred while watching" in str(exc)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _native_expiry_ms(expire_us: int | None) -> int | None:
+    """The PEXPIREAT time for an expiry, or None when Redis should not expire the key."""
+    if expire_us is None:
+        return None
+    expire_ms = -(-expire_us // 1000)  # round up: never evict before the expiry instant
+    return expire_ms if expire_ms > _now_ms() else None
+
+
+class RedisMemoryStore(MemoryStore):
+    """Memory banks in Redis: one RediSearch vector index per bank, native key expiry.
+
+    Needs the query engine: Redis 8 or later, Redis Stack, or a server that loads RediSearch
+    (a server without it fails the first call with `FailedPrecondition` saying so).
+
+    Example:
+        ```python
+        store = RedisMemoryStore.from_uri("redis://:secret@localhost:6379/0?index_algorithm=FLAT")
+        await store.create_bank(bank)
+        hits = await store.nearest(bank.bank_id, NearestQuery(key, vector, k=3, now=now))
+        await store.aclose()
+        ```
+
+    Args:
+        url: `redis://…` or `rediss://…` without query parameters (see `from_uri`).
+        config: Layout, index and connection settings.
+        client: A `redis.asyncio.Redis` you built (with `decode_responses=False`); the store uses
+            it and never closes it. Without one the store opens its own pool on first use.
+    """
+
+    capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
+        pushdown=PUSHDOWN, native_ttl=True
+    )
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        config: RedisStoreConfig | None = None,
+        client: aredis.Redis | None = None,
+    ) -> None:
+        if url is None and client is None:
+            raise InvalidArgument("RedisMemoryStore needs a redis:// URL or a client.")
+        if client is not None:
+            if not isinstance(client, aredis.Redis):
+                raise InvalidArgument(
+                    "RedisMemoryStore takes a redis.asyncio.Redis client (not a sync or cluster "
+                    f"client); got {type(client).__name__}."
+                )
+            if client.connection_pool.connection_kwargs.get("decode_responses"):
+                raise InvalidArgument(
+                    "The Redis client decodes responses, which would corrupt stored vectors; "
+                    "build it with decode_responses=False."
+                )
+        self.config = config or RedisStoreConfig()
+        self._url = url
+        self._client = client
+        self._owns_client = client is None
+        self._banks: dict[str, _Bank] = {}
+        self._indexes: set[str] = set()
+        self._search_checked = False
+        self._locks: RedisLockProvider | None = None
+        self._scope_sizes: dict[tuple[str, str], tuple[int, float]] = {}
+        self._where = self._describe(url, client)
+
+    @classmethod
+    def from_uri(cls, uri: str, **options: Any) -> Self:
+        """Builds the store from `redis://[[user]:password@]host[:port][/db][?option=value…]`.
+
+        Query parameters and keyword options are `RedisStoreConfig` fields (keywords win), plus
+        the keyword `client` for a `redis.asyncio.Redis` you built. Nothing connects yet.
+        """
+        client = options.pop("client", None)
+        url, config = split_uri(uri, options)
+        return cls(url, config=config, client=client)
+
+    def __repr__(self) -> str:
+        return f"RedisMemoryStore({self._where!r}, key_prefix={self.config.key_prefix!r})"
+
+    @staticmethod
+    def _describe(url: str | None, client: aredis.Redis | None) -> str:
+        if url is not None:
+            parts = urlsplit(url)
+            return f"{parts.hostname}:{parts.port or 6379}"
+        kwargs = client.connection_pool.connection_kwargs if client is not None else {}
+        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+    # Connection
+
+    def _redis(self) -> aredis.Redis:
+        """The client, created (without connecting) on first use."""
+        if self._client is None:
+            assert self._url is not None
+            config = self.config
+            kwargs: dict[str, Any] = {
+                "max_connections": config.max_connections,
+                "socket_timeout": config.socket_timeout,
+                "socket_connect_timeout": config.socket_connect_timeout,
+                "health_check_interval": config.health_check_interval,
+                "decode_responses": False,
+            }
+            if self._url.startswith("rediss://"):
+                kwargs.update(
+                    ssl_ca_certs=config.ssl_ca_certs,
+                    ssl_certfile=config.ssl_certfile,
+                    ssl_keyfile=config.ssl_keyfile,
+                    ssl_cert_reqs=config.ssl_cert_reqs,
+                    ssl_check_hostname=config.ssl_check_hostname,
+                )
+            self._client = aredis.Redis.from_url(self._url, **kwargs)
+        return self._client
+
+    async def _ready(self, action: str) -> aredis.Redis:
+        """The client, after checking once that the server has the query engine."""
+        client = self._redis()
+        if not self._search_checked:
+            with redis_errors(self._where, action):
+                try:
+                    await _command(client, "FT._LIST")
+                except redis.exceptions.ResponseError as exc:
+                    if "unknown command" in str(exc).lower():
+                        raise FailedPrecondition(
+                            NO_SEARCH_MODULE.format(where=self._where)
+                        ) from exc
+                    raise
+            self._search_checked = True
+        return client
+
+    @asynccontextmanager
+    async def _call(self, action: str) -> AsyncIterator[aredis.Redis]:
+        client = await self._ready(action)
+        with redis_errors(self._where, action):
+            yield client
+
+    async def aclose(self) -> None:
+        """Closes the connection pool the store opened (never a client passed in)."""
+        self._locks = None
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            with redis_errors(self._where, "close the connection pool"):
+                await client.aclose()
+
+    # Keys and banks
+
+    @property
+    def _registry(self) -> str:
+        return f"{self.config.key_prefix}:banks"
+
+    @property
+    def _garbage(self) -> str:
+        return f"{self.config.key_prefix}:garbage"
+
+    def _bank_key(self, bank_id: str) -> str:
+        if not isinstance(bank_id, str) or not _BANK_ID.fullmatch(bank_id):
+            raise InvalidArgument(
+                f"Bank id {str(bank_id)[:40]!r} is not valid; use letters, digits, '-', '_' "
+                "and '.' (at most 128).",
+                field="bank_id",
+            )
+        return f"{{{self.config.key_prefix}:{bank_id}}}:bank"
+
+    async def _load_bank(self, client: aredis.Redis, bank_id: str) -> _Bank | None:
+        raw = await client.hmget(self._bank_key(bank_id), ["epoch", "dim", "algorithm", "dtype"])
+        if raw[0] is None:
+            self._banks.pop(bank_id, None)
+            return None
+        bank = _Bank(
+            prefix=self.config.key_prefix,
+            bank_id=bank_id,
+            epoch=_text(raw[0]),
+            dim=int(cast(bytes, raw[1])),
+            algorithm=_text(raw[2]),
+            dtype=_text(raw[3]),
+        )
+        self._banks[bank_id] = bank
+        return bank
+
+    async def _bank(self, client: aredis.Redis, bank_id: str) -> _Bank:
+        """The bank's layout (cached; callers re-check the epoch with each read or write)."""
+        bank = self._banks.get(bank_id)
+        if bank is None:
+            bank = await self._load_bank(client, bank_id)
+        if bank is None:
+            raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+        return bank
+
+    def _schema(self, bank: _Bank) -> IndexSchema:
+        vector_attrs: dict[str, Any] = {
+            "algorithm": bank.algorithm.lower(),
+            "dims": bank.dim,
+            "distance_metric": "l2",
+            "datatype": bank.dtype,
+        }
+        if bank.algorithm == "HNSW":
+            vector_attrs.update(
+                m=self.config.hnsw_m,
+                ef_construction=self.config.hnsw_ef_construction,
+                ef_runtime=self.config.hnsw_ef_runtime,
+            )
+        tag = {"case_sensitive": True}
+        fields: list[dict[str, Any]] = [
+            {"name": "memory_id", "type": "tag", "attrs": {**tag, "sortable": True}},
+            {"name": "scope_key", "type": "tag", "attrs": tag},
+            {"name": "scope_tags", "type": "tag", "attrs": tag},
+            {"name": "fact_tag", "type": "tag", "attrs": tag},
+            {"name": "topic_tags", "type": "tag", "attrs": tag},
+            {"name": "meta_tags", "type": "tag", "attrs": tag},
+            {"name": "create_us", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "update_us", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "live_until", "type": "numeric"},
+            {"name": "expire_us", "type": "numeric"},
+            {"name": "embedding", "type": "vector", "attrs": vector_attrs},
+        ]
+        if self.config.full_text:
+            fields.append({"name": "fact", "type": "text", "attrs": {"no_stem": True}})
+        return IndexSchema.from_dict(
+            {
+                "index": {
+                    "name": bank.index_name,
+                    "prefix": f"{bank.base}m:",
+                    "storage_type": "hash",
+                },
+                "fields": fields,
+            }
+        )
+
+    async def _ensure_index(self, client: aredis.Redis, bank: _Bank, *, known: bool = True) -> None:
+        if known and bank.index_name in self._indexes:
+            return
+        index = AsyncSearchIndex(self._schema(bank), redis_client=client, owns_client=False)
+        try:
+            await index.create(overwrite=False)
+        except Exception as exc:  # redisvl wraps the server's answer in RedisSearchError
+            if "already exists" not in str(exc).lower():
+                raise
+        self._indexes.add(bank.index_name)
+
+    async def _drop_index(self, client: aredis.Redis, name: str, *, documents: bool) -> None:
+        try:
+            args = ["FT.DROPINDEX", name] + (["DD"] if documents else [])
+            await _command(client, *args)
+        except redis.exceptions.ResponseError as exc:
+            if not is_missing_index(exc):
+                raise
+        self._indexes.discard(name)
+
+    async def create_bank(self, bank: BankRecord) -> None:
+        """Creates the bank and its search index; `AlreadyExists` if its id is taken."""
+        key = self._bank_key(bank.bank_id)
+        if bank.embedding_dimension < 1:
+            raise InvalidArgument("A bank's embedding dimension must be positive.")
+        async with self._call("create a memory bank") as client:
+            layout = _Bank(
+                prefix=self.config.key_prefix,
+                bank_id=bank.bank_id,
+                epoch=uuid.uuid4().hex[:12],
+                dim=bank.embedding_dimension,
+                algorithm=self.config.index_algorithm,
+                dtype=self.config.vector_dtype,
+            )
+            await client.sadd(self._registry, bank.bank_id)
+            created = await client.eval(
+                _CREATE_BANK_SCRIPT,
+                1,
+                key,
+                bank_to_json(bank),
+                layout.epoch,
+                layout.dim,
+                layout.algorithm,
+                layout.dtype,
+            )
+            if not created:
+                raise AlreadyExists(f"Memory bank {bank.bank_id!r} already exists.")
+            self._banks[bank.bank_id] = layout
+            await self._ensure_index(client, layout, known=False)
+        logger.debug("created bank %s (%s, dim %d)", bank.bank_id, layout.algorithm, layout.dim)
+
+    async def get_bank(self, bank_id: str) -> BankRecord | None:
+        """The bank, or None."""
+        key = self._bank_key(bank_id)
+        async with self._call("read a memory bank") as client:
+            raw = await client.hget(key, "record")
+        return None if raw is None else bank_from_json(raw)
+
+    async def list_banks(self) -> list[BankRecord]:
+        """Every bank, ordered by `create_time` then id."""
+        async with self._call("list memory banks") as client:
+            ids = sorted(_text(member) for member in await client.smembers(self._registry))
+            async with client.pipeline(transaction=False) as pipe:
+                for bank_id in ids:
+                    pipe.hget(self._bank_key(bank_id), "record")
+                raws = await pipe.execute()
+        banks = [bank_from_json(raw) for raw in raws if raw is not None]
+        return sorted(banks, key=lambda bank: (bank.create_time, bank.bank_id))
+
+    async def update_bank(self, bank: BankRecord) -> None:
+        """Replaces the bank record; a new embedding dimension rebuilds the (empty) index."""
+        key = self._bank_key(bank.bank_id)
+        async with self._call("update a memory bank") as client:
+            before = await self._load_bank(client, bank.bank_id)
+            previous = await client.eval(
+                _UPDATE_BANK_SCRIPT, 1, key, bank_to_json(bank), bank.embedding_dimension
+            )
+            if previous is None or before is None:
+                raise NotFound(f"Memory bank {bank.bank_id!r} does not exist.")
+            if before.dim != bank.embedding_dimension:
+                # Only an empty bank may change its embedding model (the engine checks), so
+                # the index is rebuilt for the new dimension without re-indexing anything.
+                await self._drop_index(client, before.index_name, documents=False)
+                layout = await self._load_bank(client, bank.bank_id)
+                if layout is not None:
+                    await self._ensure_index(client, layout, known=False)
+
+    async def delete_bank(self, bank_id: str) -> None:
+        """Deletes the bank with all its memories, revisions, vectors and operations."""
+        key = self._bank_key(bank_id)
+        async with self._call("delete a memory bank") as client:
+            bank = await self._load_bank(client, bank_id)
+            if bank is not None:
+                # Recorded first, so a crash below leaves the keys findable for the next sweep.
+                await client.sadd(self._garbage, f"{bank_id}\x1f{bank.epoch}")
+                await client.eval(_DELETE_BANK_SCRIPT, 1, key, bank.epoch)
+                self._banks.pop(bank_id, None)
+            if not await client.exists(key):
+                await client.srem(self._registry, bank_id)
+            await self._collect_garbage(client)
+
+    async def _collect_garbage(self, client: aredis.Redis) -> None:
+        """Removes the keys of deleted bank epochs (idempotent; resumes after a crash)."""
+        for member in await client.smembers(self._garbage):
+            bank_id, epoch = _text(member).split("\x1f", 1)
+            current = await client.hget(self._bank_key(bank_id), "epoch")
+            if current is not None and _text(current) == epoch:
+                # Still live: a delete is under way elsewhere, or crashed before it deleted the
+                # bank key. Leave the entry for the delete that completes.
+                continue
+            layout = _Bank(self.config.key_prefix, bank_id, epoch, 1, "FLAT", "float32")
+            await self._drop_index(client, layout.index_name, documents=True)
+            await self._unlink_matching(client, f"{layout.base}*")
+            await client.srem(self._garbage, member)
+            logger.debug("removed the keys of a deleted epoch of bank %s", bank_id)
+
+    async def _unlink_matching(self, client: aredis.Redis, pattern: str) -> int:
+        removed = 0
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                removed += await client.unlink(*batch)
+                batch.clear()
+        if batch:
+            removed += await client.unlink(*batch)
+        return removed
+
+    async def drop_all(self) -> None:
+        """Deletes every bank, index and key under this store's prefix (tests, resets)."""
+        prefix = self.config.key_prefix
+        async with self._call("drop all memory banks") as client:
+            for name in await _command(client, "FT._LIST"):
+                if _text(name).startswith(f"{prefix}:idx:"):
+                    await self._drop_index(client, _text(name), documents=True)
+            await self._unlink_matching(client, f"{{{prefix}:*")
+            await self._unlink_matching(client, f"{prefix}:lock:*")
+            await client.unlink(self._registry, self._garbage)
+        self._banks.clear()
+        self._indexes.clear()
+
+    # Memories
+
+    async def _with_bank(
+        self,
+        client: aredis.Redis,
+        bank_id: str,
+        queue: Callable[[Any, _Bank], None],
+    ) -> tuple[_Bank, list[Any]]:
+        """Runs `queue`'s commands in one round trip with a check of the bank's epoch.
+
+        Returns the layout and the replies of the queued commands. A stale cached epoch (the bank
+        was deleted and re-created elsewhere) is refreshed and the commands are re-run; a missing
+        index is created and the commands re-run.
+        """
+        for _attempt in range(3):
+            bank = await self._bank(client, bank_id)
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hget(self._bank_key(bank_id), "epoch")
+                queue(pipe, bank)
+                replies = await pipe.execute(raise_on_error=False)
+            epoch, rest = replies[0], replies[1:]
+            if epoch is None or _text(epoch) != bank.epoch:
+                self._banks.pop(bank_id, None)
+                continue
+            errors = [reply for reply in rest if isinstance(reply, Exception)]
+            if errors and any(is_missing_index(error) for error in errors):
+                await self._ensure_index(client, bank, known=False)
+                continue
+            if errors:
+                raise errors[0]
+            return bank, rest
+        raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+
+    async def apply(self, bank_id: str, batch: WriteBatch) -> None:
+        """Applies the whole batch in one MULTI/EXEC, or raises and changes nothing.
+
+        The transaction also writes a short-lived marker key. When the connection drops while
+        the transaction is in flight, the marker tells whether Redis committed it (then the call
+        succeeds) or discarded it (then it raises `StoreUnavailable`, and nothing was written).
+        """
+        bank_key = self._bank_key(bank_id)
+        async with self._call("apply a write batch") as client:
+            for _attempt in range(self.config.write_retries):
+                bank = await self._bank(client, bank_id)
+                await self._ensure_index(client, bank)
+                marker = f"{bank.base}tx:{uuid.uuid4().hex}"
+                try:
+                    if await self._try_apply(client, bank_key, bank, batch, marker):
+                        return
+                except redis.exceptions.WatchError as exc:
+                    if not _connection_lost(exc):
+                        logger.debug("write to bank %s collided with another; retrying", bank_id)
+                        continue
+                    await self._settle(client, marker, exc)
+                    return
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                    await self._settle(client, marker, exc)
+                    return
+                self._banks.pop(bank_id, None)  # the epoch changed: reload and retry
+            raise FailedPrecondition(
+                f"Writes to memory bank {bank_id!r} kept colliding with concurrent writers "
+                f"({self.config.write_retries} attempts); retry the request."
+            )
+
+    async def _settle(self, client: aredis.Redis, marker: str, exc: Exception) -> None:
+        """Returns if the interrupted transaction committed; raises `StoreUnavailable` if not."""
+        try:
+            committed = bool(await client.exists(marker))
+        except redis.exceptions.RedisError as check:
+            raise StoreUnavailable(
+                f"The connection to Redis at {self._where} was lost during a write and could not "
+                "be re-established to check it; the write was applied entirely or not at all. "
+                "Read the memory to find out, then retry if it is absent."
+            ) from check
+        if committed:
+            logger.debug("connection lost after a write committed; the write stands")
+            return
+        raise StoreUnavailable(
+            f"The connection to Redis at {self._where} was lost before the write committed; "
+            "nothing was changed. Retry the request."
+        ) from exc
+
+    async def _try_apply(
+        self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
+    ) -> bool:
+        """One optimistic attempt; False when the bank's epoch changed."""
+        insert_keys = [bank.memory(record.memory_id) for record in batch.inserts]
+        by_memory: dict[str, list[RevisionRecord]] = {}
+        for revision in batch.revisions:
+            by_memory.setdefault(revision.memory_id, []).append(revision)
+        set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
+        encoded = [
+            (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
+            for r in (*batch.inserts, *batch.upserts)
+        ]
+        async with client.pipeline(transaction=True) as transaction:
+            pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
+            await pipe.watch(bank_key, *insert_keys, *set_keys)
+            state = await pipe.eval(
+                _CHECK_SCRIPT,
+                1 + len(insert_keys) + len(set_keys),
+                bank_key,
+                *insert_keys,
+                *set_keys,
+                len(insert_keys),
+            )
+            epoch = state[0]
+            if epoch is None:
+                await pipe.unwatch()
+                raise NotFound(f"Memory bank {bank.bank_id!r} does not exist.")
+            if _text(epoch) != bank.epoch:
+                await pipe.unwatch()
+                return False
+            lives = state[1 : 1 + len(insert_keys)]
+            for record, live in zip(batch.inserts, lives, strict=True):
+                if live is not None and (
+                    _text(live) == LIVE_FOREVER or int(live) > to_us(record.create_time)
+                ):
+                    await pipe.unwatch()
+                    raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
+            set_expiry = dict(zip(by_memory, state[1 + len(insert_keys) :], strict=True))
+            pipe.multi()
+            pipe.set(marker, b"1", px=_MARKER_TTL_MS)
+            for key, fields, expire_time in encoded:
+                pipe.delete(key)
+                pipe.hset(key, mapping=fields)
+                at = _native_expiry_ms(None if expire_time is None else to_us(expire_time))
+                if at is not None:
+                    pipe.pexpireat(key, at)
+            for memory_id in batch.deletes:
+                pipe.delete(bank.memory(memory_id))
+            for memory_id, revisions in by_memory.items():
+                self._queue_revisions(pipe, bank, memory_id, revisions, int(set_expiry[memory_id]))
+            if by_memory:  # entries whose keys Redis has evicted by now
+                pipe.zremrangebyscore(bank.revision_expiry_native, "-inf", _now_ms() * 1000)
+            await pipe.execute()
+        return True
+
+    @staticmethod
+    def _queue_revisions(
+        pipe: Any, bank: _Bank, memory_id: str, revisions: list[RevisionRecord], set_expiry: int
+    ) -> None:
+        """Queues the revisions of one memory and keeps its revision set alive as long as them."""
+        latest: int | None = 0
+        for revision in revisions:
+            key = bank.revision(memory_id, revision.revision_id)
+            pipe.delete(key)
+            pipe.hset(key, mapping=encode_revision(revision))
+            pipe.zadd(
+                bank.revision_set(memory_id), {revision.revision_id: to_us(revision.create_time)}
+            )
+            expire_us = None if revision.expire_time is None else to_us(revision.expire_time)
+            at = _native_expiry_ms(expire_us)
+            if at is not None:
+                pipe.pexpireat(key, at)
+            if expire_us is not None:
+                member = f"{memory_id}\x1f{revision.revision_id}"
+                expiry_set = bank.revision_expiry if at is None else bank.revision_expiry_native
+                pipe.zadd(expiry_set, {member: expire_us})
+            latest = None if at is None or latest is None else max(latest, at)
+        zset = bank.revision_set(memory_id)
+        if set_expiry == -1:  # an existing set without expiry keeps a revision that never expires
+            return
+        if latest is None:
+            pipe.persist(zset)
+        else:
+            pipe.pexpireat(zset, max(latest, set_expiry))
+
+    async def get_memories(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> list[MemoryRecord]:
+        """The live memories among `memory_ids`, with embeddings, in the order asked."""
+        fields = [*MEMORY_FIELDS, "embedding"]
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            for memory_id in memory_ids:
+                pipe.hmget(bank.memory(memory_id), fields)
+
+        async with self._call("read memories") as client:
+            bank, replies = await self._with_bank(client, bank_id, queue)
+        found: list[MemoryRecord] = []
+        for doc, fact, embedding in replies:
+            if doc is None:
+                continue
+            record = decode_memory(doc, fact, embedding=embedding, dtype=bank.dtype)
+            if record.is_live(now):
+                found.append(record)
+        return found
+
+    def _base_query(self, now_us: int, scope_key: str | None, expr: Any) -> str | None:
+        """The query text of live memories (of one scope) matching a pushed-down filter."""
+        clauses = [f"@live_until:[({now_us} +inf]"]
+        if scope_key is not None:
+            clauses.insert(0, f"@scope_key:{{{check_scope_key(scope_key)}}}")
+        compiled = compile_filter(expr)
+        if compiled is FALSE:
+            return None
+        if isinstance(compiled, str):
+            clauses.append(compiled)
+        return "(" + " ".join(clauses) + ")"
+
+    def _search_args(self) -> list[Any]:
+        return ["DIALECT", 2, "TIMEOUT", self.config.query_timeout_ms]
+
+    async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
+        """Up to `query.k` live memories of one scope by true L2 distance, ties by memory id."""
+        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        if base is None or query.k <= 0:
+            async with self._call("search memories") as client:
+                await self._bank(client, bank_id)  # NotFound for a missing bank all the same
+            return []
+        vector = np.asarray(query.vector, dtype=np.float64)
+        async with self._call("search memories") as client:
+            bank = await self._bank(client, bank_id)
+            # FLAT ranks exactly: the window only needs room to see ties at the k-th place.
+            # HNSW may miss true neighbours: over-fetch, then rank the candidates exactly.
+            window = query.k + _TIE_SLACK
+            graph = False
+            if bank.algorithm == "HNSW":
+                window = max(math.ceil(query.k * self.config.overfetch), query.k) + _TIE_SLACK
+                graph = await self._use_graph(client, bank, check_scope_key(query.scope_key))
+            while True:
+                bank, ranked, exhausted = await self._knn(
+                    client, bank_id, base, vector, window, graph
+                )
+                if exhausted or self._boundary_is_clear(ranked, query.k):
+                    break
+                window *= 4  # ties reach past the window: widen it until they end
+        # Only the k results are decoded into records; the window is ranked on raw vectors.
+        return [
+            ScoredRecord(
+                decode_memory(
+                    doc["doc"], doc["fact"], embedding=doc["embedding"], dtype=bank.dtype
+                ),
+                distance,
+            )
+            for distance, _memory_id, doc in ranked[: query.k]
+        ]
+
+    @staticmethod
+    def _boundary_is_clear(ranked: list[tuple[float, str, dict[str, Any]]], k: int) -> bool:
+        """Whether the k-th distance is safely below the last candidate's (no hidden ties)."""
+        if len(ranked) <= k:
+            return True
+        return ranked[k - 1][0] < ranked[-1][0] - 1e-6
+
+    async def _use_graph(self, client: aredis.Redis, bank: _Bank, scope_key: str) -> bool:
+        """Whether an HNSW search of this scope should walk the graph (a large scope)."""
+        cache_key = (bank.index_name, scope_key)
+        cached = self._scope_sizes.get(cache_key)
+        if cached is None or time.monotonic() - cached[1] > self.config.scope_size_ttl:
+            reply = await _command(
+                client,
+                "FT.SEARCH",
+                bank.index_name,
+                f"@scope_key:{{{scope_key}}}",
+                "LIMIT",
+                0,
+                0,
+                *self._search_args(),
+            )
+            cached = (parse_search(reply)[0], time.monotonic())
+            if len(self._scope_sizes) > 10_000:
+                self._scope_sizes.clear()
+            self._scope_sizes[cache_key] = cached
+        return cached[0] >= self.config.hnsw_graph_from
+
+    async def _knn(
+        self,
+        client: aredis.Redis,
+        bank_id: str,
+        base: str,
+        vector: np.ndarray[Any, Any],
+        window: int,
+        graph: bool,
+    ) -> tuple[_Bank, list[tuple[float, str, dict[str, Any]]], bool]:
+        """The `window` nearest candidates, ranked exactly.
+
+        Returns:
+            The layout; (exact distance, memory id, fields) by distance then id; and True when
+            the scope has no more candidates.
+        """
+        fields = [*MEMORY_FIELDS, "embedding"]
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            knn = "KNN $K @embedding $BLOB"
+            params: list[Any] = ["K", window, "BLOB", vector.astype(bank.dtype).tobytes()]
+            if bank.algorithm == "HNSW" and graph:
+                knn += " EF_RUNTIME $EF HYBRID_POLICY BATCHES"
+                params += ["EF", max(self.config.hnsw_ef_runtime, window)]
+            elif bank.algorithm == "HNSW":
+                knn += " HYBRID_POLICY ADHOC_BF"
+            pipe.execute_command(
+                "FT.SEARCH",
+                bank.index_name,
+                f"{base}=>[{knn} AS __dist]",
+                "PARAMS",
+                len(params),
+                *params,
+                "SORTBY",
+                "__dist",
+                "ASC",
+                "RETURN",
+                len(fields),
+                *fields,
+                "LIMIT",
+                0,
+                window,
+                *self._search_args(),
+            )
+
+        bank, replies = await self._with_bank(client, bank_id, queue)
+        _total, docs, warnings = parse_search(replies[0])
+        self._check_warnings(warnings)
+        if not docs:
+            return bank, [], True
+        stored = np.frombuffer(b"".join(doc["embedding"] for _key, doc in docs), dtype=bank.dtype)
+        matrix = stored.reshape(len(docs), -1).astype(np.float64)
+        distances = np.linalg.norm(matrix - vector, axis=1).tolist()
+        prefix = len(bank.memory(""))
+        ranked = sorted(
+            (distance, key[prefix:], doc)
+            for distance, (key, doc) in zip(distances, docs, strict=True)
+        )  # (distance, memory id): SPEC §3, ties break by name
+        return bank, ranked, len(docs) < window
+
+    def _check_warnings(self, warnings: list[str]) -> None:
+        for warning in warnings:
+            if "timeout" in warning.lower():
+                raise FailedPrecondition(
+                    "A Redis search hit the query time limit and would have returned partial "
+                    "results; raise query_timeout_ms (0 disables the limit)."
+                )
+
+    async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
+        """Live memories matching the query in its order, sliced by offset and limit."""
+        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        sort: list[str] = []
+        for key in query.order_by:
+            if key.field not in _SORT_FIELDS:
+                raise InvalidArgument(
+                    f"Cannot order memories by {key.field!r}; use create_time or update_time.",
+                    field="order_by",
+                )
+            sort += [f"@{_SORT_FIELDS[key.field]}", "DESC" if key.descending else "ASC"]
+        sort += ["@memory_id", "ASC"]  # SPEC §3: ties break by name
+        load = [f"@{name}" for name in MEMORY_FIELDS]
+        found: list[MemoryRecord] = []
+        offset, remaining = query.offset, query.limit
+        async with self._call("list memories") as client:
+            if base is None:
+                await self._bank(client, bank_id)
+                return []
+            while remaining is None or remaining > 0:
+                chunk = _SCAN_CHUNK if remaining is None else min(remaining, _SCAN_CHUNK)
+
+                def queue(pipe: Any, bank: _Bank, offset: int = offset, chunk: int = chunk) -> None:
+                    pipe.execute_command(
+                        "FT.AGGREGATE",
+                        bank.index_name,
+                        base,
+                        "SORTBY",
+                        len(sort),
+                        *sort,
+                        "LIMIT",
+                        offset,
+                        chunk,
+                        "LOAD",
+                        len(load),
+                        *load,
+                        *self._search_args(),
+                    )
+
+                bank, replies = await self._with_bank(client, bank_id, queue)
+                rows, warnings = parse_aggregate(replies[0])
+                self._check_warnings(warnings)
+                for row in rows:
+                    if "doc" in row:  # not a key that expired between sort and load
+                        found.append(
+                            decode_memory(row["doc"], row["fact"], embedding=None, dtype=bank.dtype)
+                        )
+                if len(rows) < chunk:
+                    break
+                offset += chunk
+                if remaining is not None:
+                    remaining -= chunk
+        return [record for record in found if record.is_live(query.now)]
+
+    # Revisions
+
+    async def list_revisions(
+        self, bank_id: str, memory_id: str, now: datetime
+    ) -> list[RevisionRecord]:
+        """Live revisions of a memory (deleted or not), newest first."""
+        async with self._call("list revisions") as client:
+            bank, replies = await self._with_bank(
+                client,
+                bank_id,
+                lambda pipe, bank: pipe.zrevrange(bank.revision_set(memory_id), 0, -1),
+            )
+            ids = [_text(member) for member in replies[0]]
+            if not ids:
+                return []
+            async with client.pipeline(transaction=False) as pipe:
+                for revision_id in ids:
+                    pipe.hget(bank.revision(memory_id, revision_id), "data")
+                raws = await pipe.execute()
+        revisions = [decode_revision(raw) for raw in raws if raw is not None]
+        live = [revision for revision in revisions if revision.is_live(now)]
+        return sorted(live, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
+
+    async def get_revision(
+        self, bank_id: str, memory_id: str, revision_id: str, now: datetime
+    ) -> RevisionRecord | None:
+        """One live revision, or None."""
+        async with self._call("read a revision") as client:
+            _bank, replies = await self._with_bank(
+                client,
+                bank_id,
+                lambda pipe, bank: pipe.hget(bank.revision(memory_id, revision_id), "data"),
+            )
+        if replies[0] is None:
+            return None
+        revision = decode_revision(replies[0])
+        return revision if revision.is_live(now) else None
+
+    # Operations
+
+    async def put_operation(self, operation: OperationRecord) -> None:
+        """Creates or replaces an operation."""
+        bank_key = self._bank_key(operation.bank_id)
+        async with self._call("store an operation") as client:
+            for _attempt in range(3):
+                bank = await self._bank(client, operation.bank_id)
+                written = await client.eval(
+                    _PUT_OPERATION_SCRIPT,
+                    2,
+                    bank_key,
+                    bank.operation(operation.operation_path),
+                    bank.epoch,
+                    operation_to_json(operation),
+                )
+                if written:
+                    return
+                self._banks.pop(operation.bank_id, None)
+        raise NotFound(f"Memory bank {operation.bank_id!r} does not exist.")
+
+    async def get_operation(self, bank_id: str, operation_path: str) -> OperationRecord | None:
+        """The operation, or None."""
+        async with self._call("read an operation") as client:
+            try:
+                _bank, replies = await self._with_bank(
+                    client, bank_id, lambda pipe, bank: pipe.get(bank.operation(operation_path))
+                )
+            except NotFound:
+                return None
+        return None if replies[0] is None else operation_from_json(replies[0])
+
+    # Documents
+
+    async def put_document(
+        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+    ) -> None:
+        """Creates or replaces one document (a JSON-serialisable mapping) atomically."""
+        try:
+            encoded = json.dumps(dict(body))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"Document {kind}/{key[:40]} is not JSON-serialisable.") from exc
+        bank_key = self._bank_key(bank_id)
+        async with self._call("store a document") as client:
+            for _attempt in range(3):
+                bank = await self._bank(client, bank_id)
+                written = await client.eval(
+                    _PUT_DOCUMENT_SCRIPT,
+                    2,
+                    bank_key,
+                    bank.documents(kind),
+                    bank.epoch,
+                    key,
+                    encoded,
+                )
+                if written:
+                    return
+                self._banks.pop(bank_id, None)
+        raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+
+    async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
+        """The document, or None."""
+        async with self._call("read a document") as client:
+            try:
+                _bank, replies = await self._with_bank(
+                    client, bank_id, lambda pipe, bank: pipe.hget(bank.documents(kind), key)
+                )
+            except NotFound:
+                return None
+        return None if replies[0] is None else cast(Mapping[str, Any], json.loads(replies[0]))
+
+    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank, ordered by key."""
+        async with self._call("list documents") as client:
+            try:
+                _bank, replies = await self._with_bank(
+                    client, bank_id, lambda pipe, bank: pipe.hgetall(bank.documents(kind))
+                )
+            except NotFound:
+                return []
+        found = [(_text(key), json.loads(raw)) for key, raw in replies[0].items()]
+        return sorted(found, key=lambda item: item[0])
+
+    async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
+        """Deletes one document if it exists."""
+        async with self._call("delete a document") as client:
+            try:
+                await self._with_bank(
+                    client, bank_id, lambda pipe, bank: pipe.hdel(bank.documents(kind), key)
+                )
+            except NotFound:
+                return
+
+    # Coordination
+
+    def lock_provider(self) -> RedisLockProvider:
+        """Redis locks on this store's server and prefix, sharing its connection pool."""
+        if self._locks is None:
+            self._locks = RedisLockProvider(client=self._redis(), key_prefix=self.config.key_prefix)
+        return self._locks
+
+    # Maintenance
+
+    async def sweep_expired(self, bank_id: str, now: datetime) -> int:
+        """Deletes memories and revisions expired at `now` that Redis has not evicted yet."""
+        now_us = to_us(now)
+        removed = 0
+        async with self._call("sweep expired memories") as client:
+            bank = await self._bank(client, bank_id)
+            await self._ensure_index(client, bank)
+            while True:
+                _bank, replies = await self._with_bank(
+                    client,
+                    bank_id,
+                    lambda pipe, bank: pipe.execute_command(
+                        "FT.SEARCH",
+                        bank.index_name,
+                        f"@live_until:[-inf {now_us}]",
+                        "NOCONTENT",
+                        "LIMIT",
+                        0,
+                        _SWEEP_CHUNK,
+                        *self._search_args(),
+                    ),
+                )
+                _total, docs, _warnings = parse_search(replies[0])
+                if not docs:
+                    break
+                expired = [key for key, _fields in docs]
+                count = int(
+                    await client.eval(_SWEEP_MEMORIES_SCRIPT, len(expired), *expired, now_us)
+                )
+                removed += count
+                if count == 0:
+                    break
+            for expiry_set in (bank.revision_expiry, bank.revision_expiry_native):
+                removed += await self._sweep_revisions(client, bank, expiry_set, now_us)
+        if removed:
+            logger.debug("swept %d expired records from bank %s", removed, bank_id)
+        return removed
+
+    @staticmethod
+    async def _sweep_revisions(
+        client: aredis.Redis, bank: _Bank, expiry_set: str, now_us: int
+    ) -> int:
+        removed = 0
+        while True:
+            members = await client.zrangebyscore(
+                expiry_set, "-inf", now_us, start=0, num=_SWEEP_CHUNK
+            )
+            if not members:
+                return removed
+            keys: list[str] = [expiry_set]
+            args: list[Any] = [now_us]
+            for member in members:
+                memory_id, revision_id = _text(member).split("\x1f", 1)
+                keys += [bank.revision(memory_id, revision_id), bank.revision_set(memory_id)]
+                args += [_text(member), revision_id]
+            removed += int(await client.eval(_SWEEP_REVISIONS_SCRIPT, len(keys), *keys, *args))

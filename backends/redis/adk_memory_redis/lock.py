@@ -1,0 +1,268 @@
+"""A distributed lock in Redis: a random token, a lease, safe release, optional renewal.
+
+Holds across processes and hosts that share one Redis. It serialises generation per scope
+(SPEC §3, Consistency) for the Redis store, and for a Chroma server shared by several hosts.
+
+```python
+locks = RedisLockProvider.from_uri("redis://localhost:6379/0")
+async with locks.lock(f"generate:{bank_id}:{scope_key}", lease_seconds=30, wait_seconds=10):
+    ...  # read, decide, write
+held = await locks.acquire("name")  # or by hand, to extend it or check it before committing
+held.check()
+await held.release()
+await locks.aclose()
+```
+
+`RedisLockProvider` satisfies `adk_memory.locks.LockProvider`.
+
+Acquire is `SET key token NX PX lease`; only the holder's token can release (`GET` = token then
+`DEL`, in one script) or extend it, so a holder whose lease ran out can never free the lock of
+the next holder. A holder that dies stops renewing, and the lock frees itself when the lease ends.
+While held, a background task renews the lease every third of it; if renewal finds the lock
+taken over (the process stalled longer than the lease), the lease is marked `lost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import redis.asyncio as aredis
+
+from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS
+from adk_memory_redis._config import make_config, split_uri
+from adk_memory_redis._errors import redis_errors
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RedisLock", "RedisLockProvider"]
+
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_EXTEND_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_MAX_NAME = 1024
+
+
+class RedisLock:
+    """A held lock: its token, its lease, and whether it is still ours."""
+
+    def __init__(self, provider: RedisLockProvider, name: str, key: str, lease_ms: int) -> None:
+        self.name = name
+        self.token = uuid.uuid4().hex
+        self._provider = provider
+        self._key = key
+        self._lease_ms = lease_ms
+        self._lost = False
+        self._released = False
+
+    @property
+    def lost(self) -> bool:
+        """True once renewal found that the lease had run out and someone else may hold it."""
+        return self._lost
+
+    def check(self) -> None:
+        """Raises `FailedPrecondition` if the lock is no longer held (call before committing)."""
+        if self._lost or self._released:
+            raise FailedPrecondition(
+                f"The lock {self.name!r} is no longer held (its lease ran out); redo the work "
+                "under a new lock."
+            )
+
+    async def extend(self, lease_seconds: float | None = None) -> bool:
+        """Resets the lease to `lease_seconds` (default: the original lease) if still ours."""
+        lease_ms = self._lease_ms if lease_seconds is None else _lease_ms(lease_seconds)
+        client = self._provider._redis()
+        with redis_errors(self._provider._where, "extend a lock"):
+            extended = bool(await client.eval(_EXTEND_SCRIPT, 1, self._key, self.token, lease_ms))
+        if not extended:
+            self._lost = True
+        return extended
+
+    async def release(self) -> bool:
+        """Frees the lock if it is still ours; False when the lease had already run out."""
+        if self._released:
+            return False
+        self._released = True
+        client = self._provider._redis()
+        with redis_errors(self._provider._where, "release a lock"):
+            freed = bool(await client.eval(_RELEASE_SCRIPT, 1, self._key, self.token))
+        if not freed:
+            self._lost = True
+            logger.warning(
+                "lock %r had expired before release; another holder may have run", self.name
+            )
+        return freed
+
+    async def _renew_forever(self) -> None:
+        interval = self._lease_ms / 3000
+        while not self._released:
+            await asyncio.sleep(interval)
+            if self._released:
+                return
+            try:
+                if not await self.extend():
+                    logger.warning("lock %r was lost: its lease ran out before renewal", self.name)
+                    return
+            except Exception:  # a blip: keep trying until the lease itself runs out
+                logger.debug("renewing lock %r failed; retrying", self.name, exc_info=True)
+
+
+def _lease_ms(seconds: float) -> int:
+    if not seconds > 0:
+        raise InvalidArgument("A lock lease must be longer than 0 seconds.", field="lease_seconds")
+    return max(1, int(seconds * 1000))
+
+
+class RedisLockProvider:
+    """Named locks in one Redis, shared by every process and host that uses it.
+
+    Args:
+        url: `redis://…` or `rediss://…` (query options as for the store: `key_prefix`,
+            timeouts, TLS).
+        client: A `redis.asyncio.Redis` you built; never closed by the provider.
+        key_prefix: Namespace of the lock keys (`<prefix>:lock:<name>`).
+        renew: Renew the lease in the background while the lock is held.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: aredis.Redis | None = None,
+        key_prefix: str | None = None,
+        renew: bool = True,
+        **options: Any,
+    ) -> None:
+        if url is None and client is None:
+            raise InvalidArgument("RedisLockProvider needs a redis:// URL or a client.")
+        if key_prefix is not None:
+            options["key_prefix"] = key_prefix
+        self._url: str | None = None
+        if url is not None:
+            self._url, self.config = split_uri(url, options)
+        else:
+            self.config = make_config(options)
+        self._client = client
+        self._owns_client = client is None
+        self.renew = renew
+        kwargs = client.connection_pool.connection_kwargs if client is not None else {}
+        parts = urlsplit(url) if url else None
+        self._where = (
+            f"{parts.hostname}:{parts.port or 6379}"
+            if parts
+            else f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        )
+
+    @classmethod
+    def from_uri(cls, uri: str, **options: Any) -> Self:
+        """Builds the provider from a Redis URI without connecting."""
+        return cls(uri, **options)
+
+    def _redis(self) -> aredis.Redis:
+        if self._client is None:
+            assert self._url is not None
+            config = self.config
+            kwargs: dict[str, Any] = {
+                "max_connections": config.max_connections,
+                "socket_timeout": config.socket_timeout,
+                "socket_connect_timeout": config.socket_connect_timeout,
+                "health_check_interval": config.health_check_interval,
+            }
+            if self._url.startswith("rediss://"):
+                kwargs.update(
+                    ssl_ca_certs=config.ssl_ca_certs,
+                    ssl_certfile=config.ssl_certfile,
+                    ssl_keyfile=config.ssl_keyfile,
+                    ssl_cert_reqs=config.ssl_cert_reqs,
+                    ssl_check_hostname=config.ssl_check_hostname,
+                )
+            self._client = aredis.Redis.from_url(self._url, **kwargs)
+        return self._client
+
+    def _key(self, name: str) -> str:
+        if not isinstance(name, str) or not name or len(name) > _MAX_NAME:
+            raise InvalidArgument(
+                f"A lock name must be a non-empty string of at most {_MAX_NAME} characters.",
+                field="name",
+            )
+        return f"{self.config.key_prefix}:lock:{name}"
+
+    async def acquire(
+        self,
+        name: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+    ) -> RedisLock:
+        """Takes the lock, waiting up to `wait_seconds`; release it with `RedisLock.release`.
+
+        Raises:
+            ResourceExhausted: Another holder kept the lock for all of `wait_seconds`.
+            StoreUnavailable: Redis could not be reached.
+        """
+        key = self._key(name)
+        held = RedisLock(self, name, key, _lease_ms(lease_seconds))
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        delay = 0.005
+        client = self._redis()
+        while True:
+            with redis_errors(self._where, "acquire a lock"):
+                if await client.set(key, held.token, nx=True, px=held._lease_ms):
+                    return held
+                # A retried SET whose first reply was lost finds our own token.
+                if await client.get(key) == held.token.encode():
+                    return held
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ResourceExhausted(
+                    f"Could not acquire the lock {name[:80]!r} within {wait_seconds:g} s: another "
+                    "process or host still holds it. Retry later, or raise wait_seconds if the "
+                    "work under it is long."
+                )
+            await asyncio.sleep(min(remaining, delay * (0.5 + random.random())))
+            delay = min(delay * 2, 0.25)
+
+    @asynccontextmanager
+    async def lock(
+        self,
+        name: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+    ) -> AsyncIterator[None]:
+        """Holds `name` for the block, renewing the lease in the background if `renew`.
+
+        Raises:
+            ResourceExhausted: Another holder kept the lock for all of `wait_seconds`.
+            StoreUnavailable: Redis could not be reached.
+        """
+        held = await self.acquire(name, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        renewer = asyncio.create_task(held._renew_forever()) if self.renew else None
+        try:
+            yield
+        finally:
+            if renewer is not None:
+                renewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewer
+            await held.release()
+
+    async def aclose(self) -> None:
+        """Closes the connection pool the provider opened (never a client passed in)."""
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()

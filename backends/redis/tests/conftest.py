@@ -1,0 +1,11 @@
+"""Fixtures of the Redis backend's tests: one search-capable server per session.
+
+`redis_url` is `REDIS_URL` when set (a Redis 8 / Redis Stack you run), else a Valkey server with
+RediSearch and RedisJSON started from pip-installed wheels on a free port and stopped afterwards.
+"""
+
+from __future__ import annotations
+
+from adk_memory.testing.servers import redis_url
+
+__all__ = ["redis_url"]
