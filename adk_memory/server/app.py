@@ -18,12 +18,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException
@@ -690,6 +691,8 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    _add_browser(app)
+
     async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
         if status == 404:
@@ -720,6 +723,43 @@ def create_app(
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     app.openapi = _openapi_builder(app, secured=keys is not None)  # type: ignore[method-assign]
     return app
+
+
+# The memory browser (/ui): one static page that calls the REST API above with the caller's key.
+
+_UI_FILES = {
+    "/ui": ("index.html", "text/html; charset=utf-8"),
+    "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/ui/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+_UI_HEADERS = {
+    # The page holds no data and no secret; everything it shows comes from the API, which
+    # checks the key. It runs only its own script and talks only to this server.
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
+
+
+def _add_browser(app: FastAPI) -> None:
+    """Serves the memory browser's three static files (no build step, no external resource)."""
+    static = resources.files("adk_memory.server") / "static"
+    for path, (filename, media_type) in _UI_FILES.items():
+        content = (static / filename).read_bytes()
+
+        async def serve_file(content: bytes = content, media_type: str = media_type) -> Response:
+            return Response(content, media_type=media_type, headers=_UI_HEADERS)
+
+        app.add_api_route(path, serve_file, methods=["GET"], include_in_schema=False)
+
+    async def slash() -> Response:
+        return RedirectResponse("/ui", status_code=308)
+
+    app.add_api_route("/ui/", slash, methods=["GET"], include_in_schema=False)
 
 
 class _MethodNotAllowed(AdkMemoryError):

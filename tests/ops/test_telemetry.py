@@ -1,0 +1,173 @@
+"""OpenTelemetry spans (API calls, store round trips, embedding batches, LLM calls) and logging:
+names and counts only, never a fact, a query or a scope value."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from adk_memory import AsyncClient, Client, NotFound
+from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.transfer import export_bank, import_bank
+
+SECRETS = ("SECRET-FACT", "SECRET-SCOPE", "SECRET-QUERY", "SECRET-TALK")
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans finished during the test (the global provider gets our exporter once)."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    if not getattr(provider, "_adk_memory_test_exporter", False):
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        provider._adk_memory_test_exporter = True  # type: ignore[attr-defined]
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+def names(finished: tuple[ReadableSpan, ...]) -> list[str]:
+    return [span.name for span in finished]
+
+
+def only(finished: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
+    [span] = [span for span in finished if span.name == name]
+    return span
+
+
+def assert_no_secrets(finished: tuple[ReadableSpan, ...]) -> None:
+    for span in finished:
+        text = repr(dict(span.attributes or {})) + span.name + str(span.status.description)
+        for event in span.events:
+            text += repr(dict(event.attributes or {}))
+        assert not any(secret in text for secret in SECRETS), (span.name, text)
+
+
+def test_a_retrieve_emits_api_store_and_embedding_spans_without_personal_data(
+    spans: InMemorySpanExporter,
+) -> None:
+    with Client("memory://", embedding_model="hash-64") as client:
+        bank = client.memory_banks.create(memory_bank_id="traced").name
+        scope = {"user_id": "SECRET-SCOPE"}
+        client.memory_banks.memories.create(name=bank, fact="SECRET-FACT tea", scope=scope)
+        spans.clear()
+        hits = client.memory_banks.memories.retrieve(
+            name=bank,
+            scope=scope,
+            similarity_search_params={"search_query": "SECRET-QUERY", "top_k": 3},
+        )
+        assert len(hits.page) == 1
+    finished = spans.get_finished_spans()
+    assert names(finished) == [
+        "adk_memory.store.get_bank",
+        "adk_memory.embed",
+        "adk_memory.store.nearest",
+        "adk_memory.memories.retrieve",
+    ]
+    api = only(finished, "adk_memory.memories.retrieve")
+    assert api.attributes == {
+        "adk_memory.operation": "memories.retrieve",
+        "adk_memory.bank": "traced",
+        "adk_memory.results": 1,
+    }
+    nearest = only(finished, "adk_memory.store.nearest")
+    assert nearest.parent is not None and nearest.parent.span_id == api.context.span_id
+    assert nearest.attributes is not None
+    assert nearest.attributes["adk_memory.results"] == 1
+    assert nearest.attributes["adk_memory.store.backend"] == "ReferenceMemoryStore"
+    embed = only(finished, "adk_memory.embed")
+    assert embed.attributes == {
+        "adk_memory.embedding.model": "hash-64",
+        "adk_memory.embedding.kind": "query",
+        "adk_memory.embedding.texts": 1,
+        "adk_memory.embedding.dimension": 64,
+    }
+    assert {span.instrumentation_scope.name for span in finished} == {"adk_memory"}
+    assert_no_secrets(finished)
+
+
+async def test_a_generate_emits_llm_spans_with_token_usage_and_no_text(
+    spans: InMemorySpanExporter,
+) -> None:
+    model = ScriptedMemoryModel(
+        extractions=[{"memories": [{"fact": "SECRET-FACT tea", "topics": ["USER_PREFERENCES"]}]}],
+        consolidations=[{"actions": [{"fact_index": 0, "action": "CREATE"}]}],
+    )
+    async with AsyncClient("memory://", embedding_model="hash-64", generation_model=model) as c:
+        bank = (await c.memory_banks.create(memory_bank_id="gen")).name
+        spans.clear()
+        operation = await c.memory_banks.memories.generate(
+            name=bank,
+            scope={"user_id": "SECRET-SCOPE"},
+            direct_contents_source={
+                "events": [{"content": {"role": "user", "parts": [{"text": "SECRET-TALK"}]}}]
+            },
+        )
+        assert len(operation.response.generated_memories) == 1
+    finished = spans.get_finished_spans()
+    llm = [span for span in finished if span.name == "adk_memory.llm"]
+    assert [span.attributes["adk_memory.llm.schema"] for span in llm] == [  # type: ignore[index]
+        "ExtractionOutput",
+        "ConsolidationOutput",
+    ]
+    for span in llm:
+        attributes = dict(span.attributes or {})
+        assert attributes["gen_ai.operation.name"] == "generate_content"
+        assert attributes["gen_ai.request.model"] == "scripted-memory-model"
+        assert int(attributes["gen_ai.usage.input_tokens"]) > 0  # type: ignore[arg-type]
+        assert int(attributes["gen_ai.usage.output_tokens"]) > 0  # type: ignore[arg-type]
+    api = only(finished, "adk_memory.memories.generate")
+    assert dict(api.attributes or {}) == {
+        "adk_memory.operation": "memories.generate",
+        "adk_memory.bank": "gen",
+        "adk_memory.results": 1,
+    }
+    assert all(span.parent is not None for span in llm)
+    assert "adk_memory.store.apply" in names(finished)
+    assert any(
+        span.name == "adk_memory.embed"
+        and dict(span.attributes or {}).get("adk_memory.embedding.kind") == "document"
+        for span in finished
+    )
+    assert_no_secrets(finished)
+
+
+def test_a_failed_call_records_the_error_type_only(spans: InMemorySpanExporter) -> None:
+    with Client("memory://", embedding_model="hash-64") as client:
+        bank = client.memory_banks.create(memory_bank_id="errs").name
+        with pytest.raises(NotFound):
+            client.memory_banks.memories.get(name=f"{bank}/memories/missing")
+    span = only(spans.get_finished_spans(), "adk_memory.memories.get")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "NOT_FOUND"
+    assert dict(span.attributes or {})["error.type"] == "NOT_FOUND"
+    assert not span.events  # no exception event: its message could quote the request
+    assert_no_secrets(spans.get_finished_spans())
+
+
+async def test_operations_log_under_adk_memory_logger_names(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with AsyncClient("memory://", embedding_model="hash-64", run_scheduler=False) as c:
+        bank = (await c.memory_banks.create(memory_bank_id="logged")).name
+        await c.memory_banks.memories.create(
+            name=bank, fact="SECRET-FACT", scope={"user_id": "SECRET-SCOPE"}
+        )
+        buffer = io.StringIO()
+        with caplog.at_level(logging.INFO, logger="adk_memory"):
+            await export_bank(c.engine, "logged", buffer.write)
+            await import_bank(c.engine, buffer.getvalue().splitlines(), bank_id="copy")
+    loggers = {record.name for record in caplog.records}
+    assert loggers == {"adk_memory.transfer"}
+    assert not any(secret in caplog.text for secret in SECRETS)

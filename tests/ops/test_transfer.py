@@ -1,0 +1,293 @@
+"""Export and import of a bank: exact round trips between stores, streamed, checked on import."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from adk_memory import AlreadyExists, AsyncClient, FailedPrecondition, InvalidArgument
+from adk_memory.cli import app
+from adk_memory.store import MemoryStore, ScanQuery, WriteBatch
+from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.transfer import export_bank, import_bank, scan_pages
+
+BANK = "transfer-bank"
+ALICE = {"user_id": "alice"}
+BOB = {"user_id": "bob", "app_name": "shop"}
+
+
+def store_uri(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "memory":
+        return "memory://"
+    if kind == "chroma":
+        return f"chroma://{tmp_path / f'chroma-{uuid.uuid4().hex[:6]}'}"
+    redis_url = request.getfixturevalue("redis_url")
+    return f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+
+
+async def seed(client: AsyncClient) -> None:
+    """A bank with every kind of state a transfer must keep."""
+    await client.memory_banks.create(
+        memory_bank_id=BANK,
+        managed_semantic_memory_config={
+            "similarity_search_config": {"embedding_model": "hash-64"},
+            "ttl_config": {"memory_revision_default_ttl": "864000s"},
+        },
+        config={"display_name": "Transfer", "description": "moved between stores"},
+    )
+    bank = f"reasoningEngines/{BANK}"
+    memories = client.memory_banks.memories
+    await memories.create(
+        name=bank,
+        fact="I like green tea.",
+        scope=ALICE,
+        config={
+            "memory_id": "tea",
+            "topics": [
+                {"managed_memory_topic": "USER_PREFERENCES"},
+                {"custom_memory_topic_label": "drinks"},
+            ],
+            "metadata": {
+                "source": {"string_value": "chat"},
+                "score": {"double_value": 0.25},
+                "verified": {"bool_value": True},
+                "seen": {"timestamp_value": "2024-05-01T12:30:00Z"},
+            },
+            "display_name": "Tea",
+            "description": "a drink",
+        },
+    )
+    await memories.update(name=f"{bank}/memories/tea", fact="I like black tea.")
+    await memories.create(
+        name=bank, fact="I live in Lisbon.", scope=ALICE, config={"ttl": "86400s"}
+    )
+    await memories.create(name=bank, fact="I shop on Fridays.", scope=BOB)
+    revisions = [r async for r in await memories.revisions.list(name=f"{bank}/memories/tea")]
+    await memories.rollback(
+        name=f"{bank}/memories/tea", target_revision_id=revisions[-1].name.rsplit("/", 1)[1]
+    )
+    # A buffered ingest stream (its trigger is not reached, so it stays pending).
+    await client.memory_banks.ingest_events(
+        name=bank,
+        scope=BOB,
+        stream_id="s1",
+        direct_contents_source={
+            "events": [{"content": {"role": "user", "parts": [{"text": "I like jazz."}]}}]
+        },
+        generation_trigger_config={"generation_rule": {"event_count": 50}},
+    )
+
+
+async def snapshot(store: MemoryStore, bank_id: str) -> dict[str, Any]:
+    """Everything a bank holds, as the store returns it."""
+    now = datetime.now(UTC)
+    records = await store.scan(bank_id, ScanQuery(now=now))
+    ids = sorted(record.memory_id for record in records)
+    full = await store.get_memories(bank_id, ids, now)
+    return {
+        "bank": await store.get_bank(bank_id),
+        "memories": {record.memory_id: record for record in full},
+        "revisions": {i: await store.list_revisions(bank_id, i, now) for i in ids},
+        "streams": await store.list_documents(bank_id, "stream"),
+    }
+
+
+def same_vectors(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return len(a) == len(b) and all(abs(x - y) < 1e-6 for x, y in zip(a, b, strict=True))
+
+
+PAIRS = [("chroma", "memory"), ("chroma", "redis"), ("redis", "memory")]
+
+
+@pytest.mark.parametrize(("source_kind", "target_kind"), PAIRS, ids=["-".join(p) for p in PAIRS])
+async def test_a_bank_moves_between_stores_with_nothing_lost_or_changed(
+    source_kind: str, target_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    model = ScriptedMemoryModel()
+    async with (
+        AsyncClient(
+            store_uri(source_kind, tmp_path, request), generation_model=model, run_scheduler=False
+        ) as source,
+        AsyncClient(store_uri(target_kind, tmp_path, request), run_scheduler=False) as target,
+    ):
+        await seed(source)
+        buffer = io.StringIO()
+        exported = await export_bank(source.engine, BANK, buffer.write, page_size=2)
+        assert (exported.memories, exported.revisions, exported.documents) == (3, 5, 1)
+        lines = buffer.getvalue().splitlines()
+        assert [json.loads(line)["kind"] for line in (lines[0], lines[1], lines[-1])] == [
+            "export",
+            "bank",
+            "end",
+        ]
+        imported = await import_bank(target.engine, lines, batch_size=2)
+        assert imported == exported
+
+        before = await snapshot(source.engine.store, BANK)
+        after = await snapshot(target.engine.store, BANK)
+        assert after["bank"] == before["bank"]
+        assert after["revisions"] == before["revisions"]
+        assert after["streams"] == before["streams"]
+        assert after["memories"].keys() == before["memories"].keys()
+        for memory_id, record in before["memories"].items():
+            moved = after["memories"][memory_id]
+            assert replace(moved, embedding=()) == replace(record, embedding=())
+            assert same_vectors(moved.embedding, record.embedding)
+
+        # The moved bank works: the same retrieval answer, the same revisions API.
+        def query(client: AsyncClient) -> Any:
+            return client.memory_banks.memories.retrieve(
+                name=f"reasoningEngines/{BANK}",
+                scope=ALICE,
+                similarity_search_params={"search_query": "tea", "top_k": 2},
+            )
+
+        expected = [(h.memory.name, round(h.distance, 5)) for h in (await query(source)).page]
+        assert [(h.memory.name, round(h.distance, 5)) for h in (await query(target)).page] == (
+            expected
+        )
+
+
+async def test_import_refuses_an_existing_bank_unless_merging(tmp_path: Path) -> None:
+    async with AsyncClient("memory://", run_scheduler=False) as source:
+        await seed(source)
+        buffer = io.StringIO()
+        await export_bank(source.engine, BANK, buffer.write)
+    lines = buffer.getvalue().splitlines()
+    async with AsyncClient("memory://", run_scheduler=False) as target:
+        await import_bank(target.engine, lines)
+        with pytest.raises(AlreadyExists, match="--merge"):
+            await import_bank(target.engine, lines)
+        again = await import_bank(target.engine, lines, merge=True)
+        assert again.memories == 3
+        renamed = await import_bank(target.engine, lines, bank_id="copy")
+        assert renamed.bank_id == "copy"
+        copy = await target.memory_banks.memories.get(name="reasoningEngines/copy/memories/tea")
+        assert copy.fact == "I like green tea."
+        with pytest.raises(FailedPrecondition, match="embedding model"):
+            await import_bank(target.engine, lines, merge=True, embedding_model="hash-32")
+
+
+async def test_a_cut_or_altered_file_is_reported() -> None:
+    async with AsyncClient("memory://", run_scheduler=False) as source:
+        await seed(source)
+        buffer = io.StringIO()
+        await export_bank(source.engine, BANK, buffer.write)
+    lines = buffer.getvalue().splitlines()
+    async with AsyncClient("memory://", run_scheduler=False) as target:
+        with pytest.raises(InvalidArgument, match="cut short"):
+            await import_bank(target.engine, lines[:-1], bank_id="cut")
+        altered = [json.loads(line) for line in lines]
+        memory = next(line for line in altered if line["kind"] == "memory")
+        memory["scope"] = {"user_id": "mallory"}
+        with pytest.raises(InvalidArgument, match=r"line \d+: scope_key does not match"):
+            await import_bank(target.engine, [json.dumps(line) for line in altered], bank_id="x")
+        with pytest.raises(InvalidArgument, match="line 1 is not an adk-memory export header"):
+            await import_bank(target.engine, lines[1:], bank_id="y")
+        with pytest.raises(InvalidArgument, match="line 2 is not JSON"):
+            await import_bank(target.engine, [lines[0], "{oops"], bank_id="z")
+
+
+async def test_import_can_reembed_with_another_model_or_without_exported_vectors() -> None:
+    async with AsyncClient("memory://", run_scheduler=False) as source:
+        await seed(source)
+        with_vectors, without = io.StringIO(), io.StringIO()
+        await export_bank(source.engine, BANK, with_vectors.write)
+        await export_bank(source.engine, BANK, without.write, vectors=False)
+        original = await snapshot(source.engine.store, BANK)
+    assert "embedding_f64" not in without.getvalue()
+    async with AsyncClient("memory://", run_scheduler=False) as target:
+        plain = await import_bank(target.engine, without.getvalue().splitlines())
+        assert plain.reembedded == 3
+        restored = await snapshot(target.engine.store, BANK)
+        for memory_id, record in original["memories"].items():
+            assert same_vectors(restored["memories"][memory_id].embedding, record.embedding)
+        other = await import_bank(
+            target.engine,
+            with_vectors.getvalue().splitlines(),
+            bank_id="small",
+            embedding_model="hash-32",
+        )
+        assert other.reembedded == 3
+        bank = await target.memory_banks.get(name="reasoningEngines/small")
+        assert bank.managed_semantic_memory_config.similarity_search_config.embedding_model == (
+            "hash-32"
+        )
+        [hit] = (
+            await target.memory_banks.memories.retrieve(
+                name="reasoningEngines/small",
+                scope=BOB,
+                similarity_search_params={"search_query": "shopping", "top_k": 1},
+            )
+        ).page
+        assert hit.memory.fact == "I shop on Fridays."
+
+
+async def test_pages_never_repeat_or_skip_memories_sharing_a_create_time() -> None:
+    async with AsyncClient("memory://", embedding_model="hash-8") as client:
+        await client.memory_banks.create(memory_bank_id="ties")
+        store = client.engine.store
+        t0 = datetime(2025, 1, 1, tzinfo=UTC)
+        await client.memory_banks.memories.create(
+            name="reasoningEngines/ties", fact="seed", scope=ALICE, config={"memory_id": "seed"}
+        )
+        [template] = await store.get_memories("ties", ["seed"], datetime.now(UTC))
+        records = [
+            replace(
+                template,
+                memory_id=f"m{index:02d}",
+                create_time=t0 + timedelta(seconds=index // 5),
+                update_time=t0,
+            )
+            for index in range(12)
+        ]
+        await store.apply("ties", WriteBatch(upserts=tuple(records)))
+        seen: list[str] = []
+        async for page, _cursor in scan_pages(store, "ties", now=datetime.now(UTC), page_size=3):
+            seen += [record.memory_id for record in page]
+        assert seen == [f"m{index:02d}" for index in range(12)] + ["seed"]
+
+
+def test_export_and_import_commands_round_trip(tmp_path: Path, hash_embeddings: None) -> None:
+    source = f"chroma://{tmp_path / 'source'}"
+    target = f"memory://import-{uuid.uuid4().hex[:6]}"
+
+    async def prepare() -> None:
+        async with AsyncClient(source, run_scheduler=False) as client:
+            await seed(client)
+
+    asyncio.run(prepare())
+    runner = CliRunner()
+    exported = tmp_path / "bank.jsonl"
+    result = runner.invoke(app, ["export", "--uri", source, "-b", BANK, "-o", str(exported)])
+    assert result.exit_code == 0, result.stderr
+    assert "Exported bank transfer-bank: 3 memories, 5 revisions, 1 ingest streams." in (
+        result.stderr
+    )
+    result = runner.invoke(app, ["import", str(exported), "--uri", target, "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "bank": BANK,
+        "memories": 3,
+        "revisions": 5,
+        "documents": 1,
+        "reembedded": 0,
+    }
+
+    def listing(uri: str) -> list[dict[str, Any]]:
+        out = runner.invoke(app, ["memories", "list", "--uri", uri, "-b", BANK, "--json"])
+        assert out.exit_code == 0, out.stderr
+        return sorted(json.loads(out.stdout), key=lambda memory: memory["name"])
+
+    assert listing(target) == listing(source)
+    again = runner.invoke(app, ["import", str(exported), "--uri", target])
+    assert again.exit_code == 1 and again.stderr.startswith("error: ALREADY_EXISTS")
