@@ -27,13 +27,16 @@ class RetrievalConfig(BaseModel):
 
     mode: Literal["dense", "hybrid"] = "dense"
     """`dense`: Memory Bank's ranking by Euclidean distance of the embeddings. `hybrid`: the
-    dense ranking fused with a lexical (BM25) ranking of the scope's facts by reciprocal rank
-    fusion; results are ordered by the fused rank and `distance` still carries the true
-    Euclidean distance, so it need not be ascending."""
-    lexical_weight: float = Field(default=0.6, ge=0.0, le=1.0)
-    """In hybrid mode, the weight of the lexical ranking (the dense one gets the rest)."""
+    dense ranking fused with a lexical (BM25) ranking of the scope's facts; results are ordered
+    by the fused score and `distance` still carries the true Euclidean distance, so it need not
+    be ascending."""
+    fusion: Literal["convex", "rrf"] = "convex"
+    """`convex`: a weighted sum of both scores, each min-max normalised over the candidates.
+    `rrf`: weighted reciprocal rank fusion. On LoCoMo (benchmarks/) convex fusion ranks better."""
+    lexical_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    """In hybrid mode, the weight of the lexical side (the dense side gets the rest)."""
     rrf_k: int = Field(default=10, ge=1, le=1000)
-    """The rank offset of reciprocal rank fusion: smaller favours the top of each ranking."""
+    """With `rrf`, the rank offset: smaller favours the top of each ranking."""
     candidates: int = Field(default=100, ge=1, le=1000)
     """How many candidates each ranking contributes before fusion."""
 

@@ -47,9 +47,12 @@ def tokenize(text: str) -> list[str]:
 
 
 def bm25_scores(
-    query: str, documents: Sequence[str], *, k1: float = 1.2, b: float = 0.75
+    query: str, documents: Sequence[str], *, k1: float = 0.9, b: float = 0.4
 ) -> list[float]:
-    """The Okapi BM25 score of each document for the query (0.0 where nothing matches)."""
+    """The Okapi BM25 score of each document for the query (0.0 where nothing matches).
+
+    The defaults (k1 0.9, b 0.4) are Anserini's, which ranked best on LoCoMo's short turns.
+    """
     tokenized = [tokenize(document) for document in documents]
     terms = set(tokenize(query))
     if not terms or not tokenized:

@@ -146,22 +146,18 @@ class Retrieval:
             (pair for pair in zip(scores, lexical_pool, strict=True) if pair[0] > 0),
             key=lambda pair: (-pair[0], pair[1].memory_id),
         )[: config.candidates]
-        fused: dict[str, float] = {}
-        for rank, hit in enumerate(dense[: config.candidates]):
-            fused[hit.record.memory_id] = (1 - config.lexical_weight) / (config.rrf_k + rank + 1)
-        for rank, (_, record) in enumerate(lexical):
-            fused[record.memory_id] = fused.get(record.memory_id, 0.0) + config.lexical_weight / (
-                config.rrf_k + rank + 1
-            )
-        chosen = sorted(fused, key=lambda memory_id: (-fused[memory_id], memory_id))[:top_k]
-        distances = {hit.record.memory_id: (hit.record, hit.distance) for hit in dense}
-        missing = [memory_id for memory_id in chosen if memory_id not in distances]
+        found = {
+            hit.record.memory_id: (hit.record, hit.distance) for hit in dense[: config.candidates]
+        }
+        missing = [record.memory_id for _, record in lexical if record.memory_id not in found]
+        target = np.asarray(vector, dtype=np.float64)
         for record in await self._context.store.get_memories(bank_id, missing, now):
-            gap = np.asarray(record.embedding, dtype=np.float64) - np.asarray(
-                vector, dtype=np.float64
-            )
-            distances[record.memory_id] = (record, float(np.linalg.norm(gap)))
-        return [Retrieved(*distances[memory_id]) for memory_id in chosen if memory_id in distances]
+            gap = np.asarray(record.embedding, dtype=np.float64) - target
+            found[record.memory_id] = (record, float(np.linalg.norm(gap)))
+        lexical_score = {record.memory_id: score for score, record in lexical}
+        fused = _fuse(found, lexical_score, [hit.record.memory_id for hit in dense], config)
+        chosen = sorted(fused, key=lambda memory_id: (-fused[memory_id], memory_id))[:top_k]
+        return [Retrieved(*found[memory_id]) for memory_id in chosen]
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None
@@ -177,6 +173,37 @@ class Retrieval:
             if len(survivors) >= query.k or len(hits) < fetch:
                 return survivors[: query.k]
             fetch *= 4
+
+
+def _fuse(
+    found: dict[str, tuple[MemoryRecord, float]],
+    lexical: dict[str, float],
+    dense_order: list[str],
+    config: RetrievalConfig,
+) -> dict[str, float]:
+    """The fused score of every candidate (higher is better)."""
+    weight = config.lexical_weight
+    if config.fusion == "rrf":
+        fused = {
+            memory_id: (1 - weight) / (config.rrf_k + rank + 1)
+            for rank, memory_id in enumerate(dense_order[: config.candidates])
+        }
+        for rank, memory_id in enumerate(sorted(lexical, key=lambda key: (-lexical[key], key))):
+            fused[memory_id] = fused.get(memory_id, 0.0) + weight / (config.rrf_k + rank + 1)
+        return {memory_id: score for memory_id, score in fused.items() if memory_id in found}
+    closeness = {memory_id: -distance for memory_id, (_, distance) in found.items()}
+    dense_norm = _min_max(closeness)
+    lexical_norm = _min_max({memory_id: lexical.get(memory_id, 0.0) for memory_id in found})
+    return {
+        memory_id: (1 - weight) * dense_norm[memory_id] + weight * lexical_norm[memory_id]
+        for memory_id in found
+    }
+
+
+def _min_max(scores: dict[str, float]) -> dict[str, float]:
+    low, high = min(scores.values(), default=0.0), max(scores.values(), default=0.0)
+    span = high - low or 1.0
+    return {key: (value - low) / span for key, value in scores.items()}
 
 
 def _top_k(value: int | None) -> int:
