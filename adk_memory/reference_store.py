@@ -30,6 +30,7 @@ from adk_memory.store import (
     ScoredRecord,
     StoreCapabilities,
     WriteBatch,
+    check_dimensions,
     sort_records,
 )
 
@@ -115,6 +116,7 @@ class ReferenceMemoryStore(MemoryStore):
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
         """Applies the whole batch, or raises and changes nothing."""
         bank = self._bank(bank_id)
+        check_dimensions(batch, bank.record.embedding_dimension)
         for record in batch.inserts:
             existing = bank.memories.get(record.memory_id)
             if existing is not None and existing.is_live(record.create_time):

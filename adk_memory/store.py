@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
+from adk_memory.errors import InvalidArgument
 from adk_memory.scope import ScopeKey
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = [
     "StoreCapabilities",
     "TopicRef",
     "WriteBatch",
+    "check_dimensions",
     "sort_records",
 ]
 
@@ -212,6 +214,17 @@ def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[Memo
     for key in reversed(query.order_by):
         ordered.sort(key=lambda record: getattr(record, key.field), reverse=key.descending)
     return ordered
+
+
+def check_dimensions(batch: WriteBatch, dimension: int) -> None:
+    """Refuses a batch with a vector whose length is not the bank's embedding dimension."""
+    for record in (*batch.inserts, *batch.upserts):
+        if len(record.embedding) != dimension:
+            raise InvalidArgument(
+                f"Memory {record.memory_id!r} has a {len(record.embedding)}-dimensional embedding; "
+                f"its bank holds {dimension}-dimensional ones. Re-embed with the bank's model.",
+                field="embedding",
+            )
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from adk_memory.errors import AlreadyExists
+from adk_memory.errors import AlreadyExists, InvalidArgument
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
@@ -257,6 +257,15 @@ class MemoryStoreConformance:
             await store.apply(bank, batch)
         assert [r.fact for r in await store.get_memories(bank, ["m1", "m2"], T0)] == ["fact of m1"]
         assert await store.list_revisions(bank, "m2", T0) == []
+
+    async def test_a_vector_of_another_dimension_is_refused(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A batch whose vector length is not the bank's dimension fails whole, writing nothing."""
+        wrong = memory("wrong", tuple(1.0 for _ in range(DIM + 1)))
+        with pytest.raises(InvalidArgument):
+            await store.apply(bank, WriteBatch(inserts=(memory("ok", unit(0)), wrong)))
+        assert await store.get_memories(bank, ["ok", "wrong"], T0) == []
 
     async def test_insert_over_an_expired_memory_succeeds(
         self, store: MemoryStore, bank: str

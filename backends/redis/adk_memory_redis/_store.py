@@ -67,6 +67,7 @@ from adk_memory.errors import (
     StoreUnavailable,
 )
 from adk_memory.store import (
+    check_dimensions,
     BankRecord,
     MemoryRecord,
     MemoryStore,
@@ -669,6 +670,7 @@ class RedisMemoryStore(MemoryStore):
         async with self._call("apply a write batch") as client:
             for _attempt in range(self.config.write_retries):
                 bank = await self._bank(client, bank_id)
+                check_dimensions(batch, bank.dim)
                 await self._ensure_index(client, bank)
                 marker = f"{bank.base}tx:{uuid.uuid4().hex}"
                 try:
