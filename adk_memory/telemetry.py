@@ -454,29 +454,8 @@ class TracingEmbedder:
 
 
 def instrument_engine_context(context: EngineContext) -> None:
-    """Makes every embedder the engine builds a `TracingEmbedder` (idempotent).
-
-    `EngineContext.embedder` is the engine's only way to an embedder, and the context is a
-    slotted dataclass, so the instance is moved to a subclass that wraps what it returns, without
-    a change to the engine.
-    """
-    from adk_memory.engine.context import EngineContext
-
-    global _tracing_context_class
-    if _tracing_context_class is None:
-
-        class _TracingEngineContext(EngineContext):
-            __slots__ = ()
-
-            def embedder(self, model: str | None) -> Embedder:
-                return TracingEmbedder(super().embedder(model))
-
-        _tracing_context_class = _TracingEngineContext
-    if type(context) is EngineContext:
-        context.__class__ = _tracing_context_class
-
-
-_tracing_context_class: type[EngineContext] | None = None
+    """Makes every embedder the engine builds a `TracingEmbedder` (idempotent)."""
+    context.wrap_embedder = TracingEmbedder
 
 
 # LLM calls

@@ -84,10 +84,15 @@ class EngineContext:
     """A model name or `BaseLlm` that overrides every bank's `generation_config.model`."""
     session_service: Any = None
     """An ADK `BaseSessionService` for `vertex_session_source`."""
+    wrap_embedder: Callable[[Embedder], Embedder] | None = None
+    """Wraps every embedder the engine uses (telemetry installs a tracing wrapper here)."""
 
     def embedder(self, model: str | None) -> Embedder:
         """The embedder for a model name (None: the configured default)."""
-        return embedder_for(model or self.default_embedding_model, genai_client=self.genai_client)
+        embedder = embedder_for(
+            model or self.default_embedding_model, genai_client=self.genai_client
+        )
+        return self.wrap_embedder(embedder) if self.wrap_embedder else embedder
 
     async def load_bank(self, bank_id: str) -> LoadedBank:
         """The bank with its config and embedder; `NotFound` if it does not exist."""
