@@ -1,8 +1,10 @@
-"""The ingest scheduler: flushes due streams in the background, in any process that runs one.
+"""The background scheduler: flushes due ingest streams and sweeps expired memories.
 
 A long-lived `Client`/`AsyncClient` starts one on its first `ingest_events`; `adk-memory serve`
 and `adk-memory worker` run one for deployments. Each flush claims its stream under the stream's
-lock, so several schedulers on one store never flush the same events twice at once. Background
+lock, so several schedulers on one store never flush the same events twice at once. Every
+`sweep_seconds` it also reclaims the storage of expired memories and revisions (stores without
+native expiry need this; reads never return expired memories either way). Background
 tasks are kept referenced and their failures logged (an untracked task can be collected and its
 error lost).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from adk_memory.engine import MemoryEngine
 from adk_memory.errors import AdkMemoryError, ResourceExhausted
@@ -20,15 +23,24 @@ __all__ = ["IngestScheduler"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_SWEEP_SECONDS = 300.0
 _CLAIM_WAIT_SECONDS = 0.2
 
 
 class IngestScheduler:
     """Polls the store for due streams and flushes them; `kick` flushes one right away."""
 
-    def __init__(self, engine: MemoryEngine, *, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        engine: MemoryEngine,
+        *,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        sweep_seconds: float = DEFAULT_SWEEP_SECONDS,
+    ) -> None:
         self._engine = engine
         self._poll_seconds = poll_seconds
+        self._sweep_seconds = sweep_seconds
+        self._last_sweep = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -46,7 +58,12 @@ class IngestScheduler:
     async def run_once(self) -> int:
         """Flushes every due stream of every bank once; returns how many memories changed."""
         changed = 0
+        sweep = time.monotonic() - self._last_sweep >= self._sweep_seconds
+        if sweep:
+            self._last_sweep = time.monotonic()
         for bank in await self._engine.store.list_banks():
+            if sweep:
+                await self._sweep(bank.bank_id)
             try:
                 keys = await self._engine.ingest.due_streams(bank.bank_id)
             except AdkMemoryError as exc:
@@ -88,6 +105,15 @@ class IngestScheduler:
                 self._loop_task.cancel()
             self._loop_task = None
         await self.drain()
+
+    async def _sweep(self, bank_id: str) -> None:
+        try:
+            removed = await self._engine.store.sweep_expired(bank_id, self._engine.context.clock())
+        except AdkMemoryError as exc:
+            logger.warning("Sweeping expired memories failed: %s", exc.code)
+            return
+        if removed:
+            logger.info("Swept %d expired records from a bank", removed)
 
     async def _flush(self, bank_id: str, key: str) -> int:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -248,3 +249,28 @@ def test_ingest_validates_its_input(client: Client, bank: str) -> None:
     assert isinstance(
         banks.ingest_events(name=bank, scope=SCOPE), types.MemoryBankIngestEventsOperation
     )
+
+
+def test_the_scheduler_sweeps_expired_memories(uri: str) -> None:
+    from adk_memory import AsyncClient
+    from adk_memory.scheduler import IngestScheduler
+
+    async def scenario() -> int:
+        async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+            bank = (await client.memory_banks.create()).name
+            await client.memory_banks.memories.create(
+                name=bank, fact="brief", scope=SCOPE, config={"ttl": "0.2s"}
+            )
+            await client.memory_banks.memories.create(name=bank, fact="kept", scope=SCOPE)
+            await asyncio.sleep(0.3)
+            scheduler = IngestScheduler(client.engine, sweep_seconds=0)
+            await scheduler.run_once()
+            bank_id = bank.rsplit("/", 1)[-1]
+            from datetime import UTC, datetime, timedelta
+
+            from adk_memory.store import ScanQuery
+
+            past = datetime.now(UTC) - timedelta(hours=1)
+            return len(await client.engine.store.scan(bank_id, ScanQuery(now=past)))
+
+    assert asyncio.run(scenario()) == 1
