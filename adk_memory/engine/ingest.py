@@ -173,6 +173,7 @@ class IngestOps:
             )
             stream["force"] = bool(stream.get("force")) or bool(config.force_flush)
             stream["failures"] = 0
+            stream.pop("retry_after", None)
             operation_path = f"operations/{secrets.token_hex(8)}"
             waiting = bool(stream["pending"])
             if waiting:
@@ -199,10 +200,10 @@ class IngestOps:
         """Whether the stream's trigger says to flush now."""
         if not stream.get("pending") or stream.get("failures", 0) >= MAX_FLUSH_FAILURES:
             return False
-        if stream.get("retry_after") and now < datetime.fromisoformat(stream["retry_after"]):
-            return False
         if stream.get("force"):
             return True
+        if stream.get("retry_after") and now < datetime.fromisoformat(stream["retry_after"]):
+            return False
         rule = self._rule(stream, bank_config)
         if rule is None or rule.flushes_at_once:
             return True

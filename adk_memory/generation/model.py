@@ -87,7 +87,7 @@ async def call_structured(
     stats: CallStats,
     wire_schema: dict[str, Any] | None = None,
     max_retries: int = 2,
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    timeout_seconds: float | None = None,
     check: Callable[[M], None] | None = None,
 ) -> M:
     """One logical call: the validated answer, after at most `max_retries` re-asks.
@@ -97,6 +97,7 @@ async def call_structured(
     """
     from google.adk.models import LlmRequest
 
+    timeout = DEFAULT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
     stats.calls += 1
     history = list(contents)
     problem = ""
@@ -131,7 +132,7 @@ async def call_structured(
         )
         with llm_span(llm, schema=schema.__name__, attempt=attempt + 1) as span:
             before = (stats.prompt_tokens, stats.output_tokens)
-            text = await _complete(llm, request, stats, timeout_seconds)
+            text = await _complete(llm, request, stats, timeout)
             record_llm_usage(
                 span,
                 input_tokens=stats.prompt_tokens - before[0],

@@ -1,0 +1,96 @@
+"""A worker process for the multi-process reliability tests (run as a script, never imported).
+
+`python _worker.py '{"mode": …, …}'` prints one JSON line with what it did. Modes:
+`mixed` (create the memory id `same-id`, then `count` times: one generate on the shared scope
+and one on the worker's own scope, each updating that scope's single memory), and `hold_lock`
+(take a Redis lock and hang). A `mixed` worker prints `{"ready": true}` once connected and waits
+for a line on stdin, so that the parent releases all of them at the same instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+
+def consolidate_append(request: Any) -> dict[str, Any]:
+    """UPDATE the only candidate by appending the new fact's last word; CREATE if none."""
+    from adk_memory.testing.models import ScriptedMemoryModel
+
+    text = ScriptedMemoryModel().prompt_text(request)
+    new_fact = text.split('[0] {"fact": "')[1].split('"')[0]
+    token = new_fact.split()[-1]
+    if "id=" not in text:
+        return {"actions": [{"fact_index": 0, "action": "CREATE", "fact": f"tokens +{token}"}]}
+    memory_id = text.split("id=")[1].split(":")[0]
+    old = text.split("id=")[1].split(': "')[1].split('"')[0]
+    return {
+        "actions": [
+            {"fact_index": 0, "action": "UPDATE", "memory_id": memory_id, "fact": f"{old} +{token}"}
+        ]
+    }
+
+
+async def main(args: dict[str, Any]) -> dict[str, Any]:
+    from adk_memory import AdkMemoryError, AsyncClient
+    from adk_memory.testing.models import ScriptedMemoryModel
+
+    mode = args["mode"]
+    if mode == "hold_lock":
+        from adk_memory_redis import RedisLockProvider
+
+        provider = RedisLockProvider.from_uri(args["redis_url"])
+        await provider.acquire(args["name"], lease_seconds=args["lease"])
+        print(json.dumps({"held": True}), flush=True)  # noqa: T201
+        await asyncio.sleep(3600)
+        return {}
+    model = ScriptedMemoryModel(consolidate=consolidate_append)
+    async with AsyncClient(
+        args["uri"], embedding_model="hash-64", generation_model=model, run_scheduler=False
+    ) as client:
+        await client.memory_banks.get(name=args["bank"])  # connect before the start signal
+        print(json.dumps({"ready": True}), flush=True)  # noqa: T201
+        sys.stdin.readline()  # the parent releases every worker at once
+        began_all = time.perf_counter()
+        latencies: dict[str, list[float]] = {"create": [], "shared": [], "own": []}
+        errors: dict[str, list[str]] = {"create": [], "shared": [], "own": []}
+
+        async def timed(kind: str, call: Any) -> None:
+            began = time.perf_counter()
+            try:
+                await call
+            except AdkMemoryError as exc:
+                errors[kind].append(type(exc).__name__)
+            latencies[kind].append(time.perf_counter() - began)
+
+        memories = client.memory_banks.memories
+        await timed(
+            "create",
+            memories.create(
+                name=args["bank"],
+                fact=f"created by {args['tag']}",
+                scope={"user_id": "dup"},
+                config={"memory_id": "same-id"},
+            ),
+        )
+        for index in range(args["count"]):
+            for kind, scope in (("shared", {"user_id": "shared"}), ("own", args["own_scope"])):
+                source = {"direct_memories": [{"fact": f"token {args['tag']}i{index}"}]}
+                await timed(
+                    kind,
+                    memories.generate(
+                        name=args["bank"], scope=scope, direct_memories_source=source
+                    ),
+                )
+        return {
+            "latencies": latencies,
+            "errors": errors,
+            "seconds": time.perf_counter() - began_all,
+        }
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))), flush=True)  # noqa: T201
