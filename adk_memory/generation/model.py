@@ -111,9 +111,8 @@ async def call_structured(
                     parts=[
                         genai_types.Part(
                             text=(
-                                f"Your previous answer was not valid: {problem}. Answer again with JSON "
-                                "that "
-                                "matches the response schema exactly."
+                                f"Your previous answer was not valid: {problem}. "
+                                "Answer again with JSON that matches the response schema."
                             )
                         )
                     ],
