@@ -49,6 +49,19 @@ class _Bank:
     revisions: dict[str, dict[str, RevisionRecord]] = field(default_factory=dict)
     operations: dict[str, OperationRecord] = field(default_factory=dict)
     documents: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    vectors: dict[str, tuple[list[MemoryRecord], np.ndarray, np.ndarray]] = field(
+        default_factory=dict
+    )
+    """Per scope key: its records, their vectors as one matrix and their ids; reset by writes."""
+
+    def scope_matrix(self, key: str) -> tuple[list[MemoryRecord], np.ndarray, np.ndarray]:
+        """The scope's records, vectors and ids (cached until the next write)."""
+        if key not in self.vectors:
+            records = [record for record in self.memories.values() if record.scope_key == key]
+            matrix = np.asarray([record.embedding for record in records], dtype=np.float64)
+            ids = np.asarray([record.memory_id for record in records])
+            self.vectors[key] = (records, matrix, ids)
+        return self.vectors[key]
 
 
 _SHARED: dict[str, dict[str, _Bank]] = {}
@@ -125,6 +138,7 @@ class ReferenceMemoryStore(MemoryStore):
             bank.memories[record.memory_id] = record
         for memory_id in batch.deletes:
             bank.memories.pop(memory_id, None)
+        bank.vectors.clear()
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
 
@@ -138,23 +152,19 @@ class ReferenceMemoryStore(MemoryStore):
 
     async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
         """Exact Euclidean search over the live memories of one scope."""
-        candidates = [
-            record
-            for record in self._bank(bank_id).memories.values()
-            if record.scope_key == query.scope_key
-            and record.is_live(query.now)
-            and matches(query.filter, record)
-        ]
-        if not candidates or query.k <= 0:
+        records, matrix, ids = self._bank(bank_id).scope_matrix(query.scope_key)
+        if not records or query.k <= 0:
             return []
-        matrix = np.asarray([record.embedding for record in candidates], dtype=np.float64)
-        vector = np.asarray(query.vector, dtype=np.float64)
-        distances = np.linalg.norm(matrix - vector, axis=1)
-        scored = sorted(
-            zip(distances.tolist(), candidates, strict=True),
-            key=lambda pair: (pair[0], pair[1].memory_id),
-        )
-        return [ScoredRecord(record, distance) for distance, record in scored[: query.k]]
+        distances = np.linalg.norm(matrix - np.asarray(query.vector, dtype=np.float64), axis=1)
+        order = np.lexsort((ids, distances))  # SPEC §3: by distance, ties by name
+        hits: list[ScoredRecord] = []
+        for index in order:
+            record = records[index]
+            if record.is_live(query.now) and matches(query.filter, record):
+                hits.append(ScoredRecord(record, float(distances[index])))
+                if len(hits) == query.k:
+                    break
+        return hits
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, sliced by offset and limit."""
@@ -231,6 +241,7 @@ class ReferenceMemoryStore(MemoryStore):
         expired = [key for key, record in bank.memories.items() if not record.is_live(now)]
         for key in expired:
             del bank.memories[key]
+        bank.vectors.clear()
         removed = len(expired)
         for revisions in bank.revisions.values():
             stale = [key for key, revision in revisions.items() if not revision.is_live(now)]
