@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from adk_memory import Client
 from adk_memory.testing.servers import chroma_http_url, redis_url
@@ -13,6 +14,17 @@ from adk_memory.testing.servers import chroma_http_url, redis_url
 __all__ = ["chroma_http_url", "redis_url"]
 
 BACKENDS = ["memory", "chroma", "chroma_http", "redis"]
+
+# Reproducible and load-independent property tests: the same examples on every run, no per-example
+# deadline (CI machines are shared), no example database written into the checkout.
+settings.register_profile(
+    "adk-memory",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("adk-memory")
 
 
 @pytest.fixture(params=BACKENDS)
