@@ -23,19 +23,38 @@ Memory rows (collection `<prefix>.<bank>.mem`, id = memory id, document = fact):
 `p`            the JSON payload
 =============  ==============================================================================
 
-Revision, operation and engine-document rows live in `<prefix>.<bank>.aux` (told apart by `k`),
-bank rows in `<prefix>.banks`; those collections are never searched by vector, so their rows
-carry a 1-d placeholder vector.
+Revision, operation, engine-document and journal rows live in `<prefix>.<bank>.aux` (told apart
+by `k`), bank rows in `<prefix>.banks`; those collections are never searched by vector, so their
+rows carry a 1-d placeholder vector.
+
+Journal rows (the write-ahead journal of `apply`; `_store` explains the protocol). What a replay
+must (re-)write is serialised as one ASCII JSON text,
+`{"v": 1, "m": [[id, vector, fact, metadata], …], "r": [[id, metadata], …], "d": [id, …]}`,
+vectors as base64 of little-endian float32 (what Chroma stores, so a replayed vector is
+bit-identical to a directly written one), cut into part rows `<head>:<i>` (`k` = `jpart`, `p` =
+the text) under a small commit row `<head>` (`jb` = batch id, `jn` = number of parts). Two homes:
+
+=================  ============================================================================
+`j:slot` (`jslot`)  the journal slot of a memory collection, overwritten by each batch that is
+                   written together with its memories; its rows carry a unit vector of the
+                   bank's dimension and no `sk` or `live_us`, so no memory read matches them
+`j:done` (`jdone`)  in aux: the batch id of the last slot journal completed; the slot is pending
+                   while its `jb` differs
+`j:<batch>` (`jnl`)  in aux: the journal of any other batch, deleted once it is applied
+=================  ============================================================================
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import numpy as np
 
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -53,12 +72,17 @@ __all__ = [
     "bank_row",
     "decode_bank",
     "decode_document",
+    "decode_journal",
     "decode_memory",
     "decode_operation",
     "decode_revision",
     "digest",
     "document_id",
     "document_row",
+    "batch_head_id",
+    "done_row",
+    "journal_rows",
+    "part_id",
     "memory_row",
     "metadata_field",
     "micros",
@@ -96,8 +120,22 @@ KIND_OPERATION = "op"
 KIND_BANK = "bank"
 KIND_DOCUMENT = "doc"
 DOCUMENT_KIND = "dk"
+KIND_JOURNAL = "jnl"
+KIND_JOURNAL_SLOT = "jslot"
+KIND_JOURNAL_PART = "jpart"
+KIND_JOURNAL_DONE = "jdone"
+JOURNAL_BATCH = "jb"
+JOURNAL_PARTS = "jn"
+JOURNAL_VERSION = 1
+SLOT_ID = "j:slot"
+"""Commit row of the journal slot of a memory collection (one per bank, overwritten per batch)."""
+DONE_ID = "j:done"
+"""Aux row naming the last batch whose slot journal was completed."""
 STATE_LIVE = "live"
 STATE_DELETING = "deleting"
+
+_NATURAL_LANGUAGE = "NATURAL_LANGUAGE_COLLECTION"
+"""`memory_type` of rows written before profiles existed (their payload has no `mt`)."""
 
 _TYPE_TAGS = {"string": "s", "number": "n", "bool": "b", "timestamp": "t"}
 
@@ -200,6 +238,9 @@ def memory_row(record: MemoryRecord) -> Row:
             "md": _metadata(record.metadata),
             "dn": record.display_name,
             "ds": record.description,
+            "mt": record.memory_type,
+            "sid": record.schema_id,
+            "sd": None if record.structured_data is None else dict(record.structured_data),
         }
     )
     return record.memory_id, [float(v) for v in record.embedding], record.fact, meta
@@ -226,6 +267,9 @@ def decode_memory(
         metadata=_from_metadata(payload["md"]),
         display_name=payload["dn"],
         description=payload["ds"],
+        memory_type=payload.get("mt", _NATURAL_LANGUAGE),
+        schema_id=payload.get("sid"),
+        structured_data=payload.get("sd"),
     )
 
 
@@ -253,6 +297,7 @@ def revision_row(record: RevisionRecord) -> Row:
                 "labels": dict(record.labels),
                 "extracted": [dict(item) for item in record.extracted_memories],
                 "deleted": record.deleted,
+                "sd": None if record.structured_data is None else dict(record.structured_data),
             }
         ),
     }
@@ -275,6 +320,7 @@ def decode_revision(meta: Mapping[str, Any]) -> RevisionRecord:
         labels=payload["labels"],
         extracted_memories=tuple(payload["extracted"]),
         deleted=payload["deleted"],
+        structured_data=payload.get("sd"),
     )
 
 
@@ -353,6 +399,123 @@ def decode_bank(bank_id: str, meta: Mapping[str, Any]) -> BankRecord:
         display_name=payload["dn"],
         description=payload["ds"],
     )
+
+
+# The write-ahead journal
+
+
+def journal_rows(
+    head_id: str,
+    batch_id: str,
+    memory_rows: list[Row],
+    revision_rows: list[Row],
+    deletes: list[str],
+    *,
+    kind: str,
+    chunk_chars: int,
+    dimension: int | None = None,
+) -> list[Row]:
+    """The journal of one batch: its part rows, then its commit row (see the module docstring).
+
+    Args:
+        head_id: Id of the commit row: `batch_head_id(batch_id)`, or `SLOT_ID` for the journal
+            slot of a memory collection; part `i` is `part_id(head_id, i)`.
+        batch_id: Unique per batch.
+        memory_rows: Memory rows a replay must (re-)write.
+        revision_rows: Revision rows a replay must (re-)write.
+        deletes: Memory ids a replay must (re-)delete. Parts of the batch written in the same
+            Chroma call as the journal are left out of all three.
+        kind: `KIND_JOURNAL` or `KIND_JOURNAL_SLOT`, the `k` of the commit row.
+        chunk_chars: Journal text per part row.
+        dimension: None for a journal in the aux collection (1-d placeholder vectors), else the
+            dimension of the memory collection that holds it.
+
+    Raises:
+        TypeError, ValueError: A metadata value JSON cannot hold.
+    """
+    text = json.dumps(
+        {
+            "v": JOURNAL_VERSION,
+            "m": [
+                [row_id, _pack_vector(vector), document, meta]
+                for row_id, vector, document, meta in memory_rows
+            ],
+            "r": [[row_id, meta] for row_id, _vector, _document, meta in revision_rows],
+            "d": deletes,
+        },
+        ensure_ascii=True,  # one character is one byte, so parts are bounded in bytes too
+        allow_nan=False,
+        separators=(",", ":"),
+    )
+    rows: list[Row] = []
+    for index, start in enumerate(range(0, len(text), chunk_chars), start=1):
+        part = part_id(head_id, index)
+        meta = {
+            KIND: KIND_JOURNAL_PART,
+            JOURNAL_BATCH: batch_id,
+            PAYLOAD: text[start : start + chunk_chars],
+        }
+        rows.append((part, _journal_vector(part, dimension), None, meta))
+    head: dict[str, Any] = {KIND: kind, JOURNAL_BATCH: batch_id, JOURNAL_PARTS: len(rows)}
+    rows.append((head_id, _journal_vector(head_id, dimension), None, head))
+    return rows
+
+
+def done_row(batch_id: str) -> Row:
+    """The aux row naming the last batch whose slot journal was completed."""
+    meta = {KIND: KIND_JOURNAL_DONE, JOURNAL_BATCH: batch_id}
+    return DONE_ID, placeholder_vector(DONE_ID), None, meta
+
+
+def batch_head_id(batch_id: str) -> str:
+    """Id of the commit row of a batch's journal in the aux collection."""
+    return f"j:{batch_id}"
+
+
+def part_id(head_id: str, index: int) -> str:
+    """Id of part row `index` (from 1) of the journal whose commit row is `head_id`."""
+    return f"{head_id}:{index}"
+
+
+def decode_journal(chunks: list[str]) -> tuple[list[Row], list[Row], list[str]]:
+    """The memory rows, revision rows and deleted ids of a journal, from its parts in order.
+
+    Raises:
+        ValueError: The journal is not readable by this version of the backend.
+    """
+    body = json.loads("".join(chunks))
+    if body.get("v") != JOURNAL_VERSION:
+        raise ValueError(f"journal format {body.get('v')!r}, expected {JOURNAL_VERSION}")
+    memory_rows: list[Row] = [
+        (row_id, _unpack_vector(vector), document, meta)
+        for row_id, vector, document, meta in body["m"]
+    ]
+    revision_rows: list[Row] = [
+        (row_id, placeholder_vector(row_id), None, meta) for row_id, meta in body["r"]
+    ]
+    return memory_rows, revision_rows, list(body["d"])
+
+
+def _journal_vector(row_id: str, dimension: int | None) -> list[float]:
+    """The vector of a journal row: a placeholder in aux, else a unit vector of `dimension`.
+
+    In a memory collection the direction is drawn from the id (the row has no `sk` or `live_us`,
+    so no memory read ever matches it).
+    """
+    if dimension is None:
+        return placeholder_vector(row_id)
+    direction = np.random.default_rng(int(digest(row_id)[:16], 16)).normal(size=dimension)
+    values: list[float] = (direction / np.linalg.norm(direction)).tolist()
+    return values
+
+
+def _pack_vector(vector: list[float]) -> str:
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _unpack_vector(text: str) -> list[float]:
+    values: list[float] = np.frombuffer(base64.b64decode(text), dtype="<f4").tolist()
+    return values
 
 
 # Helpers

@@ -18,14 +18,42 @@ with numpy: the distance returned is the true Euclidean one and ties break by me
 every vector of a scope into Python instead was measured slower (about 80 ms for 1,000
 384-dimensional vectors, against about 10 ms for Chroma's ranking of them).
 
-Atomicity. Chroma commits each call on its own (an `upsert` is one SQLite transaction when
-embedded), and one batch may touch two collections. `apply` therefore checks everything that can
-be checked first (duplicate inserts, vector dimensions, encodability) and writes nothing if a
-check fails; only then does it write, revisions first, then memories, then deletions. A process
-crash or a lost server between those calls can leave the earlier parts written: at worst a
-revision for a change that never landed (a retried request still succeeds, since the memory was
-not written). Readers on other connections may see a batch half applied while it is being
-written. Batches larger than Chroma's maximum batch size are written in several calls.
+Atomicity: a write-ahead journal. Chroma commits each call on its own (an `upsert` or `delete` is
+one SQLite transaction when embedded, one log append on a server), and one batch touches two
+collections in several calls. `apply` therefore:
+
+1. checks everything that can be checked (duplicate inserts, vector dimensions, encodability)
+   and writes nothing if a check fails;
+2. writes the whole batch, serialised (`_codec` "Journal rows"), into the bank's aux collection:
+   one row in one call for any ordinary batch; a batch too large for one request is cut into
+   part rows written first, and its commit row goes last. The batch has happened once the commit
+   row is in Chroma;
+3. applies its parts with idempotent calls (revision upserts, memory upserts, deletes);
+4. deletes the journal.
+
+Replay: a store instance completes pending journals before its first read or write of a bank
+(one small `get` when there is nothing to do) and at the start of every `apply`, then deletes
+them. So after a crash at any step, once the bank is next used, either none of a batch (crash
+before its commit row) or all of it is visible, and each memory agrees with its latest revision.
+A failure after the commit row is retried once and otherwise reported as `StoreUnavailable`
+saying that the batch will be completed, never rolled back; a caller cancelled after the commit
+row waits for the end of the batch.
+
+Concurrency. Each `apply` holds a per-bank journal lock from its checks to the removal of its
+journal (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
+Redis lock with `lock_url`), and a replay takes the same lock. So a replay never re-applies the
+journal of a live writer (which could overwrite a newer write of the same memory once that
+writer is done), and duplicate-insert checks do not race. Two processes replaying the same
+journal one after the other are harmless: the second finds it gone or re-applies identical rows.
+A Chroma server shared by several hosts needs `lock_url` for this, as for generation. The lock is
+taken only around writes and replays: a reader in another process may still see a batch half
+applied *while it is being written* (for the milliseconds of one `apply`), and a long-lived
+reader sees a crashed writer's half batch until that bank's next `apply` (which completes it
+before writing). The promise is about crashes; readers are eventually consistent within one
+`apply`, and generation, which reads and writes one scope under its own lock, always applies its
+decisions after any pending batch is completed. A batch whose commit row is spread over several
+requests and whose writer dies before the commit row leaves part rows that nothing reads; they go
+with the bank.
 
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
@@ -46,7 +74,19 @@ import importlib
 import logging
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+import time
+import uuid
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar, cast
@@ -98,12 +138,40 @@ _AUX = "aux"
 _REGISTRY = "banks"
 _SORT_FIELDS = {"create_time": codec.CREATE_US, "update_time": codec.UPDATE_US}
 _DEFAULT_BATCH = 1000
+_REQUEST_BYTES = 16 * 2**20
+"""Upper bound of one write request to a Chroma server, which refuses larger bodies ("Payload too
+large"; 40 MiB for chromadb 1.5's `chroma run`). Rows are counted generously (`_row_bytes`). An
+embedded Chroma has no such limit, only its batch size."""
+_JOURNAL_CHUNK_CHARS = 4 * 2**20
+"""Characters (= bytes: the journal is ASCII) of journal text per journal row."""
+_JOURNAL_LEASE_SECONDS = 30.0
+"""Lease of the per-bank journal lock (a Redis lock is renewed while held; a file lock needs none,
+the OS releases a dead holder's)."""
+_JOURNAL_WAIT_SECONDS = 120.0
+"""How long a write or a first read waits for another writer of the bank to finish its batch."""
 _RERANK_MARGIN = 1e-3
 """Relative slack on the k-th squared distance Chroma reports, above float32 rounding error."""
 
 
 class _Gone(Exception):
     """A collection this store had cached (or expected) no longer exists in Chroma."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How `apply` writes one batch (see the module docstring, "Atomicity")."""
+
+    home: str | None
+    """`_MEM` (the slot journal, written with the memories), `_AUX`, or None (one call)."""
+    batch_id: str
+    first: list[codec.Row]
+    """The call that commits the batch: journal rows and what is written together with them."""
+    journal_ids: list[str]
+    """Of an aux journal, commit row first (the removal order); empty otherwise."""
+    memory_rows: list[codec.Row]
+    revision_rows: list[codec.Row]
+    deletes: list[str]
+    """What remains to write after `first`."""
 
 
 class ChromaMemoryStore(MemoryStore):
@@ -159,6 +227,11 @@ class ChromaMemoryStore(MemoryStore):
         self._dimensions: dict[str, int] = {}
         self._max_batch: int | None = None
         self._locks: LockProvider | None = None
+        self._recovered: set[str] = set()
+        """Banks whose journal this instance has replayed (see `_recover`)."""
+        self._bank_locks: dict[str, asyncio.Lock] = {}
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        """Closes the client we built if the store is dropped without `aclose()`."""
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -215,6 +288,13 @@ class ChromaMemoryStore(MemoryStore):
                         tenant=config.tenant,
                         database=config.database,
                     )
+                # A store dropped without `aclose()` (say, by code that forgets an event loop's
+                # client) still releases its sockets and files when it is collected; server
+                # sessions are also closed at interpreter exit.
+                self._finalizer = weakref.finalize(
+                    self, _close_quietly, self._client, config.location
+                )
+                self._finalizer.atexit = config.host is not None
             return self._client
 
     async def _connection(self) -> Any:
@@ -294,15 +374,26 @@ class ChromaMemoryStore(MemoryStore):
         self._collections[name] = collection
         return collection
 
-    async def _on_bank(self, bank_id: str, kind: str, work: Callable[[Any], Awaitable[_T]]) -> _T:
+    async def _on_bank(
+        self,
+        bank_id: str,
+        kind: str,
+        work: Callable[[Any], Awaitable[_T]],
+        *,
+        recover: bool = True,
+    ) -> _T:
         """Runs `work` on a bank's collection; `NotFound` if the bank does not exist.
 
-        A cached collection handle goes stale when another store deletes and re-creates the bank;
-        the work is then retried once on a fresh handle.
+        The first time this instance touches the bank, a journal left by a crashed writer is
+        replayed first (`recover=False` for `apply`, which replays under its own lock). A cached
+        collection handle goes stale when another store deletes and re-creates the bank; the work
+        is then retried once on a fresh handle.
         """
         name = self._name(bank_id, kind)
         for attempt in range(2):
             try:
+                if recover and bank_id not in self._recovered:
+                    await self._recover(bank_id)
                 collection = await self._collection(name)
                 return await work(collection)
             except _Gone:
@@ -332,6 +423,13 @@ class ChromaMemoryStore(MemoryStore):
         for kind in (_MEM, _AUX):
             self._collections.pop(self._name(bank_id, kind), None)
         self._dimensions.pop(bank_id, None)
+        self._recovered.discard(bank_id)
+
+    async def _limits(self) -> tuple[int, int | None]:
+        """Rows and (for a server) estimated bytes one write request may carry."""
+        max_rows = await self._batch_size()
+        server = self._config.host is not None or _is_http_client(self._client)
+        return max_rows, _REQUEST_BYTES if server else None
 
     async def _batch_size(self) -> int:
         if self._max_batch is None:
@@ -341,9 +439,8 @@ class ChromaMemoryStore(MemoryStore):
         return self._max_batch
 
     async def _write(self, action: str, collection: Any, rows: Sequence[codec.Row]) -> None:
-        size = await self._batch_size()
-        for start in range(0, len(rows), size):
-            chunk = rows[start : start + size]
+        """Upserts rows in as few calls as Chroma's batch limit and `_REQUEST_BYTES` allow."""
+        for chunk in _requests(rows, await self._limits()):
             await self._call(
                 action,
                 collection.upsert,
@@ -481,13 +578,16 @@ class ChromaMemoryStore(MemoryStore):
     # Memories
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch, or raises and changes nothing (see the module docstring).
+        """Applies the whole batch through the journal (see the module docstring).
 
         Raises:
             AlreadyExists: An insert names a memory that is live at the insert's `create_time`.
             InvalidArgument: The vectors of the batch differ in dimension from each other or from
                 the memories already in the bank.
             NotFound: The bank does not exist.
+            ResourceExhausted: Another writer held the bank's journal lock for too long.
+            StoreUnavailable: Chroma failed; if the batch's journal was already written, the
+                message says so and the batch is completed when the bank is next used.
         """
         final: dict[str, MemoryRecord] = {}
         for record in (*batch.inserts, *batch.upserts):
@@ -507,21 +607,266 @@ class ChromaMemoryStore(MemoryStore):
             revision_rows = list(
                 {row[0]: row for row in map(codec.revision_row, batch.revisions)}.values()
             )
+        if not (memory_rows or revision_rows or deletes):
+            await self._on_bank(bank_id, _MEM, _noop)  # NotFound without the bank
+            return
+        plan = await self._plan(memory_rows, revision_rows, deletes)
 
         async def work(memories: Any) -> None:
-            if batch.inserts:
-                await self._check_inserts(memories, batch.inserts)
-            if dimensions:
-                memories = await self._check_dimension(bank_id, memories, next(iter(dimensions)))
-            if revision_rows:
+            async with self._journal_lock(bank_id):
                 aux = await self._collection(self._name(bank_id, _AUX))
-                await self._write("write revisions", aux, revision_rows)
-            if memory_rows:
-                await self._write("write memories", memories, memory_rows)
-            if deletes:
-                await self._delete_ids("delete memories", memories, deletes)
+                await self._replay(bank_id, memories, aux)
+                if batch.inserts:
+                    await self._check_inserts(memories, batch.inserts)
+                if dimensions:
+                    memories = await self._check_dimension(
+                        bank_id, memories, next(iter(dimensions))
+                    )
+                # From the first journal row to the journal's removal nothing may stop half-way
+                # in this process: a cancelled caller waits for the end of the batch.
+                await _uncancellable(self._commit(bank_id, memories, aux, plan))
 
-        await self._on_bank(bank_id, _MEM, work)
+        await self._on_bank(bank_id, _MEM, work, recover=False)
+
+    async def _plan(
+        self, memory_rows: list[codec.Row], revision_rows: list[codec.Row], deletes: list[str]
+    ) -> _Plan:
+        """Chooses how to write a batch; pure computation besides reading the batch limit."""
+        limits = await self._limits()
+        batch_id = _batch_id()
+        kinds = sum(1 for part in (memory_rows, revision_rows, deletes) if part)
+        if kinds == 1 and (
+            len(deletes) <= limits[0]
+            if deletes
+            else _fits_one_request(memory_rows or revision_rows, limits)
+        ):
+            # One Chroma call is atomic by itself (it still runs after any replay).
+            return _Plan(None, batch_id, [], [], memory_rows, revision_rows, deletes)
+        chunk = _JOURNAL_CHUNK_CHARS
+        with _encoding("a memory or revision"):
+            if memory_rows:
+                journal = codec.journal_rows(
+                    codec.SLOT_ID,
+                    batch_id,
+                    [],
+                    revision_rows,
+                    deletes,
+                    kind=codec.KIND_JOURNAL_SLOT,
+                    chunk_chars=chunk,
+                    dimension=len(memory_rows[0][1]),
+                )
+                first = [*memory_rows, *journal]
+                if _fits_one_request(first, limits):
+                    return _Plan(_MEM, batch_id, first, [], [], revision_rows, deletes)
+            head = codec.batch_head_id(batch_id)
+            if not memory_rows:
+                journal = codec.journal_rows(
+                    head, batch_id, [], [], deletes, kind=codec.KIND_JOURNAL, chunk_chars=chunk
+                )
+                first = [*revision_rows, *journal]
+                if _fits_one_request(first, limits):
+                    ids = [row[0] for row in journal][::-1]
+                    return _Plan(_AUX, batch_id, first, ids, [], [], deletes)
+            # Too large for one call: everything goes into an aux journal written first (its
+            # parts, then its commit row), then the batch.
+            journal = codec.journal_rows(
+                head,
+                batch_id,
+                memory_rows,
+                revision_rows,
+                deletes,
+                kind=codec.KIND_JOURNAL,
+                chunk_chars=chunk,
+            )
+        ids = [row[0] for row in journal][::-1]
+        return _Plan(_AUX, batch_id, journal, ids, memory_rows, revision_rows, deletes)
+
+    async def _commit(self, bank_id: str, memories: Any, aux: Any, plan: _Plan) -> None:
+        """Writes `plan.first`, then the rest, then closes the journal (journal lock held).
+
+        Once the call holding the commit row has succeeded the batch has happened: a failure
+        after it is retried once here and otherwise left to the next replay, never undone.
+        """
+        if plan.home is None:  # a single call, atomic by itself
+            await self._apply_rows(
+                memories, aux, plan.memory_rows, plan.revision_rows, plan.deletes
+            )
+            return
+        home = memories if plan.home == _MEM else aux
+        try:
+            await self._write("write a batch and its journal", home, plan.first)
+        except AdkMemoryError as exc:
+            # A request that failed on the way back may have been committed anyway: if the
+            # commit row is there, the batch has happened and is completed below.
+            head = codec.SLOT_ID if plan.home == _MEM else plan.journal_ids[0]
+            try:
+                found = await self._call(
+                    "check a batch journal", home.get, ids=[head], include=["metadatas"]
+                )
+            except (AdkMemoryError, _Gone):
+                raise StoreUnavailable(
+                    f"{self._config.location} failed while writing a batch to bank {bank_id!r}, "
+                    "and whether it was recorded is unknown: if it was, it is completed, whole, "
+                    "when the bank is next used."
+                ) from exc
+            metas = found["metadatas"] or []
+            if not metas or metas[0].get(codec.JOURNAL_BATCH) != plan.batch_id:
+                if plan.home == _AUX and len(plan.journal_ids) > 1:
+                    with contextlib.suppress(AdkMemoryError, _Gone):  # parts never committed
+                        await self._delete_ids("withdraw a journal", aux, plan.journal_ids[1:])
+                raise
+            logger.warning("a failed batch write was committed after all; completing it")
+        for attempt in range(2):
+            try:
+                await self._finish(
+                    memories, aux, plan.home, plan.batch_id, plan.journal_ids,
+                    plan.memory_rows, plan.revision_rows, plan.deletes,
+                )  # fmt: skip
+                return
+            except (AdkMemoryError, _Gone) as exc:
+                if attempt or isinstance(exc, InvalidArgument):
+                    raise StoreUnavailable(
+                        f"{self._config.location} failed while applying a batch to bank "
+                        f"{bank_id!r} after its journal was written: the batch is recorded "
+                        "and will be completed, whole, the next time a store opens the bank "
+                        "or writes to it. Do not repeat the request."
+                    ) from exc
+                logger.warning("applying a journaled batch failed (%s); retrying", exc)
+
+    async def _finish(
+        self,
+        memories: Any,
+        aux: Any,
+        home: str,
+        batch_id: str,
+        journal_ids: Sequence[str],
+        memory_rows: Sequence[codec.Row],
+        revision_rows: Sequence[codec.Row],
+        deletes: Sequence[str],
+    ) -> None:
+        """Writes what a committed batch still lacks, then closes its journal (idempotent).
+
+        A slot journal is closed by the `j:done` row, written with the revisions (after the
+        deletes); an aux journal is deleted.
+        """
+        if memory_rows:
+            await self._write("write memories", memories, memory_rows)
+        if deletes:
+            await self._delete_ids("delete memories", memories, deletes)
+        if home == _MEM:
+            await self._write("write revisions", aux, [*revision_rows, codec.done_row(batch_id)])
+            return
+        if revision_rows:
+            await self._write("write revisions", aux, revision_rows)
+        try:
+            await self._delete_ids("remove a batch journal", aux, journal_ids)
+        except (AdkMemoryError, _Gone) as exc:  # the batch is complete; a replay is a no-op
+            logger.warning("could not remove the journal of a completed batch: %s", exc)
+
+    async def _apply_rows(
+        self,
+        memories: Any,
+        aux: Any,
+        memory_rows: Sequence[codec.Row],
+        revision_rows: Sequence[codec.Row],
+        deletes: Sequence[str],
+    ) -> None:
+        """Writes rows without a journal (one call when `_plan` chose that)."""
+        if revision_rows:
+            await self._write("write revisions", aux, revision_rows)
+        if memory_rows:
+            await self._write("write memories", memories, memory_rows)
+        if deletes:
+            await self._delete_ids("delete memories", memories, deletes)
+
+    @contextlib.asynccontextmanager
+    async def _journal_lock(self, bank_id: str) -> AsyncIterator[None]:
+        """Holds the bank's journal lock: in this instance, then across processes (or hosts)."""
+        local = self._bank_locks.setdefault(bank_id, asyncio.Lock())
+        async with local:
+            shared = self.lock_provider().lock(
+                f"journal:{self._name(bank_id, 'journal')}",
+                lease_seconds=_JOURNAL_LEASE_SECONDS,
+                wait_seconds=_JOURNAL_WAIT_SECONDS,
+            )
+            async with shared:
+                yield
+
+    async def _recover(self, bank_id: str) -> None:
+        """Replays a journal left by a crashed writer, once per bank and store instance.
+
+        The check is two small reads; the journal lock is taken only when a journal is pending.
+        """
+        aux = await self._collection(self._name(bank_id, _AUX))
+        memories = await self._collection(self._name(bank_id, _MEM))
+        if await self._pending(memories, aux):
+            async with self._journal_lock(bank_id):
+                await self._replay(bank_id, memories, aux)
+        self._recovered.add(bank_id)
+
+    async def _pending(self, memories: Any, aux: Any) -> list[tuple[str, Any, str, int]]:
+        """Journals not yet closed, oldest batch first: (batch id, home, commit row id, parts)."""
+        slot = await self._call(
+            "look for a batch journal", memories.get, ids=[codec.SLOT_ID], include=["metadatas"]
+        )
+        marks = await self._call(
+            "look for a batch journal",
+            aux.get,
+            where={codec.KIND: {"$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE]}},
+            include=["metadatas"],
+        )
+        done = None
+        pending: list[tuple[str, Any, str, int]] = []
+        for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
+            if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
+                done = meta[codec.JOURNAL_BATCH]
+            else:
+                batch = str(meta[codec.JOURNAL_BATCH])
+                pending.append((batch, aux, row_id, int(meta[codec.JOURNAL_PARTS])))
+        for meta in slot["metadatas"] or []:
+            if meta[codec.JOURNAL_BATCH] != done:
+                batch = str(meta[codec.JOURNAL_BATCH])
+                pending.append((batch, memories, codec.SLOT_ID, int(meta[codec.JOURNAL_PARTS])))
+        return sorted(pending, key=lambda item: item[0])
+
+    async def _replay(self, bank_id: str, memories: Any, aux: Any) -> None:
+        """Completes every journaled batch of the bank that is not closed, and closes it.
+
+        Called with the journal lock held, so no live writer's journal is ever replayed: what is
+        pending belongs to a writer that crashed (or lost Chroma) after writing it. Replaying is
+        idempotent, so a crash during a replay only means another replay.
+        """
+        for batch_id, home, head_id, count in await self._pending(memories, aux):
+            part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
+            chunks: dict[str, str] = {}
+            size = await self._batch_size()
+            for start in range(0, len(part_ids), size):
+                found = await self._call(
+                    "read a batch journal",
+                    home.get,
+                    ids=part_ids[start : start + size],
+                    include=["metadatas"],
+                )
+                for part_id, meta in zip(found["ids"], found["metadatas"], strict=True):
+                    if meta.get(codec.JOURNAL_BATCH) == batch_id:
+                        chunks[part_id] = str(meta[codec.PAYLOAD])
+            if len(chunks) < count:  # parts go only after the commit row, once applied
+                logger.warning("removing the rest of the journal of applied batch %s", batch_id)
+                await self._delete_ids("remove a batch journal", home, [head_id, *part_ids])
+                continue
+            try:
+                rows = codec.decode_journal([chunks[part_id] for part_id in part_ids])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise FailedPrecondition(
+                    f"Bank {bank_id!r} has an unfinished batch whose journal this version of "
+                    "adk-memory-chroma cannot read; open the bank with the version that wrote "
+                    "it to complete the batch."
+                ) from exc
+            logger.warning("completing batch %s of bank %s from its journal", batch_id, bank_id)
+            slot = home is memories
+            ids = [] if slot else [head_id, *part_ids]
+            await self._finish(memories, aux, _MEM if slot else _AUX, batch_id, ids, *rows)
+        self._recovered.add(bank_id)
 
     async def _check_inserts(self, memories: Any, inserts: Sequence[MemoryRecord]) -> None:
         ids = list(dict.fromkeys(record.memory_id for record in inserts))
@@ -550,7 +895,11 @@ class ChromaMemoryStore(MemoryStore):
         if self._dimensions.get(bank_id) == dimension:
             return memories
         probe = await self._call(
-            "read the vector dimension", memories.get, limit=1, include=["embeddings"]
+            "read the vector dimension",
+            memories.get,
+            where={codec.LIVE_US: {"$gte": -codec.NEVER_US}},  # memories only, not the journal
+            limit=1,
+            include=["embeddings"],
         )
         if probe["ids"]:
             existing = len(probe["embeddings"][0])
@@ -889,7 +1238,11 @@ class ChromaMemoryStore(MemoryStore):
         closer = getattr(locks, "aclose", None)
         if closer is not None:
             await closer()
+        self._recovered.clear()
         client, self._client = self._client, (None if self._owns_client else self._client)
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
         if self._owns_client and client is not None:
             with self._driver_errors("close the client"):
                 await asyncio.to_thread(_close_client, client)
@@ -907,6 +1260,14 @@ def _close_client(client: Any) -> None:
         session = getattr(getattr(owner, "_server", None), "_session", None)
         if isinstance(session, httpx.Client):
             session.close()
+
+
+def _close_quietly(client: Any, location: str) -> None:
+    """`_close_client` for a finalizer: errors are logged, never raised into the collector."""
+    try:
+        _close_client(client)
+    except Exception:  # a finalizer must not raise
+        logger.debug("closing the client of %s on collection failed", location, exc_info=True)
 
 
 @contextlib.contextmanager
@@ -936,6 +1297,78 @@ def _redis_locks(url: str, prefix: str) -> LockProvider:
 
 async def _noop(collection: Any) -> None:
     """Work that only proves the bank exists."""
+
+
+def _batch_id() -> str:
+    """A journal batch id: unique, and ordered by time so that replays go oldest first."""
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex}"
+
+
+async def _uncancellable(work: Coroutine[Any, Any, None]) -> None:
+    """Runs `work` to its end even if the caller is cancelled meanwhile, then re-raises that.
+
+    A write that was cancelled half-way would leave a batch half applied in a live process (the
+    worker thread of the current Chroma call cannot be stopped either).
+    """
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                break
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+def _requests(
+    rows: Sequence[codec.Row], limits: tuple[int, int | None]
+) -> Iterator[Sequence[codec.Row]]:
+    """Consecutive slices of `rows`, each within `limits` (rows, estimated bytes or None)."""
+    max_rows, max_bytes = limits
+    if max_bytes is None:
+        for start in range(0, len(rows), max_rows):
+            yield rows[start : start + max_rows]
+        return
+    start, size = 0, 0
+    for end, row in enumerate(rows):
+        weight = _row_bytes(row)
+        if end > start and (end - start >= max_rows or size + weight > max_bytes):
+            yield rows[start:end]
+            start, size = end, 0
+        size += weight
+    if start < len(rows):
+        yield rows[start:]
+
+
+def _fits_one_request(rows: Sequence[codec.Row], limits: tuple[int, int | None]) -> bool:
+    max_rows, max_bytes = limits
+    return len(rows) <= max_rows and (max_bytes is None or sum(map(_row_bytes, rows)) <= max_bytes)
+
+
+def _is_http_client(client: Any) -> bool:
+    """Whether a chromadb client (built here or passed in) talks to a server."""
+    if isinstance(client, AsyncClientAPI):
+        return True
+    server = getattr(client, "_server", None)
+    return server is not None and type(server).__module__.startswith("chromadb.api.fastapi")
+
+
+def _row_bytes(row: codec.Row) -> int:
+    """A generous estimate of a row's size in a request (JSON quoting, base64 vectors)."""
+    row_id, vector, document, meta = row
+    size = 64 + len(row_id) + 8 * len(vector) + (3 * len(document) if document else 0)
+    for key, value in meta.items():
+        if isinstance(value, str):
+            size += len(key) + 3 * len(value) + 8
+        elif isinstance(value, list):
+            size += len(key) + sum(3 * len(str(item)) + 4 for item in value)
+        else:
+            size += len(key) + 32
+    return size
 
 
 def _is_plain_bank_id(bank_id: str) -> bool:

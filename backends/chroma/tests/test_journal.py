@@ -1,0 +1,484 @@
+"""Crash atomicity of `apply`: the write-ahead journal (`_store`'s docstring, "Atomicity").
+
+A crash is injected *between* two Chroma calls of one `apply` by wrapping chromadb's
+`Collection` writes: `Crash` (a `BaseException`, which no handler in the store catches, like a
+dying process) is raised before the N-th write, for every N. A NEW store instance on the same
+directory must then show, after its first call, either the state before the batch (crash before
+the call carrying the journal's commit row) or the state after it, exactly as the reference store
+computes it, with every memory agreeing with its latest revision and no journal left pending. One
+case kills a real process (`os._exit`) mid-batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _store
+from adk_memory_chroma import _codec as codec
+from chromadb.api.models.Collection import Collection
+from chromadb.config import Settings
+
+from adk_memory.errors import StoreUnavailable
+from adk_memory.reference_store import ReferenceMemoryStore
+from adk_memory.store import MemoryStore, ScanQuery, WriteBatch
+from adk_memory.testing.conformance import BANK, T0, bank_record, memory, revision
+
+T1 = T0 + timedelta(hours=1)
+NOW = T1 + timedelta(minutes=1)
+IDS = ("a", "b", "c")
+HALF = (0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5)  # exact in float32, so Chroma equals the reference
+SETUP = WriteBatch(
+    inserts=(memory("a", (1.0,) + (0.0,) * 7), memory("b", (0.0, 1.0) + (0.0,) * 6)),
+    revisions=(revision("a", "r1", fact="fact of a"), revision("b", "r1", fact="fact of b")),
+)
+GENERATE = WriteBatch(  # what one generate request writes: update, create, delete, revisions
+    upserts=(memory("a", HALF, fact="a, updated", update_time=T1),),
+    inserts=(memory("c", (0.0, 0.0, 1.0) + (0.0,) * 5, fact="c, new", create_time=T1),),
+    deletes=("b",),
+    revisions=(
+        revision("a", "r2", fact="a, updated", create_time=T1),
+        revision("c", "r1", fact="c, new", create_time=T1),
+        revision("b", "r2", fact="fact of b", create_time=T1, deleted=True),
+    ),
+)
+DELETE_ONLY = WriteBatch(  # no memory rows: the journal lives in aux
+    deletes=("a", "b"),
+    revisions=(
+        revision("a", "r2", fact="fact of a", create_time=T1, deleted=True),
+        revision("b", "r2", fact="fact of b", create_time=T1, deleted=True),
+    ),
+)
+_COMMIT_ROW = re.compile(r"^j:(slot|\d{20}-[0-9a-f]{32})$")  # `SLOT_ID`, `batch_head_id(…)`
+
+
+class Crash(BaseException):
+    """The process dies here: nothing in the store catches a `BaseException`."""
+
+
+@dataclass
+class Writes:
+    """Wraps every chromadb `Collection` write: records it, and crashes before write `crash_at`."""
+
+    crash_at: int | None = None
+    fail: Callable[[int, list[str]], str | None] | None = None
+    """Called before each write with its index and ids: "before" or "after" raises RuntimeError
+    (a driver error) before doing it or after doing it; None does it normally."""
+    log: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for method in ("upsert", "delete", "add", "update"):
+            monkeypatch.setattr(Collection, method, self._wrap(method, getattr(Collection, method)))
+
+    def _wrap(self, method: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def write(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+            ids = list(kwargs.get("ids") or (args[0] if args else []))
+            with self.lock:
+                index = len(self.log)
+                self.log.append((method, collection.name, ids))
+            if self.crash_at is not None and index >= self.crash_at:
+                raise Crash(f"crash before write {index}")
+            when = self.fail(index, ids) if self.fail else None
+            if when == "before":
+                raise RuntimeError("connection reset")
+            result = original(collection, *args, **kwargs)
+            if when == "after":
+                raise RuntimeError("connection reset after the server committed")
+            return result
+
+        return write
+
+    def crash_before(self, index: int | None) -> None:
+        """Crashes before write `index` from now on (None: never)."""
+        self.log.clear()
+        self.crash_at = index
+
+    def commit_index(self) -> int:
+        """The index of the write that carries the batch's commit row."""
+        return next(i for i, (_, _, ids) in enumerate(self.log) if _has_commit_row(ids))
+
+
+def _has_commit_row(ids: list[str]) -> bool:
+    return any(_COMMIT_ROW.match(row_id) for row_id in ids)
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Writes]:
+    spy = Writes()
+    spy.install(monkeypatch)
+    yield spy
+
+
+async def snapshot(store: MemoryStore) -> dict[str, Any]:
+    """Everything a reader can see of the bank: memories, their vectors and revisions."""
+    memories = await store.scan(BANK, ScanQuery(NOW))
+    vectors = {r.memory_id: r.embedding for r in await store.get_memories(BANK, IDS, NOW)}
+    revisions = {
+        memory_id: [
+            (r.revision_id, r.fact, r.deleted)
+            for r in await store.list_revisions(BANK, memory_id, NOW)
+        ]
+        for memory_id in IDS
+    }
+    return {
+        "memories": [(r.memory_id, r.fact, r.update_time.isoformat()) for r in memories],
+        "vectors": {key: [float(v) for v in value] for key, value in vectors.items()},
+        "revisions": revisions,
+    }
+
+
+async def expected(*batches: WriteBatch) -> dict[str, Any]:
+    """The reference store's state after `batches`."""
+    reference = ReferenceMemoryStore()
+    await reference.create_bank(bank_record())
+    for batch in batches:
+        await reference.apply(BANK, batch)
+    return await snapshot(reference)
+
+
+def assert_consistent(state: dict[str, Any]) -> None:
+    """Each memory agrees with its latest revision; a memory gone has a tombstone or none."""
+    live = {memory_id: fact for memory_id, fact, _ in state["memories"]}
+    for memory_id, revisions in state["revisions"].items():
+        if memory_id in live:
+            assert revisions, memory_id
+            assert revisions[0][1:] == (live[memory_id], False), memory_id
+        elif revisions:
+            assert revisions[0][2], f"{memory_id} is gone but its latest revision is no tombstone"
+
+
+async def assert_no_journal_pending(path: Path) -> None:
+    store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+    try:
+        memories = await store._collection(store._name(BANK, _store._MEM))
+        aux = await store._collection(store._name(BANK, _store._AUX))
+        assert await store._pending(memories, aux) == []
+    finally:
+        await store.aclose()
+
+
+async def prepared(path: Path) -> ChromaMemoryStore:
+    store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+    await store.create_bank(bank_record())
+    await store.apply(BANK, SETUP)
+    return store
+
+
+async def crash_and_recover(
+    path: Path, writes: Writes, batch: WriteBatch, crash_at: int
+) -> dict[str, Any]:
+    """Applies `batch` crashing before write `crash_at`; returns what a new store then sees."""
+    crashed = await prepared(path)
+    writes.crash_before(crash_at)
+    try:
+        with pytest.raises(Crash):
+            await crashed.apply(BANK, batch)
+    finally:
+        writes.crash_before(None)
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+    try:
+        return await snapshot(fresh)  # its first call completes or ignores the batch
+    finally:
+        await fresh.aclose()
+        await crashed.aclose()
+
+
+async def count_writes(path: Path, writes: Writes, batch: WriteBatch) -> tuple[int, int]:
+    """(writes of one apply of `batch`, index of the one with the commit row), crash-free."""
+    store = await prepared(path)
+    writes.log.clear()
+    await store.apply(BANK, batch)
+    total, commit = len(writes.log), writes.commit_index()
+    assert await snapshot(store) == await expected(SETUP, batch)
+    await store.aclose()
+    return total, commit
+
+
+@pytest.mark.parametrize("batch", [GENERATE, DELETE_ONLY], ids=["generate", "deletes-only"])
+async def test_a_crash_between_any_two_calls_leaves_none_or_all(
+    tmp_path: Path, writes: Writes, batch: WriteBatch
+) -> None:
+    before, after = await expected(SETUP), await expected(SETUP, batch)
+    total, commit = await count_writes(tmp_path / "dry", writes, batch)
+    assert commit == 0  # the batch is committed by its very first write
+    for crash_at in range(total):
+        state = await crash_and_recover(tmp_path / f"crash-{crash_at}", writes, batch, crash_at)
+        assert state == (before if crash_at <= commit else after), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await assert_no_journal_pending(tmp_path / f"crash-{crash_at}")
+
+
+async def test_a_batch_too_large_for_one_request_is_journaled_first(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Journal parts over several requests, commit row last: none until it, all after it."""
+
+    async def tiny_limits(self: ChromaMemoryStore) -> tuple[int, int | None]:
+        return 2, None  # two rows per Chroma call
+
+    monkeypatch.setattr(ChromaMemoryStore, "_limits", tiny_limits)
+    monkeypatch.setattr(_store, "_JOURNAL_CHUNK_CHARS", 700)
+    before, after = await expected(SETUP), await expected(SETUP, GENERATE)
+    total, commit = await count_writes(tmp_path / "dry", writes, GENERATE)
+    assert commit >= 2, writes.log  # parts were written before the commit row
+    for crash_at in sorted({0, 1, commit, commit + 1, total - 1}):
+        state = await crash_and_recover(tmp_path / f"crash-{crash_at}", writes, GENERATE, crash_at)
+        assert state == (before if crash_at <= commit else after), f"crash before write {crash_at}"
+        assert_consistent(state)
+
+
+async def test_a_crash_during_the_replay_is_replayed_again(tmp_path: Path, writes: Writes) -> None:
+    crashed = await prepared(tmp_path)
+    writes.crash_before(1)  # after the commit row
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, GENERATE)
+    writes.crash_before(0)  # the next store dies at the first write of its replay
+    dying = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    with pytest.raises(Crash):
+        await dying.scan(BANK, ScanQuery(NOW))
+    writes.crash_before(None)
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    assert await snapshot(fresh) == await expected(SETUP, GENERATE)
+    for store in (fresh, dying, crashed):
+        await store.aclose()
+
+
+async def test_two_stores_replaying_at_once_agree(tmp_path: Path, writes: Writes) -> None:
+    crashed = await prepared(tmp_path)
+    writes.crash_before(2)
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, GENERATE)
+    writes.crash_before(None)
+    first, second = (ChromaMemoryStore.from_uri(f"chroma://{tmp_path}") for _ in range(2))
+    states = await asyncio.gather(snapshot(first), snapshot(second))
+    after = await expected(SETUP, GENERATE)
+    assert states == [after, after]
+    await assert_no_journal_pending(tmp_path)
+    for store in (first, second, crashed):
+        await store.aclose()
+
+
+async def test_a_live_store_completes_a_crashed_batch_before_its_next_write(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """A store that already used the bank replays at its next `apply`, before writing."""
+    live = await prepared(tmp_path)
+    await snapshot(live)  # its first use is behind it
+    crashed = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    writes.crash_before(1)
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, GENERATE)
+    writes.crash_before(None)
+    later = WriteBatch(
+        upserts=(memory("c", HALF, fact="c, later", update_time=NOW),),
+        revisions=(revision("c", "r2", fact="c, later", create_time=NOW),),
+    )
+    await live.apply(BANK, later)
+    state = await snapshot(live)
+    assert state == await expected(SETUP, GENERATE, later)
+    assert_consistent(state)
+    await crashed.aclose()
+    await live.aclose()
+
+
+async def test_a_crash_before_the_journal_leaves_nothing_and_blocks_nothing(
+    tmp_path: Path, writes: Writes
+) -> None:
+    crashed = await prepared(tmp_path)
+    writes.crash_before(0)
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, GENERATE)
+    writes.crash_before(None)
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    assert await snapshot(fresh) == await expected(SETUP)
+    await fresh.apply(BANK, GENERATE)  # the lock was released; the batch can be retried
+    assert await snapshot(fresh) == await expected(SETUP, GENERATE)
+    await fresh.aclose()
+    await crashed.aclose()
+
+
+async def test_a_write_that_failed_after_committing_is_completed(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """The driver raised, yet the commit row is in Chroma: the batch is finished, not failed."""
+    store = await prepared(tmp_path)
+    writes.log.clear()
+    writes.fail = lambda index, ids: "after" if _has_commit_row(ids) else None
+    await store.apply(BANK, GENERATE)
+    writes.fail = None
+    assert await snapshot(store) == await expected(SETUP, GENERATE)
+    await store.aclose()
+    await assert_no_journal_pending(tmp_path)
+
+
+async def test_a_write_that_failed_before_committing_changes_nothing(
+    tmp_path: Path, writes: Writes
+) -> None:
+    store = await prepared(tmp_path)
+    writes.log.clear()
+    writes.fail = lambda index, ids: "before" if _has_commit_row(ids) else None
+    with pytest.raises(StoreUnavailable):
+        await store.apply(BANK, GENERATE)
+    writes.fail = None
+    assert await snapshot(store) == await expected(SETUP)
+    await store.aclose()
+    await assert_no_journal_pending(tmp_path)
+
+
+async def test_a_failure_after_the_commit_is_reported_and_completed_on_next_use(
+    tmp_path: Path, writes: Writes
+) -> None:
+    store = await prepared(tmp_path)
+    writes.log.clear()
+    writes.fail = lambda index, ids: "before" if index > 0 else None  # Chroma goes away
+    with pytest.raises(StoreUnavailable, match="will be completed"):
+        await store.apply(BANK, GENERATE)
+    writes.fail = None
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    assert await snapshot(fresh) == await expected(SETUP, GENERATE)
+    await fresh.aclose()
+    await store.aclose()
+
+
+async def test_a_cancelled_apply_finishes_its_batch_before_raising(
+    tmp_path: Path, writes: Writes
+) -> None:
+    store = await prepared(tmp_path)
+    writes.log.clear()
+    committed = threading.Event()
+
+    def slow_after_commit(index: int, ids: list[str]) -> str | None:
+        if index == 1:
+            committed.set()
+            time.sleep(0.3)  # the caller is cancelled during this Chroma call
+        return None
+
+    writes.fail = slow_after_commit
+    task = asyncio.create_task(store.apply(BANK, GENERATE))
+    while not committed.is_set():
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    writes.fail = None
+    assert await snapshot(store) == await expected(SETUP, GENERATE)
+    later = WriteBatch(revisions=(revision("c", "r2", create_time=NOW),))
+    await asyncio.wait_for(store.apply(BANK, later), timeout=10)  # the lock was released
+    await store.aclose()
+
+
+async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writes) -> None:
+    """A batch that one Chroma call can hold is atomic without a journal."""
+    store = await prepared(tmp_path)
+    for batch in (
+        WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)),
+        WriteBatch(deletes=("b",)),
+        WriteBatch(revisions=(revision("a", "r9"),)),
+    ):
+        writes.log.clear()
+        await store.apply(BANK, batch)
+        assert len(writes.log) == 1 and not _has_commit_row(writes.log[0][2]), writes.log
+    await store.aclose()
+
+
+def test_journal_text_round_trips_rows_exactly() -> None:
+    """Vectors travel as float32 (what Chroma stores) and metadata as JSON, unchanged."""
+    rows = [codec.memory_row(record) for record in (*GENERATE.upserts, *GENERATE.inserts)]
+    revisions = [codec.revision_row(record) for record in GENERATE.revisions]
+    journal = codec.journal_rows(
+        codec.batch_head_id("b1"),
+        "b1",
+        rows,
+        revisions,
+        ["b"],
+        kind=codec.KIND_JOURNAL,
+        chunk_chars=100,
+    )
+    head_id, _, _, head = journal[-1]
+    assert head == {codec.KIND: codec.KIND_JOURNAL, "jb": "b1", "jn": len(journal) - 1}
+    parts = [row[3][codec.PAYLOAD] for row in journal[:-1]]
+    assert all(len(part) <= 100 and part.isascii() for part in parts)
+    decoded = codec.decode_journal(parts)
+    assert decoded == (rows, revisions, ["b"])
+    with pytest.raises(ValueError):
+        codec.decode_journal([json.dumps({"v": 99})])
+
+
+async def test_a_killed_process_leaves_a_batch_that_the_next_process_completes(
+    tmp_path: Path,
+) -> None:
+    """A real crash: the writer's process exits (`os._exit`) right after committing a batch."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from chromadb.api.models.Collection import Collection
+from chromadb.config import Settings
+        from adk_memory_chroma import ChromaMemoryStore
+        from test_journal import BANK, GENERATE, SETUP, bank_record, _has_commit_row
+
+        async def main():
+            store = ChromaMemoryStore.from_uri({f"chroma://{tmp_path}"!r})
+            await store.create_bank(bank_record())
+            await store.apply(BANK, SETUP)
+            upsert = Collection.upsert
+
+            def dying_upsert(self, *args, **kwargs):
+                upsert(self, *args, **kwargs)
+                if _has_commit_row(list(kwargs["ids"])):
+                    os._exit(17)  # no cleanup, no lock release, no flush: the process is gone
+
+            Collection.upsert = dying_upsert
+            await store.apply(BANK, GENERATE)
+
+        asyncio.run(main())
+        """
+    )
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 17, done.stderr[-3000:]
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    state = await snapshot(fresh)
+    assert state == await expected(SETUP, GENERATE)
+    assert_consistent(state)
+    await fresh.aclose()
+    await assert_no_journal_pending(tmp_path)
+
+
+async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_url: str) -> None:
+    """The journal goes through `_call` like every write, so chromadb's async client works too."""
+    host, port = chroma_http_url.removeprefix("chroma+http://").rsplit(":", 1)
+    client = await chromadb.AsyncHttpClient(
+        host=host, port=int(port), settings=Settings(anonymized_telemetry=False)
+    )
+    config = ChromaStoreConfig(collection_prefix=f"async-{uuid.uuid4().hex[:8]}")
+    store = ChromaMemoryStore(config, client=client)
+    try:
+        await store.create_bank(bank_record())
+        await store.apply(BANK, SETUP)
+        await store.apply(BANK, GENERATE)
+        assert await snapshot(store) == await expected(SETUP, GENERATE)
+        memories = await store._collection(store._name(BANK, _store._MEM))
+        aux = await store._collection(store._name(BANK, _store._AUX))
+        assert await store._pending(memories, aux) == []
+    finally:
+        await store.drop_all()
+        await store.aclose()
