@@ -1225,9 +1225,9 @@ exprs: st.SearchStrategy[FilterExpr] = st.recursive(
     max_leaves=10,
 )
 
-pushdowns = st.frozensets(
-    st.tuples(st.sampled_from(FAMILIES), st.sampled_from([op.value for op in Op]))
-)
+pushdowns = st.lists(
+    st.tuples(st.sampled_from(FAMILIES), st.sampled_from([op.value for op in Op])), unique=True
+).map(frozenset)
 
 
 @settings(
