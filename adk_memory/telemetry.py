@@ -88,7 +88,9 @@ _T = TypeVar("_T")
 _C = TypeVar("_C", bound=type)
 
 
+@functools.cache
 def _version() -> str:
+    # Cached: reading package metadata costs about a millisecond, and it runs for every span.
     try:
         return metadata.version("adk-memory")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
