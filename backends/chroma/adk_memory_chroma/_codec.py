@@ -32,16 +32,14 @@ must (re-)write is serialised as one ASCII JSON text,
 `{"v": 1, "m": [[id, vector, fact, metadata], …], "r": [[id, metadata], …], "d": [id, …]}`,
 vectors as base64 of little-endian float32 (what Chroma stores, so a replayed vector is
 bit-identical to a directly written one), cut into part rows `<head>:<i>` (`k` = `jpart`, `p` =
-the text) under a small commit row `<head>` (`jb` = batch id, `jn` = number of parts). Two homes:
+the text) under a small commit row `<head>` (`jb` = batch id, `jn` = number of parts). Homes:
 
-=================  ============================================================================
-`j:slot` (`jslot`)  the journal slot of a memory collection, overwritten by each batch that is
-                   written together with its memories; its rows carry a unit vector of the
-                   bank's dimension and no `sk` or `live_us`, so no memory read matches them
-`j:done` (`jdone`)  in aux: the batch id of the last slot journal completed; the slot is pending
-                   while its `jb` differs
-`j:<batch>` (`jnl`)  in aux: the journal of any other batch, deleted once it is applied
-=================  ============================================================================
+* `j:slot` (`k` = `jslot`): the journal slot of a memory collection, overwritten by each batch
+  written together with its memories; its rows carry a unit vector of the bank's dimension and
+  no `sk` or `live_us`, so no memory read matches them;
+* `j:done` (`k` = `jdone`), in aux: the batch id of the last slot journal completed; the slot is
+  pending while its `jb` differs;
+* `j:<batch>` (`k` = `jnl`), in aux: the journal of any other batch, deleted once applied.
 """
 
 from __future__ import annotations

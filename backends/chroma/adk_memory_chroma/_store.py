@@ -18,42 +18,52 @@ with numpy: the distance returned is the true Euclidean one and ties break by me
 every vector of a scope into Python instead was measured slower (about 80 ms for 1,000
 384-dimensional vectors, against about 10 ms for Chroma's ranking of them).
 
-Atomicity: a write-ahead journal. Chroma commits each call on its own (an `upsert` or `delete` is
-one SQLite transaction when embedded, one log append on a server), and one batch touches two
-collections in several calls. `apply` therefore:
+Atomicity: a write-ahead journal. Chroma commits each call on its own (one `upsert` or `delete`
+is one SQLite transaction when embedded, one log append on a server), but a batch touches two
+collections in several calls. `apply` checks everything that can be checked first (duplicate
+inserts, vector dimensions, encodability) and writes nothing if a check fails. It then commits the
+batch with ONE call that carries a journal of what the later calls will write (`_codec`, "Journal
+rows"), writes the rest with idempotent calls, and closes the journal:
 
-1. checks everything that can be checked (duplicate inserts, vector dimensions, encodability)
-   and writes nothing if a check fails;
-2. writes the whole batch, serialised (`_codec` "Journal rows"), into the bank's aux collection:
-   one row in one call for any ordinary batch; a batch too large for one request is cut into
-   part rows written first, and its commit row goes last. The batch has happened once the commit
-   row is in Chroma;
-3. applies its parts with idempotent calls (revision upserts, memory upserts, deletes);
-4. deletes the journal.
+* memories and revisions (every engine write but purges): call 1 upserts the memories together
+  with the bank's journal slot `j:slot` in the memory collection, which holds the revisions and
+  deletions; call 2 deletes (if any); call 3 upserts the revisions together with `j:done`, the
+  id of the completed batch. Same number of calls as without a journal, and the journal is small
+  (no vectors);
+* revisions and deletions without memories: call 1 upserts the revisions with a journal row in
+  aux (holding the deletions); then the deletions; then the journal row is deleted;
+* a batch that one call can hold (only upserts, only deletions, or only revisions) needs no
+  journal;
+* a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
+  16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
+  then the batch, then the journal is deleted. Such batches cost about twice as much.
 
-Replay: a store instance completes pending journals before its first read or write of a bank
-(one small `get` when there is nothing to do) and at the start of every `apply`, then deletes
-them. So after a crash at any step, once the bank is next used, either none of a batch (crash
-before its commit row) or all of it is visible, and each memory agrees with its latest revision.
-A failure after the commit row is retried once and otherwise reported as `StoreUnavailable`
-saying that the batch will be completed, never rolled back; a caller cancelled after the commit
-row waits for the end of the batch.
+A batch has happened once the call carrying its commit row succeeded. Replay: before its first
+read or write of a bank, and at the start of every `apply`, a store instance reads the slot and
+`j:done` and looks for aux journals (two small reads); a journal not closed is completed (its
+writes repeated) and closed. So after a crash at any step, once the bank is next used, either
+none of a batch (crash before its commit row) or all of it is visible, and each memory agrees
+with its latest revision. A failure after the commit row is retried once and otherwise reported
+as `StoreUnavailable` saying that the batch will be completed, never rolled back; a request that
+failed on the way back is checked for its commit row and completed if it is there. A caller
+cancelled after the commit row waits for the end of the batch (the calls run in threads that
+cannot be stopped half-way anyway).
 
-Concurrency. Each `apply` holds a per-bank journal lock from its checks to the removal of its
+Concurrency. Each `apply` holds a per-bank journal lock from its checks to the closing of its
 journal (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
 Redis lock with `lock_url`), and a replay takes the same lock. So a replay never re-applies the
 journal of a live writer (which could overwrite a newer write of the same memory once that
-writer is done), and duplicate-insert checks do not race. Two processes replaying the same
-journal one after the other are harmless: the second finds it gone or re-applies identical rows.
-A Chroma server shared by several hosts needs `lock_url` for this, as for generation. The lock is
-taken only around writes and replays: a reader in another process may still see a batch half
-applied *while it is being written* (for the milliseconds of one `apply`), and a long-lived
-reader sees a crashed writer's half batch until that bank's next `apply` (which completes it
-before writing). The promise is about crashes; readers are eventually consistent within one
-`apply`, and generation, which reads and writes one scope under its own lock, always applies its
-decisions after any pending batch is completed. A batch whose commit row is spread over several
-requests and whose writer dies before the commit row leaves part rows that nothing reads; they go
-with the bank.
+writer is done), the slot is only overwritten once its batch is complete, and duplicate-insert
+checks do not race. Two stores replaying the same journal one after the other are harmless: the
+second finds it closed, or repeats identical writes. A Chroma server shared by several hosts
+needs `lock_url` for this, as for generation (without it the locks are per host). The lock is
+taken only by writes and replays: a reader in another process may still see a batch half applied
+*while it is being written* (for the milliseconds of one `apply`), and a long-lived reader sees a
+crashed writer's half batch until that bank's next `apply`, which completes it before writing.
+The promise is about crashes; readers are eventually consistent within one `apply`, and
+generation, which reads and writes one scope under its own lock, always writes its decisions
+after any pending batch is completed. A multi-request aux journal whose writer dies before its
+commit row leaves part rows that nothing reads; they go with the bank.
 
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
@@ -109,6 +119,7 @@ from adk_memory.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     StoreUnavailable,
 )
 from adk_memory.locks import FileLockProvider, LockProvider
@@ -229,7 +240,10 @@ class ChromaMemoryStore(MemoryStore):
         self._locks: LockProvider | None = None
         self._recovered: set[str] = set()
         """Banks whose journal this instance has replayed (see `_recover`)."""
-        self._bank_locks: dict[str, asyncio.Lock] = {}
+        self._bank_locks: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
+        """Per event loop (an `asyncio.Lock` belongs to one) and bank: see `_journal_lock`."""
         self._finalizer: weakref.finalize[Any, Any] | None = None
         """Closes the client we built if the store is dropped without `aclose()`."""
 
@@ -441,12 +455,13 @@ class ChromaMemoryStore(MemoryStore):
     async def _write(self, action: str, collection: Any, rows: Sequence[codec.Row]) -> None:
         """Upserts rows in as few calls as Chroma's batch limit and `_REQUEST_BYTES` allow."""
         for chunk in _requests(rows, await self._limits()):
+            documents = [row[2] for row in chunk]
             await self._call(
                 action,
                 collection.upsert,
                 ids=[row[0] for row in chunk],
                 embeddings=[row[1] for row in chunk],
-                documents=[row[2] for row in chunk] if chunk[0][2] is not None else None,
+                documents=documents if any(doc is not None for doc in documents) else None,
                 metadatas=[row[3] for row in chunk],
             )
 
@@ -782,14 +797,22 @@ class ChromaMemoryStore(MemoryStore):
     @contextlib.asynccontextmanager
     async def _journal_lock(self, bank_id: str) -> AsyncIterator[None]:
         """Holds the bank's journal lock: in this instance, then across processes (or hosts)."""
-        local = self._bank_locks.setdefault(bank_id, asyncio.Lock())
+        loop_locks = self._bank_locks.setdefault(asyncio.get_running_loop(), {})
+        local = loop_locks.setdefault(bank_id, asyncio.Lock())
         async with local:
             shared = self.lock_provider().lock(
                 f"journal:{self._name(bank_id, 'journal')}",
                 lease_seconds=_JOURNAL_LEASE_SECONDS,
                 wait_seconds=_JOURNAL_WAIT_SECONDS,
             )
-            async with shared:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    await stack.enter_async_context(shared)
+                except ResourceExhausted as exc:
+                    raise ResourceExhausted(
+                        f"Another writer kept bank {bank_id!r} locked for over "
+                        f"{_JOURNAL_WAIT_SECONDS:g} s (a very large batch?); retry later."
+                    ) from exc
                 yield
 
     async def _recover(self, bank_id: str) -> None:

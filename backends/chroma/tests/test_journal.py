@@ -28,16 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import numpy as np
 import pytest
 from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _store
 from adk_memory_chroma import _codec as codec
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 
-from adk_memory.errors import StoreUnavailable
+from adk_memory.errors import ResourceExhausted, StoreUnavailable
 from adk_memory.reference_store import ReferenceMemoryStore
-from adk_memory.store import MemoryStore, ScanQuery, WriteBatch
-from adk_memory.testing.conformance import BANK, T0, bank_record, memory, revision
+from adk_memory.store import MemoryStore, NearestQuery, ScanQuery, WriteBatch
+from adk_memory.testing.conformance import BANK, KEY, T0, bank_record, memory, revision
 
 T1 = T0 + timedelta(hours=1)
 NOW = T1 + timedelta(minutes=1)
@@ -429,7 +430,6 @@ async def test_a_killed_process_leaves_a_batch_that_the_next_process_completes(
         import asyncio, os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from chromadb.api.models.Collection import Collection
-from chromadb.config import Settings
         from adk_memory_chroma import ChromaMemoryStore
         from test_journal import BANK, GENERATE, SETUP, bank_record, _has_commit_row
 
@@ -482,3 +482,59 @@ async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_
     finally:
         await store.drop_all()
         await store.aclose()
+
+
+async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collection(
+    tmp_path: Path,
+) -> None:
+    """The slot's rows (vectors of the bank's dimension, no scope) never reach a result."""
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(300, 8))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    records = [memory(f"m{i:03d}", tuple(vectors[i].tolist())) for i in range(300)]
+    exhaustive = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    overfetching = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}", exact_limit=0)
+    await exhaustive.create_bank(bank_record())
+    for start in range(0, 300, 50):
+        chunk = records[start : start + 50]
+        revisions = tuple(revision(r.memory_id, "r1") for r in chunk)
+        await exhaustive.apply(BANK, WriteBatch(inserts=tuple(chunk), revisions=revisions))
+    memories = await exhaustive._collection(exhaustive._name(BANK, _store._MEM))
+    assert (await asyncio.to_thread(memories.get, ids=[codec.SLOT_ID]))["ids"]  # it is there
+    for query in rng.normal(size=(5, 8)):
+        query /= np.linalg.norm(query)
+        distances = np.linalg.norm(vectors - query, axis=1)
+        exact = [f"m{i:03d}" for i in sorted(range(300), key=lambda i: (distances[i], i))[:10]]
+        for store in (exhaustive, overfetching):
+            hits = await store.nearest(BANK, NearestQuery(KEY, tuple(query.tolist()), 10, NOW))
+            assert [hit.record.memory_id for hit in hits] == exact
+    assert len(await exhaustive.scan(BANK, ScanQuery(NOW))) == 300
+    await exhaustive.aclose()
+    await overfetching.aclose()
+
+
+def test_write_requests_are_bounded_in_rows_and_bytes() -> None:
+    rows: list[codec.Row] = [(f"r{i}", [0.0] * 4, None, {"p": "x" * 1000}) for i in range(10)]
+    assert [len(chunk) for chunk in _store._requests(rows, (4, None))] == [4, 4, 2]
+    per_row = _store._row_bytes(rows[0])
+    chunks = list(_store._requests(rows, (100, 3 * per_row)))
+    assert [len(chunk) for chunk in chunks] == [3, 3, 3, 1]
+    assert [len(c) for c in _store._requests(rows, (100, per_row // 2))] == [1] * 10  # never 0
+    assert _store._fits_one_request(rows, (10, None))
+    assert not _store._fits_one_request(rows, (10, 9 * per_row))
+
+
+async def test_writers_of_one_bank_take_turns_across_store_instances(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal lock is the store's file lock, so it holds across instances and processes."""
+    monkeypatch.setattr(_store, "_JOURNAL_WAIT_SECONDS", 0.3)
+    writer = await prepared(tmp_path)
+    other = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    async with other._journal_lock(BANK):
+        with pytest.raises(ResourceExhausted, match="locked"):
+            await writer.apply(BANK, GENERATE)
+    await writer.apply(BANK, GENERATE)
+    assert await snapshot(other) == await expected(SETUP, GENERATE)
+    await other.aclose()
+    await writer.aclose()
