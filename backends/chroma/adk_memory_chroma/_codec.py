@@ -32,7 +32,8 @@ must (re-)write is serialised as one ASCII JSON text,
 `{"v": 1, "m": [[id, vector, fact, metadata], …], "r": [[id, metadata], …], "d": [id, …]}`,
 vectors as base64 of little-endian float32 (what Chroma stores, so a replayed vector is
 bit-identical to a directly written one), cut into part rows `<head>:<i>` (`k` = `jpart`, `p` =
-the text) under a small commit row `<head>` (`jb` = batch id, `jn` = number of parts). Homes:
+the text) under a commit row `<head>` (`jb` = batch id, `jn` = number of parts); a text of at
+most `inline_chars` is kept in the commit row itself (`jn` = 0, `p` = the text). Homes:
 
 * `j:slot` (`k` = `jslot`): the journal slot of a memory collection, overwritten by each batch
   written together with its memories; its rows carry a unit vector of the bank's dimension and
@@ -411,6 +412,7 @@ def journal_rows(
     *,
     kind: str,
     chunk_chars: int,
+    inline_chars: int = 0,
     dimension: int | None = None,
 ) -> list[Row]:
     """The journal of one batch: its part rows, then its commit row (see the module docstring).
@@ -425,6 +427,8 @@ def journal_rows(
             Chroma call as the journal are left out of all three.
         kind: `KIND_JOURNAL` or `KIND_JOURNAL_SLOT`, the `k` of the commit row.
         chunk_chars: Journal text per part row.
+        inline_chars: A text up to this long goes into the commit row itself (`jn` = 0), which
+            is then the only row.
         dimension: None for a journal in the aux collection (1-d placeholder vectors), else the
             dimension of the memory collection that holds it.
 
@@ -445,6 +449,10 @@ def journal_rows(
         allow_nan=False,
         separators=(",", ":"),
     )
+    head: dict[str, Any] = {KIND: kind, JOURNAL_BATCH: batch_id}
+    if len(text) <= inline_chars:  # the common case: one row
+        head.update({JOURNAL_PARTS: 0, PAYLOAD: text})
+        return [(head_id, _journal_vector(head_id, dimension), None, head)]
     rows: list[Row] = []
     for index, start in enumerate(range(0, len(text), chunk_chars), start=1):
         part = part_id(head_id, index)
@@ -454,7 +462,7 @@ def journal_rows(
             PAYLOAD: text[start : start + chunk_chars],
         }
         rows.append((part, _journal_vector(part, dimension), None, meta))
-    head: dict[str, Any] = {KIND: kind, JOURNAL_BATCH: batch_id, JOURNAL_PARTS: len(rows)}
+    head[JOURNAL_PARTS] = len(rows)
     rows.append((head_id, _journal_vector(head_id, dimension), None, head))
     return rows
 

@@ -36,7 +36,7 @@ rows"), writes the rest with idempotent calls, and closes the journal:
   journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
-  then the batch, then the journal is deleted. Such batches cost about twice as much.
+  then the batch, then the journal is deleted (the vectors travel twice).
 
 A batch has happened once the call carrying its commit row succeeded. Replay: before its first
 read or write of a bank, and at the start of every `apply`, a store instance reads the slot and
@@ -48,6 +48,10 @@ as `StoreUnavailable` saying that the batch will be completed, never rolled back
 failed on the way back is checked for its commit row and completed if it is there. A caller
 cancelled after the commit row waits for the end of the batch (the calls run in threads that
 cannot be stopped half-way anyway).
+
+Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads and one extra row in
+each of the two writes; about +15 ms on a one-memory write (embedded: 32 to 48 ms), +8 to 10% on
+batches of 100 to 200 memories with revisions, nothing measurable at 1,000.
 
 Concurrency. Each `apply` holds a per-bank journal lock from its checks to the closing of its
 journal (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
@@ -154,7 +158,9 @@ _REQUEST_BYTES = 16 * 2**20
 large"; 40 MiB for chromadb 1.5's `chroma run`). Rows are counted generously (`_row_bytes`). An
 embedded Chroma has no such limit, only its batch size."""
 _JOURNAL_CHUNK_CHARS = 4 * 2**20
-"""Characters (= bytes: the journal is ASCII) of journal text per journal row."""
+"""Characters (= bytes: the journal is ASCII) of journal text per part row."""
+_JOURNAL_INLINE_CHARS = 16 * 2**10
+"""A journal text up to this long is kept in its commit row, the journal's only row."""
 _JOURNAL_LEASE_SECONDS = 30.0
 """Lease of the per-bank journal lock (a Redis lock is renewed while held; a file lock needs none,
 the OS releases a dead holder's)."""
@@ -668,6 +674,7 @@ class ChromaMemoryStore(MemoryStore):
                     deletes,
                     kind=codec.KIND_JOURNAL_SLOT,
                     chunk_chars=chunk,
+                    inline_chars=_JOURNAL_INLINE_CHARS,
                     dimension=len(memory_rows[0][1]),
                 )
                 first = [*memory_rows, *journal]
@@ -676,7 +683,14 @@ class ChromaMemoryStore(MemoryStore):
             head = codec.batch_head_id(batch_id)
             if not memory_rows:
                 journal = codec.journal_rows(
-                    head, batch_id, [], [], deletes, kind=codec.KIND_JOURNAL, chunk_chars=chunk
+                    head,
+                    batch_id,
+                    [],
+                    [],
+                    deletes,
+                    kind=codec.KIND_JOURNAL,
+                    chunk_chars=chunk,
+                    inline_chars=_JOURNAL_INLINE_CHARS,
                 )
                 first = [*revision_rows, *journal]
                 if _fits_one_request(first, limits):
@@ -692,6 +706,7 @@ class ChromaMemoryStore(MemoryStore):
                 deletes,
                 kind=codec.KIND_JOURNAL,
                 chunk_chars=chunk,
+                inline_chars=_JOURNAL_INLINE_CHARS,
             )
         ids = [row[0] for row in journal][::-1]
         return _Plan(_AUX, batch_id, journal, ids, memory_rows, revision_rows, deletes)
@@ -827,8 +842,10 @@ class ChromaMemoryStore(MemoryStore):
                 await self._replay(bank_id, memories, aux)
         self._recovered.add(bank_id)
 
-    async def _pending(self, memories: Any, aux: Any) -> list[tuple[str, Any, str, int]]:
-        """Journals not yet closed, oldest batch first: (batch id, home, commit row id, parts)."""
+    async def _pending(
+        self, memories: Any, aux: Any
+    ) -> list[tuple[str, Any, str, Mapping[str, Any]]]:
+        """Journals not yet closed, oldest first: (batch id, home, commit row id, its metadata)."""
         slot = await self._call(
             "look for a batch journal", memories.get, ids=[codec.SLOT_ID], include=["metadatas"]
         )
@@ -839,17 +856,15 @@ class ChromaMemoryStore(MemoryStore):
             include=["metadatas"],
         )
         done = None
-        pending: list[tuple[str, Any, str, int]] = []
+        pending: list[tuple[str, Any, str, Mapping[str, Any]]] = []
         for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
             if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
                 done = meta[codec.JOURNAL_BATCH]
             else:
-                batch = str(meta[codec.JOURNAL_BATCH])
-                pending.append((batch, aux, row_id, int(meta[codec.JOURNAL_PARTS])))
+                pending.append((str(meta[codec.JOURNAL_BATCH]), aux, row_id, meta))
         for meta in slot["metadatas"] or []:
             if meta[codec.JOURNAL_BATCH] != done:
-                batch = str(meta[codec.JOURNAL_BATCH])
-                pending.append((batch, memories, codec.SLOT_ID, int(meta[codec.JOURNAL_PARTS])))
+                pending.append((str(meta[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, meta))
         return sorted(pending, key=lambda item: item[0])
 
     async def _replay(self, bank_id: str, memories: Any, aux: Any) -> None:
@@ -859,9 +874,10 @@ class ChromaMemoryStore(MemoryStore):
         pending belongs to a writer that crashed (or lost Chroma) after writing it. Replaying is
         idempotent, so a crash during a replay only means another replay.
         """
-        for batch_id, home, head_id, count in await self._pending(memories, aux):
+        for batch_id, home, head_id, head in await self._pending(memories, aux):
+            count = int(head[codec.JOURNAL_PARTS])
             part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
-            chunks: dict[str, str] = {}
+            chunks: dict[str, str] = {} if count else {head_id: str(head[codec.PAYLOAD])}
             size = await self._batch_size()
             for start in range(0, len(part_ids), size):
                 found = await self._call(
@@ -873,12 +889,12 @@ class ChromaMemoryStore(MemoryStore):
                 for part_id, meta in zip(found["ids"], found["metadatas"], strict=True):
                     if meta.get(codec.JOURNAL_BATCH) == batch_id:
                         chunks[part_id] = str(meta[codec.PAYLOAD])
-            if len(chunks) < count:  # parts go only after the commit row, once applied
+            if len(chunks) < max(count, 1):  # parts go only after the commit row, once applied
                 logger.warning("removing the rest of the journal of applied batch %s", batch_id)
                 await self._delete_ids("remove a batch journal", home, [head_id, *part_ids])
                 continue
             try:
-                rows = codec.decode_journal([chunks[part_id] for part_id in part_ids])
+                rows = codec.decode_journal([chunks[row_id] for row_id in part_ids or [head_id]])
             except (ValueError, KeyError, TypeError) as exc:
                 raise FailedPrecondition(
                     f"Bank {bank_id!r} has an unfinished batch whose journal this version of "

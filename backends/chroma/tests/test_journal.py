@@ -235,6 +235,7 @@ async def test_a_batch_too_large_for_one_request_is_journaled_first(
 
     monkeypatch.setattr(ChromaMemoryStore, "_limits", tiny_limits)
     monkeypatch.setattr(_store, "_JOURNAL_CHUNK_CHARS", 700)
+    monkeypatch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
     before, after = await expected(SETUP), await expected(SETUP, GENERATE)
     total, commit = await count_writes(tmp_path / "dry", writes, GENERATE)
     assert commit >= 2, writes.log  # parts were written before the commit row
@@ -417,6 +418,12 @@ def test_journal_text_round_trips_rows_exactly() -> None:
     assert all(len(part) <= 100 and part.isascii() for part in parts)
     decoded = codec.decode_journal(parts)
     assert decoded == (rows, revisions, ["b"])
+    [(only_id, _, _, inline)] = codec.journal_rows(
+        codec.SLOT_ID, "b2", [], revisions, ["b"], kind=codec.KIND_JOURNAL_SLOT,
+        chunk_chars=100, inline_chars=10_000, dimension=8,
+    )  # fmt: skip
+    assert only_id == codec.SLOT_ID and inline["jn"] == 0
+    assert codec.decode_journal([inline[codec.PAYLOAD]]) == ([], revisions, ["b"])
     with pytest.raises(ValueError):
         codec.decode_journal([json.dumps({"v": 99})])
 
