@@ -38,7 +38,12 @@ import numpy as np
 import numpy.typing as npt
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
-from adk_memory.settings import vertex_credentials_configured
+from adk_memory.settings import (
+    gemini_api_key_configured,
+    genai_environment_fingerprint,
+    genai_uses_vertex,
+    vertex_credentials_configured,
+)
 
 if TYPE_CHECKING:
     from google.genai import Client as GenaiClient
@@ -102,7 +107,6 @@ _GEMINI_DIMENSIONS = {
     "text-multilingual-embedding-002": 768,
 }
 
-_API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 _VERTEX_HINT = (
     "GOOGLE_GENAI_USE_VERTEXAI=true with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION "
     "(and Application Default Credentials: gcloud auth application-default login)"
@@ -163,22 +167,6 @@ def _is_gemini_model(canonical: str) -> bool:
 
 _shared: dict[tuple[str, ...], Embedder] = {}
 _shared_lock = threading.Lock()
-_CREDENTIAL_ENV_VARS = (
-    "GOOGLE_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_GENAI_USE_VERTEXAI",
-    "GOOGLE_GENAI_USE_ENTERPRISE",
-    "GOOGLE_CLOUD_PROJECT",
-    "GOOGLE_CLOUD_LOCATION",
-)
-
-
-def _credential_fingerprint() -> str:
-    """A digest of the credential environment, so a changed environment gets a new client."""
-    values = "\x00".join(os.environ.get(name, "\x01") for name in _CREDENTIAL_ENV_VARS)
-    return hashlib.sha256(values.encode("utf-8")).hexdigest()
-
-
 def embedder_for(model: str | None, *, genai_client: Any | None = None) -> Embedder:
     """Returns the embedder for a bank's model name, shared per process.
 
@@ -211,7 +199,7 @@ def embedder_for(model: str | None, *, genai_client: Any | None = None) -> Embed
     elif _is_gemini_model(canonical):
         # The cached embedder holds the client, so its id cannot be reused while cached.
         owner = f"client:{id(genai_client)}" if genai_client is not None else "env"
-        fingerprint = _credential_fingerprint() if genai_client is None else ""
+        fingerprint = genai_environment_fingerprint() if genai_client is None else ""
         key = ("gemini", (model or "").strip(), owner, fingerprint)
     else:
         key = ("local", canonical)
@@ -525,19 +513,6 @@ class LocalEmbedder(_CachingEmbedder):
 # GeminiEmbedder
 
 
-def _env_flag(name: str) -> bool | None:
-    value = os.environ.get(name)
-    return None if value is None else value.strip().lower() in ("true", "1")
-
-
-def _env_uses_vertex() -> bool:
-    """Mirrors google-genai: GOOGLE_GENAI_USE_ENTERPRISE wins over GOOGLE_GENAI_USE_VERTEXAI."""
-    enterprise = _env_flag("GOOGLE_GENAI_USE_ENTERPRISE")
-    if enterprise is not None:
-        return enterprise
-    return bool(_env_flag("GOOGLE_GENAI_USE_VERTEXAI"))
-
-
 def _vertex_only_message(model: str) -> str:
     return (
         f"The embedding model {model!r} is served only by Vertex AI, but the configured "
@@ -631,17 +606,18 @@ class GeminiEmbedder(_CachingEmbedder):
         elif not vertex_credentials_configured():
             raise FailedPrecondition(
                 f"The embedding model {raw[:200]!r} is served by Vertex AI, and no Vertex AI "
-                f"credentials are configured. Set {_VERTEX_HINT}, or GOOGLE_APPLICATION_CREDENTIALS, "
-                "or run `gcloud auth application-default login`, or pass a google.genai.Client."
+                f"credentials are configured. Set {_VERTEX_HINT}, or "
+                "GOOGLE_APPLICATION_CREDENTIALS, or run `gcloud auth application-default login`, "
+                "or pass a google.genai.Client."
             )
 
     def _check_environment(self) -> None:
         """Fails fast, from the environment alone, when no client could be built."""
-        if _env_uses_vertex():
+        if genai_uses_vertex():
             return  # project and ADC are resolved by google-genai on first use
         if _VERTEX_ONLY_MODEL_RE.match(self.model):
             raise FailedPrecondition(_vertex_only_message(self.model))
-        if not any(os.environ.get(name) for name in _API_KEY_VARS):
+        if not gemini_api_key_configured():
             raise FailedPrecondition(
                 f"No credentials for the embedding model {self.model!r}. Set GOOGLE_API_KEY "
                 f"(or GEMINI_API_KEY) for the Gemini Developer API, or {_VERTEX_HINT} for "

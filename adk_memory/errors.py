@@ -2,7 +2,7 @@
 
 ```
 AdkMemoryError                (INTERNAL, 500)
- ├── InvalidArgument          (INVALID_ARGUMENT, 400)   the request is malformed; `field` names the part
+ ├── InvalidArgument          (INVALID_ARGUMENT, 400)   malformed request; `field` names the part
  ├── Unauthenticated          (UNAUTHENTICATED, 401)
  ├── PermissionDenied         (PERMISSION_DENIED, 403)
  ├── NotFound                 (NOT_FOUND, 404)
@@ -11,7 +11,7 @@ AdkMemoryError                (INTERNAL, 500)
  ├── ResourceExhausted        (RESOURCE_EXHAUSTED, 429) a documented limit was reached
  ├── Unimplemented            (UNIMPLEMENTED, 501)
  ├── StoreUnavailable         (UNAVAILABLE, 503)        the storage backend could not be reached
- └── ModelUnavailable         (UNAVAILABLE, 503)        the memory model failed or gave no valid answer
+ └── ModelUnavailable         (UNAVAILABLE, 503)        the model failed or gave no valid answer
 ```
 
 Each error carries its google.rpc code and HTTP status, so the REST layer needs no mapping table.

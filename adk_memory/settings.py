@@ -1,4 +1,7 @@
-"""Settings from the environment: the one module that reads `ADK_MEMORY_*` variables.
+"""Settings from the environment: the one module that reads environment variables.
+
+It reads `ADK_MEMORY_*` and the credential variables google-genai reads (`GOOGLE_API_KEY`,
+`GOOGLE_GENAI_USE_VERTEXAI`, ...), so every part judges credentials the same way.
 
 Precedence everywhere: keyword arguments, then URI query parameters, then these variables, then
 the defaults below.
@@ -6,6 +9,7 @@ the defaults below.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -17,6 +21,11 @@ __all__ = [
     "default_adk_bank_id",
     "default_embedding_model",
     "default_uri",
+    "gemini_api_key_configured",
+    "gemini_credentials_configured",
+    "genai_environment_fingerprint",
+    "genai_uses_vertex",
+    "vertex_credentials_configured",
 ]
 
 DEFAULT_DATA_DIR = Path.home() / ".adk-memory"
@@ -38,12 +47,46 @@ def api_keys_file() -> str | None:
     return os.environ.get("ADK_MEMORY_API_KEYS_FILE") or None
 
 
+_API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+_GENAI_ENV_VARS = (
+    *_API_KEY_VARS,
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_GENAI_USE_ENTERPRISE",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+)
+
+
+def _flag(name: str) -> bool | None:
+    """A boolean variable read as google-genai reads it ("true" or "1"), None when unset."""
+    value = os.environ.get(name)
+    return None if value is None else value.strip().lower() in ("true", "1")
+
+
+def genai_uses_vertex() -> bool:
+    """Whether google-genai would use Vertex AI (GOOGLE_GENAI_USE_ENTERPRISE wins, as there)."""
+    enterprise = _flag("GOOGLE_GENAI_USE_ENTERPRISE")
+    if enterprise is not None:
+        return enterprise
+    return bool(_flag("GOOGLE_GENAI_USE_VERTEXAI"))
+
+
+def gemini_api_key_configured() -> bool:
+    """Whether `GOOGLE_API_KEY` or `GEMINI_API_KEY` is set."""
+    return any(os.environ.get(name) for name in _API_KEY_VARS)
+
+
 def gemini_credentials_configured() -> bool:
     """Whether the environment names credentials for Gemini (an API key or Vertex AI)."""
-    if os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY"):
+    if gemini_api_key_configured():
         return True
-    vertex = os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true", "yes")
-    return vertex and bool(os.environ.get("GOOGLE_CLOUD_PROJECT"))
+    return genai_uses_vertex() and bool(os.environ.get("GOOGLE_CLOUD_PROJECT"))
+
+
+def genai_environment_fingerprint() -> str:
+    """A digest of google-genai's credential variables: a changed environment changes it."""
+    values = "\x00".join(os.environ.get(name, "\x01") for name in _GENAI_ENV_VARS)
+    return hashlib.sha256(values.encode("utf-8")).hexdigest()
 
 
 DEFAULT_ADK_BANK_ID = "adk-default"
@@ -84,9 +127,7 @@ def vertex_credentials_configured() -> bool:
     Cloud), when `GOOGLE_APPLICATION_CREDENTIALS` is set, or when gcloud's application-default
     credentials file exists.
     """
-    if os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true", "yes"):
-        return True
-    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+    if genai_uses_vertex() or os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
         return True
     config_dir = os.environ.get("CLOUDSDK_CONFIG") or str(Path.home() / ".config" / "gcloud")
     return (Path(config_dir) / "application_default_credentials.json").is_file()

@@ -94,7 +94,8 @@ def validate_structured_configs(configs: Sequence[types.StructuredMemoryConfig] 
             schema_id = schema_config.id or ""
             if not _SCHEMA_ID.match(schema_id):
                 raise InvalidArgument(
-                    f"{at}.id must be 1-63 lowercase letters, digits or '-', starting with a letter.",
+                    f"{at}.id must be 1-63 lowercase letters, digits or '-', "
+                    "starting with a letter.",
                     field=f"{at}.id",
                 )
             if schema_id in ids:

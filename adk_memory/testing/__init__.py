@@ -1,1 +1,1 @@
-"""Test support shipped with adk-memory: the store conformance suite, server fixtures, model doubles."""
+"""Test support shipped with adk-memory: conformance suite, server fixtures, model doubles."""
