@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from agentplatform import types as _sdk
-from pydantic import model_validator
+from pydantic import BaseModel, model_validator
 
 _RENAMED = {
     "granular_ttl": "granular_ttl_config",
@@ -94,13 +94,20 @@ def _wrap_bare_managed_topic(item: Any) -> Any:
     return item
 
 
-class MemoryBankCustomizationConfig(_sdk.MemoryBankCustomizationConfig):
-    """The SDK's customization config; also accepts `consolidation_customization`."""
+class _SeedSpellings(BaseModel):
+    """Mixin: the model accepts the seeds' spellings (see the module docstring) at any depth."""
+
+    seed_customization_key: ClassVar[str | None] = None
+    """For a bank config: the name its customization list must end up with."""
 
     @model_validator(mode="before")
     @classmethod
     def _seed_spellings(cls, data: Any) -> Any:
-        return normalize_seed_spellings(data)
+        return normalize_seed_spellings(data, customization_key=cls.seed_customization_key)
+
+
+class MemoryBankCustomizationConfig(_SeedSpellings, _sdk.MemoryBankCustomizationConfig):
+    """The SDK's customization config; also accepts `consolidation_customization`."""
 
 
 class MemoryBankCustomizationConfigMemoryTopic(_sdk.MemoryBankCustomizationConfigMemoryTopic):
@@ -113,41 +120,29 @@ class MemoryBankCustomizationConfigMemoryTopic(_sdk.MemoryBankCustomizationConfi
 
 
 class ReasoningEngineContextSpecMemoryBankConfigTtlConfig(
-    _sdk.ReasoningEngineContextSpecMemoryBankConfigTtlConfig
+    _SeedSpellings, _sdk.ReasoningEngineContextSpecMemoryBankConfigTtlConfig
 ):
     """The SDK's TTL config (wire form); also accepts `granular_ttl`."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _seed_spellings(cls, data: Any) -> Any:
-        return normalize_seed_spellings(data)
 
-
-class ManagedSemanticMemoryConfigTtlConfig(_sdk.ManagedSemanticMemoryConfigTtlConfig):
+class ManagedSemanticMemoryConfigTtlConfig(
+    _SeedSpellings, _sdk.ManagedSemanticMemoryConfigTtlConfig
+):
     """The SDK's TTL config (SDK form); also accepts `granular_ttl`."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _seed_spellings(cls, data: Any) -> Any:
-        return normalize_seed_spellings(data)
 
-
-class ReasoningEngineContextSpecMemoryBankConfig(_sdk.ReasoningEngineContextSpecMemoryBankConfig):
+class ReasoningEngineContextSpecMemoryBankConfig(
+    _SeedSpellings, _sdk.ReasoningEngineContextSpecMemoryBankConfig
+):
     """The bank config as the wire carries it; accepts every seed spelling at any depth."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _seed_spellings(cls, data: Any) -> Any:
-        return normalize_seed_spellings(data, customization_key="customization_configs")
+    seed_customization_key = "customization_configs"
 
 
-class ManagedSemanticMemoryConfig(_sdk.ManagedSemanticMemoryConfig):
+class ManagedSemanticMemoryConfig(_SeedSpellings, _sdk.ManagedSemanticMemoryConfig):
     """The bank config as `memory_banks.create` takes it; accepts every seed spelling."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _seed_spellings(cls, data: Any) -> Any:
-        return normalize_seed_spellings(data, customization_key="unstructured_memory_configs")
+    seed_customization_key = "unstructured_memory_configs"
 
 
 # The `vertexai.types` names the older SDK and the seeds use for the same request models.
