@@ -82,7 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="+",
         metavar="N",
-        help="latency: only these bank sizes (1 scope); rows merge into results.json",
+        help="latency: only these bank sizes; rows merge into results.json",
+    )
+    parser.add_argument(
+        "--scopes",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="S",
+        help="latency: spread each of --sizes over these numbers of scopes (default 1)",
     )
     parser.add_argument(
         "--backends",
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = _plan(args.full, args.hnsw_100k, args.redis_1m)
     if args.sizes:
         chosen = args.backends or ["memory", "chroma", "redis-flat", "redis-hnsw"]
-        plan["latency"] = [(b, n, 1) for n in args.sizes for b in chosen]
+        plan["latency"] = [(b, n, s) for n in args.sizes for s in args.scopes for b in chosen]
         plan["incumbents"] = []
     previous = json.loads(results_path.read_text()) if results_path.is_file() and args.only else {}
     command = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
