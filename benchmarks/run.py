@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("The benchmarks draw plots with matplotlib: pip install matplotlib", file=sys.stderr)
+        print("The benchmarks draw plots with matplotlib: pip install -e '.[benchmarks]'", file=sys.stderr)
         return 2
     from benchmarks import report
 
