@@ -973,7 +973,7 @@ def import_command(
         str | None,
         typer.Option(help="Re-embed every fact with this model instead of the file's vectors."),
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Memories written per batch.")] = 200,
+    batch_size: Annotated[int, typer.Option(help="Records written per batch.")] = 1000,
     as_json: JsonOption = False,
 ) -> None:
     """Import a bank exported with `adk-memory export`, exactly (names, times, revisions)."""

@@ -194,6 +194,18 @@ class ReferenceMemoryStore(MemoryStore):
         revision = self._bank(bank_id).revisions.get(memory_id, {}).get(revision_id)
         return revision if revision is not None and revision.is_live(now) else None
 
+    async def list_revision_memory_ids(
+        self, bank_id: str, now: datetime, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """Ids of the memories with a live revision after `after`, ascending (one page)."""
+        found = sorted(
+            memory_id
+            for memory_id, revisions in self._bank(bank_id).revisions.items()
+            if (after is None or memory_id > after)
+            and any(revision.is_live(now) for revision in revisions.values())
+        )
+        return found[: max(limit, 0)]
+
     async def put_operation(self, operation: OperationRecord) -> None:
         """Creates or replaces an operation."""
         self._bank(operation.bank_id).operations[operation.operation_path] = operation

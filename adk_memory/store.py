@@ -2,7 +2,8 @@
 
 The engine validates every request, computes embeddings, expiry and revisions, and hands the
 store finished records. A store persists them and answers three kinds of reads: by id, nearest
-neighbours within one scope, and ordered scans. It never sees scope text in a query (only the
+neighbours within one scope, and ordered scans (of memories, and keyset pages of the ids that
+have revisions). It never sees scope text in a query (only the
 `ScopeKey` digest), never reads the wall clock (`now` is passed in) and never calls a model.
 
 Filters arrive as `adk_memory.filters.FilterExpr` trees. A store declares in
@@ -293,6 +294,18 @@ class MemoryStore(Protocol):
         self, bank_id: str, memory_id: str, revision_id: str, now: datetime
     ) -> RevisionRecord | None:
         """One live revision, or None."""
+        ...
+
+    async def list_revision_memory_ids(
+        self, bank_id: str, now: datetime, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """One page of the ids of memories that have live revisions, deleted memories included.
+
+        A keyset page: ids come in an order of the store's choosing that is total and stable
+        (ascending id in the reference store), each id once; `after` continues after that id,
+        and a page shorter than `limit` is the last. So a bank of any size is read in bounded
+        steps, and ids written meanwhile are neither repeated nor, if they sort later, skipped.
+        """
         ...
 
     # Operations

@@ -335,6 +335,17 @@ class TracingStore:
             span.set_attribute(RESULTS, int(found is not None))
             return found
 
+    async def list_revision_memory_ids(
+        self, bank_id: str, now: datetime, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """See `MemoryStore.list_revision_memory_ids`."""
+        with self._call("list_revision_memory_ids", bank_id) as span:
+            found = await self.inner.list_revision_memory_ids(
+                bank_id, now, after=after, limit=limit
+            )
+            span.set_attribute(RESULTS, len(found))
+            return found
+
     # Operations
 
     async def put_operation(self, operation: OperationRecord) -> None:

@@ -14,6 +14,9 @@ The file is one JSON object per line, each with a `kind`, in this order:
   `create_time` order. A memory's vector is `embedding_f64`: its float64 values, little-endian,
   base64 (exact, and half the size of decimal text); `export(vectors=False)` leaves it out and
   import re-embeds.
+* `revision`s of the memories that are no longer live (deleted, or expired) but still have
+  live revisions, oldest first per memory, so that after import they can be listed and rolled
+  back to as in the source. Their ids come from `MemoryStore.list_revision_memory_ids`.
 * `document`: the bank's ingest streams (events buffered for generation), so pending
   `ingest_events` survive the move. Operations are not exported (a log of past calls whose
   names point at the old store); nor are re-embedding work documents.
@@ -21,12 +24,9 @@ The file is one JSON object per line, each with a `kind`, in this order:
   cut short is reported, not taken as complete.
 
 Reads are streamed (pages of `page_size` memories in `create_time` order, keyset-paginated so
-that concurrent writes neither repeat nor skip a memory) and so are writes (batches of
-`batch_size` memories with their revisions, one `WriteBatch` each).
-
-What the store protocol cannot give: revisions of memories that are no longer live (deleted or
-expired). `MemoryStore` lists revisions per memory id, and has no way to enumerate the ids of
-memories that only have revisions left, so those revisions are not exported.
+that concurrent writes neither repeat nor skip a memory, then keyset pages of the ids that have
+revisions) and so are writes (batches of `batch_size` memories and revisions, one `WriteBatch`
+each).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ FORMAT_VERSION = 1
 """The version of the line format this module writes (and the highest it reads)."""
 
 DEFAULT_PAGE_SIZE = 500
-DEFAULT_BATCH_SIZE = 200
+DEFAULT_BATCH_SIZE = 1000
 _REVISION_READS = 16  # concurrent list_revisions calls per page
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ASCENDING = (SortKey("create_time", descending=False),)
@@ -441,43 +441,104 @@ async def iter_export(
         "bank_id": bank_id,
     }
     yield {"kind": "bank", **bank_to_json(bank)}
-    memories = revisions = 0
+    counts = {"memory": 0, "revision": 0, "document": 0}
+
+    def page_done() -> None:
+        if progress is not None:
+            progress(counts["memory"], total)
+
+    parts = (
+        _live_memory_lines(
+            store, bank_id, now=now, vectors=vectors, page_size=page_size, page_done=page_done
+        ),
+        _gone_memory_lines(store, bank_id, now=now, page_size=page_size),
+        _stream_lines(store, bank_id),
+    )
+    for part in parts:
+        async for line in part:
+            counts[line["kind"]] += 1
+            yield line
+    yield {
+        "kind": "end",
+        "memories": counts["memory"],
+        "revisions": counts["revision"],
+        "documents": counts["document"],
+    }
+    logger.info(
+        "Exported bank %s: %d memories, %d revisions, %d documents",
+        bank_id,
+        counts["memory"],
+        counts["revision"],
+        counts["document"],
+    )
+
+
+async def _histories(
+    store: MemoryStore, bank_id: str, memory_ids: list[str], now: datetime
+) -> list[list[RevisionRecord]]:
+    """Each memory's live revisions, oldest first, reading a bounded number at a time."""
     limiter = asyncio.Semaphore(_REVISION_READS)
 
     async def history(memory_id: str) -> list[RevisionRecord]:
         async with limiter:
-            return await store.list_revisions(bank_id, memory_id, now)
+            newest_first = await store.list_revisions(bank_id, memory_id, now)
+        return newest_first[::-1]
 
+    return list(await asyncio.gather(*(history(memory_id) for memory_id in memory_ids)))
+
+
+async def _live_memory_lines(
+    store: MemoryStore,
+    bank_id: str,
+    *,
+    now: datetime,
+    vectors: bool,
+    page_size: int,
+    page_done: Callable[[], None],
+) -> AsyncIterator[dict[str, Any]]:
+    """Each live memory, oldest first, followed by its revisions; `page_done` after a page."""
     async for page, _cursor in scan_pages(store, bank_id, now=now, page_size=page_size):
         ids = [record.memory_id for record in page]
         if vectors:
             full = {r.memory_id: r for r in await store.get_memories(bank_id, ids, now)}
         else:
             full = {record.memory_id: record for record in page}
-        histories = await asyncio.gather(*(history(memory_id) for memory_id in ids))
-        for record, revision_list in zip(page, histories, strict=True):
+        for record, history in zip(page, await _histories(store, bank_id, ids, now), strict=True):
             found = full.get(record.memory_id)
             if found is None:
                 continue  # deleted between the scan and the read
             yield {"kind": "memory", **memory_to_json(found, vector=vectors)}
-            memories += 1
-            for revision in reversed(revision_list):  # stores list newest first
+            for revision in history:
                 yield {"kind": "revision", **revision_to_json(revision)}
-                revisions += 1
-        if progress is not None:
-            progress(memories, total)
-    documents = 0
+        page_done()
+
+
+async def _gone_memory_lines(
+    store: MemoryStore, bank_id: str, *, now: datetime, page_size: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The revisions of memories that are not live (deleted or expired), oldest first each.
+
+    Keyset pages of `list_revision_memory_ids`, less the ids of live memories. A memory deleted
+    while the export runs may already be in the file, live, with its revisions: they are then
+    written twice, and import writes them once (a revision is keyed by its ids).
+    """
+    after: str | None = None
+    while True:
+        ids = await store.list_revision_memory_ids(bank_id, now, after=after, limit=page_size)
+        live = {record.memory_id for record in await store.get_memories(bank_id, ids, now)}
+        gone = [memory_id for memory_id in ids if memory_id not in live]
+        for history in await _histories(store, bank_id, gone, now):
+            for revision in history:
+                yield {"kind": "revision", **revision_to_json(revision)}
+        if len(ids) < page_size:
+            return
+        after = ids[-1]
+
+
+async def _stream_lines(store: MemoryStore, bank_id: str) -> AsyncIterator[dict[str, Any]]:
+    """The bank's ingest streams (documents of kind `stream`), by key."""
     for key, body in await store.list_documents(bank_id, STREAM_KIND):
         yield {"kind": "document", "document_kind": STREAM_KIND, "key": key, "body": dict(body)}
-        documents += 1
-    yield {"kind": "end", "memories": memories, "revisions": revisions, "documents": documents}
-    logger.info(
-        "Exported bank %s: %d memories, %d revisions, %d documents",
-        bank_id,
-        memories,
-        revisions,
-        documents,
-    )
 
 
 async def export_bank(

@@ -196,6 +196,7 @@ class MemoryStoreConformance:
         await store.create_bank(bank_record())
         assert await store.get_memories(bank, ["m1"], T0) == []
         assert await store.list_revisions(bank, "m1", T0) == []
+        assert await store.list_revision_memory_ids(bank, T0) == []
         assert await store.get_operation(bank, "operations/o1") is None
 
     async def test_banks_are_isolated(self, store: MemoryStore, bank: str) -> None:
@@ -235,14 +236,24 @@ class MemoryStoreConformance:
     async def test_profile_fields_round_trip(self, store: MemoryStore, bank: str) -> None:
         """A structured profile's type, schema id and JSON data read back equal, with revisions."""
         data = {"name": "Ada", "age": 36, "tags": ["a", "ü"], "nested": {"ok": True, "none": None}}
-        record = memory("profile-1", unit(2), memory_type="STRUCTURED_PROFILE", schema_id="user-profile", structured_data=data)
+        record = memory(
+            "profile-1",
+            unit(2),
+            memory_type="STRUCTURED_PROFILE",
+            schema_id="user-profile",
+            structured_data=data,
+        )
         rev = revision("profile-1", "r1", structured_data=data)
         await store.apply(bank, WriteBatch(inserts=(record,), revisions=(rev,)))
         [found] = await store.get_memories(bank, ["profile-1"], T0)
         assert found == record
         assert await store.list_revisions(bank, "profile-1", T0) == [rev]
         [scanned] = await store.scan(bank, ScanQuery(T0))
-        assert (scanned.memory_type, scanned.schema_id, scanned.structured_data) == ("STRUCTURED_PROFILE", "user-profile", data)
+        assert (scanned.memory_type, scanned.schema_id, scanned.structured_data) == (
+            "STRUCTURED_PROFILE",
+            "user-profile",
+            data,
+        )
 
     async def test_insert_of_a_live_id_fails_the_whole_batch(
         self, store: MemoryStore, bank: str
@@ -559,6 +570,95 @@ class MemoryStoreConformance:
         await store.apply(bank, WriteBatch(revisions=(revision("m1", "r1", expire_time=soon),)))
         assert await store.list_revisions(bank, "m1", soon) == []
         assert await store.get_revision(bank, "m1", "r1", soon) is None
+
+    async def test_revision_memory_ids_include_deleted_memories_of_this_bank_only(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Every memory with a live revision is listed, deleted or not; nothing else.
+
+        Troubleshooting: the ids come from the revisions (not the memories), filtered by the
+        revisions' expiry like `list_revisions`; a memory without revisions is never listed.
+        """
+        await store.create_bank(bank_record(OTHER_BANK))
+        await store.apply(
+            OTHER_BANK, WriteBatch(revisions=(revision("elsewhere", "r1"), revision("kept", "r9")))
+        )
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("kept", unit(0)), memory("deleted", unit(1))),
+                revisions=(revision("kept", "r1"), revision("deleted", "r1")),
+            ),
+        )
+        await store.apply(bank, WriteBatch(inserts=(memory("no-history", unit(2)),)))
+        await store.apply(
+            bank,
+            WriteBatch(
+                deletes=("deleted",),
+                revisions=(
+                    revision("deleted", "r2", create_time=T0 + timedelta(seconds=1), deleted=True),
+                    revision("only-revisions", "r1"),
+                ),
+            ),
+        )
+        listed = await store.list_revision_memory_ids(bank, T0)
+        assert sorted(listed) == ["deleted", "kept", "only-revisions"]
+        assert sorted(await store.list_revision_memory_ids(OTHER_BANK, T0)) == [
+            "elsewhere",
+            "kept",
+        ]
+
+    async def test_revision_memory_ids_page_without_repeats_or_gaps(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Pages of `limit` ids, continued with `after`, add up to the whole list in its order.
+
+        Troubleshooting: the order is the store's own but must be total and stable, and `after`
+        must resume strictly after the given id in that order (a keyset, not an offset).
+        """
+        ids = ["a", "m:1", "m:10", "m1", "zz", "ü-1", "b" * 60, "m9", "c"]
+        await store.apply(
+            bank, WriteBatch(revisions=tuple(revision(i, f"r{n}") for n, i in enumerate(ids)))
+        )
+        whole = await store.list_revision_memory_ids(bank, T0, limit=100)
+        assert sorted(whole) == sorted(ids)
+        for limit in (1, 2, 4):
+            pages = [await store.list_revision_memory_ids(bank, T0, limit=limit)]
+            while len(pages[-1]) == limit:
+                after = pages[-1][-1]
+                pages.append(
+                    await store.list_revision_memory_ids(bank, T0, after=after, limit=limit)
+                )
+            assert [memory_id for page in pages for memory_id in page] == whole
+        assert await store.list_revision_memory_ids(bank, T0, after=whole[3]) == whole[4:]
+        assert await store.list_revision_memory_ids(bank, T0, after=whole[-1]) == []
+
+    async def test_revision_memory_ids_follow_revision_expiry(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A memory is listed while one of its revisions is live, and not from then on."""
+        soon, later = T0 + timedelta(seconds=5), T0 + timedelta(seconds=50)
+        await store.apply(
+            bank,
+            WriteBatch(
+                revisions=(
+                    revision("brief", "r1", expire_time=soon),
+                    revision("mixed", "r1", expire_time=soon),
+                    revision("mixed", "r2", expire_time=later),
+                    revision("forever", "r1"),
+                )
+            ),
+        )
+        just_before = soon - timedelta(microseconds=1)
+        assert sorted(await store.list_revision_memory_ids(bank, just_before)) == [
+            "brief",
+            "forever",
+            "mixed",
+        ]
+        assert sorted(await store.list_revision_memory_ids(bank, soon)) == ["forever", "mixed"]
+        assert await store.list_revision_memory_ids(bank, later) == ["forever"]
+        await store.sweep_expired(bank, later)
+        assert await store.list_revision_memory_ids(bank, T0) == ["forever"]
 
     # Operations
 

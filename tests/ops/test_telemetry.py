@@ -171,3 +171,17 @@ async def test_operations_log_under_adk_memory_logger_names(
     loggers = {record.name for record in caplog.records}
     assert loggers == {"adk_memory.transfer"}
     assert not any(secret in caplog.text for secret in SECRETS)
+
+
+def test_tracing_store_traces_every_protocol_method() -> None:
+    """A method added to the store protocol gets a span too (none falls through untraced)."""
+    from adk_memory.store import MemoryStore
+    from adk_memory.telemetry import TracingStore
+
+    protocol = {
+        name
+        for name, value in vars(MemoryStore).items()
+        if callable(value) and not name.startswith("_") and name != "from_uri"
+    }
+    untraced = sorted(name for name in protocol if name not in vars(TracingStore))
+    assert untraced == []

@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 
 from adk_memory import AlreadyExists, AsyncClient, FailedPrecondition, InvalidArgument
 from adk_memory.cli import app
-from adk_memory.store import MemoryStore, ScanQuery, WriteBatch
+from adk_memory.store import MemoryRecord, MemoryStore, RevisionRecord, ScanQuery, WriteBatch
 from adk_memory.testing.models import ScriptedMemoryModel
 from adk_memory.transfer import export_bank, import_bank, scan_pages
 
 BANK = "transfer-bank"
 ALICE = {"user_id": "alice"}
 BOB = {"user_id": "bob", "app_name": "shop"}
+CELLO = {"events": [{"content": {"role": "user", "parts": [{"text": "I play the cello."}]}}]}
 
 
 def store_uri(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -34,8 +35,8 @@ def store_uri(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
 
 
-async def seed(client: AsyncClient) -> None:
-    """A bank with every kind of state a transfer must keep."""
+async def seed(client: AsyncClient, model: ScriptedMemoryModel) -> None:
+    """A bank with every kind of state a transfer must keep; `model` is the client's."""
     await client.memory_banks.create(
         memory_bank_id=BANK,
         managed_semantic_memory_config={
@@ -75,6 +76,7 @@ async def seed(client: AsyncClient) -> None:
     await memories.rollback(
         name=f"{bank}/memories/tea", target_revision_id=revisions[-1].name.rsplit("/", 1)[1]
     )
+    await seed_deleted_memories(client, model)
     # A buffered ingest stream (its trigger is not reached, so it stays pending).
     await client.memory_banks.ingest_events(
         name=bank,
@@ -87,16 +89,45 @@ async def seed(client: AsyncClient) -> None:
     )
 
 
+async def seed_deleted_memories(client: AsyncClient, model: ScriptedMemoryModel) -> None:
+    """Two deleted memories whose revisions stay: one deleted by the API (no tombstone), one by
+    generation (a tombstone carrying revision labels and the extracted memories)."""
+    bank = f"reasoningEngines/{BANK}"
+    memories = client.memory_banks.memories
+    await memories.create(
+        name=bank, fact="I drive a red car.", scope=BOB, config={"memory_id": "car"}
+    )
+    await memories.update(name=f"{bank}/memories/car", fact="I drive a blue car.")
+    await memories.delete(name=f"{bank}/memories/car")
+    fact = {"fact": "I play the cello.", "topics": ["USER_PREFERENCES"]}
+    model.extractions += [{"memories": [fact]}, {"memories": [{**fact, "forget": True}]}]
+    model.consolidations.append(
+        {"actions": [{"fact_index": 0, "action": "CREATE", "fact": fact["fact"]}]}
+    )
+    labelled = {"revision_labels": {"source": "chat"}}
+    created = await memories.generate(
+        name=bank, scope=BOB, direct_contents_source=CELLO, config=labelled
+    )
+    cello = created.response.generated_memories[0].memory.name.rsplit("/", 1)[1]
+    model.consolidations.append(
+        {"actions": [{"fact_index": 0, "action": "DELETE", "memory_id": cello}]}
+    )
+    await memories.generate(name=bank, scope=BOB, direct_contents_source=CELLO, config=labelled)
+
+
 async def snapshot(store: MemoryStore, bank_id: str) -> dict[str, Any]:
-    """Everything a bank holds, as the store returns it."""
+    """Everything a bank holds, as the store returns it (revisions of deleted memories too)."""
     now = datetime.now(UTC)
     records = await store.scan(bank_id, ScanQuery(now=now))
     ids = sorted(record.memory_id for record in records)
     full = await store.get_memories(bank_id, ids, now)
+    with_history = await store.list_revision_memory_ids(bank_id, now)
     return {
         "bank": await store.get_bank(bank_id),
         "memories": {record.memory_id: record for record in full},
-        "revisions": {i: await store.list_revisions(bank_id, i, now) for i in ids},
+        "revisions": {
+            i: await store.list_revisions(bank_id, i, now) for i in sorted({*ids, *with_history})
+        },
         "streams": await store.list_documents(bank_id, "stream"),
     }
 
@@ -119,10 +150,10 @@ async def test_a_bank_moves_between_stores_with_nothing_lost_or_changed(
         ) as source,
         AsyncClient(store_uri(target_kind, tmp_path, request), run_scheduler=False) as target,
     ):
-        await seed(source)
+        await seed(source, model)
         buffer = io.StringIO()
         exported = await export_bank(source.engine, BANK, buffer.write, page_size=2)
-        assert (exported.memories, exported.revisions, exported.documents) == (3, 5, 1)
+        assert (exported.memories, exported.revisions, exported.documents) == (3, 9, 1)
         lines = buffer.getvalue().splitlines()
         assert [json.loads(line)["kind"] for line in (lines[0], lines[1], lines[-1])] == [
             "export",
@@ -155,11 +186,38 @@ async def test_a_bank_moves_between_stores_with_nothing_lost_or_changed(
         assert [(h.memory.name, round(h.distance, 5)) for h in (await query(target)).page] == (
             expected
         )
+        await check_deleted_memories_moved(before["revisions"], before["memories"], target)
+
+
+async def check_deleted_memories_moved(
+    revisions: dict[str, list[RevisionRecord]],
+    live: dict[str, MemoryRecord],
+    target: AsyncClient,
+) -> None:
+    """The deleted memories' histories (already compared) are complete, and rollback restores
+    each deleted memory in the target store."""
+    gone = {memory_id: history for memory_id, history in revisions.items() if memory_id not in live}
+    assert sorted(len(history) for history in gone.values()) == [2, 2]
+    tombstone = next(history[0] for history in gone.values() if history[0].deleted)
+    assert tombstone.labels == {"source": "chat"}
+    assert tombstone.extracted_memories and tombstone.expire_time is not None
+    memories = target.memory_banks.memories
+    for memory_id, history in gone.items():
+        name = f"reasoningEngines/{BANK}/memories/{memory_id}"
+        restore = next(revision for revision in history if not revision.deleted)
+        await memories.rollback(name=name, target_revision_id=restore.revision_id)
+        assert (await memories.get(name=name)).fact == restore.fact
+
+
+def seeded_source() -> tuple[AsyncClient, ScriptedMemoryModel]:
+    model = ScriptedMemoryModel()
+    return AsyncClient("memory://", generation_model=model, run_scheduler=False), model
 
 
 async def test_import_refuses_an_existing_bank_unless_merging(tmp_path: Path) -> None:
-    async with AsyncClient("memory://", run_scheduler=False) as source:
-        await seed(source)
+    source, model = seeded_source()
+    async with source:
+        await seed(source, model)
         buffer = io.StringIO()
         await export_bank(source.engine, BANK, buffer.write)
     lines = buffer.getvalue().splitlines()
@@ -178,8 +236,9 @@ async def test_import_refuses_an_existing_bank_unless_merging(tmp_path: Path) ->
 
 
 async def test_a_cut_or_altered_file_is_reported() -> None:
-    async with AsyncClient("memory://", run_scheduler=False) as source:
-        await seed(source)
+    source, model = seeded_source()
+    async with source:
+        await seed(source, model)
         buffer = io.StringIO()
         await export_bank(source.engine, BANK, buffer.write)
     lines = buffer.getvalue().splitlines()
@@ -198,8 +257,9 @@ async def test_a_cut_or_altered_file_is_reported() -> None:
 
 
 async def test_import_can_reembed_with_another_model_or_without_exported_vectors() -> None:
-    async with AsyncClient("memory://", run_scheduler=False) as source:
-        await seed(source)
+    source, model = seeded_source()
+    async with source:
+        await seed(source, model)
         with_vectors, without = io.StringIO(), io.StringIO()
         await export_bank(source.engine, BANK, with_vectors.write)
         await export_bank(source.engine, BANK, without.write, vectors=False)
@@ -262,15 +322,16 @@ def test_export_and_import_commands_round_trip(tmp_path: Path, hash_embeddings: 
     target = f"memory://import-{uuid.uuid4().hex[:6]}"
 
     async def prepare() -> None:
-        async with AsyncClient(source, run_scheduler=False) as client:
-            await seed(client)
+        model = ScriptedMemoryModel()
+        async with AsyncClient(source, generation_model=model, run_scheduler=False) as client:
+            await seed(client, model)
 
     asyncio.run(prepare())
     runner = CliRunner()
     exported = tmp_path / "bank.jsonl"
     result = runner.invoke(app, ["export", "--uri", source, "-b", BANK, "-o", str(exported)])
     assert result.exit_code == 0, result.stderr
-    assert "Exported bank transfer-bank: 3 memories, 5 revisions, 1 ingest streams." in (
+    assert "Exported bank transfer-bank: 3 memories, 9 revisions, 1 ingest streams." in (
         result.stderr
     )
     result = runner.invoke(app, ["import", str(exported), "--uri", target, "--json"])
@@ -278,7 +339,7 @@ def test_export_and_import_commands_round_trip(tmp_path: Path, hash_embeddings: 
     assert json.loads(result.stdout) == {
         "bank": BANK,
         "memories": 3,
-        "revisions": 5,
+        "revisions": 9,
         "documents": 1,
         "reembedded": 0,
     }
@@ -289,5 +350,19 @@ def test_export_and_import_commands_round_trip(tmp_path: Path, hash_embeddings: 
         return sorted(json.loads(out.stdout), key=lambda memory: memory["name"])
 
     assert listing(target) == listing(source)
+    # The deleted memory's history moved too, and rolling back to it recreates the memory.
+    history = ["revisions", "list", "car", "-b", BANK, "--json"]
+    moved = runner.invoke(app, [*history, "--uri", target])
+    assert moved.exit_code == 0, moved.stderr
+    assert json.loads(moved.stdout) == json.loads(
+        runner.invoke(app, [*history, "--uri", source]).stdout
+    )
+    [newest, _oldest] = json.loads(moved.stdout)
+    revision_id = newest["name"].rsplit("/", 1)[1]
+    restored = runner.invoke(
+        app, ["rollback", "car", revision_id, "-b", BANK, "--uri", target, "--json"]
+    )
+    assert restored.exit_code == 0, restored.stderr
+    assert json.loads(restored.stdout)["fact"] == "I drive a blue car."
     again = runner.invoke(app, ["import", str(exported), "--uri", target])
     assert again.exit_code == 1 and again.stderr.startswith("error: ALREADY_EXISTS")

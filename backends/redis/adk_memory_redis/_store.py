@@ -11,6 +11,8 @@ P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still
 {P:B}:E:m:<memory>         HASH   a memory, indexed by the search index P:idx:B:E
 {P:B}:E:r:<memory>:<rev>   HASH   a revision (JSON document, live_until)
 {P:B}:E:rz:<memory>        ZSET   revision ids of a memory, scored by create time (µs)
+{P:B}:E:rids               ZSET   ids of the memories with a revision set, all scored 0 (so
+                                  ZRANGEBYLEX pages them by id, deleted memories included)
 {P:B}:E:rexp               ZSET   "<memory>\x1f<rev>" of expiring revisions, by expiry (µs),
                                   that Redis will not evict itself (see Expiry)
 {P:B}:E:rexpn              ZSET   the same for revisions Redis evicts; trimmed by each write
@@ -35,7 +37,9 @@ Native expiry is set only for an expire time still ahead of this host's clock (a
 already expired, which only a simulated clock produces, is reclaimed by `sweep_expired`). The two
 revision expiry sets let `sweep_expired` find every expired revision for any `now`; the one of
 natively evicted revisions is trimmed by the host clock on every write, so it stays bounded
-even if nobody ever sweeps.
+even if nobody ever sweeps. An id stays in `rids` until a sweep or a listing finds its revision
+set gone (emptied by a sweep, or evicted by Redis) and removes it in one script, so a concurrent
+write that re-creates the set is never undone.
 """
 
 from __future__ import annotations
@@ -67,7 +71,6 @@ from adk_memory.errors import (
     StoreUnavailable,
 )
 from adk_memory.store import (
-    check_dimensions,
     BankRecord,
     MemoryRecord,
     MemoryStore,
@@ -78,6 +81,7 @@ from adk_memory.store import (
     ScoredRecord,
     StoreCapabilities,
     WriteBatch,
+    check_dimensions,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -163,6 +167,15 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 return 1
 """
 
+# KEYS: the revision-ids set, then revision sets. ARGV: their memory ids. Forgets the ids whose
+# revision set no longer exists, atomically (a write re-creating a set also re-adds its id).
+_FORGET_REVISION_IDS_SCRIPT = """
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then redis.call('ZREM', KEYS[1], ARGV[i - 1]) end
+end
+return 0
+"""
+
 # KEYS: memory keys. ARGV: now (µs). Deletes those whose live_until <= now; returns the count.
 _SWEEP_MEMORIES_SCRIPT = """
 local now, removed = tonumber(ARGV[1]), 0
@@ -226,6 +239,10 @@ class _Bank:
         return f"{self.base}rz:{memory_id}"
 
     @property
+    def revision_ids(self) -> str:
+        return f"{self.base}rids"
+
+    @property
     def revision_expiry(self) -> str:
         return f"{self.base}rexp"
 
@@ -244,6 +261,13 @@ def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
+def _live_at(live_until: Any, now_us: int) -> bool:
+    """Whether a stored `live_until` (µs, or `inf`; None for an evicted key) is after `now`."""
+    if live_until is None:
+        return False
+    return _text(live_until) == LIVE_FOREVER or int(live_until) > now_us
+
+
 async def _command(client: aredis.Redis, *args: Any) -> Any:
     """A raw command (redis-py leaves `execute_command` unannotated)."""
     return await client.execute_command(*args)  # type: ignore[no-untyped-call]
@@ -254,6 +278,15 @@ def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
     cause = exc.__cause__ or exc.__context__
     lost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
     return isinstance(cause, lost) or "occurred while watching" in str(exc)
+
+
+async def _forget_revision_ids(
+    client: aredis.Redis, bank: _Bank, memory_ids: Sequence[str]
+) -> None:
+    """Drops from the bank's `rids` those of `memory_ids` whose revision set is gone."""
+    if memory_ids:
+        keys = [bank.revision_ids, *(bank.revision_set(i) for i in memory_ids)]
+        await client.eval(_FORGET_REVISION_IDS_SCRIPT, len(keys), *keys, *memory_ids)
 
 
 def _now_ms() -> int:
@@ -787,6 +820,7 @@ class RedisMemoryStore(MemoryStore):
                 expiry_set = bank.revision_expiry if at is None else bank.revision_expiry_native
                 pipe.zadd(expiry_set, {member: expire_us})
             latest = None if at is None or latest is None else max(latest, at)
+        pipe.zadd(bank.revision_ids, {memory_id: 0})
         zset = bank.revision_set(memory_id)
         if set_expiry == -1:  # an existing set without expiry keeps a revision that never expires
             return
@@ -1053,6 +1087,54 @@ class RedisMemoryStore(MemoryStore):
         revision = decode_revision(replies[0])
         return revision if revision.is_live(now) else None
 
+    async def list_revision_memory_ids(
+        self, bank_id: str, now: datetime, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """One page of the ids of memories with live revisions, ascending.
+
+        ZRANGEBYLEX over the bank's `rids` set reads the candidates in id order; the expiry of
+        their revisions is then read in two pipelined round trips per `limit` candidates.
+        """
+        found: list[str] = []
+        low = "-" if after is None else f"({after}"
+        async with self._call("list revision memory ids") as client:
+            while len(found) < limit:
+
+                def queue(pipe: Any, bank: _Bank, low: str = low) -> None:
+                    pipe.zrangebylex(bank.revision_ids, low, "+", start=0, num=limit)
+
+                bank, replies = await self._with_bank(client, bank_id, queue)
+                candidates = [_text(member) for member in replies[0]]
+                found += await self._with_live_revisions(client, bank, candidates, to_us(now))
+                if len(candidates) < limit:
+                    break
+                low = f"({candidates[-1]}"
+        return found[:limit]
+
+    @staticmethod
+    async def _with_live_revisions(
+        client: aredis.Redis, bank: _Bank, memory_ids: list[str], now_us: int
+    ) -> list[str]:
+        """The ids among `memory_ids` with a revision live at `now_us`; forgets those with none."""
+        async with client.pipeline(transaction=False) as pipe:
+            for memory_id in memory_ids:
+                pipe.zrange(bank.revision_set(memory_id), 0, -1)
+            sets = [[_text(rev) for rev in members] for members in await pipe.execute()]
+        async with client.pipeline(transaction=False) as pipe:
+            for memory_id, revision_ids in zip(memory_ids, sets, strict=True):
+                for revision_id in revision_ids:
+                    pipe.hget(bank.revision(memory_id, revision_id), "live_until")
+            lives = iter(await pipe.execute())
+        live: list[str] = []
+        for memory_id, revision_ids in zip(memory_ids, sets, strict=True):
+            until = [next(lives) for _ in revision_ids]
+            if any(_live_at(value, now_us) for value in until):
+                live.append(memory_id)
+        await _forget_revision_ids(
+            client, bank, [i for i, revs in zip(memory_ids, sets, strict=True) if not revs]
+        )
+        return live
+
     # Operations
 
     async def put_operation(self, operation: OperationRecord) -> None:
@@ -1207,8 +1289,11 @@ class RedisMemoryStore(MemoryStore):
                 return removed
             keys: list[str] = [expiry_set]
             args: list[Any] = [now_us]
+            memory_ids: dict[str, None] = {}
             for member in members:
                 memory_id, revision_id = _text(member).split("\x1f", 1)
                 keys += [bank.revision(memory_id, revision_id), bank.revision_set(memory_id)]
                 args += [_text(member), revision_id]
+                memory_ids[memory_id] = None
             removed += int(await client.eval(_SWEEP_REVISIONS_SCRIPT, len(keys), *keys, *args))
+            await _forget_revision_ids(client, bank, list(memory_ids))

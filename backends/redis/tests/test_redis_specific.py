@@ -196,6 +196,7 @@ async def test_native_expiry_removes_the_key(redis_url: str) -> None:
             ),
         )
         assert len(await store.nearest(BANK, NearestQuery(KEY, (1.0,) + (0.0,) * 7, 5, now))) == 2
+        assert await store.list_revision_memory_ids(BANK, now) == ["m1"]
         [key] = [
             k for k in await _memory_keys(client, store.config.key_prefix) if k.endswith(b":m:m1")
         ]
@@ -206,6 +207,11 @@ async def test_native_expiry_removes_the_key(redis_url: str) -> None:
         later = datetime.now(UTC)
         assert await store.list_revisions(BANK, "m1", later) == []
         assert [r.memory_id for r in await store.scan(BANK, ScanQuery(later))] == ["kept"]
+        # The listing finds the evicted revision set and forgets its id.
+        [ids_key] = [k async for k in client.scan_iter(match=f"{{{store.config.key_prefix}:*:rids")]
+        assert await client.zrange(ids_key, 0, -1) == [b"m1"]
+        assert await store.list_revision_memory_ids(BANK, now) == []
+        assert not await client.exists(ids_key)
     finally:
         await store.drop_all()
         await store.aclose()
