@@ -42,6 +42,23 @@ _ALL_FAMILIES = ("fact", "time", "topics", "scope") + tuple(
 _ALL_OPS = ("=", "!=", ":", "=~", "<", "<=", ">", ">=")
 
 
+@dataclass(frozen=True, slots=True)
+class _ScopeIndex:
+    """One scope's live-or-not records with their vectors as one matrix, for exact search."""
+
+    records: list[MemoryRecord]
+    matrix: np.ndarray
+    ids: np.ndarray
+    squared_norms: np.ndarray
+
+    @classmethod
+    def build(cls, records: list[MemoryRecord]) -> _ScopeIndex:
+        matrix = np.asarray([record.embedding for record in records], dtype=np.float64)
+        ids = np.asarray([record.memory_id for record in records])
+        squared_norms = np.einsum("ij,ij->i", matrix, matrix) if records else np.empty(0)
+        return cls(records, matrix, ids, squared_norms)
+
+
 @dataclass
 class _Bank:
     record: BankRecord
@@ -49,19 +66,25 @@ class _Bank:
     revisions: dict[str, dict[str, RevisionRecord]] = field(default_factory=dict)
     operations: dict[str, OperationRecord] = field(default_factory=dict)
     documents: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    vectors: dict[str, tuple[list[MemoryRecord], np.ndarray, np.ndarray]] = field(
-        default_factory=dict
-    )
-    """Per scope key: its records, their vectors as one matrix and their ids; reset by writes."""
+    scopes: dict[str, _ScopeIndex] = field(default_factory=dict)
+    """Per scope key, its search index; dropped when a write touches the scope."""
 
-    def scope_matrix(self, key: str) -> tuple[list[MemoryRecord], np.ndarray, np.ndarray]:
-        """The scope's records, vectors and ids (cached until the next write)."""
-        if key not in self.vectors:
+    def scope_index(self, key: str) -> _ScopeIndex:
+        """The scope's search index (cached until a write touches the scope)."""
+        if key not in self.scopes:
             records = [record for record in self.memories.values() if record.scope_key == key]
-            matrix = np.asarray([record.embedding for record in records], dtype=np.float64)
-            ids = np.asarray([record.memory_id for record in records])
-            self.vectors[key] = (records, matrix, ids)
-        return self.vectors[key]
+            self.scopes[key] = _ScopeIndex.build(records)
+        return self.scopes[key]
+
+    def touched_scopes(self, batch: WriteBatch) -> set[str]:
+        """The scope keys whose memories `batch` changes (before and after it)."""
+        written = (*batch.inserts, *batch.upserts)
+        keys = {record.scope_key for record in written}
+        for memory_id in (*batch.deletes, *(record.memory_id for record in written)):
+            existing = self.memories.get(memory_id)
+            if existing is not None:
+                keys.add(existing.scope_key)
+        return keys
 
 
 _SHARED: dict[str, dict[str, _Bank]] = {}
@@ -134,11 +157,12 @@ class ReferenceMemoryStore(MemoryStore):
             existing = bank.memories.get(record.memory_id)
             if existing is not None and existing.is_live(record.create_time):
                 raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
+        for key in bank.touched_scopes(batch):
+            bank.scopes.pop(key, None)
         for record in (*batch.inserts, *batch.upserts):
             bank.memories[record.memory_id] = record
         for memory_id in batch.deletes:
             bank.memories.pop(memory_id, None)
-        bank.vectors.clear()
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
 
@@ -151,20 +175,24 @@ class ReferenceMemoryStore(MemoryStore):
         return [record for record in found if record is not None and record.is_live(now)]
 
     async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
-        """Exact Euclidean search over the live memories of one scope."""
-        records, matrix, ids = self._bank(bank_id).scope_matrix(query.scope_key)
-        if not records or query.k <= 0:
+        """Exact Euclidean search over the live memories of one scope.
+
+        One matrix-vector product ranks the scope by squared distance; only the best `pool`
+        rows get their exact distance and (distance, id) order. The answer is final when the
+        k-th hit is strictly nearer than every row left out; else the pool grows (expired or
+        filtered rows, or a tie at the pool's edge).
+        """
+        index = self._bank(bank_id).scope_index(query.scope_key)
+        if not index.records or query.k <= 0:
             return []
-        distances = np.linalg.norm(matrix - np.asarray(query.vector, dtype=np.float64), axis=1)
-        order = np.lexsort((ids, distances))  # SPEC §3: by distance, ties by name
-        hits: list[ScoredRecord] = []
-        for index in order:
-            record = records[index]
-            if record.is_live(query.now) and matches(query.filter, record):
-                hits.append(ScoredRecord(record, float(distances[index])))
-                if len(hits) == query.k:
-                    break
-        return hits
+        target = np.asarray(query.vector, dtype=np.float64)
+        squared = index.squared_norms - 2.0 * (index.matrix @ target) + float(target @ target)
+        pool = max(4 * query.k, 64)
+        while True:
+            hits, final = _best_hits(index, squared, target, query, pool)
+            if final:
+                return hits
+            pool *= 4
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, sliced by offset and limit."""
@@ -253,7 +281,7 @@ class ReferenceMemoryStore(MemoryStore):
         expired = [key for key, record in bank.memories.items() if not record.is_live(now)]
         for key in expired:
             del bank.memories[key]
-        bank.vectors.clear()
+        bank.scopes.clear()
         removed = len(expired)
         for revisions in bank.revisions.values():
             stale = [key for key, revision in revisions.items() if not revision.is_live(now)]
@@ -268,3 +296,31 @@ class ReferenceMemoryStore(MemoryStore):
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+_EDGE_MARGIN = 1e-9
+"""Relative slack between squared distances computed two ways (expanded product vs direct)."""
+
+
+def _best_hits(
+    index: _ScopeIndex, squared: np.ndarray, target: np.ndarray, query: NearestQuery, pool: int
+) -> tuple[list[ScoredRecord], bool]:
+    """The first k live, matching rows among the `pool` nearest, and whether that is final."""
+    if pool < len(index.records):
+        split = np.argpartition(squared, pool)
+        rows, edge = split[:pool], float(squared[split[pool]])
+    else:
+        rows, edge = np.arange(len(index.records)), np.inf
+    distances = np.linalg.norm(index.matrix[rows] - target, axis=1)
+    hits: list[ScoredRecord] = []
+    for position in np.lexsort((index.ids[rows], distances)):  # SPEC §3: ties by name
+        record = index.records[rows[position]]
+        if record.is_live(query.now) and matches(query.filter, record):
+            hits.append(ScoredRecord(record, float(distances[position])))
+            if len(hits) == query.k:
+                break
+    if edge == np.inf:
+        return hits, True
+    scale = 1.0 + float(target @ target) + float(index.squared_norms.max())
+    complete = len(hits) == query.k and hits[-1].distance**2 < edge - _EDGE_MARGIN * scale
+    return hits, complete
