@@ -4,18 +4,22 @@ One request makes at most two logical LLM calls (extraction, consolidation) and 
 empty extraction. Consolidation runs under the scope's lock, so two requests on one scope never
 interleave their read-decide-write, and all of a request's actions (memories and revisions) are
 one `WriteBatch`: either all of them become visible or none. An answer that names a memory
-outside the candidates is refused (and re-asked, within the retry bound).
+outside the candidates is refused (and re-asked, within the retry bound). The candidates' store
+reads run concurrently (their latency is a few round trips, not one per fact and per candidate),
+and facts are embedded once: a memory written with a fact's exact text reuses its vector.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import math
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from google.genai import types as genai_types
 
@@ -53,7 +57,7 @@ from adk_memory.generation.prompts import (
 )
 from adk_memory.generation.schemas import extraction_wire_schema
 from adk_memory.names import new_memory_id
-from adk_memory.scope import profile_scope_key, scope_key, validate_scope
+from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
     MemoryRecord,
     MetadataValue,
@@ -75,6 +79,7 @@ MAX_DIRECT_MEMORIES = 5
 CANDIDATES_PER_FACT = 5
 MAX_CANDIDATES = 25
 MAX_CONVERSATION_CHARS = 500_000
+_T = TypeVar("_T")
 _SESSION_NAME = re.compile(
     r"^(?:projects/[^/]+/locations/[^/]+/)?reasoningEngines/(?P<app>[^/]+)/sessions/(?P<session>[^/]+)$"
 )
@@ -103,6 +108,7 @@ class _Request:
 
     bank: LoadedBank
     scope: dict[str, str]
+    scope_key: ScopeKey
     customization: types.MemoryBankCustomizationConfig | None
     topics: tuple[Topic, ...]
     config: types.GenerateMemoriesConfig
@@ -158,7 +164,7 @@ class GenerateOps:
         llm = resolve_model(model or _configured_model(request.bank))
         # SPEC §3: one scope's read-decide-write never interleaves with another request's.
         needs_lock = bool(profiles) or not config.disable_consolidation
-        lock_name = f"generate:{bank_id}:{scope_key(request.scope)}"
+        lock_name = f"generate:{bank_id}:{request.scope_key}"
         async with (
             self._context.store.lock_provider().lock(lock_name) if needs_lock else _no_lock()
         ):
@@ -205,6 +211,7 @@ class GenerateOps:
         return _Request(
             bank,
             checked_scope,
+            scope_key(checked_scope),
             customization,
             topics,
             config,
@@ -323,7 +330,7 @@ class GenerateOps:
         self, facts: Sequence[ExtractedFact], request: _Request
     ) -> list[GeneratedAction]:
         return [
-            GeneratedAction("CREATED", self._new_record(fact.fact, fact, request))
+            GeneratedAction("CREATED", self._new_record(fact.fact, fact, request, {}))
             for fact in facts
             if not fact.forget
         ]
@@ -331,7 +338,11 @@ class GenerateOps:
     async def _consolidate(
         self, llm: Any, facts: list[ExtractedFact], request: _Request, stats: CallStats
     ) -> list[GeneratedAction]:
-        candidates, revisions = await self._candidates(facts, request)
+        texts = [fact.fact for fact in facts]
+        vectors = await request.bank.embedder.embed_documents(texts)
+        # A memory written with a fact's exact text reuses its vector: one embedding batch less.
+        known = dict(zip(texts, vectors, strict=True))
+        candidates, revisions = await self._candidates(vectors, request)
         count = _revisions_per_candidate(request.customization)
         offered = [
             Candidate(
@@ -356,71 +367,79 @@ class GenerateOps:
         for decision in answer.actions:
             fact = facts[decision.fact_index]
             if decision.action == "CREATE":
-                actions.append(
-                    GeneratedAction(
-                        "CREATED", self._new_record(decision.fact or fact.fact, fact, request)
-                    )
-                )
+                record = self._new_record(decision.fact or fact.fact, fact, request, known)
+                actions.append(GeneratedAction("CREATED", record))
             elif decision.action in ("UPDATE", "DELETE"):
                 current = candidates[decision.memory_id or ""]
-                latest = (
-                    revisions[current.memory_id][0].revision_id
-                    if revisions[current.memory_id]
-                    else None
-                )
+                history = revisions[current.memory_id]
+                latest = history[0].revision_id if history else None
                 if decision.action == "DELETE":
                     actions.append(GeneratedAction("DELETED", current, latest))
                 else:
-                    updated = await self._updated_record(
-                        current, decision.fact or current.fact, fact, request
-                    )
+                    text = decision.fact or current.fact
+                    updated = self._updated_record(current, text, fact, request, known)
                     actions.append(GeneratedAction("UPDATED", updated, latest))
         return actions
 
     async def _candidates(
-        self, facts: Sequence[ExtractedFact], request: _Request
+        self, vectors: Sequence[tuple[float, ...]], request: _Request
     ) -> tuple[dict[str, MemoryRecord], dict[str, list[RevisionRecord]]]:
-        """The nearest existing memories of the scope for each fact, with their revisions."""
-        vectors = await request.bank.embedder.embed_documents([fact.fact for fact in facts])
-        key = scope_key(request.scope)
+        """The nearest existing memories of the scope for each fact, with their revisions.
+
+        Facts are queried in order, in waves run concurrently, each wave as large as the number
+        of facts that could still fill MAX_CANDIDATES; once it is full, the later facts could
+        only add memories beyond it, so they are not queried. The result is that of querying
+        every fact one after the other.
+        """
+        found: dict[str, MemoryRecord] = {}
+        pending = list(vectors)
+        while pending and len(found) < MAX_CANDIDATES:
+            size = math.ceil((MAX_CANDIDATES - len(found)) / CANDIDATES_PER_FACT)
+            wave, pending = pending[:size], pending[size:]
+            for records in await _concurrently(self._nearest(v, request) for v in wave):
+                for record in records:
+                    found.setdefault(record.memory_id, record)
+        chosen = dict(itertools.islice(found.items(), MAX_CANDIDATES))
+        histories = await _concurrently(
+            self._context.store.list_revisions(request.bank.bank_id, memory_id, request.now)
+            for memory_id in chosen
+        )
+        return chosen, dict(zip(chosen, histories, strict=True))
+
+    async def _nearest(self, vector: tuple[float, ...], request: _Request) -> list[MemoryRecord]:
+        """Up to CANDIDATES_PER_FACT memories of the scope nearest `vector` that may be merged."""
         exact = (
             request.config.metadata_merge_strategy
             == types.MemoryMetadataMergeStrategy.REQUIRE_EXACT_MATCH
         )
-        found: dict[str, MemoryRecord] = {}
-        for vector in vectors:
-            limit = CANDIDATES_PER_FACT * (4 if exact else 1)
-            hits = await self._context.store.nearest(
-                request.bank.bank_id, NearestQuery(key, vector, limit, request.now)
-            )
-            eligible = [
-                hit.record
-                for hit in hits
-                if not exact or dict(hit.record.metadata) == request.metadata
-            ]
-            for record in eligible[:CANDIDATES_PER_FACT]:
-                found.setdefault(record.memory_id, record)
-        chosen = dict(itertools.islice(found.items(), MAX_CANDIDATES))
-        revisions = {
-            memory_id: await self._context.store.list_revisions(
-                request.bank.bank_id, memory_id, request.now
-            )
-            for memory_id in chosen
-        }
-        return chosen, revisions
+        limit = CANDIDATES_PER_FACT * (4 if exact else 1)
+        hits = await self._context.store.nearest(
+            request.bank.bank_id, NearestQuery(request.scope_key, vector, limit, request.now)
+        )
+        eligible = (
+            hit.record for hit in hits if not exact or dict(hit.record.metadata) == request.metadata
+        )
+        return list(itertools.islice(eligible, CANDIDATES_PER_FACT))
 
     # Records
 
-    def _new_record(self, text: str, fact: ExtractedFact, request: _Request) -> MemoryRecord:
+    def _new_record(
+        self,
+        text: str,
+        fact: ExtractedFact,
+        request: _Request,
+        known: Mapping[str, tuple[float, ...]],
+    ) -> MemoryRecord:
         expiry = memory_expiry(
             now=request.now, action=Action.GENERATE_CREATED, bank_ttl=request.bank.config.ttl_config
         )
+        fact_text = validate_fact(text, field="model answer fact")
         return MemoryRecord(
             memory_id=new_memory_id(),
-            scope_key=scope_key(request.scope),
+            scope_key=request.scope_key,
             scope=request.scope,
-            fact=validate_fact(text, field="model answer fact"),
-            embedding=(),
+            fact=fact_text,
+            embedding=known.get(fact_text, ()),
             create_time=request.now,
             update_time=request.now,
             expire_time=None if expiry is UNCHANGED else expiry,  # type: ignore[arg-type]
@@ -428,8 +447,13 @@ class GenerateOps:
             metadata=dict(request.metadata),
         )
 
-    async def _updated_record(
-        self, current: MemoryRecord, text: str, fact: ExtractedFact, request: _Request
+    def _updated_record(
+        self,
+        current: MemoryRecord,
+        text: str,
+        fact: ExtractedFact,
+        request: _Request,
+        known: Mapping[str, tuple[float, ...]],
     ) -> MemoryRecord:
         strategy = request.config.metadata_merge_strategy
         metadata: dict[str, MetadataValue] = dict(current.metadata)
@@ -443,7 +467,7 @@ class GenerateOps:
         return replace(
             current,
             fact=validate_fact(text, field="model answer fact"),
-            embedding=current.embedding if text == current.fact else (),
+            embedding=current.embedding if text == current.fact else known.get(text, ()),
             update_time=request.now,
             topics=tuple(dict.fromkeys((*current.topics, *_topic_refs(fact.topics)))),
             metadata=metadata,
@@ -459,9 +483,8 @@ class GenerateOps:
             for index, action in enumerate(actions)
             if action.action != "DELETED" and not action.record.embedding
         ]
-        vectors = await request.bank.embedder.embed_documents(
-            [actions[i].record.fact for i in needs_vector]
-        )
+        texts = [actions[i].record.fact for i in needs_vector]
+        vectors = await request.bank.embedder.embed_documents(texts) if texts else []
         for index, vector in zip(needs_vector, vectors, strict=True):
             action = actions[index]
             actions[index] = replace(action, record=replace(action.record, embedding=vector))
@@ -514,6 +537,22 @@ async def _no_lock() -> AsyncIterator[None]:
     yield
 
 
+async def _concurrently(calls: Iterable[Awaitable[_T]]) -> list[_T]:
+    """The results of independent store reads run at once (one round trip's latency, not N).
+
+    On the first failure the other reads are cancelled and awaited before it is raised, so no
+    read outlives the request (or its scope lock).
+    """
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 def _check_profiles(
     output: ExtractionOutput, current: dict[str, tuple[ProfileSchema, MemoryRecord | None]]
 ) -> None:
@@ -546,8 +585,8 @@ def _customization_for(
     keys = set(scope)
     exact = [config for config in configs if config.scope_keys and set(config.scope_keys) == keys]
     default = [config for config in configs if not config.scope_keys]
-    chosen = (exact or default or [None])[0]
-    return chosen  # type: ignore[return-value]
+    chosen: types.MemoryBankCustomizationConfig | None = (exact or default or [None])[0]
+    return chosen
 
 
 def _topics_of(customization: types.MemoryBankCustomizationConfig | None) -> tuple[Topic, ...]:

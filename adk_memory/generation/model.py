@@ -95,7 +95,7 @@ async def call_structured(
     `schema` validates the answer; it is also what the model is sent, unless `wire_schema` (a
     JSON Schema) is given for shapes a pydantic model cannot state, such as per-schema profiles.
     """
-    from google.adk.models import LlmRequest
+    from google.adk.models.llm_request import LlmRequest
 
     timeout = DEFAULT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
     stats.calls += 1

@@ -81,7 +81,7 @@ _BUILT_IN_EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
         ["I always want answers in metric units."],
     ),
 }
-_NOTHING_EXAMPLE = (
+_NOTHING_EXAMPLE: tuple[list[tuple[str, str]], list[str]] = (
     [("user", "Thanks, that's all for today."), ("model", "You're welcome, goodbye!")],
     [],
 )
