@@ -52,9 +52,13 @@ class _ScopeIndex:
     squared_norms: np.ndarray
 
     @classmethod
-    def build(cls, records: list[MemoryRecord]) -> _ScopeIndex:
-        matrix = np.asarray([record.embedding for record in records], dtype=np.float64)
+    def build(cls, records: list[MemoryRecord], rows: Mapping[str, np.ndarray]) -> _ScopeIndex:
         ids = np.asarray([record.memory_id for record in records])
+        matrix = (
+            np.stack([rows[record.memory_id] for record in records])
+            if records
+            else np.empty((0, 0))
+        )
         squared_norms = np.einsum("ij,ij->i", matrix, matrix) if records else np.empty(0)
         return cls(records, matrix, ids, squared_norms)
 
@@ -66,6 +70,8 @@ class _Bank:
     revisions: dict[str, dict[str, RevisionRecord]] = field(default_factory=dict)
     operations: dict[str, OperationRecord] = field(default_factory=dict)
     documents: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    rows: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per memory id, its vector as a float64 array (so an index is one `np.stack`)."""
     scopes: dict[str, _ScopeIndex] = field(default_factory=dict)
     """Per scope key, its search index; dropped when a write touches the scope."""
 
@@ -73,7 +79,7 @@ class _Bank:
         """The scope's search index (cached until a write touches the scope)."""
         if key not in self.scopes:
             records = [record for record in self.memories.values() if record.scope_key == key]
-            self.scopes[key] = _ScopeIndex.build(records)
+            self.scopes[key] = _ScopeIndex.build(records, self.rows)
         return self.scopes[key]
 
     def touched_scopes(self, batch: WriteBatch) -> set[str]:
@@ -161,8 +167,10 @@ class ReferenceMemoryStore(MemoryStore):
             bank.scopes.pop(key, None)
         for record in (*batch.inserts, *batch.upserts):
             bank.memories[record.memory_id] = record
+            bank.rows[record.memory_id] = np.asarray(record.embedding, dtype=np.float64)
         for memory_id in batch.deletes:
             bank.memories.pop(memory_id, None)
+            bank.rows.pop(memory_id, None)
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
 
@@ -281,6 +289,7 @@ class ReferenceMemoryStore(MemoryStore):
         expired = [key for key, record in bank.memories.items() if not record.is_live(now)]
         for key in expired:
             del bank.memories[key]
+            del bank.rows[key]
         bank.scopes.clear()
         removed = len(expired)
         for revisions in bank.revisions.values():
@@ -322,5 +331,5 @@ def _best_hits(
     if edge == np.inf:
         return hits, True
     scale = 1.0 + float(target @ target) + float(index.squared_norms.max())
-    complete = len(hits) == query.k and hits[-1].distance**2 < edge - _EDGE_MARGIN * scale
+    complete = len(hits) == query.k and hits[-1].distance ** 2 < edge - _EDGE_MARGIN * scale
     return hits, complete
