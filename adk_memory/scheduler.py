@@ -2,7 +2,8 @@
 
 A long-lived `Client`/`AsyncClient` starts one on its first `ingest_events`; `adk-memory serve`
 and `adk-memory worker` run one for deployments. Each flush claims its stream under the stream's
-lock, so several schedulers on one store never flush the same events twice at once. Every
+lock and re-reads it there, so several schedulers on one store, in any number of processes,
+generate from each event once (`adk_memory.engine.ingest` names the one at-least-once case). Every
 `sweep_seconds` it also reclaims the storage of expired memories and revisions (stores without
 native expiry need this; reads never return expired memories either way). Background
 tasks are kept referenced and their failures logged (an untracked task can be collected and its
@@ -129,6 +130,6 @@ class IngestScheduler:
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[object]) -> None:
-        self._tasks.discard(task)  # type: ignore[arg-type]
+        self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.error("Background ingest flush failed", exc_info=task.exception())

@@ -53,6 +53,13 @@ def validate_scope(scope: object, *, field: str = "scope") -> dict[str, str]:
             raise InvalidArgument(
                 f"{field}[{key!r}] must be a non-empty string.", field=f"{field}.{key}"
             )
+        try:
+            (key + value).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, e.g. a JSON "\ud800": not Unicode text
+            raise InvalidArgument(
+                f"{field} keys and values must be valid Unicode text (no lone surrogates).",
+                field=field,
+            ) from None
         if "*" in value:
             raise InvalidArgument(
                 f"{field}[{key!r}] contains '*', which Memory Bank reserves; remove it.",

@@ -6,15 +6,27 @@ pending operation. A stream is due when `force_flush` was asked, when no trigger
 (neither the stream's nor the bank's `generation_trigger_config`), when `event_count` events are
 pending, after `idle_duration` without events, or every `fixed_interval`. `flush` runs
 GenerateMemories over the pending events (plus the last `overlap_event_count` processed ones)
-under the stream's lock, then completes the pending operations. Nothing is lost across restarts:
-events are in the store before `ingest` returns, and any process's scheduler can flush them.
+under the stream's lock, then records the stream as flushed and completes the pending operations.
+Nothing is lost across restarts: events are in the store before `ingest` returns, and any
+process's scheduler can flush them; the stream's lock lets one flush at a time take them.
+
+Each event is generated from once, with one exception. The memories and the stream are two
+writes, so once the memories are written the stream's update is retried through a store restart
+or a dropped connection (`_COMMIT_RETRY_DELAYS`, about 7 s). If the store stays away longer, or
+the memory write itself failed in a way that hides whether it committed, the events stay pending
+and the next flush sends them to the model again, where consolidation sees the memories they
+produced (at least once, never lost). Exactly once would need the stream in the memories'
+atomic `WriteBatch`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +37,7 @@ from adk_memory import types
 from adk_memory.engine.context import EngineContext
 from adk_memory.engine.convert import parse_duration, parse_model, to_utc
 from adk_memory.engine.generate import GenerateOps
-from adk_memory.errors import AdkMemoryError, InvalidArgument
+from adk_memory.errors import AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
 from adk_memory.store import OperationRecord
 
@@ -38,6 +50,8 @@ SEEN_ID_RETENTION = 10_000
 MAX_EVENTS_PER_REQUEST = 1_000
 MAX_PENDING_EVENTS = 10_000
 MAX_FLUSH_FAILURES = 5
+_COMMIT_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0)
+"""Pauses between attempts to record a flush whose memories are written (7.4 s in all)."""
 _GENERATE_FIELDS = (
     "revision_labels",
     "revision_expire_time",
@@ -277,17 +291,25 @@ class IngestOps:
             stream["last_flush_at"] = now.isoformat()
             finished, stream["operations"] = stream["operations"], []
             metadata = {"generatedMemories": len(result.actions), **result.stats.as_metadata()}
+            # The memories are written: the stream must now record that its events are done, or
+            # the next flush would generate from them again. So it is written first and retried
+            # through a store restart; the operations are only reports, written after it.
+            await _retried(
+                "record a flushed stream",
+                lambda: self._context.store.put_document(bank_id, STREAM_KIND, key, stream),
+            )
             for path in finished:
-                await self._context.store.put_operation(
-                    OperationRecord(
-                        bank_id,
-                        path,
-                        True,
-                        {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
-                        now,
-                    )
+                record = OperationRecord(
+                    bank_id,
+                    path,
+                    True,
+                    {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
+                    now,
                 )
-            await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
+                await _retried(
+                    "complete an ingest operation",
+                    functools.partial(self._context.store.put_operation, record),
+                )
             return len(result.actions)
 
     async def _record_failure(
@@ -316,6 +338,28 @@ class IngestOps:
             stream["operations"] = []
         await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
         return 0
+
+
+async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:
+    """Runs `write`, retrying it on `StoreUnavailable` for about `sum(_COMMIT_RETRY_DELAYS)` s.
+
+    Only for the writes after a flush's memories are stored, which must not be lost to a store
+    restart or a dropped connection (each one replaces a whole document, so repeating it is
+    harmless). The last failure is raised, saying that the memories are already written.
+    """
+    for delay in (*_COMMIT_RETRY_DELAYS, None):
+        try:
+            await write()
+            return
+        except StoreUnavailable as exc:
+            if delay is None:
+                raise StoreUnavailable(
+                    f"The memories of an ingest flush were written, but the store failed to "
+                    f"{what} ({exc.message}). The next flush sends these events to the model "
+                    "again; consolidation sees the memories they produced."
+                ) from exc
+            logger.warning("Failed to %s after a flush; retrying in %.1f s.", what, delay)
+            await asyncio.sleep(delay)
 
 
 def _events_of(source: Any) -> list[dict[str, Any]]:

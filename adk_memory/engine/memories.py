@@ -16,7 +16,12 @@ from typing import Any
 
 from adk_memory import types
 from adk_memory.engine.context import EngineContext, LoadedBank
-from adk_memory.engine.convert import MAX_FACT_LENGTH, metadata_from_request, topics_from_request
+from adk_memory.engine.convert import (
+    MAX_FACT_LENGTH,
+    check_unicode,
+    metadata_from_request,
+    topics_from_request,
+)
 from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
 from adk_memory.engine.paging import Page, decode_page_token, encode_page_token
 from adk_memory.errors import InvalidArgument, NotFound
@@ -58,6 +63,7 @@ def validate_fact(fact: object, *, field: str = "fact") -> str:
             f"{field} has {len(fact)} characters; at most {MAX_FACT_LENGTH} are allowed.",
             field=field,
         )
+    check_unicode(fact, field=field)
     return fact
 
 

@@ -673,6 +673,9 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        # A path with a trailing slash is a 404 in the error envelope, not a 307 to a Location
+        # built from the request's Host header (`/ui/` has its own redirect below).
+        redirect_slashes=False,
     )
     for route in _ROUTES:
         for prefix in _PREFIXES:

@@ -259,8 +259,8 @@ def parse_body(model: type[M], raw: bytes) -> M:
     """The JSON object in `raw` validated into `model`; an empty body is `{}`.
 
     Raises:
-        InvalidArgument: The body is not a JSON object, or a field is wrong; the message and
-            `field` name the field as the request spelled it.
+        InvalidArgument: The body is not a JSON object of Unicode text, or a field is wrong; the
+            message and `field` name the field as the request spelled it.
     """
     data: Any = {}
     if raw.strip():
@@ -278,10 +278,28 @@ def parse_body(model: type[M], raw: bytes) -> M:
             ) from None
     if not isinstance(data, dict):
         raise InvalidArgument("The request body must be a JSON object.", field="body")
+    try:  # JSON may escape a lone surrogate ("\ud800"), which is not text anything can store
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            "The request body holds a string that is not valid Unicode (a lone surrogate such "
+            "as \\ud800); send UTF-8 text.",
+            field="body",
+        ) from None
+    except RecursionError:
+        raise InvalidArgument("The request body is nested too deeply.", field="body") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise _invalid(exc) from None
+    except (AttributeError, TypeError):
+        # google-genai's enums look a non-string value up with `.upper()`; the AttributeError
+        # this raises is not turned into a ValidationError.
+        raise InvalidArgument(
+            "The request body holds a value of the wrong type: an enum field takes one of its "
+            "names as a string, and lists and objects go only where the API reference shows them.",
+            field="body",
+        ) from None
 
 
 def _invalid(exc: ValidationError) -> InvalidArgument:

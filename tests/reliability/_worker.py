@@ -2,9 +2,13 @@
 
 `python _worker.py '{"mode": …, …}'` prints one JSON line with what it did. Modes:
 `mixed` (create the memory id `same-id`, then `count` times: one generate on the shared scope
-and one on the worker's own scope, each updating that scope's single memory), and `hold_lock`
-(take a Redis lock and hang). A `mixed` worker prints `{"ready": true}` once connected and waits
-for a line on stdin, so that the parent releases all of them at the same instant.
+and one on the worker's own scope, each updating that scope's single memory), `hold_lock`
+(take a Redis lock and hang), `hold_folder` (open an embedded Chroma directory, write one memory
+and hang), `embedded` (write `count` memories into an embedded Chroma directory, waiting while
+another process holds it), `schedule` (run an ingest scheduler for `seconds`) and `produce`
+(the same while ingesting events into several streams). All but the `hold_*` modes print
+`{"ready": true}` once connected and wait for a line on stdin, so that the parent releases all
+of them at once.
 """
 
 from __future__ import annotations
@@ -34,6 +38,67 @@ def consolidate_append(request: Any) -> dict[str, Any]:
     }
 
 
+async def embedded(args: dict[str, Any]) -> dict[str, Any]:
+    """Writes `count` memories into an embedded Chroma directory, in one session of its own.
+
+    While another process holds the directory, each attempt is refused with FailedPrecondition;
+    the worker then waits and tries again (until `seconds` have passed).
+    """
+    from adk_memory import AsyncClient, FailedPrecondition
+
+    print(json.dumps({"ready": True}), flush=True)  # noqa: T201
+    sys.stdin.readline()
+    deadline = time.monotonic() + args["seconds"]
+    refusals: list[str] = []
+    while True:
+        try:
+            async with AsyncClient(
+                args["uri"], embedding_model="hash-64", run_scheduler=False
+            ) as client:
+                for index in range(args["count"]):
+                    await client.memory_banks.memories.create(
+                        name=args["bank"],
+                        fact=f"{args['tag']} fact {index}",
+                        scope={"user_id": args["tag"]},
+                        config={"memory_id": f"{args['tag']}-{index}"},
+                    )
+            return {"refusals": len(refusals), "messages": refusals[:1]}
+        except FailedPrecondition as exc:
+            refusals.append(exc.message)
+            if time.monotonic() > deadline:
+                return {"refusals": len(refusals), "messages": refusals[:1], "gave_up": True}
+            await asyncio.sleep(0.05)
+
+
+async def ingest_work(args: dict[str, Any]) -> dict[str, Any]:
+    """`schedule`: runs the client's ingest scheduler for `seconds` (`schedule_for`); `produce`:
+    the same while ingesting the events of `reliability_support.produce_events`."""
+    from reliability_support import EchoModel, produce_events, schedule_for
+
+    from adk_memory import AsyncClient
+
+    model = EchoModel()
+    async with AsyncClient(
+        args["uri"], embedding_model="hash-64", generation_model=model, run_scheduler=False
+    ) as client:
+        await client.memory_banks.get(name=args["bank"])
+        print(json.dumps({"ready": True}), flush=True)  # noqa: T201
+        sys.stdin.readline()
+        if args["mode"] == "schedule":
+            passes = await schedule_for(client, args["seconds"])
+            return {"seen": model.seen, "passes": passes, "flushes": _extractions(model)}
+        streams = [(scope, stream_id) for scope, stream_id in args["streams"]]
+        sent, passes = await asyncio.gather(
+            produce_events(client, args["bank"], streams, args["per_stream"], args["seed"]),
+            schedule_for(client, args["seconds"]),
+        )
+    return {"sent": sent, "seen": model.seen, "passes": passes, "flushes": _extractions(model)}
+
+
+def _extractions(model: Any) -> int:
+    return sum(1 for request in model.requests if model.kind_of(request) == "extraction")
+
+
 async def main(args: dict[str, Any]) -> dict[str, Any]:
     from adk_memory import AdkMemoryError, AsyncClient
     from adk_memory.testing.models import ScriptedMemoryModel
@@ -47,6 +112,18 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
         print(json.dumps({"held": True}), flush=True)  # noqa: T201
         await asyncio.sleep(3600)
         return {}
+    if mode == "hold_folder":
+        async with AsyncClient(args["uri"], embedding_model="hash-64", run_scheduler=False) as c:
+            await c.memory_banks.memories.create(
+                name=args["bank"], fact="held", scope={"user_id": "holder"}
+            )
+            print(json.dumps({"held": True}), flush=True)  # noqa: T201
+            await asyncio.sleep(3600)
+        return {}
+    if mode == "embedded":
+        return await embedded(args)
+    if mode in ("produce", "schedule"):
+        return await ingest_work(args)
     model = ScriptedMemoryModel(consolidate=consolidate_append)
     async with AsyncClient(
         args["uri"], embedding_model="hash-64", generation_model=model, run_scheduler=False

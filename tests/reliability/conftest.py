@@ -1,11 +1,14 @@
-"""Fixtures of the reliability suite: URIs of stores that several processes share."""
+"""Fixtures of the reliability suite: URIs of stores that several processes share, and servers
+that a test may kill and start again (`restartable.py`)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
+from restartable import RestartableChroma, RestartableRedis
 
 SHARED = ["redis", "chroma_http_redis_lock"]
 
@@ -19,3 +22,25 @@ def shared_uri(request: pytest.FixtureRequest) -> str:
         return f"{redis_url}?key_prefix={prefix}&index_algorithm=FLAT"
     chroma = request.getfixturevalue("chroma_http_url")
     return f"{chroma}?collection_prefix={prefix}&lock_url={quote(redis_url, safe='')}"
+
+
+@pytest.fixture(scope="module")
+def restartable_redis() -> Iterator[RestartableRedis]:
+    """A Valkey of this module's own that persists every write (appendfsync always)."""
+    server = RestartableRedis()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def restartable_chroma() -> Iterator[RestartableChroma]:
+    """A Chroma server of this module's own on a persistent folder."""
+    server = RestartableChroma()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -1,15 +1,24 @@
-"""Helpers of the reliability suite: a runner for worker processes."""
+"""Helpers of the reliability suite: worker processes, store snapshots, an echoing model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+import re
 import subprocess
 import sys
 import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from google.adk.models import LlmRequest, LlmResponse
+from pydantic import Field
+
+from adk_memory import AsyncClient
+from adk_memory.testing.models import ScriptedMemoryModel
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -52,3 +61,125 @@ def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[di
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def snapshot(client: AsyncClient, bank: str, names: set[str]) -> list[tuple[Any, ...]]:
+    """Memories and revisions, without ids or times: (fact, scope, revision facts) per memory.
+
+    `names` are memory names to look up even when they are not live (deleted ones keep their
+    revisions); the live ones found are added to it.
+    """
+    memories = client.memory_banks.memories
+    live = {m.name: m async for m in await memories.list(name=bank)}
+    names.update(live)
+    rows = []
+    for name in sorted(names):
+        revisions = [r.fact async for r in await memories.revisions.list(name=name)]
+        memory = live.get(name)
+        if memory is None and not revisions:
+            continue  # a name that never existed in this state
+        rows.append(
+            (
+                memory.fact if memory else None,
+                tuple(sorted((memory.scope or {}).items())) if memory else None,
+                tuple(sorted(revisions)),
+            )
+        )
+    return sorted(rows, key=repr)
+
+
+EVENT_TOKEN = re.compile(r"evt-[A-Za-z0-9_.-]+")
+_NEW_FACT = re.compile(r"^\[(\d+)\] (\{.*\})$", re.MULTILINE)
+
+
+def event(token: str) -> dict[str, Any]:
+    """An ingest event whose text is `token` (an `evt-…` word the EchoModel extracts)."""
+    return {"content": {"role": "user", "parts": [{"text": f"note {token}"}]}}
+
+
+class EchoModel(ScriptedMemoryModel):
+    """Extracts one fact per `evt-…` token of the conversation and CREATEs every fact.
+
+    It never merges, so events generated twice show up as two memories with the same fact, and
+    `seen` lists every token of every extraction call, in order.
+    """
+
+    seen: list[str] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        text = self.prompt_text(llm_request)
+        if self.kind_of(llm_request) == "extraction":
+            tokens = EVENT_TOKEN.findall(text.rsplit("<conversation>", 1)[-1])
+            self.seen.extend(tokens)
+            self.extractions.append(
+                {"memories": [{"fact": t, "topics": ["USER_PREFERENCES"]} for t in tokens]}
+            )
+        else:
+            facts = text.split("NEW FACTS:", 1)[-1].split("EXISTING MEMORIES:", 1)[0]
+            self.consolidations.append(
+                {
+                    "actions": [
+                        {
+                            "fact_index": int(index),
+                            "action": "CREATE",
+                            "fact": json.loads(body)["fact"],
+                        }
+                        for index, body in _NEW_FACT.findall(facts)
+                    ]
+                }
+            )
+        async for response in super().generate_content_async(llm_request, stream):
+            yield response
+
+
+TRIGGERS: list[dict[str, Any]] = [{"event_count": 2}, {"idle_duration": "0.05s"}]
+
+
+async def produce_events(
+    client: AsyncClient,
+    bank: str,
+    streams: list[tuple[dict[str, str], str]],
+    per_stream: int,
+    seed: int,
+) -> list[str]:
+    """Ingests `per_stream` events `evt-<stream>-<n>` into each (scope, stream id), in batches
+    of 1 to 3 in a seeded random order; returns the tokens.
+
+    Streams of even index have the trigger `event_count: 2`: a batch that makes one due is
+    flushed by this client at once (as `ingest_events` does), racing the schedulers. Streams of
+    odd index have `idle_duration: 0.05s`: they become due between batches, so only schedulers
+    flush them, while this client keeps appending. The client's scheduler is drained at the end.
+    """
+    rng = random.Random(seed)
+    sent: list[str] = []
+    counters = [0] * len(streams)
+    while any(n < per_stream for n in counters):
+        index = rng.choice([i for i, n in enumerate(counters) if n < per_stream])
+        size = min(rng.randint(1, 3), per_stream - counters[index])
+        tokens = [f"evt-{index}-{counters[index] + i}" for i in range(size)]
+        counters[index] += size
+        scope, stream_id = streams[index]
+        await client.memory_banks.ingest_events(
+            name=bank,
+            scope=scope,
+            stream_id=stream_id,
+            direct_contents_source={"events": [event(token) for token in tokens]},
+            generation_trigger_config={"generation_rule": TRIGGERS[index % 2]},
+        )
+        sent.extend(tokens)
+        await asyncio.sleep(0.01)
+    await client.ingest_scheduler.drain()
+    return sent
+
+
+async def schedule_for(client: AsyncClient, seconds: float) -> int:
+    """Runs the client's ingest scheduler pass after pass for `seconds`; returns the passes."""
+    deadline = time.monotonic() + seconds
+    passes = 0
+    while time.monotonic() < deadline:
+        await client.ingest_scheduler.run_once()
+        passes += 1
+        await asyncio.sleep(0.01)
+    return passes

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from reliability_support import snapshot
 
 from adk_memory import AdkMemoryError, AsyncClient, ModelUnavailable, StoreUnavailable
 from adk_memory._registry import store_from_uri
@@ -76,27 +77,6 @@ def _consolidate_update_and_create(request: LlmRequest) -> dict[str, Any]:
     }
 
 
-async def _snapshot(client: AsyncClient, bank: str, names: set[str]) -> list[tuple[Any, ...]]:
-    """Memories and revisions, without ids or times: (fact, scope, revision facts) per memory."""
-    memories = client.memory_banks.memories
-    live = {m.name: m async for m in await memories.list(name=bank)}
-    names.update(live)
-    rows = []
-    for name in sorted(names):
-        revisions = [r.fact async for r in await memories.revisions.list(name=name)]
-        memory = live.get(name)
-        if memory is None and not revisions:
-            continue  # a name that never existed in this state
-        rows.append(
-            (
-                memory.fact if memory else None,
-                tuple(sorted((memory.scope or {}).items())) if memory else None,
-                tuple(sorted(revisions)),
-            )
-        )
-    return sorted(rows, key=repr)
-
-
 Op = Callable[[AsyncClient, str, str], Awaitable[Any]]
 
 OPERATIONS: dict[str, Op] = {
@@ -136,11 +116,11 @@ async def test_a_store_failure_at_any_step_leaves_the_state_before_or_after(
 
         bank, a = await fresh_bank()
         names = {a}
-        before = await _snapshot(client, bank, names)
+        before = await snapshot(client, bank, names)
         store.calls = 0
         await op(client, bank, a)
         calls = store.calls
-        after = await _snapshot(client, bank, names)
+        after = await snapshot(client, bank, names)
         assert after != before
         assert calls >= 1
 
@@ -154,7 +134,7 @@ async def test_a_store_failure_at_any_step_leaves_the_state_before_or_after(
                 pass  # a typed error is fine; an untyped one or a hang fails the test
             finally:
                 store.fail_at = None
-            state = await _snapshot(client, bank, names)
+            state = await snapshot(client, bank, names)
             assert state in (before, after), f"{operation}: failure at store call {k} of {calls}"
 
 
@@ -198,7 +178,7 @@ async def _generate_unchanged(
     ) as client:
         bank = (await client.memory_banks.create()).name
         made = await client.memory_banks.memories.create(name=bank, fact="a", scope=SCOPE)
-        before = await _snapshot(client, bank, {made.response.name})
+        before = await snapshot(client, bank, {made.response.name})
         for _ in range(2):  # the second call would time out on the lock if it were kept
             with pytest.raises(expected):
                 await asyncio.wait_for(
@@ -209,7 +189,7 @@ async def _generate_unchanged(
                     ),
                     timeout=timeout,
                 )
-        assert await _snapshot(client, bank, {made.response.name}) == before
+        assert await snapshot(client, bank, {made.response.name}) == before
 
 
 async def test_a_failing_model_is_model_unavailable_and_changes_nothing() -> None:

@@ -33,6 +33,8 @@ NASTY = st.sampled_from(
         "@",
         "\\",
         "\x00",
+        "\ud800",
+        "a\udc00b",
         "é",
         "user_id",
         "a" * 5000,
@@ -167,6 +169,9 @@ def test_documented_limits_are_enforced(client: Client, bank: str) -> None:
         )
     with pytest.raises(InvalidArgument):
         memories.create(name=bank, fact="x", scope={f"k{i}": "v" for i in range(6)})
+    for fact, scope in (("a\ud800", {"u": "1"}), ("x", {"u": "\udc00"})):  # not Unicode text
+        with pytest.raises(InvalidArgument):
+            memories.create(name=bank, fact=fact, scope=scope)
     with pytest.raises(InvalidArgument):
         list(
             memories.retrieve(

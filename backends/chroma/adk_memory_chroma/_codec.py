@@ -25,7 +25,9 @@ Memory rows (collection `<prefix>.<bank>.mem`, id = memory id, document = fact):
 
 Revision, operation, engine-document and journal rows live in `<prefix>.<bank>.aux` (told apart
 by `k`), bank rows in `<prefix>.banks`; those collections are never searched by vector, so their
-rows carry a 1-d placeholder vector.
+rows carry a 1-d placeholder vector. A revision row (id `r:<len>:<memory>:<revision>`) also has
+`mid`, its memory id, `live_us`, and `mh`, 48 bits of a digest of the memory id: Chroma cannot
+compare strings, so the ids of memories with revisions are paged by ranges of `mh`.
 
 Journal rows (the write-ahead journal of `apply`; `_store` explains the protocol). What a replay
 must (re-)write is serialised as one ASCII JSON text,
@@ -83,11 +85,13 @@ __all__ = [
     "journal_rows",
     "part_id",
     "memory_row",
+    "memory_hash",
     "metadata_field",
     "micros",
     "operation_id",
     "operation_row",
     "revision_id",
+    "revision_memory_id",
     "revision_row",
     "scope_field",
     "special_token",
@@ -113,6 +117,9 @@ PAYLOAD = "p"
 # Aux and registry rows.
 KIND = "k"
 MEMORY_ID = "mid"
+MEMORY_HASH = "mh"
+HASH_SPACE = 2**48
+"""`mh` values lie in [0, HASH_SPACE): exact in Chroma's int64 and in a float64."""
 STATE = "st"
 KIND_REVISION = "rev"
 KIND_OPERATION = "op"
@@ -178,6 +185,17 @@ def topic_token(*, managed: str | None = None, custom: str | None = None) -> str
 def revision_id(memory_id: str, rev_id: str) -> str:
     """Chroma id of a revision row; the length prefix keeps any pair of ids distinct."""
     return f"r:{len(memory_id)}:{memory_id}:{rev_id}"
+
+
+def revision_memory_id(row_id: str) -> str:
+    """The memory id inside the Chroma id of a revision row (`revision_id`'s inverse)."""
+    _kind, length, rest = row_id.split(":", 2)
+    return rest[: int(length)]
+
+
+def memory_hash(memory_id: str) -> int:
+    """The `mh` of a memory's revision rows: its place in `list_revision_memory_ids`."""
+    return int(digest(memory_id)[:12], 16)
 
 
 def document_id(kind: str, key: str) -> str:
@@ -281,6 +299,7 @@ def revision_row(record: RevisionRecord) -> Row:
     meta = {
         KIND: KIND_REVISION,
         MEMORY_ID: record.memory_id,
+        MEMORY_HASH: memory_hash(record.memory_id),
         LIVE_US: NEVER_US if record.expire_time is None else micros(record.expire_time),
         PAYLOAD: _dumps(
             {

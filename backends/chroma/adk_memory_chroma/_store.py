@@ -140,6 +140,7 @@ from adk_memory.store import (
     WriteBatch,
 )
 from adk_memory_chroma import _codec as codec
+from adk_memory_chroma import _folder
 from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_from_uri
 from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
 
@@ -168,6 +169,9 @@ _JOURNAL_WAIT_SECONDS = 120.0
 """How long a write or a first read waits for another writer of the bank to finish its batch."""
 _RERANK_MARGIN = 1e-3
 """Relative slack on the k-th squared distance Chroma reports, above float32 rounding error."""
+_IN_CHUNK = 1000
+"""Distinct ids per `$in` list. Chroma documents no bound, but the embedded store binds one SQLite
+variable per value and fails past SQLite's limit (32766) with 'too many SQL variables'."""
 
 
 class _Gone(Exception):
@@ -205,9 +209,11 @@ class ChromaMemoryStore(MemoryStore):
         ```
 
     Nothing connects until the first call. A client passed in is used as is and never closed;
-    one the store built is closed by `aclose()`. Two processes may share one embedded directory
-    only as far as Chroma itself allows (it is single-host); a Chroma server shared by several
-    hosts needs a lock provider for generation (`lock_url`).
+    one the store built is closed by `aclose()`. An embedded directory belongs to one process at
+    a time (Chroma's embedded mode is single-process): the first call in another process raises
+    `FailedPrecondition` until every store of the holder is closed or the holder has exited
+    (`_folder`). Several processes or hosts share data through a Chroma server, which needs a
+    lock provider for generation when several hosts use it (`lock_url`).
     """
 
     capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
@@ -252,6 +258,8 @@ class ChromaMemoryStore(MemoryStore):
         """Per event loop (an `asyncio.Lock` belongs to one) and bank: see `_journal_lock`."""
         self._finalizer: weakref.finalize[Any, Any] | None = None
         """Closes the client we built if the store is dropped without `aclose()`."""
+        self._folder_release: weakref.finalize[Any, Any] | None = None
+        """Gives back this process's lock on the embedded directory (`_folder`), once."""
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -291,12 +299,19 @@ class ChromaMemoryStore(MemoryStore):
                 settings = Settings(anonymized_telemetry=False)
                 if config.path is not None:
                     logger.debug("opening embedded Chroma at %s", config.path)
-                    self._client = chromadb.PersistentClient(
-                        path=config.path,
-                        settings=settings,
-                        tenant=config.tenant,
-                        database=config.database,
-                    )
+                    # Embedded Chroma is single-process: refuse a directory another process holds.
+                    folder = _folder.hold(config.path)
+                    try:
+                        self._client = chromadb.PersistentClient(
+                            path=config.path,
+                            settings=settings,
+                            tenant=config.tenant,
+                            database=config.database,
+                        )
+                    except BaseException:
+                        _folder.release(folder)
+                        raise
+                    self._folder_release = weakref.finalize(self, _folder.release, folder)
                 else:
                     logger.debug("connecting to %s", config.location)
                     self._client = chromadb.HttpClient(
@@ -1112,6 +1127,36 @@ class ChromaMemoryStore(MemoryStore):
 
         return await self._on_bank(bank_id, _AUX, work)
 
+    async def list_revisions_many(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> dict[str, list[RevisionRecord]]:
+        """`list_revisions` of each id: one `get` with `$in` per `_IN_CHUNK` distinct ids."""
+        unique = list(dict.fromkeys(memory_ids))
+
+        async def work(aux: Any) -> dict[str, list[RevisionRecord]]:
+            found: dict[str, list[RevisionRecord]] = {memory_id: [] for memory_id in unique}
+            for start in range(0, len(unique), _IN_CHUNK):
+                rows = await self._call(
+                    "list revisions",
+                    aux.get,
+                    where={
+                        "$and": [
+                            {codec.KIND: codec.KIND_REVISION},
+                            {codec.MEMORY_ID: {"$in": unique[start : start + _IN_CHUNK]}},
+                            {codec.LIVE_US: {"$gt": codec.micros(now)}},
+                        ]
+                    },
+                    include=["metadatas"],
+                )
+                for meta in rows["metadatas"]:
+                    revision = codec.decode_revision(meta)
+                    found[revision.memory_id].append(revision)
+            for revisions in found.values():
+                revisions.sort(key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
+            return found
+
+        return await self._on_bank(bank_id, _AUX, work)
+
     async def get_revision(
         self, bank_id: str, memory_id: str, revision_id: str, now: datetime
     ) -> RevisionRecord | None:
@@ -1128,6 +1173,51 @@ class ChromaMemoryStore(MemoryStore):
             return codec.decode_revision(found["metadatas"][0]) if found["ids"] else None
 
         return await self._on_bank(bank_id, _AUX, work)
+
+    async def list_revision_memory_ids(
+        self, bank_id: str, now: datetime, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """One page of the ids of memories with live revisions, ordered by (`mh`, id).
+
+        Chroma can neither order rows nor compare strings, so the page reads the revision rows
+        (ids only) of consecutive `mh` ranges: the first sized from the collection's row count
+        to hold about `limit` rows, each next one twice as wide, until `limit` memories are
+        found. `mh` is a digest, so ranges hold evenly many memories whatever the ids look like.
+        """
+        cursor = (-1, "") if after is None else (codec.memory_hash(after), after)
+
+        async def work(aux: Any) -> list[str]:
+            rows = await self._call("count revision rows", aux.count)
+            width = max(1, codec.HASH_SPACE * limit // max(rows, 1))
+            low = max(cursor[0], 0)
+            found: set[tuple[int, str]] = set()
+            while low < codec.HASH_SPACE and len(found) < limit:
+                high = min(low + width, codec.HASH_SPACE)
+                for memory_id in await self._revision_memory_ids(aux, now, low, high):
+                    key = (codec.memory_hash(memory_id), memory_id)
+                    if key > cursor:
+                        found.add(key)
+                low, width = high, width * 2
+            return [memory_id for _hash, memory_id in sorted(found)[:limit]]
+
+        return await self._on_bank(bank_id, _AUX, work)
+
+    async def _revision_memory_ids(self, aux: Any, now: datetime, low: int, high: int) -> set[str]:
+        """The memory ids of the live revision rows whose `mh` is in [low, high)."""
+        found = await self._call(
+            "list revision memory ids",
+            aux.get,
+            where={
+                "$and": [
+                    {codec.KIND: codec.KIND_REVISION},
+                    {codec.MEMORY_HASH: {"$gte": low}},
+                    {codec.MEMORY_HASH: {"$lt": high}},
+                    {codec.LIVE_US: {"$gt": codec.micros(now)}},
+                ]
+            },
+            include=[],
+        )
+        return {codec.revision_memory_id(row_id) for row_id in found["ids"]}
 
     # Operations
 
@@ -1282,9 +1372,14 @@ class ChromaMemoryStore(MemoryStore):
         finalizer, self._finalizer = self._finalizer, None
         if finalizer is not None:
             finalizer.detach()
-        if self._owns_client and client is not None:
-            with self._driver_errors("close the client"):
-                await asyncio.to_thread(_close_client, client)
+        release, self._folder_release = self._folder_release, None
+        try:
+            if self._owns_client and client is not None:
+                with self._driver_errors("close the client"):
+                    await asyncio.to_thread(_close_client, client)
+        finally:
+            if release is not None:
+                release()  # after the client is closed: then another process may open it
 
 
 def _close_client(client: Any) -> None:

@@ -17,6 +17,7 @@ import chromadb
 import numpy as np
 import pytest
 from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig
+from adk_memory_chroma import _codec as codec
 from chromadb.config import Settings
 
 from adk_memory._registry import store_class_for
@@ -30,11 +31,13 @@ from adk_memory.store import (
     MemoryRecord,
     MetadataValue,
     NearestQuery,
+    OperationRecord,
     ScanQuery,
     SortKey,
     TopicRef,
     WriteBatch,
 )
+from adk_memory.testing.conformance import revision
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 BANK = "42"
@@ -469,3 +472,24 @@ async def test_values_json_cannot_hold_are_refused_before_writing(store: ChromaM
     with pytest.raises(InvalidArgument):
         await store.put_document(BANK, "stream", "k", {"when": object()})
     assert await store.list_documents(BANK, "stream") == []
+
+
+async def test_revision_memory_ids_page_by_digest_over_many_memories(
+    store: ChromaMemoryStore,
+) -> None:
+    """Hash-range pages add up to every id once, in (digest, id) order, whatever else aux holds."""
+    await store.create_bank(bank(2))
+    rng = random.Random(5)
+    ids = [f"customer-{i:04d}" for i in range(150)]
+    revisions = [
+        revision(memory_id, f"r{n}") for memory_id in ids for n in range(rng.randint(1, 3))
+    ]
+    await store.apply(BANK, WriteBatch(revisions=tuple(revisions)))
+    for n in range(40):  # rows that are not revisions make the row count overestimate
+        await store.put_operation(OperationRecord(BANK, f"operations/o{n}", True, {}, T0))
+    expected = sorted(ids, key=lambda memory_id: (codec.memory_hash(memory_id), memory_id))
+    pages = [await store.list_revision_memory_ids(BANK, T0, limit=16)]
+    while len(pages[-1]) == 16:
+        pages.append(await store.list_revision_memory_ids(BANK, T0, after=pages[-1][-1], limit=16))
+    assert [memory_id for page in pages for memory_id in page] == expected
+    assert await store.list_revision_memory_ids(BANK, T0, limit=1000) == expected

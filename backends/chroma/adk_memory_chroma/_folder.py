@@ -1,0 +1,144 @@
+"""One process at a time in an embedded Chroma directory: an OS lock held while stores use it.
+
+Chroma's embedded mode (`chromadb.PersistentClient`) is single-process by design: each process
+keeps its own in-memory copy of a collection's vector index and does not see what another
+process writes. With chromadb 1.5, a process that read a collection before another process wrote
+to it fails its next query (`InternalError: Error finding id`), and the index files are written
+back by whichever process flushes last. Rather than let two processes corrupt or contradict each
+other silently, the first store of a process that opens `chroma:///path` takes an exclusive,
+non-blocking OS lock on `<path>/.adk-memory.lock` and writes its pid into it. Every store of that
+process on the same directory shares the lock (counted); the last one to close releases it, and
+the operating system releases it when the process dies, however it dies. A store in another
+process is refused with `FailedPrecondition`, which names the holder and the ways to share data
+between processes: a Chroma server (`chroma run --path DIR`, then `chroma+http://`) or the REST
+server (`adk-memory serve --uri chroma://DIR`).
+
+A store built on a chromadb client the caller passed in takes no lock: the caller owns the client.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from adk_memory.errors import FailedPrecondition
+
+if sys.platform == "win32":
+    import msvcrt
+else:
+    import fcntl
+
+__all__ = ["LOCK_FILE", "hold", "release"]
+
+LOCK_FILE = ".adk-memory.lock"
+
+
+@dataclass
+class _Hold:
+    fd: int
+    users: int
+
+
+_guard = threading.Lock()
+_held: dict[str, _Hold] = {}
+
+
+def hold(path: str) -> str:
+    """Takes the directory's lock for this process, or shares the one it already holds.
+
+    Args:
+        path: The embedded Chroma directory (created if missing).
+
+    Returns:
+        The key to pass to `release`.
+
+    Raises:
+        FailedPrecondition: Another process holds the directory.
+        OSError: The directory or its lock file cannot be created or opened.
+    """
+    folder = Path(path).expanduser().resolve()
+    key = str(folder)
+    with _guard:
+        held = _held.get(key)
+        if held is not None:
+            held.users += 1
+            return key
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644
+        )
+        if not _try_lock(fd):
+            owner = _owner(fd)
+            os.close(fd)
+            raise FailedPrecondition(
+                f"The embedded Chroma directory {key} is in use by another process"
+                f"{f' (pid {owner})' if owner else ''}. Embedded Chroma is single-process: two "
+                "processes on one directory would each see a stale copy of its index. Stop the "
+                "other process, or share the data through a server: `chroma run --path "
+                f"{key}` and the URI chroma+http://127.0.0.1:8000, or `adk-memory serve --uri "
+                f"chroma://{key}` and its REST API.",
+                field="uri",
+            )
+        if sys.platform != "win32":  # Windows locks the bytes themselves; the pid is a courtesy
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _held[key] = _Hold(fd, 1)
+        return key
+
+
+def release(key: str) -> None:
+    """Gives back one use of the lock; the last one closes the file, which frees the lock."""
+    with _guard:
+        held = _held.get(key)
+        if held is None:
+            return
+        held.users -= 1
+        if held.users <= 0:
+            del _held[key]
+            os.close(held.fd)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        if sys.platform == "win32":
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _owner(fd: int) -> str:
+    """The pid the holder wrote (POSIX locks are advisory, so the file can be read)."""
+    if sys.platform == "win32":
+        return ""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return text if text.isdigit() else ""
+
+
+def _forget_in_child() -> None:
+    """Lets a forked child, another process, forget the parent's hold.
+
+    It closes its copies of the descriptors (the parent keeps the lock) and has to take the lock
+    itself to use a directory.
+    """
+    for held in _held.values():
+        try:
+            os.close(held.fd)
+        except OSError:
+            pass
+    _held.clear()
+    _guard.release()
+
+
+if sys.platform != "win32":
+    os.register_at_fork(
+        before=_guard.acquire, after_in_parent=_guard.release, after_in_child=_forget_in_child
+    )
