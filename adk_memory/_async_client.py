@@ -20,7 +20,7 @@ from adk_memory._pagers import AsyncPager
 from adk_memory._registry import store_from_uri
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
-from adk_memory.engine.convert import parse_model, to_memory, to_revision
+from adk_memory.engine.convert import built, parse_model, to_memory, to_revision
 from adk_memory.engine.generate import events_from_session
 from adk_memory.engine.paging import decode_page_token, encode_page_token
 from adk_memory.errors import InvalidArgument, Unimplemented
@@ -201,8 +201,10 @@ class AsyncMemories:
                 config=checked,
             )
             found = [
-                types.RetrieveMemoriesResponseRetrievedMemory(
-                    memory=to_memory(hit.record, bank_id, self._engine.names), distance=hit.distance
+                built(
+                    types.RetrieveMemoriesResponseRetrievedMemory,
+                    memory=to_memory(hit.record, bank_id, self._engine.names),
+                    distance=hit.distance,
                 )
                 for hit in page.items
             ]
