@@ -27,9 +27,9 @@ class RetrievalConfig(BaseModel):
 
     mode: Literal["dense", "hybrid"] = "dense"
     """`dense`: Memory Bank's ranking by Euclidean distance of the embeddings. `hybrid`: the
-    dense ranking fused with a lexical (BM25) ranking of the scope's facts; results are ordered
-    by the fused score and `distance` still carries the true Euclidean distance, so it need not
-    be ascending."""
+    dense ranking fused with a lexical ranking of the scope's facts (BM25 over Snowball-stemmed
+    words, with RM3 query expansion); results are ordered by the fused score and `distance`
+    still carries the true Euclidean distance, so it need not be ascending."""
     fusion: Literal["convex", "rrf"] = "convex"
     """`convex`: a weighted sum of both scores, each min-max normalised over the candidates.
     `rrf`: weighted reciprocal rank fusion. On LoCoMo (benchmarks/) convex fusion ranks better."""
@@ -39,6 +39,12 @@ class RetrievalConfig(BaseModel):
     """With `rrf`, the rank offset: smaller favours the top of each ranking."""
     candidates: int = Field(default=100, ge=1, le=1000)
     """How many candidates each ranking contributes before fusion."""
+    feedback_docs: int = Field(default=3, ge=0, le=100)
+    """RM3 pseudo-relevance feedback on the lexical side: the query is expanded with terms of
+    this many best BM25 hits, and the scope scored again, before fusion. 0 turns it off."""
+    feedback_terms: int = Field(default=20, ge=1, le=1000)
+    """With feedback, how many expansion terms join the query (together weighted as much as
+    the query's own terms)."""
 
 
 class BankExtensions(BaseModel):

@@ -126,10 +126,11 @@ class Retrieval:
         now: datetime,
         config: RetrievalConfig,
     ) -> list[Retrieved]:
-        """Dense and BM25 rankings of the scope fused by weighted reciprocal rank (extension).
+        """Dense and BM25 rankings of the scope fused as `config.fusion` says (extension).
 
         Cost: the dense query, one scan of the scope's facts (filtered like the dense query)
-        for BM25, and one read of the vectors of lexical-only hits for their true distance.
+        for BM25 (with RM3 feedback, two scoring passes; tokens are cached per fact text), and
+        one read of the vectors of lexical-only hits for their true distance.
         """
         dense: list[ScoredRecord] = []
         lexical_pool: list[MemoryRecord] = []
@@ -141,7 +142,12 @@ class Retrieval:
             page = await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)
             lexical_pool += page.items
         dense.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
-        scores = bm25_scores(query_text, [record.fact for record in lexical_pool])
+        scores = bm25_scores(
+            query_text,
+            [record.fact for record in lexical_pool],
+            feedback_docs=config.feedback_docs,
+            feedback_terms=config.feedback_terms,
+        )
         lexical = sorted(
             (pair for pair in zip(scores, lexical_pool, strict=True) if pair[0] > 0),
             key=lambda pair: (-pair[0], pair[1].memory_id),

@@ -67,8 +67,25 @@ def test_hybrid_stays_within_the_scope_and_applies_filters(client: Client) -> No
     assert sorted(fact for fact, _ in filtered) == sorted([FACTS[1], FACTS[4]])
 
 
+def test_hybrid_expands_the_query_with_rm3_feedback(client: Client) -> None:
+    lexical_only = {"mode": "hybrid", "lexical_weight": 1.0}
+    bank = client.memory_banks.create(extensions={"retrieval": lexical_only}).name
+    related = "The greyhound rescue shelter needs volunteers in spring."
+    for fact in [*FACTS, related]:
+        client.memory_banks.memories.create(name=bank, fact=fact, scope=SCOPE)
+    # "related" shares no word with the query, only words with the best hit (RM3's feedback).
+    assert [fact for fact, _ in search(client, bank, "Who is Biscuit?", top_k=2)] == [
+        FACTS[0],
+        related,
+    ]
+    stored = client.memory_banks.get_extensions(name=bank).retrieval
+    assert (stored.feedback_docs, stored.feedback_terms) == (3, 20)
+
+
 def test_extensions_are_validated(client: Client) -> None:
     with pytest.raises(InvalidArgument, match="extensions"):
         client.memory_banks.create(extensions={"retrieval": {"mode": "magic"}})
     with pytest.raises(InvalidArgument, match="extensions"):
         client.memory_banks.create(extensions={"retrieval": {"lexical_weight": 2}})
+    with pytest.raises(InvalidArgument, match="extensions"):
+        client.memory_banks.create(extensions={"retrieval": {"feedback_docs": -1}})
