@@ -223,6 +223,16 @@ class ReferenceMemoryStore(MemoryStore):
         live = [revision for revision in revisions.values() if revision.is_live(now)]
         return sorted(live, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
 
+    async def list_revisions_many(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> dict[str, list[RevisionRecord]]:
+        """`list_revisions` of each id (asked once), keyed by id."""
+        self._bank(bank_id)
+        return {
+            memory_id: await self.list_revisions(bank_id, memory_id, now)
+            for memory_id in dict.fromkeys(memory_ids)
+        }
+
     async def get_revision(
         self, bank_id: str, memory_id: str, revision_id: str, now: datetime
     ) -> RevisionRecord | None:

@@ -290,6 +290,16 @@ class MemoryStore(Protocol):
         """Live revisions of a memory (deleted or not), newest first."""
         ...
 
+    async def list_revisions_many(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> dict[str, list[RevisionRecord]]:
+        """`list_revisions` of several memories at once, in a bounded number of round trips.
+
+        Every id asked is a key (once, however often it is asked), mapped to exactly what
+        `list_revisions` returns for it: `[]` for an id without live revisions. No ids, `{}`.
+        """
+        ...
+
     async def get_revision(
         self, bank_id: str, memory_id: str, revision_id: str, now: datetime
     ) -> RevisionRecord | None:

@@ -326,6 +326,17 @@ class TracingStore:
             span.set_attribute(RESULTS, len(found))
             return found
 
+    async def list_revisions_many(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> dict[str, list[RevisionRecord]]:
+        """See `MemoryStore.list_revisions_many`; the result count is of revisions, all ids."""
+        with self._call(
+            "list_revisions_many", bank_id, **{"adk_memory.requested": len(memory_ids)}
+        ) as span:
+            found = await self.inner.list_revisions_many(bank_id, memory_ids, now)
+            span.set_attribute(RESULTS, sum(map(len, found.values())))
+            return found
+
     async def get_revision(
         self, bank_id: str, memory_id: str, revision_id: str, now: datetime
     ) -> RevisionRecord | None:

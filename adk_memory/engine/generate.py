@@ -5,8 +5,9 @@ empty extraction. Consolidation runs under the scope's lock, so two requests on 
 interleave their read-decide-write, and all of a request's actions (memories and revisions) are
 one `WriteBatch`: either all of them become visible or none. An answer that names a memory
 outside the candidates is refused (and re-asked, within the retry bound). The candidates' store
-reads run concurrently (their latency is a few round trips, not one per fact and per candidate),
-and facts are embedded once: a memory written with a fact's exact text reuses its vector.
+reads run concurrently and their revisions are read in one batched call (their latency is a few
+round trips, not one per fact and per candidate), and facts are embedded once: a memory written
+with a fact's exact text reuses its vector.
 """
 
 from __future__ import annotations
@@ -389,7 +390,7 @@ class GenerateOps:
         Facts are queried in order, in waves run concurrently, each wave as large as the number
         of facts that could still fill MAX_CANDIDATES; once it is full, the later facts could
         only add memories beyond it, so they are not queried. The result is that of querying
-        every fact one after the other.
+        every fact one after the other. The chosen memories' revisions are one batched read.
         """
         found: dict[str, MemoryRecord] = {}
         pending = list(vectors)
@@ -400,11 +401,12 @@ class GenerateOps:
                 for record in records:
                     found.setdefault(record.memory_id, record)
         chosen = dict(itertools.islice(found.items(), MAX_CANDIDATES))
-        histories = await _concurrently(
-            self._context.store.list_revisions(request.bank.bank_id, memory_id, request.now)
-            for memory_id in chosen
+        if not chosen:
+            return {}, {}
+        histories = await self._context.store.list_revisions_many(
+            request.bank.bank_id, list(chosen), request.now
         )
-        return chosen, dict(zip(chosen, histories, strict=True))
+        return chosen, {memory_id: histories[memory_id] for memory_id in chosen}
 
     async def _nearest(self, vector: tuple[float, ...], request: _Request) -> list[MemoryRecord]:
         """Up to CANDIDATES_PER_FACT memories of the scope nearest `vector` that may be merged."""

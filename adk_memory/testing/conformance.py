@@ -117,6 +117,22 @@ def revision(memory_id: str, revision_id: str, **fields: Any) -> RevisionRecord:
     return RevisionRecord(**values)
 
 
+def _mixed_revisions(now: datetime) -> tuple[RevisionRecord, ...]:
+    """Revisions of several memories, some of them expired at `now`, written out of order."""
+    second = T0 + timedelta(seconds=1)
+    return (
+        revision("many", "r2b", create_time=second),
+        revision("many", "r1", labels={"src": "chat"}),
+        revision("many", "r3", create_time=T0 + timedelta(seconds=2), metadata={"k": 1.5}),
+        revision("many", "r2a", create_time=second),
+        revision("deleted", "r1"),
+        revision("deleted", "r2", create_time=second, deleted=True),
+        revision("expiring", "r1", expire_time=now + timedelta(seconds=1)),
+        revision("expiring", "r2", create_time=second, expire_time=now),
+        revision("expired", "r1", expire_time=now - timedelta(seconds=1)),
+    )
+
+
 def _random_unit(rng: random.Random, dim: int = DIM) -> tuple[float, ...]:
     values = [rng.gauss(0.0, 1.0) for _ in range(dim)]
     norm = sum(v * v for v in values) ** 0.5
@@ -570,6 +586,40 @@ class MemoryStoreConformance:
         await store.apply(bank, WriteBatch(revisions=(revision("m1", "r1", expire_time=soon),)))
         assert await store.list_revisions(bank, "m1", soon) == []
         assert await store.get_revision(bank, "m1", "r1", soon) is None
+
+    async def test_list_revisions_many_is_list_revisions_of_each_id(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Each id asked maps to exactly its `list_revisions`, `[]` when it has none live.
+
+        Troubleshooting: key the result by every distinct id asked (missing ids too), read only
+        this bank's revisions, hide expired ones as `list_revisions` does and order each list
+        newest first (create time, then revision id).
+        """
+        now = T0 + timedelta(seconds=10)
+        await store.create_bank(bank_record(OTHER_BANK))
+        await store.apply(
+            OTHER_BANK, WriteBatch(revisions=(revision("elsewhere", "r1"), revision("many", "r9")))
+        )
+        await store.apply(bank, WriteBatch(inserts=(memory("deleted", unit(0)),)))
+        await store.apply(bank, WriteBatch(inserts=(memory("no-history", unit(1)),)))
+        await store.apply(bank, WriteBatch(revisions=_mixed_revisions(now)))
+        await store.apply(bank, WriteBatch(deletes=("deleted",)))
+        asked = ["many", "no-history", "unknown", "deleted", "expiring", "expired", "elsewhere"]
+        found = await store.list_revisions_many(bank, [*asked, "many", "expired"], now)
+        assert found == {i: await store.list_revisions(bank, i, now) for i in asked}
+        assert [r.revision_id for r in found["many"]] == ["r3", "r2b", "r2a", "r1"]
+        assert [r.revision_id for r in found["deleted"]] == ["r2", "r1"]
+        assert [r.revision_id for r in found["expiring"]] == ["r1"]
+        assert found["no-history"] == found["unknown"] == found["expired"] == []
+        assert found["elsewhere"] == []
+
+    async def test_list_revisions_many_of_no_ids_is_empty(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Asking for no ids returns an empty mapping."""
+        await store.apply(bank, WriteBatch(revisions=(revision("m1", "r1"),)))
+        assert await store.list_revisions_many(bank, [], T0) == {}
 
     async def test_revision_memory_ids_include_deleted_memories_of_this_bank_only(
         self, store: MemoryStore, bank: str

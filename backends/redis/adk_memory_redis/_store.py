@@ -289,6 +289,13 @@ async def _forget_revision_ids(
         await client.eval(_FORGET_REVISION_IDS_SCRIPT, len(keys), *keys, *memory_ids)
 
 
+def _live_newest_first(raws: Sequence[Any], now: datetime) -> list[RevisionRecord]:
+    """The revisions live at `now` among stored `data` fields (None: evicted), newest first."""
+    revisions = [decode_revision(raw) for raw in raws if raw is not None]
+    live = [revision for revision in revisions if revision.is_live(now)]
+    return sorted(live, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -1055,22 +1062,34 @@ class RedisMemoryStore(MemoryStore):
         self, bank_id: str, memory_id: str, now: datetime
     ) -> list[RevisionRecord]:
         """Live revisions of a memory (deleted or not), newest first."""
+        return (await self.list_revisions_many(bank_id, [memory_id], now))[memory_id]
+
+    async def list_revisions_many(
+        self, bank_id: str, memory_ids: Sequence[str], now: datetime
+    ) -> dict[str, list[RevisionRecord]]:
+        """`list_revisions` of each id, in two pipelined round trips whatever their number.
+
+        The first reads every revision set (with the bank's epoch check), the second every
+        revision they name; an id whose set is empty costs nothing in the second.
+        """
+        unique = list(dict.fromkeys(memory_ids))
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            for memory_id in unique:
+                pipe.zrevrange(bank.revision_set(memory_id), 0, -1)
+
         async with self._call("list revisions") as client:
-            bank, replies = await self._with_bank(
-                client,
-                bank_id,
-                lambda pipe, bank: pipe.zrevrange(bank.revision_set(memory_id), 0, -1),
-            )
-            ids = [_text(member) for member in replies[0]]
-            if not ids:
-                return []
+            bank, replies = await self._with_bank(client, bank_id, queue)
+            sets = [[_text(member) for member in members] for members in replies]
             async with client.pipeline(transaction=False) as pipe:
-                for revision_id in ids:
-                    pipe.hget(bank.revision(memory_id, revision_id), "data")
-                raws = await pipe.execute()
-        revisions = [decode_revision(raw) for raw in raws if raw is not None]
-        live = [revision for revision in revisions if revision.is_live(now)]
-        return sorted(live, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
+                for memory_id, revision_ids in zip(unique, sets, strict=True):
+                    for revision_id in revision_ids:
+                        pipe.hget(bank.revision(memory_id, revision_id), "data")
+                raws = iter(await pipe.execute())
+        return {
+            memory_id: _live_newest_first([next(raws) for _ in revision_ids], now)
+            for memory_id, revision_ids in zip(unique, sets, strict=True)
+        }
 
     async def get_revision(
         self, bank_id: str, memory_id: str, revision_id: str, now: datetime
