@@ -85,7 +85,7 @@ class _Bank:
     def touched_scopes(self, batch: WriteBatch) -> set[str]:
         """The scope keys whose memories `batch` changes (before and after it)."""
         written = (*batch.inserts, *batch.upserts)
-        keys = {record.scope_key for record in written}
+        keys: set[str] = {record.scope_key for record in written}
         for memory_id in (*batch.deletes, *(record.memory_id for record in written)):
             existing = self.memories.get(memory_id)
             if existing is not None:
