@@ -28,7 +28,7 @@ from google.adk.models import LlmRequest
 from reliability_support import EchoModel, event, snapshot
 from restartable import RestartableChroma, RestartableRedis
 
-from adk_memory import AdkMemoryError, AsyncClient, StoreUnavailable
+from adk_memory import AdkMemoryError, AsyncClient
 from adk_memory._registry import store_from_uri
 from adk_memory.testing.models import ScriptedMemoryModel
 
@@ -110,19 +110,13 @@ OPERATIONS: dict[str, Op] = {
 
 
 async def _settled(read: Callable[[], Awaitable[Any]]) -> Any:
-    """`read()`, retried twice on StoreUnavailable.
+    """`read()` once the server is back: it must succeed at the first try.
 
-    After a restart each connection left in the Redis client's pool fails its next command once
-    (redis-py does not retry a pool built by `from_url`; see RELIABILITY.md), so the first reads
-    after a crash may fail although the server is back.
+    After a restart every connection left in the Redis client's pool is dead; the store's
+    client sends the command again on a fresh connection (`connection_retries`), so no read
+    fails because of them.
     """
-    for attempt in range(3):
-        try:
-            return await asyncio.wait_for(read(), timeout=60)
-        except StoreUnavailable:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    return await asyncio.wait_for(read(), timeout=60)
 
 
 async def _flush_stream(client: AsyncClient, bank: str) -> None:

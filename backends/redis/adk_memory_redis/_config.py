@@ -16,11 +16,15 @@ from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import redis.asyncio as aredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from adk_memory.errors import InvalidArgument
 
-__all__ = ["RedisStoreConfig", "make_config", "split_uri"]
+__all__ = ["RedisStoreConfig", "connect", "make_config", "split_uri"]
 
 _SCHEMES = ("redis", "rediss")
 
@@ -86,6 +90,11 @@ class RedisStoreConfig(BaseModel):
     query_timeout_ms: int = Field(default=0, ge=0)
     """Server-side limit for one search in milliseconds, 0 for none. RediSearch answers a timed
     out query with partial results, so a limit here trades completeness for latency."""
+
+    connection_retries: int = Field(default=2, ge=0, le=10)
+    """Times a command is sent again on a fresh connection after a connection error (a pooled
+    connection the server dropped, e.g. after a restart). Never for a WATCHed transaction, whose
+    outcome redis-py cannot know; the store's writes are those."""
 
     write_retries: int = Field(default=8, ge=1, le=100)
     """Attempts of an optimistic (WATCH) write that collides with a concurrent writer."""
@@ -169,3 +178,25 @@ def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
             f"Redis store option {name!r} is invalid: {first['msg']}.", field=f"uri.{name}"
         ) from None
     return config
+
+
+def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
+    """A client for `url` with the config's pool, timeouts, retries and TLS (connects lazily)."""
+    kwargs: dict[str, Any] = {
+        "max_connections": config.max_connections,
+        "socket_timeout": config.socket_timeout,
+        "socket_connect_timeout": config.socket_connect_timeout,
+        "health_check_interval": config.health_check_interval,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), config.connection_retries),
+        "retry_on_error": [RedisConnectionError],
+        "decode_responses": False,
+    }
+    if url.startswith("rediss://"):
+        kwargs.update(
+            ssl_ca_certs=config.ssl_ca_certs,
+            ssl_certfile=config.ssl_certfile,
+            ssl_keyfile=config.ssl_keyfile,
+            ssl_cert_reqs=config.ssl_cert_reqs,
+            ssl_check_hostname=config.ssl_check_hostname,
+        )
+    return aredis.Redis.from_url(url, **kwargs)

@@ -97,7 +97,7 @@ from adk_memory_redis._codec import (
     operation_to_json,
     to_us,
 )
-from adk_memory_redis._config import RedisStoreConfig, split_uri
+from adk_memory_redis._config import RedisStoreConfig, connect, split_uri
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
 from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
 from adk_memory_redis.lock import RedisLockProvider
@@ -392,23 +392,7 @@ class RedisMemoryStore(MemoryStore):
         """The client, created (without connecting) on first use."""
         if self._client is None:
             assert self._url is not None
-            config = self.config
-            kwargs: dict[str, Any] = {
-                "max_connections": config.max_connections,
-                "socket_timeout": config.socket_timeout,
-                "socket_connect_timeout": config.socket_connect_timeout,
-                "health_check_interval": config.health_check_interval,
-                "decode_responses": False,
-            }
-            if self._url.startswith("rediss://"):
-                kwargs.update(
-                    ssl_ca_certs=config.ssl_ca_certs,
-                    ssl_certfile=config.ssl_certfile,
-                    ssl_keyfile=config.ssl_keyfile,
-                    ssl_cert_reqs=config.ssl_cert_reqs,
-                    ssl_check_hostname=config.ssl_check_hostname,
-                )
-            self._client = aredis.Redis.from_url(self._url, **kwargs)
+            self._client = connect(self._url, self.config)
         return self._client
 
     async def _ready(self, action: str) -> aredis.Redis:

@@ -39,7 +39,7 @@ import redis.asyncio as aredis
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS
-from adk_memory_redis._config import make_config, split_uri
+from adk_memory_redis._config import connect, make_config, split_uri
 from adk_memory_redis._errors import redis_errors
 
 logger = logging.getLogger(__name__)
@@ -175,22 +175,7 @@ class RedisLockProvider:
     def _redis(self) -> aredis.Redis:
         if self._client is None:
             assert self._url is not None
-            config = self.config
-            kwargs: dict[str, Any] = {
-                "max_connections": config.max_connections,
-                "socket_timeout": config.socket_timeout,
-                "socket_connect_timeout": config.socket_connect_timeout,
-                "health_check_interval": config.health_check_interval,
-            }
-            if self._url.startswith("rediss://"):
-                kwargs.update(
-                    ssl_ca_certs=config.ssl_ca_certs,
-                    ssl_certfile=config.ssl_certfile,
-                    ssl_keyfile=config.ssl_keyfile,
-                    ssl_cert_reqs=config.ssl_cert_reqs,
-                    ssl_check_hostname=config.ssl_check_hostname,
-                )
-            self._client = aredis.Redis.from_url(self._url, **kwargs)
+            self._client = connect(self._url, self.config)
         return self._client
 
     def _key(self, name: str) -> str:
