@@ -72,13 +72,29 @@ class _Bank:
     documents: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     rows: dict[str, np.ndarray] = field(default_factory=dict)
     """Per memory id, its vector as a float64 array (so an index is one `np.stack`)."""
+    members: dict[str, dict[str, None]] = field(default_factory=dict)
+    """Per scope key, the ids of its memories (an ordered set)."""
     scopes: dict[str, _ScopeIndex] = field(default_factory=dict)
     """Per scope key, its search index; dropped when a write touches the scope."""
+
+    def put(self, record: MemoryRecord) -> None:
+        """Stores a memory (replacing one with its id) and its vector row."""
+        self.drop(record.memory_id)
+        self.memories[record.memory_id] = record
+        self.rows[record.memory_id] = np.asarray(record.embedding, dtype=np.float64)
+        self.members.setdefault(record.scope_key, {})[record.memory_id] = None
+
+    def drop(self, memory_id: str) -> None:
+        """Forgets a memory, if present."""
+        record = self.memories.pop(memory_id, None)
+        if record is not None:
+            del self.rows[memory_id]
+            del self.members[record.scope_key][memory_id]
 
     def scope_index(self, key: str) -> _ScopeIndex:
         """The scope's search index (cached until a write touches the scope)."""
         if key not in self.scopes:
-            records = [record for record in self.memories.values() if record.scope_key == key]
+            records = [self.memories[memory_id] for memory_id in self.members.get(key, {})]
             self.scopes[key] = _ScopeIndex.build(records, self.rows)
         return self.scopes[key]
 
@@ -166,11 +182,9 @@ class ReferenceMemoryStore(MemoryStore):
         for key in bank.touched_scopes(batch):
             bank.scopes.pop(key, None)
         for record in (*batch.inserts, *batch.upserts):
-            bank.memories[record.memory_id] = record
-            bank.rows[record.memory_id] = np.asarray(record.embedding, dtype=np.float64)
+            bank.put(record)
         for memory_id in batch.deletes:
-            bank.memories.pop(memory_id, None)
-            bank.rows.pop(memory_id, None)
+            bank.drop(memory_id)
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
 
@@ -298,8 +312,7 @@ class ReferenceMemoryStore(MemoryStore):
         bank = self._bank(bank_id)
         expired = [key for key, record in bank.memories.items() if not record.is_live(now)]
         for key in expired:
-            del bank.memories[key]
-            del bank.rows[key]
+            bank.drop(key)
         bank.scopes.clear()
         removed = len(expired)
         for revisions in bank.revisions.values():
