@@ -131,11 +131,58 @@ async def _raw_query(
         async def ping(vec: np.ndarray, scope: str) -> None:
             await conn.ping()
 
-        return {"raw": redis_raw, "ping": ping, "_conn": conn}
+        queries = {"raw": redis_raw, "ping": ping, "_conn": conn}
+        if bank.algorithm == "HNSW":
+            queries["raw at the store's recall"] = _hnsw_as_the_store(store, conn, bank, now_us)
+        return queries
     return {}
 
 
 RAW_URL: list[str] = [""]
+
+
+def _hnsw_as_the_store(store: Any, conn: Any, bank: Any, now_us: int) -> Any:
+    """The graph search the store sends for k=10 (its over-fetched window and EF), no re-rank.
+
+    The plain `raw` query uses RediSearch's default EF_RUNTIME (10) and returns 10 hits; the
+    store asks for a wider window at a higher EF for recall, then re-ranks exactly. This floor
+    separates what that search costs from what the store adds to it.
+    """
+    from adk_memory_redis._codec import MEMORY_FIELDS
+    from adk_memory_redis._store import _TIE_SLACK
+
+    window = max(int(np.ceil(K * store.config.overfetch)), K) + _TIE_SLACK
+    ef = max(store.config.hnsw_ef_runtime, window)
+    fields = [*MEMORY_FIELDS, "embedding"]
+
+    async def query(vec: np.ndarray, scope: str) -> None:
+        knn = "KNN $K @embedding $BLOB EF_RUNTIME $EF HYBRID_POLICY BATCHES"
+        await conn.execute_command(
+            "FT.SEARCH",
+            bank.index_name,
+            f"(@scope_key:{{{scope}}} @live_until:[({now_us} +inf])=>[{knn} AS __dist]",
+            "PARAMS",
+            6,
+            "K",
+            window,
+            "EF",
+            ef,
+            "BLOB",
+            vec.astype(bank.dtype).tobytes(),
+            "SORTBY",
+            "__dist",
+            "ASC",
+            "RETURN",
+            len(fields),
+            *fields,
+            "LIMIT",
+            0,
+            window,
+            "DIALECT",
+            2,
+        )
+
+    return query
 
 
 async def _redis_used_memory(url: str) -> int:
