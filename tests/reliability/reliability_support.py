@@ -92,6 +92,15 @@ EVENT_TOKEN = re.compile(r"evt-[A-Za-z0-9_.-]+")
 _NEW_FACT = re.compile(r"^\[(\d+)\] (\{.*\})$", re.MULTILINE)
 
 
+async def bank_with_memory_a(client: AsyncClient, scope: dict[str, str]) -> tuple[str, str]:
+    """A new bank holding one memory `a` in `scope`: the bank's name and the memory's name."""
+    bank = (await client.memory_banks.create()).name
+    made = await client.memory_banks.memories.create(
+        name=bank, fact="a", scope=scope, config={"memory_id": "a"}
+    )
+    return bank, made.response.name
+
+
 def event(token: str) -> dict[str, Any]:
     """An ingest event whose text is `token` (an `evt-…` word the EchoModel extracts)."""
     return {"content": {"role": "user", "parts": [{"text": f"note {token}"}]}}

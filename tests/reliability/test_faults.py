@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse
-from reliability_support import snapshot
+from reliability_support import bank_with_memory_a, snapshot
 
 from adk_memory import AdkMemoryError, AsyncClient, ModelUnavailable, StoreUnavailable
 from adk_memory._registry import store_from_uri
@@ -106,14 +106,7 @@ async def test_a_store_failure_at_any_step_leaves_the_state_before_or_after(
     async with AsyncClient(
         store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
     ) as client:
-
-        async def fresh_bank() -> tuple[str, str]:
-            bank = (await client.memory_banks.create()).name
-            made = await client.memory_banks.memories.create(
-                name=bank, fact="a", scope=SCOPE, config={"memory_id": "a"}
-            )
-            return bank, made.response.name
-
+        fresh_bank = functools.partial(bank_with_memory_a, client, SCOPE)
         bank, a = await fresh_bank()
         names = {a}
         before = await snapshot(client, bank, names)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from google.adk.models import LlmRequest
-from reliability_support import EchoModel, event, snapshot
+from reliability_support import EchoModel, bank_with_memory_a, event, snapshot
 from restartable import RestartableChroma, RestartableRedis
 
 from adk_memory import AdkMemoryError, AsyncClient
@@ -155,14 +155,7 @@ async def _run_with_restarts(
     async with AsyncClient(
         store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
     ) as client:
-
-        async def fresh_bank() -> tuple[str, str]:
-            bank = (await client.memory_banks.create()).name
-            made = await client.memory_banks.memories.create(
-                name=bank, fact="a", scope=SCOPE, config={"memory_id": "a"}
-            )
-            return bank, made.response.name
-
+        fresh_bank = functools.partial(bank_with_memory_a, client, SCOPE)
         bank, a = await fresh_bank()
         names = {a}
         before = await snapshot(client, bank, names)
