@@ -11,6 +11,7 @@ returns (`done=True`).
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from pydantic import BaseModel
@@ -232,7 +233,7 @@ class AsyncMemories:
         *,
         name: str,
         filter: str | None = None,
-        filter_groups: list[Any] | None = None,
+        filter_groups: builtins.list[Any] | None = None,
         force: bool = False,
         config: Any = None,
     ) -> types.PurgeMemoriesOperation:

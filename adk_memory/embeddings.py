@@ -167,6 +167,8 @@ def _is_gemini_model(canonical: str) -> bool:
 
 _shared: dict[tuple[str, ...], Embedder] = {}
 _shared_lock = threading.Lock()
+
+
 def embedder_for(model: str | None, *, genai_client: Any | None = None) -> Embedder:
     """Returns the embedder for a bank's model name, shared per process.
 
@@ -697,9 +699,10 @@ class GeminiEmbedder(_CachingEmbedder):
             output_dimensionality=self._output_dimensionality,
             http_options=None if self._owns_client else self._http_options,
         )
+        contents: list[types.PartUnion] = list(batch)
         with self._map_errors():
             response = await client.aio.models.embed_content(
-                model=request_model, contents=list(batch), config=config
+                model=request_model, contents=contents, config=config
             )
         vectors = [list(item.values or []) for item in response.embeddings or []]
         if len(vectors) != len(batch):

@@ -52,7 +52,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
+import re2  # google-re2 ships no type information (see [tool.mypy] overrides)
 
 from adk_memory.errors import InvalidArgument
 
@@ -481,9 +481,7 @@ class _Parser:
                 )
             return name
         if prefix in ("scope", "metadata"):
-            raise self.error(
-                start, f"{prefix} needs a key", f"Name one, as in {prefix}.user_id."
-            )
+            raise self.error(start, f"{prefix} needs a key", f"Name one, as in {prefix}.user_id.")
         if name.upper() in _KEYWORDS:
             raise self.error(
                 start,
@@ -737,9 +735,7 @@ def _camel(name: str) -> str:
     return head + "".join(word.title() for word in rest)
 
 
-def _attributes(
-    obj: Any, names: Sequence[str], *, where: str, field: str
-) -> dict[str, Any]:
+def _attributes(obj: Any, names: Sequence[str], *, where: str, field: str) -> dict[str, Any]:
     """Reads `names` from a dict in either casing or from an SDK object; unknown keys fail."""
     if isinstance(obj, Mapping):
         by_spelling = {spelling: name for name in names for spelling in (name, _camel(name))}

@@ -50,6 +50,7 @@ def normalize_seed_spellings(data: Any, *, customization_key: str | None = None)
     if not isinstance(data, Mapping):
         return data
     result: dict[str, Any] = {}
+    key: str  # config keys are strings; an untyped key would pick `dict.get`'s wrong overload
     for key, value in data.items():
         new_key = _RENAMED.get(key, key)
         if new_key != key:

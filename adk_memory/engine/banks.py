@@ -120,7 +120,7 @@ def to_reasoning_engine_json(record: BankRecord, names: Names) -> dict[str, Any]
         update_time=record.update_time,
         context_spec=types.ReasoningEngineContextSpec(memory_bank_config=config),
     )
-    payload = engine.model_dump(mode="json", by_alias=True, exclude_none=True)
+    payload: dict[str, Any] = engine.model_dump(mode="json", by_alias=True, exclude_none=True)
     payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
     return payload
 

@@ -7,6 +7,7 @@ reuses the stored vector.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import secrets
 from collections.abc import Sequence
@@ -268,7 +269,8 @@ class MemoryOps:
                 field="target_revision_id",
             )
         [embedding] = await bank.embedder.embed_documents([target.fact])
-        [current] = await self._context.store.get_memories(bank_id, [memory_id], now) or [None]
+        found = await self._context.store.get_memories(bank_id, [memory_id], now)
+        current: MemoryRecord | None = found[0] if found else None
         if current is None:
             created = memory_expiry(now=now, action=Action.CREATE, bank_ttl=bank.config.ttl_config)
             current = MemoryRecord(
@@ -325,7 +327,7 @@ class MemoryOps:
                 await self._context.store.apply(bank_id, batch)
         return len(selected)
 
-    async def profiles(self, bank_id: str, scope: Any) -> list[MemoryRecord]:
+    async def profiles(self, bank_id: str, scope: Any) -> builtins.list[MemoryRecord]:
         """The live structured profiles of exactly `scope` (one per schema id)."""
         checked = validate_scope(scope)
         await self._context.load_bank(bank_id)

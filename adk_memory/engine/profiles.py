@@ -55,7 +55,7 @@ class ProfileSchema:
 def _json_schema(schema: Any, *, field: str) -> dict[str, Any]:
     if schema is None:
         raise InvalidArgument(f"{field}.memory_schema is required.", field=field)
-    converted = schema.json_schema.model_dump(mode="json", exclude_none=True)
+    converted: dict[str, Any] = schema.json_schema.model_dump(mode="json", exclude_none=True)
     if converted.get("type") != "object" or not converted.get("properties"):
         raise InvalidArgument(
             f"{field}.memory_schema must be an OBJECT schema with properties, e.g. "

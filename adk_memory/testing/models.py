@@ -23,7 +23,9 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from google.adk.models import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.genai import types as genai_types
 from pydantic import BaseModel, ConfigDict, Field
 
