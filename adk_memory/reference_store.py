@@ -175,6 +175,10 @@ class ReferenceMemoryStore(MemoryStore):
         """Applies the whole batch, or raises and changes nothing."""
         bank = self._bank(bank_id)
         check_dimensions(batch, bank.record.embedding_dimension)
+        documents = {
+            (document.kind, document.key): json.loads(json.dumps(dict(document.body)))
+            for document in batch.documents
+        }
         for record in batch.inserts:
             existing = bank.memories.get(record.memory_id)
             if existing is not None and existing.is_live(record.create_time):
@@ -187,6 +191,7 @@ class ReferenceMemoryStore(MemoryStore):
             bank.drop(memory_id)
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
+        bank.documents.update(documents)
 
     async def get_memories(
         self, bank_id: str, memory_ids: Sequence[str], now: datetime

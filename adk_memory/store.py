@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BankRecord",
+    "DocumentRecord",
     "MemoryRecord",
     "MemoryStore",
     "MetadataValue",
@@ -146,6 +147,16 @@ class OperationRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentRecord:
+    """One document to create or replace, as `MemoryStore.put_document` would (ingest streams)."""
+
+    kind: str
+    key: str
+    body: Mapping[str, Any]
+    """A JSON-serialisable mapping."""
+
+
+@dataclass(frozen=True, slots=True)
 class WriteBatch:
     """One logical write: every part is applied, or none is."""
 
@@ -156,6 +167,9 @@ class WriteBatch:
     deletes: tuple[str, ...] = ()
     """Memory ids to delete; their revisions stay."""
     revisions: tuple[RevisionRecord, ...] = ()
+    documents: tuple[DocumentRecord, ...] = ()
+    """Documents created or replaced together with the memories (a later one of the same kind
+    and key wins); a batch that fails writes none of them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ from adk_memory.generation.schemas import extraction_wire_schema
 from adk_memory.names import new_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
+    DocumentRecord,
     MemoryRecord,
     MetadataValue,
     NearestQuery,
@@ -134,8 +135,14 @@ class GenerateOps:
         | None,
         config: types.GenerateMemoriesConfig,
         model: Any = None,
+        documents: Sequence[DocumentRecord] = (),
     ) -> GenerateResult:
-        """Extracts facts from `events` (or takes `direct_memories`) and consolidates them."""
+        """Extracts facts from `events` (or takes `direct_memories`) and consolidates them.
+
+        `documents` are written in the same atomic `WriteBatch` as the memories (ingest's
+        stream), or alone when the request changes no memory: once this returns they are
+        stored, and if it raises, none of the request's writes are.
+        """
         if (events is None) == (direct_memories is None):
             raise InvalidArgument(
                 "Set exactly one of direct_contents_source, direct_memories_source and "
@@ -150,11 +157,13 @@ class GenerateOps:
         )
         profiles = request.profiles if events is not None else []
         if not natural_language and not profiles:
+            await self._put_documents(bank_id, documents)
             return result
         conversation = ""
         if events is not None:
             conversation = render_conversation(events)
             if not conversation.strip():
+                await self._put_documents(bank_id, documents)
                 return result
             if len(conversation) > MAX_CONVERSATION_CHARS:
                 raise InvalidArgument(
@@ -183,8 +192,15 @@ class GenerateOps:
                 result.actions = await self._consolidate(llm, facts, request, result.stats)
             result.actions += await self._profile_actions(request, current, updates)
             if result.actions:
-                await self._apply(request, result.actions, facts)
+                await self._apply(request, result.actions, facts, documents)
+            else:
+                await self._put_documents(bank_id, documents)
         return result
+
+    async def _put_documents(self, bank_id: str, documents: Sequence[DocumentRecord]) -> None:
+        """Writes the documents of a request that changes no memory (in one atomic batch)."""
+        if documents:
+            await self._context.store.apply(bank_id, WriteBatch(documents=tuple(documents)))
 
     # Request and config
 
@@ -477,9 +493,13 @@ class GenerateOps:
         )
 
     async def _apply(
-        self, request: _Request, actions: list[GeneratedAction], facts: Sequence[ExtractedFact]
+        self,
+        request: _Request,
+        actions: list[GeneratedAction],
+        facts: Sequence[ExtractedFact],
+        documents: Sequence[DocumentRecord] = (),
     ) -> None:
-        """Embeds changed facts in one batch and writes every action in one atomic batch."""
+        """Embeds changed facts in one batch; writes every action and `documents` in one batch."""
         needs_vector = [
             index
             for index, action in enumerate(actions)
@@ -505,7 +525,13 @@ class GenerateOps:
             else ()
         )
         await self._context.store.apply(
-            request.bank.bank_id, WriteBatch(upserts=upserts, deletes=deletes, revisions=revisions)
+            request.bank.bank_id,
+            WriteBatch(
+                upserts=upserts,
+                deletes=deletes,
+                revisions=revisions,
+                documents=tuple(documents),
+            ),
         )
 
     def _revision(

@@ -6,17 +6,17 @@ pending operation. A stream is due when `force_flush` was asked, when no trigger
 (neither the stream's nor the bank's `generation_trigger_config`), when `event_count` events are
 pending, after `idle_duration` without events, or every `fixed_interval`. `flush` runs
 GenerateMemories over the pending events (plus the last `overlap_event_count` processed ones)
-under the stream's lock, then records the stream as flushed and completes the pending operations.
+under the stream's lock; the stream, updated to record those events as flushed, is written in
+the same atomic `WriteBatch` as the memories they produce (alone when they produce none). Then
+the pending operations are completed (reports, retried through a store restart).
 Nothing is lost across restarts: events are in the store before `ingest` returns, and any
 process's scheduler can flush them; the stream's lock lets one flush at a time take them.
 
-Each event is generated from once, with one exception. The memories and the stream are two
-writes, so once the memories are written the stream's update is retried through a store restart
-or a dropped connection (`_COMMIT_RETRY_DELAYS`, about 7 s). If the store stays away longer, or
-the memory write itself failed in a way that hides whether it committed, the events stay pending
-and the next flush sends them to the model again, where consolidation sees the memories they
-produced (at least once, never lost). Exactly once would need the stream in the memories'
-atomic `WriteBatch`.
+Each event is generated from exactly once: a flush's memories and its stream are stored
+together or not at all. When the batch's store call fails in a way that hides whether it
+committed (`StoreUnavailable`), the flush re-reads the stream: if it carries the flush's
+`last_flush_id` the flush was stored, else the failure is recorded on the stream (if the store
+cannot be read, nothing is written and the next flush reads whichever state is stored).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from adk_memory.engine.convert import parse_duration, parse_model, to_utc
 from adk_memory.engine.generate import GenerateOps
 from adk_memory.errors import AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
-from adk_memory.store import OperationRecord
+from adk_memory.store import DocumentRecord, OperationRecord
 
 __all__ = ["STREAM_KIND", "IngestOps", "TriggerRule"]
 
@@ -51,7 +51,7 @@ MAX_EVENTS_PER_REQUEST = 1_000
 MAX_PENDING_EVENTS = 10_000
 MAX_FLUSH_FAILURES = 5
 _COMMIT_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0)
-"""Pauses between attempts to record a flush whose memories are written (7.4 s in all)."""
+"""Pauses between attempts to complete the operations of a stored flush (7.4 s in all)."""
 _GENERATE_FIELDS = (
     "revision_labels",
     "revision_expire_time",
@@ -270,7 +270,21 @@ class IngestOps:
             window = [*overlap, *stream["pending"]]
             contents = [genai_types.Content.model_validate(event["content"]) for event in window]
             config = types.GenerateMemoriesConfig.model_validate(stream.get("config") or {})
+            flushed = dict(stream)
+            flushed["processed"] = [*stream["processed"], *stream["pending"]][
+                -max(rule.overlap_event_count, 1) :
+            ]
+            flushed["pending"] = []
+            flushed["force"] = False
+            flushed["failures"] = 0
+            flushed.pop("retry_after", None)
+            flushed["last_flush_at"] = now.isoformat()
+            flushed["last_flush_id"] = secrets.token_hex(8)
+            flushed["operations"] = []
+            finished = list(stream["operations"])
             try:
+                # The stream that records these events as done goes into the memories' atomic
+                # batch: either both are stored or neither is, so no event is generated twice.
                 result = await self._generation.generate(
                     bank_id,
                     scope=stream["scope"],
@@ -278,39 +292,45 @@ class IngestOps:
                     direct_memories=None,
                     config=config,
                     model=self._context.generation_model,
+                    documents=(DocumentRecord(STREAM_KIND, key, flushed),),
                 )
             except AdkMemoryError as exc:
+                if isinstance(exc, StoreUnavailable) and await self._committed(
+                    bank_id, key, flushed
+                ):
+                    logger.warning("An ingest flush whose store call failed was stored after all.")
+                    await self._complete(bank_id, finished, {}, now)
+                    return 0
                 return await self._record_failure(bank_id, key, stream, exc, now)
-            stream["processed"] = [*stream["processed"], *stream["pending"]][
-                -max(rule.overlap_event_count, 1) :
-            ]
-            stream["pending"] = []
-            stream["force"] = False
-            stream["failures"] = 0
-            stream.pop("retry_after", None)
-            stream["last_flush_at"] = now.isoformat()
-            finished, stream["operations"] = stream["operations"], []
             metadata = {"generatedMemories": len(result.actions), **result.stats.as_metadata()}
-            # The memories are written: the stream must now record that its events are done, or
-            # the next flush would generate from them again. So it is written first and retried
-            # through a store restart; the operations are only reports, written after it.
-            await _retried(
-                "record a flushed stream",
-                lambda: self._context.store.put_document(bank_id, STREAM_KIND, key, stream),
-            )
-            for path in finished:
-                record = OperationRecord(
-                    bank_id,
-                    path,
-                    True,
-                    {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
-                    now,
-                )
-                await _retried(
-                    "complete an ingest operation",
-                    functools.partial(self._context.store.put_operation, record),
-                )
+            await self._complete(bank_id, finished, metadata, now)
             return len(result.actions)
+
+    async def _committed(self, bank_id: str, key: str, flushed: dict[str, Any]) -> bool:
+        """Whether a flush that raised `StoreUnavailable` stored its batch anyway (a lost reply).
+
+        Raises `StoreUnavailable` when the store cannot tell: the stream is then left as it is,
+        and the next flush reads whichever state it is in.
+        """
+        current = await self._context.store.get_document(bank_id, STREAM_KIND, key)
+        return current is not None and current.get("last_flush_id") == flushed["last_flush_id"]
+
+    async def _complete(
+        self, bank_id: str, paths: list[str], metadata: dict[str, Any], now: datetime
+    ) -> None:
+        """Records the operations of a stored flush as done (reports, retried through a restart)."""
+        for path in paths:
+            record = OperationRecord(
+                bank_id,
+                path,
+                True,
+                {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
+                now,
+            )
+            await _retried(
+                "complete an ingest operation",
+                functools.partial(self._context.store.put_operation, record),
+            )
 
     async def _record_failure(
         self, bank_id: str, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime
@@ -343,9 +363,10 @@ class IngestOps:
 async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:
     """Runs `write`, retrying it on `StoreUnavailable` for about `sum(_COMMIT_RETRY_DELAYS)` s.
 
-    Only for the writes after a flush's memories are stored, which must not be lost to a store
-    restart or a dropped connection (each one replaces a whole document, so repeating it is
-    harmless). The last failure is raised, saying that the memories are already written.
+    Only for the operation reports written after a flush's batch (memories and stream) is
+    stored, which should survive a store restart or a dropped connection (each one replaces a
+    whole record, so repeating it is harmless). The last failure is raised, saying that the
+    flush itself is stored.
     """
     for delay in (*_COMMIT_RETRY_DELAYS, None):
         try:
@@ -354,9 +375,9 @@ async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:
         except StoreUnavailable as exc:
             if delay is None:
                 raise StoreUnavailable(
-                    f"The memories of an ingest flush were written, but the store failed to "
-                    f"{what} ({exc.message}). The next flush sends these events to the model "
-                    "again; consolidation sees the memories they produced."
+                    f"An ingest flush was stored (its memories and its stream), but the store "
+                    f"failed to {what} ({exc.message}); the operation stays pending. Its events "
+                    "are not generated from again."
                 ) from exc
             logger.warning("Failed to %s after a flush; retrying in %.1f s.", what, delay)
             await asyncio.sleep(delay)

@@ -35,6 +35,7 @@ from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import (
     BankRecord,
+    DocumentRecord,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
@@ -746,6 +747,71 @@ class MemoryStoreConformance:
         await store.delete_bank(bank)
         await store.create_bank(bank_record())
         assert await store.list_documents(bank, "stream") == []
+
+    async def test_documents_in_a_batch_are_written_with_its_memories(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A batch's documents are visible after `apply`, together with its memories."""
+        body = {"pending": [], "processed": [{"text": "héllo \u2603"}], "n": 2, "ok": True}
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("m1", unit(0)),),
+                upserts=(memory("m2", unit(1)),),
+                revisions=(revision("m1", "r1"), revision("m2", "r1")),
+                documents=(
+                    DocumentRecord("stream", "s1", body),
+                    DocumentRecord("journal", "s1", {"other": "kind"}),
+                ),
+            ),
+        )
+        assert [r.memory_id for r in await store.get_memories(bank, ["m1", "m2"], T0)] == [
+            "m1",
+            "m2",
+        ]
+        assert [r.revision_id for r in await store.list_revisions(bank, "m1", T0)] == ["r1"]
+        assert await store.get_document(bank, "stream", "s1") == body
+        assert await store.get_document(bank, "journal", "s1") == {"other": "kind"}
+        assert await store.list_documents(bank, "stream") == [("s1", body)]
+        await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s2", {"n": 1}),)))
+        assert [key for key, _ in await store.list_documents(bank, "stream")] == ["s1", "s2"]
+
+    async def test_a_failed_batch_writes_none_of_its_documents(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """`AlreadyExists` for one insert leaves the batch's documents unwritten (and unchanged)."""
+        await store.put_document(bank, "stream", "kept", {"n": 1})
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        batch = WriteBatch(
+            inserts=(memory("m2", unit(1)), memory("m1", unit(2), fact="replacement")),
+            revisions=(revision("m2", "r1"),),
+            documents=(
+                DocumentRecord("stream", "kept", {"n": 2}),
+                DocumentRecord("stream", "new", {"n": 3}),
+            ),
+        )
+        with pytest.raises(AlreadyExists):
+            await store.apply(bank, batch)
+        assert await store.get_document(bank, "stream", "kept") == {"n": 1}
+        assert await store.get_document(bank, "stream", "new") is None
+        assert await store.get_memories(bank, ["m2"], T0) == []
+
+    async def test_a_batch_replaces_an_existing_document(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A document in a batch replaces the one stored under its kind and key, whole."""
+        await store.put_document(bank, "stream", "s1", {"pending": [1, 2], "extra": "old"})
+        await store.apply(
+            bank,
+            WriteBatch(
+                upserts=(memory("m1", unit(0)),),
+                revisions=(revision("m1", "r1"),),
+                documents=(DocumentRecord("stream", "s1", {"pending": []}),),
+            ),
+        )
+        assert await store.get_document(bank, "stream", "s1") == {"pending": []}
+        await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s1", {"n": 9}),)))
+        assert await store.list_documents(bank, "stream") == [("s1", {"n": 9})]
 
     async def test_lock_provider_excludes_concurrent_holders(self, store: MemoryStore) -> None:
         """Two holders of the same lock name never overlap; different names do not wait."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import inspect
 import time
 import uuid
 from collections.abc import Iterator
@@ -274,3 +277,126 @@ def test_the_scheduler_sweeps_expired_memories(uri: str) -> None:
             return len(await client.engine.store.scan(bank_id, ScanQuery(now=past)))
 
     assert asyncio.run(scenario()) == 1
+
+
+class _FailingAfterApply:
+    """Forwards to a store; once armed, every call after the next `apply` raises.
+
+    With `lose_reply`, that `apply` itself raises too, after it committed (a lost reply).
+    """
+
+    def __init__(self, inner: Any, *, lose_reply: bool = False) -> None:
+        self._inner = inner
+        self.capabilities = inner.capabilities
+        self.lose_reply = lose_reply
+        self.armed = False
+        self.failing = False
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(target) or name == "aclose":
+            return target
+
+        @functools.wraps(target)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            from adk_memory import StoreUnavailable
+
+            if self.failing:
+                raise StoreUnavailable(f"injected: the store went away before {name}")
+            result = await target(*args, **kwargs)
+            if self.armed and name == "apply":
+                self.armed, self.failing = False, True
+                if self.lose_reply:
+                    self.failing = False
+                    raise StoreUnavailable("injected: the reply of apply was lost")
+            return result
+
+        return call
+
+
+def test_a_store_failure_after_the_flush_batch_cannot_make_the_next_flush_regenerate(
+    uri: str, model: ScriptedMemoryModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is committed with the memories: losing the store right after that batch (for
+    longer than any retry) leaves the events flushed, so a second flush generates nothing."""
+    from adk_memory import AdkMemoryError, AsyncClient
+    from adk_memory._registry import store_from_uri
+    from adk_memory.engine import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "_COMMIT_RETRY_DELAYS", (0.01,))
+    store = _FailingAfterApply(store_from_uri(uri))
+    flush = {"force_flush": True, "wait_for_completion": True}
+
+    async def scenario() -> None:
+        async with AsyncClient(
+            store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
+        ) as client:
+            banks = client.memory_banks
+            bank = (await banks.create()).name
+            extracting(model, "I like tea.")
+            store.armed = True
+            with contextlib.suppress(AdkMemoryError):
+                await banks.ingest_events(
+                    name=bank,
+                    scope=SCOPE,
+                    stream_id="s",
+                    direct_contents_source={"events": [event("I like tea", "e1")]},
+                    config=flush,
+                )
+            assert store.failing, "the flush's batch was never applied"
+            store.failing = False
+            asked = len(model.requests)
+            assert asked == 2  # one extraction, one consolidation
+            await banks.ingest_events(
+                name=bank, scope=SCOPE, stream_id="s", direct_contents_source={}, config=flush
+            )
+            assert len(model.requests) == asked
+            found = [
+                hit.memory.fact
+                async for hit in await banks.memories.retrieve(name=bank, scope=SCOPE)
+            ]
+            assert found == ["I like tea."]
+
+    asyncio.run(scenario())
+
+
+def test_a_flush_whose_batch_reply_is_lost_is_recognised_as_stored(
+    uri: str, model: ScriptedMemoryModel
+) -> None:
+    """`apply` commits but raises: the flush re-reads its stream, completes its operation and
+    records no failure, and the next flush generates nothing."""
+    from adk_memory import AsyncClient
+    from adk_memory._registry import store_from_uri
+
+    store = _FailingAfterApply(store_from_uri(uri), lose_reply=True)
+    flush = {"force_flush": True, "wait_for_completion": True}
+
+    async def scenario() -> None:
+        async with AsyncClient(
+            store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
+        ) as client:
+            banks = client.memory_banks
+            bank = (await banks.create()).name
+            extracting(model, "I like tea.")
+            store.armed = True
+            operation = await banks.ingest_events(
+                name=bank,
+                scope=SCOPE,
+                stream_id="s",
+                direct_contents_source={"events": [event("I like tea", "e1")]},
+                config=flush,
+            )
+            assert not store.armed, "the flush's batch was never applied"
+            assert operation.done and not operation.error
+            asked = len(model.requests)
+            await banks.ingest_events(
+                name=bank, scope=SCOPE, stream_id="s", direct_contents_source={}, config=flush
+            )
+            assert len(model.requests) == asked == 2
+            found = [
+                hit.memory.fact
+                async for hit in await banks.memories.retrieve(name=bank, scope=SCOPE)
+            ]
+            assert found == ["I like tea."]
+
+    asyncio.run(scenario())

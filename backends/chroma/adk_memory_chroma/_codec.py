@@ -441,7 +441,7 @@ def journal_rows(
             slot of a memory collection; part `i` is `part_id(head_id, i)`.
         batch_id: Unique per batch.
         memory_rows: Memory rows a replay must (re-)write.
-        revision_rows: Revision rows a replay must (re-)write.
+        revision_rows: Aux rows (revisions and documents) a replay must (re-)write.
         deletes: Memory ids a replay must (re-)delete. Parts of the batch written in the same
             Chroma call as the journal are left out of all three.
         kind: `KIND_JOURNAL` or `KIND_JOURNAL_SLOT`, the `k` of the commit row.

@@ -25,6 +25,9 @@ inserts, vector dimensions, encodability) and writes nothing if a check fails. I
 batch with ONE call that carries a journal of what the later calls will write (`_codec`, "Journal
 rows"), writes the rest with idempotent calls, and closes the journal:
 
+Documents in a batch (`WriteBatch.documents`) are aux rows written with the revisions: below,
+"revisions" means both, and they share the revisions' journal entries and replay.
+
 * memories and revisions (every engine write but purges): call 1 upserts the memories together
   with the bank's journal slot `j:slot` in the memory collection, which holds the revisions and
   deletions; call 2 deletes (if any); call 3 upserts the revisions together with `j:done`, the
@@ -643,6 +646,14 @@ class ChromaMemoryStore(MemoryStore):
             revision_rows = list(
                 {row[0]: row for row in map(codec.revision_row, batch.revisions)}.values()
             )
+        with _encoding("a document"):
+            document_rows = {
+                row[0]: row
+                for row in (codec.document_row(d.kind, d.key, d.body) for d in batch.documents)
+            }
+        # Documents are aux rows like revisions: they are written, journaled and replayed with
+        # them (a later document of the same kind and key wins).
+        revision_rows += document_rows.values()
         if not (memory_rows or revision_rows or deletes):
             await self._on_bank(bank_id, _MEM, _noop)  # NotFound without the bank
             return
@@ -749,6 +760,7 @@ class ChromaMemoryStore(MemoryStore):
                     "check a batch journal", home.get, ids=[head], include=["metadatas"]
                 )
             except (AdkMemoryError, _Gone):
+                self._recovered.discard(bank_id)  # the next use of the bank replays it if it was
                 raise StoreUnavailable(
                     f"{self._config.location} failed while writing a batch to bank {bank_id!r}, "
                     "and whether it was recorded is unknown: if it was, it is completed, whole, "
@@ -770,6 +782,7 @@ class ChromaMemoryStore(MemoryStore):
                 return
             except (AdkMemoryError, _Gone) as exc:
                 if attempt or isinstance(exc, InvalidArgument):
+                    self._recovered.discard(bank_id)  # so this instance's next read completes it
                     raise StoreUnavailable(
                         f"{self._config.location} failed while applying a batch to bank "
                         f"{bank_id!r} after its journal was written: the batch is recorded "

@@ -37,7 +37,7 @@ from chromadb.config import Settings
 
 from adk_memory.errors import ResourceExhausted, StoreUnavailable
 from adk_memory.reference_store import ReferenceMemoryStore
-from adk_memory.store import MemoryStore, NearestQuery, ScanQuery, WriteBatch
+from adk_memory.store import DocumentRecord, MemoryStore, NearestQuery, ScanQuery, WriteBatch
 from adk_memory.testing.conformance import BANK, KEY, T0, bank_record, memory, revision
 
 T1 = T0 + timedelta(hours=1)
@@ -65,6 +65,9 @@ DELETE_ONLY = WriteBatch(  # no memory rows: the journal lives in aux
         revision("b", "r2", fact="fact of b", create_time=T1, deleted=True),
     ),
 )
+STREAM = (DocumentRecord("stream", "s1", {"pending": [], "processed": [{"text": "hi"}]}),)
+GENERATE_WITH_STREAM = replace(GENERATE, documents=STREAM)  # an ingest flush
+DELETE_ONLY_WITH_STREAM = replace(DELETE_ONLY, documents=STREAM)
 _COMMIT_ROW = re.compile(r"^j:(slot|\d{20}-[0-9a-f]{32})$")  # `SLOT_ID`, `batch_head_id(…)`
 
 
@@ -141,6 +144,7 @@ async def snapshot(store: MemoryStore) -> dict[str, Any]:
         "memories": [(r.memory_id, r.fact, r.update_time.isoformat()) for r in memories],
         "vectors": {key: [float(v) for v in value] for key, value in vectors.items()},
         "revisions": revisions,
+        "documents": await store.list_documents(BANK, "stream"),
     }
 
 
@@ -211,7 +215,11 @@ async def count_writes(path: Path, writes: Writes, batch: WriteBatch) -> tuple[i
     return total, commit
 
 
-@pytest.mark.parametrize("batch", [GENERATE, DELETE_ONLY], ids=["generate", "deletes-only"])
+@pytest.mark.parametrize(
+    "batch",
+    [GENERATE, DELETE_ONLY, GENERATE_WITH_STREAM, DELETE_ONLY_WITH_STREAM],
+    ids=["generate", "deletes-only", "generate-and-document", "deletes-and-document"],
+)
 async def test_a_crash_between_any_two_calls_leaves_none_or_all(
     tmp_path: Path, writes: Writes, batch: WriteBatch
 ) -> None:

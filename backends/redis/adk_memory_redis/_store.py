@@ -29,7 +29,8 @@ A bank re-created with the same id gets a new epoch and so starts empty, whateve
 Writes: `apply` WATCHes the bank key, the memory keys it inserts and the revision sets it
 extends, checks (bank exists, inserted ids are free) and then queues every write in one
 MULTI/EXEC. Redis runs a transaction whole or not at all: a connection lost before EXEC discards
-it, so a memory and its revision are both written or both absent.
+it, so a memory and its revision (and the batch's documents, in their kinds' hashes) are all
+written or all absent.
 
 Expiry: a memory's `live_until` (µs) is in every query (`@live_until:[(now +inf]`) and in every
 read, so an expired memory is never returned; its key also gets PEXPIREAT so Redis reclaims it.
@@ -294,6 +295,14 @@ def _live_newest_first(raws: Sequence[Any], now: datetime) -> list[RevisionRecor
     revisions = [decode_revision(raw) for raw in raws if raw is not None]
     live = [revision for revision in revisions if revision.is_live(now)]
     return sorted(live, key=lambda rev: (rev.create_time, rev.revision_id), reverse=True)
+
+
+def _encode_document(kind: str, key: str, body: Mapping[str, Any]) -> str:
+    """A document's JSON as stored in its kind's hash; `InvalidArgument` if not serialisable."""
+    try:
+        return json.dumps(dict(body))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"Document {kind}/{key[:40]} is not JSON-serialisable.") from exc
 
 
 def _now_ms() -> int:
@@ -746,6 +755,10 @@ class RedisMemoryStore(MemoryStore):
             (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
             for r in (*batch.inserts, *batch.upserts)
         ]
+        documents = [
+            (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
+            for d in batch.documents
+        ]
         async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
             await pipe.watch(bank_key, *insert_keys, *set_keys)
@@ -786,6 +799,8 @@ class RedisMemoryStore(MemoryStore):
                 self._queue_revisions(pipe, bank, memory_id, revisions, int(set_expiry[memory_id]))
             if by_memory:  # entries whose keys Redis has evicted by now
                 pipe.zremrangebyscore(bank.revision_expiry_native, "-inf", _now_ms() * 1000)
+            for hash_key, document_key, encoded_document in documents:
+                pipe.hset(hash_key, document_key, encoded_document)
             await pipe.execute()
         return True
 
@@ -1176,10 +1191,7 @@ class RedisMemoryStore(MemoryStore):
         self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
     ) -> None:
         """Creates or replaces one document (a JSON-serialisable mapping) atomically."""
-        try:
-            encoded = json.dumps(dict(body))
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"Document {kind}/{key[:40]} is not JSON-serialisable.") from exc
+        encoded = _encode_document(kind, key, body)
         bank_key = self._bank_key(bank_id)
         async with self._call("store a document") as client:
             for _attempt in range(3):
