@@ -101,6 +101,18 @@ async def bank_with_memory_a(client: AsyncClient, scope: dict[str, str]) -> tupl
     return bank, made.response.name
 
 
+def consolidate_update_and_create(request: LlmRequest) -> dict[str, Any]:
+    """UPDATE the first candidate and CREATE a second memory: two actions, one batch."""
+    text = ScriptedMemoryModel().prompt_text(request)
+    memory_id = text.split("id=")[1].split(":")[0]
+    return {
+        "actions": [
+            {"fact_index": 0, "action": "UPDATE", "memory_id": memory_id, "fact": "a, updated"},
+            {"fact_index": 1, "action": "CREATE", "fact": "generated b"},
+        ]
+    }
+
+
 def event(token: str) -> dict[str, Any]:
     """An ingest event whose text is `token` (an `evt-…` word the EchoModel extracts)."""
     return {"content": {"role": "user", "parts": [{"text": f"note {token}"}]}}

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse
-from reliability_support import bank_with_memory_a, snapshot
+from reliability_support import bank_with_memory_a, consolidate_update_and_create, snapshot
 
 from adk_memory import AdkMemoryError, AsyncClient, ModelUnavailable, StoreUnavailable
 from adk_memory._registry import store_from_uri
@@ -65,18 +65,6 @@ def fault_uri(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return f"{redis_url}?key_prefix=f{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
 
 
-def _consolidate_update_and_create(request: LlmRequest) -> dict[str, Any]:
-    """UPDATE the first candidate and CREATE a second memory: two actions, one batch."""
-    text = ScriptedMemoryModel().prompt_text(request)
-    memory_id = text.split("id=")[1].split(":")[0]
-    return {
-        "actions": [
-            {"fact_index": 0, "action": "UPDATE", "memory_id": memory_id, "fact": "a, updated"},
-            {"fact_index": 1, "action": "CREATE", "fact": "generated b"},
-        ]
-    }
-
-
 Op = Callable[[AsyncClient, str, str], Awaitable[Any]]
 
 OPERATIONS: dict[str, Op] = {
@@ -102,7 +90,7 @@ async def test_a_store_failure_at_any_step_leaves_the_state_before_or_after(
 ) -> None:
     op = OPERATIONS[operation]
     store = FlakyStore(store_from_uri(fault_uri))
-    model = ScriptedMemoryModel(consolidate=_consolidate_update_and_create)
+    model = ScriptedMemoryModel(consolidate=consolidate_update_and_create)
     async with AsyncClient(
         store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
     ) as client:

@@ -24,8 +24,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from google.adk.models import LlmRequest
-from reliability_support import EchoModel, bank_with_memory_a, event, snapshot
+from reliability_support import (
+    EchoModel,
+    bank_with_memory_a,
+    consolidate_update_and_create,
+    event,
+    snapshot,
+)
 from restartable import RestartableChroma, RestartableRedis
 
 from adk_memory import AdkMemoryError, AsyncClient
@@ -68,18 +73,6 @@ class RestartingStore:
                 self._server.start()
 
         return call
-
-
-def _update_and_create(request: LlmRequest) -> dict[str, Any]:
-    """UPDATE the first candidate and CREATE a second memory: two actions, one batch."""
-    text = ScriptedMemoryModel().prompt_text(request)
-    memory_id = text.split("id=")[1].split(":")[0]
-    return {
-        "actions": [
-            {"fact_index": 0, "action": "UPDATE", "memory_id": memory_id, "fact": "a, updated"},
-            {"fact_index": 1, "action": "CREATE", "fact": "generated b"},
-        ]
-    }
 
 
 Op = Callable[[AsyncClient, str, str], Awaitable[Any]]
@@ -150,7 +143,7 @@ async def _run_with_restarts(
     model = (
         EchoModel()
         if operation == "ingest"
-        else ScriptedMemoryModel(consolidate=_update_and_create)
+        else ScriptedMemoryModel(consolidate=consolidate_update_and_create)
     )
     async with AsyncClient(
         store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
