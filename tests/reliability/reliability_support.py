@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,30 @@ async def snapshot(client: AsyncClient, bank: str, names: set[str]) -> list[tupl
 
 EVENT_TOKEN = re.compile(r"evt-[A-Za-z0-9_.-]+")
 _NEW_FACT = re.compile(r"^\[(\d+)\] (\{.*\})$", re.MULTILINE)
+
+
+Op = Callable[[AsyncClient, str, str], Awaitable[Any]]
+"""A write under test: (client, bank name, the name of memory `a`) → its awaitable."""
+
+SCOPE = {"user_id": "u1"}
+"""The scope the fault and restart tests write in."""
+
+WRITE_OPERATIONS: dict[str, Op] = {
+    "create": lambda c, bank, a: c.memory_banks.memories.create(
+        name=bank, fact="b", scope=SCOPE, config={"memory_id": "b"}
+    ),
+    "update": lambda c, bank, a: c.memory_banks.memories.update(name=a, fact="a2"),
+    "delete": lambda c, bank, a: c.memory_banks.memories.delete(name=a),
+    "generate": lambda c, bank, a: c.memory_banks.memories.generate(
+        name=bank,
+        scope=SCOPE,
+        direct_memories_source={"direct_memories": [{"fact": "a again"}, {"fact": "b"}]},
+    ),
+    "purge": lambda c, bank, a: c.memory_banks.memories.purge(
+        name=bank, filter='fact="a"', force=True
+    ),
+}
+"""The writes every fault test interrupts, on a bank made by `bank_with_memory_a`."""
 
 
 async def bank_with_memory_a(client: AsyncClient, scope: dict[str, str]) -> tuple[str, str]:

@@ -14,12 +14,17 @@ import contextlib
 import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse
-from reliability_support import bank_with_memory_a, consolidate_update_and_create, snapshot
+from reliability_support import (
+    SCOPE,
+    WRITE_OPERATIONS,
+    bank_with_memory_a,
+    consolidate_update_and_create,
+    snapshot,
+)
 
 from adk_memory import AdkMemoryError, AsyncClient, ModelUnavailable, StoreUnavailable
 from adk_memory._registry import store_from_uri
@@ -27,8 +32,6 @@ from adk_memory.engine import generate as generate_module
 from adk_memory.generation import call_structured
 from adk_memory.generation import model as model_module
 from adk_memory.testing.models import ScriptedMemoryModel
-
-SCOPE = {"user_id": "u1"}
 
 
 class FlakyStore:
@@ -65,30 +68,11 @@ def fault_uri(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return f"{redis_url}?key_prefix=f{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
 
 
-Op = Callable[[AsyncClient, str, str], Awaitable[Any]]
-
-OPERATIONS: dict[str, Op] = {
-    "create": lambda c, bank, a: c.memory_banks.memories.create(
-        name=bank, fact="b", scope=SCOPE, config={"memory_id": "b"}
-    ),
-    "update": lambda c, bank, a: c.memory_banks.memories.update(name=a, fact="a2"),
-    "delete": lambda c, bank, a: c.memory_banks.memories.delete(name=a),
-    "generate": lambda c, bank, a: c.memory_banks.memories.generate(
-        name=bank,
-        scope=SCOPE,
-        direct_memories_source={"direct_memories": [{"fact": "a again"}, {"fact": "b"}]},
-    ),
-    "purge": lambda c, bank, a: c.memory_banks.memories.purge(
-        name=bank, filter='fact="a"', force=True
-    ),
-}
-
-
-@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+@pytest.mark.parametrize("operation", sorted(WRITE_OPERATIONS))
 async def test_a_store_failure_at_any_step_leaves_the_state_before_or_after(
     fault_uri: str, operation: str
 ) -> None:
-    op = OPERATIONS[operation]
+    op = WRITE_OPERATIONS[operation]
     store = FlakyStore(store_from_uri(fault_uri))
     model = ScriptedMemoryModel(consolidate=consolidate_update_and_create)
     async with AsyncClient(

@@ -25,7 +25,10 @@ from typing import Any
 
 import pytest
 from reliability_support import (
+    SCOPE,
+    WRITE_OPERATIONS,
     EchoModel,
+    Op,
     bank_with_memory_a,
     consolidate_update_and_create,
     event,
@@ -37,7 +40,6 @@ from adk_memory import AdkMemoryError, AsyncClient
 from adk_memory._registry import store_from_uri
 from adk_memory.testing.models import ScriptedMemoryModel
 
-SCOPE = {"user_id": "u1"}
 CHROMA_POINTS = 4
 """A Chroma server restart and a fresh bank cost about 0.5 s: its runs crash at most this many
 evenly spread store calls of each operation (the first and the last among them). Redis restarts
@@ -75,23 +77,10 @@ class RestartingStore:
         return call
 
 
-Op = Callable[[AsyncClient, str, str], Awaitable[Any]]
 FLUSH = {"force_flush": True, "wait_for_completion": True}
 
 OPERATIONS: dict[str, Op] = {
-    "create": lambda c, bank, a: c.memory_banks.memories.create(
-        name=bank, fact="b", scope=SCOPE, config={"memory_id": "b"}
-    ),
-    "update": lambda c, bank, a: c.memory_banks.memories.update(name=a, fact="a2"),
-    "delete": lambda c, bank, a: c.memory_banks.memories.delete(name=a),
-    "generate": lambda c, bank, a: c.memory_banks.memories.generate(
-        name=bank,
-        scope=SCOPE,
-        direct_memories_source={"direct_memories": [{"fact": "a again"}, {"fact": "b"}]},
-    ),
-    "purge": lambda c, bank, a: c.memory_banks.memories.purge(
-        name=bank, filter='fact="a"', force=True
-    ),
+    **WRITE_OPERATIONS,
     "ingest": lambda c, bank, a: c.memory_banks.ingest_events(
         name=bank,
         scope=SCOPE,
