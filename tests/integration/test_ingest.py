@@ -314,6 +314,22 @@ class _FailingAfterApply:
         return call
 
 
+async def _next_flush_generates_nothing(banks: Any, bank: str, model: ScriptedMemoryModel) -> None:
+    """After one flush of "I like tea" (2 model calls), a forced flush asks the model nothing and
+    the bank holds that one memory."""
+    assert len(model.requests) == 2  # one extraction, one consolidation
+    await banks.ingest_events(
+        name=bank,
+        scope=SCOPE,
+        stream_id="s",
+        direct_contents_source={},
+        config={"force_flush": True, "wait_for_completion": True},
+    )
+    assert len(model.requests) == 2
+    found = [hit.memory.fact async for hit in await banks.memories.retrieve(name=bank, scope=SCOPE)]
+    assert found == ["I like tea."]
+
+
 def test_a_store_failure_after_the_flush_batch_cannot_make_the_next_flush_regenerate(
     uri: str, model: ScriptedMemoryModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -345,17 +361,7 @@ def test_a_store_failure_after_the_flush_batch_cannot_make_the_next_flush_regene
                 )
             assert store.failing, "the flush's batch was never applied"
             store.failing = False
-            asked = len(model.requests)
-            assert asked == 2  # one extraction, one consolidation
-            await banks.ingest_events(
-                name=bank, scope=SCOPE, stream_id="s", direct_contents_source={}, config=flush
-            )
-            assert len(model.requests) == asked
-            found = [
-                hit.memory.fact
-                async for hit in await banks.memories.retrieve(name=bank, scope=SCOPE)
-            ]
-            assert found == ["I like tea."]
+            await _next_flush_generates_nothing(banks, bank, model)
 
     asyncio.run(scenario())
 
@@ -388,15 +394,6 @@ def test_a_flush_whose_batch_reply_is_lost_is_recognised_as_stored(
             )
             assert not store.armed, "the flush's batch was never applied"
             assert operation.done and not operation.error
-            asked = len(model.requests)
-            await banks.ingest_events(
-                name=bank, scope=SCOPE, stream_id="s", direct_contents_source={}, config=flush
-            )
-            assert len(model.requests) == asked == 2
-            found = [
-                hit.memory.fact
-                async for hit in await banks.memories.retrieve(name=bank, scope=SCOPE)
-            ]
-            assert found == ["I like tea."]
+            await _next_flush_generates_nothing(banks, bank, model)
 
     asyncio.run(scenario())
