@@ -75,7 +75,7 @@ class _Bank:
     members: dict[str, dict[str, None]] = field(default_factory=dict)
     """Per scope key, the ids of its memories (an ordered set)."""
     scopes: dict[str, _ScopeIndex] = field(default_factory=dict)
-    """Per scope key, its search index; dropped when a write touches the scope."""
+    """Per scope key, its search index; `put` and `drop` discard the index of their scope."""
 
     def put(self, record: MemoryRecord) -> None:
         """Stores a memory (replacing one with its id) and its vector row."""
@@ -83,6 +83,7 @@ class _Bank:
         self.memories[record.memory_id] = record
         self.rows[record.memory_id] = np.asarray(record.embedding, dtype=np.float64)
         self.members.setdefault(record.scope_key, {})[record.memory_id] = None
+        self.scopes.pop(record.scope_key, None)
 
     def drop(self, memory_id: str) -> None:
         """Forgets a memory, if present."""
@@ -90,6 +91,7 @@ class _Bank:
         if record is not None:
             del self.rows[memory_id]
             del self.members[record.scope_key][memory_id]
+            self.scopes.pop(record.scope_key, None)
 
     def scope_index(self, key: str) -> _ScopeIndex:
         """The scope's search index (cached until a write touches the scope)."""
@@ -97,16 +99,6 @@ class _Bank:
             records = [self.memories[memory_id] for memory_id in self.members.get(key, {})]
             self.scopes[key] = _ScopeIndex.build(records, self.rows)
         return self.scopes[key]
-
-    def touched_scopes(self, batch: WriteBatch) -> set[str]:
-        """The scope keys whose memories `batch` changes (before and after it)."""
-        written = (*batch.inserts, *batch.upserts)
-        keys: set[str] = {record.scope_key for record in written}
-        for memory_id in (*batch.deletes, *(record.memory_id for record in written)):
-            existing = self.memories.get(memory_id)
-            if existing is not None:
-                keys.add(existing.scope_key)
-        return keys
 
 
 _SHARED: dict[str, dict[str, _Bank]] = {}
@@ -183,8 +175,6 @@ class ReferenceMemoryStore(MemoryStore):
             existing = bank.memories.get(record.memory_id)
             if existing is not None and existing.is_live(record.create_time):
                 raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
-        for key in bank.touched_scopes(batch):
-            bank.scopes.pop(key, None)
         for record in (*batch.inserts, *batch.upserts):
             bank.put(record)
         for memory_id in batch.deletes:
@@ -318,7 +308,6 @@ class ReferenceMemoryStore(MemoryStore):
         expired = [key for key, record in bank.memories.items() if not record.is_live(now)]
         for key in expired:
             bank.drop(key)
-        bank.scopes.clear()
         removed = len(expired)
         for revisions in bank.revisions.values():
             stale = [key for key, revision in revisions.items() if not revision.is_live(now)]
