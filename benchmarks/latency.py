@@ -93,47 +93,34 @@ async def _raw_query(
 
         return {"raw": chroma_raw}
     if backend.startswith("redis"):
-        from adk_memory_redis._codec import MEMORY_FIELDS, to_us
+        from adk_memory_redis._codec import to_us
+        from adk_memory_redis._store import _TIE_SLACK
 
         async with store._call("bench") as client:
             bank = await store._bank(client, bank_id)
         import redis.asyncio as aredis
 
         conn = aredis.Redis.from_url(RAW_URL[0])
-        fields = [*MEMORY_FIELDS, "embedding"]
         now_us = to_us(now)
 
         async def redis_raw(vec: np.ndarray, scope: str) -> None:
-            knn = "KNN $K @embedding $BLOB"  # the plain query a user would write
-            await conn.execute_command(
-                "FT.SEARCH",
-                bank.index_name,
-                f"(@scope_key:{{{scope}}} @live_until:[({now_us} +inf])=>[{knn} AS __dist]",
-                "PARAMS",
-                4,
-                "K",
-                K,
-                "BLOB",
-                vec.astype(bank.dtype).tobytes(),
-                "SORTBY",
-                "__dist",
-                "ASC",
-                "RETURN",
-                len(fields),
-                *fields,
-                "LIMIT",
-                0,
-                K,
-                "DIALECT",
-                2,
-            )
+            # The plain query a user would write: k hits at RediSearch's default EF_RUNTIME.
+            await _redis_knn(conn, bank, scope, vec, now_us, K)
 
         async def ping(vec: np.ndarray, scope: str) -> None:
             await conn.ping()
 
         queries = {"raw": redis_raw, "ping": ping, "_conn": conn}
         if bank.algorithm == "HNSW":
-            queries["raw at the store's recall"] = _hnsw_as_the_store(store, conn, bank, now_us)
+            # The graph search the store sends for k=10: its over-fetched window at its EF, no
+            # re-rank. It separates what that search costs from what the store adds to it.
+            window = max(int(np.ceil(K * store.config.overfetch)), K) + _TIE_SLACK
+            ef = max(store.config.hnsw_ef_runtime, window)
+
+            async def as_the_store(vec: np.ndarray, scope: str) -> None:
+                await _redis_knn(conn, bank, scope, vec, now_us, window, ef=ef)
+
+            queries["raw at the store's recall"] = as_the_store
         return queries
     return {}
 
@@ -141,48 +128,44 @@ async def _raw_query(
 RAW_URL: list[str] = [""]
 
 
-def _hnsw_as_the_store(store: Any, conn: Any, bank: Any, now_us: int) -> Any:
-    """The graph search the store sends for k=10 (its over-fetched window and EF), no re-rank.
-
-    The plain `raw` query uses RediSearch's default EF_RUNTIME (10) and returns 10 hits; the
-    store asks for a wider window at a higher EF for recall, then re-ranks exactly. This floor
-    separates what that search costs from what the store adds to it.
-    """
+async def _redis_knn(
+    conn: Any,
+    bank: Any,
+    scope: str,
+    vec: np.ndarray,
+    now_us: int,
+    k: int,
+    *,
+    ef: int | None = None,
+) -> None:
+    """One FT.SEARCH KNN over the scope's live memories, returning k hits with their fields."""
     from adk_memory_redis._codec import MEMORY_FIELDS
-    from adk_memory_redis._store import _TIE_SLACK
 
-    window = max(int(np.ceil(K * store.config.overfetch)), K) + _TIE_SLACK
-    ef = max(store.config.hnsw_ef_runtime, window)
+    knn = "KNN $K @embedding $BLOB"
+    params: list[Any] = ["K", k, "BLOB", vec.astype(bank.dtype).tobytes()]
+    if ef is not None:
+        knn += " EF_RUNTIME $EF HYBRID_POLICY BATCHES"
+        params += ["EF", ef]
     fields = [*MEMORY_FIELDS, "embedding"]
-
-    async def query(vec: np.ndarray, scope: str) -> None:
-        knn = "KNN $K @embedding $BLOB EF_RUNTIME $EF HYBRID_POLICY BATCHES"
-        await conn.execute_command(
-            "FT.SEARCH",
-            bank.index_name,
-            f"(@scope_key:{{{scope}}} @live_until:[({now_us} +inf])=>[{knn} AS __dist]",
-            "PARAMS",
-            6,
-            "K",
-            window,
-            "EF",
-            ef,
-            "BLOB",
-            vec.astype(bank.dtype).tobytes(),
-            "SORTBY",
-            "__dist",
-            "ASC",
-            "RETURN",
-            len(fields),
-            *fields,
-            "LIMIT",
-            0,
-            window,
-            "DIALECT",
-            2,
-        )
-
-    return query
+    await conn.execute_command(
+        "FT.SEARCH",
+        bank.index_name,
+        f"(@scope_key:{{{scope}}} @live_until:[({now_us} +inf])=>[{knn} AS __dist]",
+        "PARAMS",
+        len(params),
+        *params,
+        "SORTBY",
+        "__dist",
+        "ASC",
+        "RETURN",
+        len(fields),
+        *fields,
+        "LIMIT",
+        0,
+        k,
+        "DIALECT",
+        2,
+    )
 
 
 async def _redis_used_memory(url: str) -> int:
