@@ -31,7 +31,6 @@ each).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -90,7 +89,6 @@ FORMAT_VERSION = 1
 
 DEFAULT_PAGE_SIZE = 500
 DEFAULT_BATCH_SIZE = 1000
-_REVISION_READS = 16  # concurrent list_revisions calls per page
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ASCENDING = (SortKey("create_time", descending=False),)
 _PROFILE = "STRUCTURED_PROFILE"
@@ -476,15 +474,9 @@ async def iter_export(
 async def _histories(
     store: MemoryStore, bank_id: str, memory_ids: list[str], now: datetime
 ) -> list[list[RevisionRecord]]:
-    """Each memory's live revisions, oldest first, reading a bounded number at a time."""
-    limiter = asyncio.Semaphore(_REVISION_READS)
-
-    async def history(memory_id: str) -> list[RevisionRecord]:
-        async with limiter:
-            newest_first = await store.list_revisions(bank_id, memory_id, now)
-        return newest_first[::-1]
-
-    return list(await asyncio.gather(*(history(memory_id) for memory_id in memory_ids)))
+    """Each memory's live revisions, oldest first (one batched read for the page)."""
+    newest_first = await store.list_revisions_many(bank_id, memory_ids, now)
+    return [newest_first[memory_id][::-1] for memory_id in memory_ids]
 
 
 async def _live_memory_lines(
