@@ -16,6 +16,7 @@ from adk_memory._async_client import AsyncClient
 from adk_memory._client import Client
 from adk_memory._pagers import AsyncPager, Pager
 from adk_memory.errors import (
+    Aborted,
     AdkMemoryError,
     AlreadyExists,
     FailedPrecondition,
@@ -30,6 +31,7 @@ from adk_memory.errors import (
 )
 
 __all__ = [
+    "Aborted",
     "AdkMemoryError",
     "AlreadyExists",
     "AsyncClient",

@@ -8,6 +8,7 @@ AdkMemoryError                (INTERNAL, 500)
  ├── NotFound                 (NOT_FOUND, 404)
  ├── AlreadyExists            (ALREADY_EXISTS, 409)
  ├── FailedPrecondition       (FAILED_PRECONDITION, 400) the system is not in a state to do it
+ ├── Aborted                  (ABORTED, 409)            a concurrent write changed what was read
  ├── ResourceExhausted        (RESOURCE_EXHAUSTED, 429) a documented limit was reached
  ├── Unimplemented            (UNIMPLEMENTED, 501)
  ├── StoreUnavailable         (UNAVAILABLE, 503)        the storage backend could not be reached
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "Aborted",
     "AdkMemoryError",
     "AlreadyExists",
     "FailedPrecondition",
@@ -90,6 +92,16 @@ class FailedPrecondition(AdkMemoryError):
 
     code = "FAILED_PRECONDITION"
     http_status = 400
+
+
+class Aborted(AdkMemoryError):
+    """A concurrent write changed or removed what this request read; nothing was changed.
+
+    Read again and retry: the message says what changed.
+    """
+
+    code = "ABORTED"
+    http_status = 409
 
 
 class ResourceExhausted(AdkMemoryError):
