@@ -500,3 +500,65 @@ async def test_local_embedders_share_one_loaded_model() -> None:
     second = await embedder_for(DEFAULT_EMBEDDING_MODEL).embed_documents(["shared weights"])
     assert first == second
     assert LocalEmbedder.loaded_models().count(DEFAULT_EMBEDDING_MODEL) == 1
+
+
+# Unknown local models fail before any download attempt (issue 16, case 10)
+
+UNKNOWN_MODEL = "adk-memory-test/no-such-embedding-model-3f9c"
+
+
+@pytest.fixture
+def hub_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every host name resolved during the test; none resolves (the machine is offline)."""
+    looked_up: list[str] = []
+
+    def offline_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(str(host))
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline_getaddrinfo)
+    return looked_up
+
+
+def assert_lists_the_alternatives(message: str) -> None:
+    assert UNKNOWN_MODEL in message
+    assert f"Offline: {DEFAULT_EMBEDDING_MODEL}" in message
+    assert "hash-<dimension>" in message
+    assert "all-mpnet-base-v2" in message
+    assert "(downloaded from Hugging Face on first use: needs network)" in message
+    assert "gemini-embedding-001 (GOOGLE_API_KEY" in message
+    assert "text-embedding-005" in message and "GOOGLE_GENAI_USE_VERTEXAI=true" in message
+
+
+def test_unknown_local_model_offline_fails_after_one_hub_request(hub_lookups: list[str]) -> None:
+    """Without network, creating a bank on an unknown model asks Hugging Face once, no retries."""
+    from adk_memory import Client
+
+    with Client(uri="memory://") as client, pytest.raises(FailedPrecondition) as raised:
+        client.memory_banks.create(
+            managed_semantic_memory_config={
+                "similarity_search_config": {"embedding_model": UNKNOWN_MODEL}
+            }
+        )
+
+    assert raised.value.field == "similarity_search_config.embedding_model"
+    assert "Hugging Face cannot be reached" in str(raised.value)
+    assert_lists_the_alternatives(str(raised.value))
+    # One request: huggingface_hub's HTTP transport retries a failed connect once, no more.
+    assert hub_lookups in (["huggingface.co"], ["huggingface.co"] * 2), hub_lookups
+
+
+def test_unknown_local_model_with_hf_hub_offline_makes_no_request(
+    hub_lookups: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HF_HUB_OFFLINE: the model is looked up in the local cache only, never on the network."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    with pytest.raises(FailedPrecondition) as raised:
+        _ = LocalEmbedder(UNKNOWN_MODEL).dimension
+
+    assert "HF_HUB_OFFLINE is set" in str(raised.value)
+    assert_lists_the_alternatives(str(raised.value))
+    assert hub_lookups == []
