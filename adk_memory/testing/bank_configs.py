@@ -175,7 +175,7 @@ INVALID_BANK_CONFIGS: list[InvalidBankConfig] = [
                 {
                     "scope_keys": ["a", "b", "c", "d", "e", "f"],
                     "schema_configs": [
-                        {"id": "profile", "schema": {"type": "object"}}
+                        {"id": "profile", "memory_schema": {"type": "object"}}
                     ],
                 }
             ]
