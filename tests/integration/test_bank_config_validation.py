@@ -11,11 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from google.adk.models.registry import LLMRegistry
 
 from adk_memory import Client, InvalidArgument
 from adk_memory.filters import parse_filter
 from adk_memory.generation.prompts import MANAGED_TOPICS
 from adk_memory.testing.bank_configs import INVALID_BANK_CONFIGS, InvalidBankConfig
+from adk_memory.testing.models import ScriptedMemoryModel
 from adk_memory.types import MANAGED_TOPIC_NAMES
 
 # The SDK's enum keeps an unknown name and warns; the refusal under test is ours.
@@ -113,6 +115,7 @@ def test_configs_just_inside_the_rules_are_accepted(
     "model",
     [
         "gemini-2.5-flash",
+        "gemma-3-27b-it",
         "projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash",
     ],
 )
@@ -126,6 +129,24 @@ def test_generation_models_adk_resolves_are_accepted(memory_client: Client, mode
     assert stored.generation_config.model == model
 
 
+class RegisteredMemoryModel(ScriptedMemoryModel):
+    """A model class registered with ADK's LLMRegistry under its own name pattern."""
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return [r"registered-memory-model-.*"]
+
+
+def test_a_model_class_registered_with_adk_resolves(memory_client: Client) -> None:
+    config = {"generation_config": {"model": "registered-memory-model-v1"}}
+    with pytest.raises(InvalidArgument):
+        memory_client.memory_banks.create(managed_semantic_memory_config=config)
+
+    LLMRegistry.register(RegisteredMemoryModel)
+
+    assert memory_client.memory_banks.create(managed_semantic_memory_config=config).name
+
+
 def test_an_unknown_model_is_refused_on_update_even_when_only_it_changes(
     memory_client: Client,
 ) -> None:
@@ -133,7 +154,10 @@ def test_an_unknown_model_is_refused_on_update_even_when_only_it_changes(
 
     with pytest.raises(InvalidArgument, match="litellm") as raised:
         memory_client.memory_banks.update(
-            name=name, managed_semantic_memory_config={"generation_config": {"model": "gpt-x/1"}}
+            name=name,
+            managed_semantic_memory_config={
+                "generation_config": {"model": "no-such-provider/some-model"}
+            },
         )
 
     assert raised.value.field == "generation_config.model"

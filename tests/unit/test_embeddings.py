@@ -562,3 +562,51 @@ def test_unknown_local_model_with_hf_hub_offline_makes_no_request(
     assert "HF_HUB_OFFLINE is set" in str(raised.value)
     assert_lists_the_alternatives(str(raised.value))
     assert hub_lookups == []
+
+
+@pytest.fixture
+def hub_without_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A local stand-in for the Hugging Face API that has no model at all; yields the paths asked."""
+    import huggingface_hub.hf_api
+
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            asked.append(self.path)
+            data = b'{"error": "Repository not found"}'
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    monkeypatch.setattr(
+        huggingface_hub.hf_api.api, "endpoint", f"http://127.0.0.1:{server.server_address[1]}"
+    )
+    try:
+        yield asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_model_the_hub_does_not_have_is_invalid_argument(hub_without_models: list[str]) -> None:
+    """Both repos sentence-transformers would try are asked for once; nothing is downloaded."""
+    with pytest.raises(InvalidArgument) as raised:
+        _ = LocalEmbedder("no-such-embedding-model-3f9c").dimension
+
+    assert raised.value.field == "similarity_search_config.embedding_model"
+    assert "Hugging Face has no such model" in str(raised.value)
+    assert hub_without_models == [
+        "/api/models/sentence-transformers/no-such-embedding-model-3f9c",
+        "/api/models/no-such-embedding-model-3f9c",
+    ]
