@@ -496,12 +496,17 @@ def _hub_repos(model: str) -> list[str]:
 def _check_hub_has(model: str) -> None:
     """One request per candidate repo, no retries; raises unless Hugging Face has the model."""
     from huggingface_hub import model_info
-    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
 
     for repo in _hub_repos(model):
         try:
             model_info(repo, timeout=_HUB_PROBE_TIMEOUT_SECONDS)
             return
+        except GatedRepoError:
+            raise FailedPrecondition(
+                _unavailable(model, f"{repo} is gated: set HF_TOKEN to a token granted access"),
+                field=_EMBEDDING_MODEL_FIELD,
+            ) from None
         except (RepositoryNotFoundError, HFValidationError):
             continue
         except Exception as exc:  # whatever the network error of huggingface_hub's HTTP client

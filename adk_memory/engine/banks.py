@@ -55,8 +55,11 @@ def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfi
 def _check_generation_model(
     generation: types.ReasoningEngineContextSpecMemoryBankConfigGenerationConfig | None,
 ) -> None:
-    """Resolves the model name offline (a stored bank's name is checked only when it changes:
-    a class registered in another process need not resolve here)."""
+    """Resolves the model name offline.
+
+    A stored bank's model is checked only when an update changes it: a class registered in
+    another process need not resolve in this one.
+    """
     if generation is not None and generation.model:
         check_model_name(generation.model)
 

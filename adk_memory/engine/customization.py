@@ -72,7 +72,7 @@ def _topic_labels(
         label = _topic_label(topic, where=f"{where}[{index}]")
         if label in labels:
             raise InvalidArgument(
-                f"{where}[{index}] repeats the topic {label!r}; topic filters and the model's "
+                f"{where}[{index}] repeats the topic {label[:40]!r}; topic filters and the model's "
                 "labels would be ambiguous. Give each topic once, with a distinct label.",
                 field=f"{where}[{index}]",
             )
@@ -96,10 +96,10 @@ def _topic_label(topic: types.MemoryBankCustomizationConfigMemoryTopic, *, where
                 "the model each custom topic's label and what to extract for it.",
                 field=f"{where}.custom_memory_topic.{part}",
             )
-    label = (custom.label or "").strip()
-    if label.upper() in types.MANAGED_TOPIC_NAMES:
+    label = custom.label or ""
+    if label.strip().upper() in types.MANAGED_TOPIC_NAMES:
         raise InvalidArgument(
-            f"{where}.custom_memory_topic.label {label!r} is the name of a managed topic; use "
+            f"{where}.custom_memory_topic.label {label[:40]!r} is the name of a managed topic; use "
             "managed_memory_topic for it, or choose another label.",
             field=f"{where}.custom_memory_topic.label",
         )
@@ -166,7 +166,7 @@ def _check_example_topics(
         label = ref.managed or ref.custom or ""
         if label not in labels:
             raise InvalidArgument(
-                f"{where}[{index}]: the config has no topic {label!r}; its topics are "
+                f"{where}[{index}]: the config has no topic {label[:40]!r}; its topics are "
                 f"{', '.join(sorted(labels))}.",
                 field=f"{where}[{index}]",
             )

@@ -38,7 +38,8 @@ def _managed(name: str) -> dict[str, Any]:
 
 def _custom(label: str | None, description: str | None = "What to extract.") -> dict[str, Any]:
     topic = {"label": label, "description": description}
-    return {"custom_memory_topic": {key: value for key, value in topic.items() if value is not None}}
+    given = {key: value for key, value in topic.items() if value is not None}
+    return {"custom_memory_topic": given}
 
 
 def _event(text: str) -> dict[str, Any]:
@@ -55,6 +56,8 @@ def _example(
 
 
 _JARGON = _custom("jargon", "Jargon the user uses.")
+_MANAGED_PREFERENCES = {"managed_memory_topic": "USER_PREFERENCES"}
+_CUSTOM_JARGON = {"custom_memory_topic_label": "jargon"}
 
 INVALID_BANK_CONFIGS: list[InvalidBankConfig] = [
     InvalidBankConfig(
@@ -132,7 +135,7 @@ INVALID_BANK_CONFIGS: list[InvalidBankConfig] = [
             generate_memories_examples=[
                 _example(
                     [_event("I like tea.")],
-                    [{"fact": "I like tea.", "topics": [{"managed_memory_topic": "USER_PREFERENCES"}]}],
+                    [{"fact": "I like tea.", "topics": [_MANAGED_PREFERENCES]}],
                 )
             ],
         ),
@@ -144,7 +147,7 @@ INVALID_BANK_CONFIGS: list[InvalidBankConfig] = [
             generate_memories_examples=[
                 _example(
                     [_event("Ship it.")],
-                    [{"fact": "I say ship it.", "topics": [{"custom_memory_topic_label": "jargon"}]}],
+                    [{"fact": "I say ship it.", "topics": [_CUSTOM_JARGON]}],
                 )
             ],
         ),
@@ -174,9 +177,7 @@ INVALID_BANK_CONFIGS: list[InvalidBankConfig] = [
             "structured_memory_configs": [
                 {
                     "scope_keys": ["a", "b", "c", "d", "e", "f"],
-                    "schema_configs": [
-                        {"id": "profile", "memory_schema": {"type": "object"}}
-                    ],
+                    "schema_configs": [{"id": "profile", "memory_schema": {"type": "object"}}],
                 }
             ]
         },

@@ -2,7 +2,7 @@
 
 Every config of `adk_memory.testing.bank_configs.INVALID_BANK_CONFIGS` is `InvalidArgument`
 naming its field, and a refused update leaves the stored bank as it was. The boundaries just
-inside each rule are accepted. The REST side of the same list is tests/server/test_sdk_bank_rules.py.
+inside each rule are accepted. The REST side of the same list: tests/server/test_sdk_bank_rules.py.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from adk_memory.types import MANAGED_TOPIC_NAMES
 pytestmark = pytest.mark.filterwarnings("ignore:.* is not a valid .*:UserWarning")
 
 CASES = [pytest.param(case, id=case.id) for case in INVALID_BANK_CONFIGS]
+JARGON, PREFERENCES = "jargon", "USER_PREFERENCES"
 VALID_EDGES: dict[str, dict[str, Any]] = {
     "five-scope-keys": {"scope_keys": ["a", "b", "c", "d", "e"]},
     "one-revision": {"consolidation_config": {"revisions_per_candidate_count": 1}},
@@ -39,8 +40,8 @@ VALID_EDGES: dict[str, dict[str, Any]] = {
                     "events": [{"content": {"role": "user", "parts": [{"text": "Ship it!"}]}}]
                 },
                 "generated_memories": [
-                    {"fact": "I say 'ship it'.", "topics": [{"custom_memory_topic_label": "jargon"}]},
-                    {"fact": "I like tea.", "topics": [{"managed_memory_topic": "USER_PREFERENCES"}]},
+                    {"fact": "I say 'ship it'.", "topics": [{"custom_memory_topic_label": JARGON}]},
+                    {"fact": "I like tea.", "topics": [{"managed_memory_topic": PREFERENCES}]},
                 ],
             }
         ],
@@ -173,7 +174,9 @@ def test_filters_prompts_and_configs_agree_on_the_managed_topics(
         parse_filter(f"topics.managed_memory_topic = {name}")
     with pytest.raises(InvalidArgument):
         memory_client.memory_banks.create(
-            managed_semantic_memory_config={"unstructured_memory_configs": [{"memory_topics": [topic]}]}
+            managed_semantic_memory_config={
+                "unstructured_memory_configs": [{"memory_topics": [topic]}]
+            }
         )
     assert list(MANAGED_TOPICS) == list(MANAGED_TOPIC_NAMES)
     for known in MANAGED_TOPIC_NAMES:

@@ -566,7 +566,7 @@ def test_unknown_local_model_with_hf_hub_offline_makes_no_request(
 
 @pytest.fixture
 def hub_without_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """A local stand-in for the Hugging Face API that has no model at all; yields the paths asked."""
+    """A local stand-in for the Hugging Face API that has no model; yields the paths asked."""
     import huggingface_hub.hf_api
 
     asked: list[str] = []
