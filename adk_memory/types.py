@@ -30,6 +30,14 @@ _RENAMED = {
     "consolidation_customization": "consolidation_config",
     "consolidationCustomization": "consolidation_config",
 }
+MANAGED_TOPIC_NAMES: tuple[str, ...] = tuple(
+    member.value
+    for member in _sdk.ManagedTopicEnum
+    if member is not _sdk.ManagedTopicEnum.MANAGED_TOPIC_ENUM_UNSPECIFIED
+)
+"""The managed topics (`ManagedTopicEnum` without UNSPECIFIED, which "should not be used"): the
+one list that bank configs, filters, `allowed_topics`, the prompts and the CLI all check against."""
+
 _TOPIC_LISTS = ("memory_topics", "memoryTopics")
 _MANAGED_KEYS = ("managed_memory_topic", "managedMemoryTopic")
 

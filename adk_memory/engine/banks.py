@@ -15,9 +15,11 @@ from adk_memory import types
 from adk_memory.embeddings import canonical_model_name
 from adk_memory.engine.context import EngineContext, split_config
 from adk_memory.engine.convert import parse_duration, parse_model
+from adk_memory.engine.customization import validate_customization_configs
 from adk_memory.engine.profiles import validate_structured_configs
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
+from adk_memory.generation.model import check_model_name
 from adk_memory.names import Names, new_bank_id
 from adk_memory.store import BankRecord, ScanQuery
 
@@ -29,27 +31,7 @@ _SimilaritySearchConfig = types.ReasoningEngineContextSpecMemoryBankConfigSimila
 
 def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfig) -> None:
     """Raises InvalidArgument for a config Memory Bank would refuse (SPEC §3 "Banks", "TTL")."""
-    seen_key_sets: set[frozenset[str]] = set()
-    for index, customization in enumerate(config.customization_configs or ()):
-        where = f"customization_configs[{index}]"
-        keys = customization.scope_keys or []
-        if len(set(keys)) != len(keys) or any(not key for key in keys):
-            raise InvalidArgument(
-                f"{where}.scope_keys must be unique, non-empty keys.", field=where
-            )
-        key_set = frozenset(keys)
-        if key_set in seen_key_sets:
-            which = "default config (no scope_keys)" if not keys else f"config for {sorted(keys)}"
-            raise InvalidArgument(
-                f"{where}: only one {which} is allowed per bank.", field=f"{where}.scope_keys"
-            )
-        seen_key_sets.add(key_set)
-        consolidation = customization.consolidation_config
-        if consolidation and (consolidation.revisions_per_candidate_count or 1) < 1:
-            raise InvalidArgument(
-                f"{where}.consolidation_config.revisions_per_candidate_count must be >= 1.",
-                field=where,
-            )
+    validate_customization_configs(config.customization_configs)
     validate_structured_configs(config.structured_memory_configs)
     ttl = config.ttl_config
     if ttl is not None:
@@ -68,6 +50,18 @@ def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfi
                 parse_duration(
                     getattr(granular, name), field=f"ttl_config.granular_ttl_config.{name}"
                 )
+
+
+def _check_generation_model(
+    generation: types.ReasoningEngineContextSpecMemoryBankConfigGenerationConfig | None,
+) -> None:
+    """Resolves the model name offline.
+
+    A stored bank's model is checked only when an update changes it: a class registered in
+    another process need not resolve in this one.
+    """
+    if generation is not None and generation.model:
+        check_model_name(generation.model)
 
 
 def _wire_config(managed: Any) -> types.ReasoningEngineContextSpecMemoryBankConfig:
@@ -143,6 +137,7 @@ class BankOps:
         """Validates the config, resolves its embedding model and stores a new bank."""
         config = _wire_config(managed_config)
         validate_bank_config(config)
+        _check_generation_model(config.generation_config)
         _check_display_name(display_name)
         if bank_id is not None:
             Names.parse_bank(f"reasoningEngines/{bank_id}", field="bank_id")
@@ -201,6 +196,8 @@ class BankOps:
         }
         config = types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(merged)
         validate_bank_config(config)
+        if changes.get("generation_config"):
+            _check_generation_model(config.generation_config)
         embedding_model, dimension = bank.record.embedding_model, bank.record.embedding_dimension
         if "similarity_search_config" in changes:
             new_embedder = self._context.embedder(

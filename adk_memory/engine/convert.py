@@ -39,11 +39,6 @@ MAX_METADATA_ENTRIES = 100
 """Most metadata keys on one memory (a documented limit)."""
 M = TypeVar("M", bound=BaseModel)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d{1,9})?)s\s*$")
-_MANAGED_TOPICS = {
-    member.value
-    for member in types.ManagedTopicEnum
-    if member.value != "MANAGED_TOPIC_ENUM_UNSPECIFIED"
-}
 
 
 _WRONG_TYPE = (
@@ -144,10 +139,10 @@ def topics_from_request(
             )
         if managed is not None:
             name = managed.value if hasattr(managed, "value") else str(managed)
-            if name.upper() not in _MANAGED_TOPICS:
+            if name.upper() not in types.MANAGED_TOPIC_NAMES:
                 raise InvalidArgument(
                     f"{where}: unknown managed topic {name[:40]!r}; use one of "
-                    f"{', '.join(sorted(_MANAGED_TOPICS))}.",
+                    f"{', '.join(types.MANAGED_TOPIC_NAMES)}.",
                     field=where,
                 )
             result.append(TopicRef(managed=name.upper()))

@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from adk_memory import types
+from adk_memory.engine.customization import validate_scope_keys
 from adk_memory.errors import InvalidArgument
 from adk_memory.scope import scope_key
 
@@ -76,16 +77,12 @@ def validate_structured_configs(configs: Sequence[types.StructuredMemoryConfig] 
     seen_key_sets: set[frozenset[str]] = set()
     for index, config in enumerate(configs or ()):
         where = f"structured_memory_configs[{index}]"
-        keys = config.scope_keys or []
-        if len(set(keys)) != len(keys) or any(not key for key in keys):
-            raise InvalidArgument(
-                f"{where}.scope_keys must be unique, non-empty keys.", field=where
-            )
-        if frozenset(keys) in seen_key_sets:
+        keys = validate_scope_keys(config.scope_keys, where=where)
+        if keys in seen_key_sets:
             raise InvalidArgument(
                 f"{where}: another structured config has the same scope_keys.", field=where
             )
-        seen_key_sets.add(frozenset(keys))
+        seen_key_sets.add(keys)
         ids: set[str] = set()
         if not config.schema_configs:
             raise InvalidArgument(f"{where}.schema_configs must not be empty.", field=where)

@@ -18,10 +18,17 @@ from typing import Any, TypeVar
 from google.genai import types as genai_types
 from pydantic import BaseModel, ValidationError
 
-from adk_memory.errors import FailedPrecondition, ModelUnavailable
+from adk_memory.errors import FailedPrecondition, InvalidArgument, ModelUnavailable
 from adk_memory.telemetry import llm_span, record_llm_usage
 
-__all__ = ["DEFAULT_MODEL", "CallStats", "ModelAnswerRejected", "call_structured", "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "CallStats",
+    "ModelAnswerRejected",
+    "call_structured",
+    "check_model_name",
+    "resolve_model",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +76,33 @@ def resolve_model(model: Any) -> Any:
         )
     try:
         return LLMRegistry.new_llm(name)
-    except ValueError as exc:
-        raise FailedPrecondition(
-            f"No model backend for {name[:80]!r}: {exc}".split("\n")[0]
-            + " Use a Gemini model name, install litellm for provider/model names, or pass a "
-            "BaseLlm instance.",
-            field="generation_config.model",
-        ) from None
+    except (ValueError, ImportError) as exc:
+        raise FailedPrecondition(_no_backend(name, exc), field="generation_config.model") from None
+
+
+def check_model_name(name: str) -> None:
+    """Raises InvalidArgument unless ADK's `LLMRegistry` resolves `name` to a model class.
+
+    Offline: the registry matches the name against the patterns its classes registered (importing
+    the class's module), and neither builds the model nor calls it, so credentials and the
+    model's existence at the provider are checked only at the first generate.
+    """
+    from google.adk.models.registry import LLMRegistry
+
+    try:
+        LLMRegistry.resolve(name)
+    except (ValueError, ImportError) as exc:
+        raise InvalidArgument(_no_backend(name, exc), field="generation_config.model") from None
+
+
+def _no_backend(name: str, exc: Exception) -> str:
+    return (
+        f"No model backend for generation_config.model {name[:80]!r}: "
+        + str(exc).split("\n")[0]
+        + " Use a Gemini model name (gemini-…, or projects/…/publishers/google/models/gemini-…), "
+        "install litellm for provider/model names, register your BaseLlm class with ADK's "
+        "LLMRegistry, or pass a BaseLlm instance to the client."
+    )
 
 
 async def call_structured(

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from google.genai import types as genai_types
 
+from adk_memory.types import MANAGED_TOPIC_NAMES
+
 __all__ = [
     "MANAGED_TOPICS",
     "Candidate",
@@ -35,7 +37,7 @@ class Topic:
     managed: bool
 
 
-MANAGED_TOPICS: dict[str, str] = {
+_MANAGED_TOPIC_DESCRIPTIONS = {
     "USER_PERSONAL_INFO": (
         "Significant personal information about the user, like names, relationships, hobbies, "
         "important dates. For example: 'I work at Google' or 'My wedding anniversary is on "
@@ -56,6 +58,11 @@ MANAGED_TOPICS: dict[str, str] = {
         "Python'. When the user asks to forget something, mark it with forget=true."
     ),
 }
+
+MANAGED_TOPICS: dict[str, str] = {
+    name: _MANAGED_TOPIC_DESCRIPTIONS[name] for name in MANAGED_TOPIC_NAMES
+}
+"""Each managed topic with its description (a KeyError at import if the enum gains a topic)."""
 
 _BUILT_IN_EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
     "USER_PERSONAL_INFO": (

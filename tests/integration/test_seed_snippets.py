@@ -1358,7 +1358,8 @@ def test_004_scope_level_configs_class_based(client: Client, spelling: str) -> N
     from adk_memory.types import MemoryBankCustomizationConfigMemoryTopic as MemoryTopic
 
     memory_topics = [MemoryTopic(managed_memory_topic={"managed_topic_enum": "USER_PREFERENCES"})]
-    examples = [GenerateMemoriesExample(conversation_source={"events": []}, generated_memories=[])]
+    # The seed's `[...]`, filled with a complete example (one without events is InvalidArgument).
+    examples = [GenerateMemoriesExample(conversation_source={"events": [{"content": {"role": "user", "parts": [{"text": "Thanks, bye."}]}}]}, generated_memories=[])]
 
     from adk_memory.types import MemoryBankCustomizationConfig as CustomizationConfig
 

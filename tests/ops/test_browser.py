@@ -1,15 +1,13 @@
 """The memory browser (`/ui` of `adk-memory serve`), end to end in headless Chromium.
 
-Chromium: `/usr/bin/chromium` (Debian's package) when present; otherwise, only when running as
-root with `CI=true`, the test installs it with apt-get. Anything else fails the test with the
-command to run: a browser test that silently skips is a browser test that never runs.
+Chromium: `/usr/bin/chromium` (Debian's package), which `./run tests` installs when run as root.
+Without it the test fails with the command to run: a browser test that silently skips is a
+browser test that never runs.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ XSS = "<img src=x onerror=\"document.title='pwned'\">"
 
 
 def chromium() -> str:
-    """The Chromium executable, installed with apt-get on CI (as root) when it is missing."""
+    """The Chromium executable; the test fails, saying how to install it, when there is none."""
     for candidate in (
         "/usr/bin/chromium",
         shutil.which("chromium"),
@@ -46,16 +44,10 @@ def chromium() -> str:
     ):
         if candidate and Path(candidate).exists():
             return candidate
-    if os.environ.get("CI") == "true" and hasattr(os, "geteuid") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-            subprocess.run(command, env=env, check=False, capture_output=True, timeout=600)
-        if Path("/usr/bin/chromium").exists():
-            return "/usr/bin/chromium"
     pytest.fail(
-        "The memory-browser test needs Chromium at /usr/bin/chromium. Install it with "
-        "`sudo apt-get install chromium` (Debian/Ubuntu; on CI running as root with CI=true "
-        "the test installs it itself)."
+        "The memory-browser test needs Chromium at /usr/bin/chromium. `./run tests` installs it "
+        "when run as root; otherwise install it with `sudo apt-get install chromium` "
+        "(Debian/Ubuntu)."
     )
 
 

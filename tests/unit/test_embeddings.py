@@ -500,3 +500,113 @@ async def test_local_embedders_share_one_loaded_model() -> None:
     second = await embedder_for(DEFAULT_EMBEDDING_MODEL).embed_documents(["shared weights"])
     assert first == second
     assert LocalEmbedder.loaded_models().count(DEFAULT_EMBEDDING_MODEL) == 1
+
+
+# Unknown local models fail before any download attempt (issue 16, case 10)
+
+UNKNOWN_MODEL = "adk-memory-test/no-such-embedding-model-3f9c"
+
+
+@pytest.fixture
+def hub_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every host name resolved during the test; none resolves (the machine is offline)."""
+    looked_up: list[str] = []
+
+    def offline_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(str(host))
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline_getaddrinfo)
+    return looked_up
+
+
+def assert_lists_the_alternatives(message: str) -> None:
+    assert UNKNOWN_MODEL in message
+    assert f"Offline: {DEFAULT_EMBEDDING_MODEL}" in message
+    assert "hash-<dimension>" in message
+    assert "all-mpnet-base-v2" in message
+    assert "(downloaded from Hugging Face on first use: needs network)" in message
+    assert "gemini-embedding-001 (GOOGLE_API_KEY" in message
+    assert "text-embedding-005" in message and "GOOGLE_GENAI_USE_VERTEXAI=true" in message
+
+
+def test_unknown_local_model_offline_fails_after_one_hub_request(hub_lookups: list[str]) -> None:
+    """Without network, creating a bank on an unknown model asks Hugging Face once, no retries."""
+    from adk_memory import Client
+
+    with Client(uri="memory://") as client, pytest.raises(FailedPrecondition) as raised:
+        client.memory_banks.create(
+            managed_semantic_memory_config={
+                "similarity_search_config": {"embedding_model": UNKNOWN_MODEL}
+            }
+        )
+
+    assert raised.value.field == "similarity_search_config.embedding_model"
+    assert "Hugging Face cannot be reached" in str(raised.value)
+    assert_lists_the_alternatives(str(raised.value))
+    # One request: huggingface_hub's HTTP transport retries a failed connect once, no more.
+    assert hub_lookups in (["huggingface.co"], ["huggingface.co"] * 2), hub_lookups
+
+
+def test_unknown_local_model_with_hf_hub_offline_makes_no_request(
+    hub_lookups: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HF_HUB_OFFLINE: the model is looked up in the local cache only, never on the network."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    with pytest.raises(FailedPrecondition) as raised:
+        _ = LocalEmbedder(UNKNOWN_MODEL).dimension
+
+    assert "HF_HUB_OFFLINE is set" in str(raised.value)
+    assert_lists_the_alternatives(str(raised.value))
+    assert hub_lookups == []
+
+
+@pytest.fixture
+def hub_without_models(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A local stand-in for the Hugging Face API that has no model; yields the paths asked."""
+    import huggingface_hub.hf_api
+
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            asked.append(self.path)
+            data = b'{"error": "Repository not found"}'
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    monkeypatch.setattr(
+        huggingface_hub.hf_api.api, "endpoint", f"http://127.0.0.1:{server.server_address[1]}"
+    )
+    try:
+        yield asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_model_the_hub_does_not_have_is_invalid_argument(hub_without_models: list[str]) -> None:
+    """Both repos sentence-transformers would try are asked for once; nothing is downloaded."""
+    with pytest.raises(InvalidArgument) as raised:
+        _ = LocalEmbedder("no-such-embedding-model-3f9c").dimension
+
+    assert raised.value.field == "similarity_search_config.embedding_model"
+    assert "Hugging Face has no such model" in str(raised.value)
+    assert hub_without_models == [
+        "/api/models/sentence-transformers/no-such-embedding-model-3f9c",
+        "/api/models/no-such-embedding-model-3f9c",
+    ]
