@@ -80,7 +80,7 @@ FilterOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-_SCOPE_KEY = re.compile(r"^[A-Za-z0-9_.:+-]+$")
+_SCOPE_KEY = re.compile(r"[A-Za-z0-9_.:+-]+")
 _MANAGED_TOPICS = frozenset(
     {"USER_PERSONAL_INFO", "USER_PREFERENCES", "KEY_CONVERSATION_DETAILS", "EXPLICIT_INSTRUCTIONS"}
 )
@@ -113,7 +113,7 @@ def _errors(*, interrupt_ok: bool = False) -> Iterator[None]:
     except (typer.Exit, typer.Abort):
         raise
     except AdkMemoryError as exc:
-        _fail(f"{exc.code}: {exc}")
+        _fail(f"{exc.status}: {exc}")
     except KeyboardInterrupt:
         if interrupt_ok:
             return
@@ -232,7 +232,7 @@ def _scope_filter(scope: dict[str, str], user_filter: str | None) -> str | None:
     """`user_filter` AND `scope.KEY = "VALUE"` for each entry (list and purge)."""
     clauses = [f"({user_filter})"] if user_filter and user_filter.strip() else []
     for key, value in scope.items():
-        if not _SCOPE_KEY.match(key):
+        if not _SCOPE_KEY.fullmatch(key):
             raise InvalidArgument(
                 f"The scope key {key[:40]!r} cannot be used in a filter (letters, digits and "
                 "'_.:+-' only); use --filter on other fields instead.",

@@ -84,7 +84,7 @@ the `aiplatform.` prefix. `memories:ingestEvents` needs `memories.generate`,
 _FAMILIES = frozenset(name.split(".")[0] for name in PERMISSIONS)
 _PREFIX = "aiplatform."
 _MIN_KEY_LENGTH = 16
-_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -166,7 +166,7 @@ class ApiKey(BaseModel):
             raise ValueError("set exactly one of key and key_sha256")
         if self.key is not None and len(self.key.get_secret_value()) < _MIN_KEY_LENGTH:
             raise ValueError(f"key must have at least {_MIN_KEY_LENGTH} characters")
-        if self.key_sha256 is not None and not _SHA256_HEX.match(self.key_sha256):
+        if self.key_sha256 is not None and not _SHA256_HEX.fullmatch(self.key_sha256):
             raise ValueError("key_sha256 must be 64 hexadecimal characters")
         return self
 
