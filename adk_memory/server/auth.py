@@ -20,7 +20,12 @@ Permissions may be spelled with or without the `aiplatform.` prefix; `*`, `memor
 error when the file is loaded, so a typo never silently grants nothing. The server checks the
 key this module finds, never the scope: a key limited to a bank sees every scope in it.
 
-This module only decides; the server turns its answers into 401 and 403 responses.
+A server without keys trusts whoever can reach it, so it must refuse what a web page can send
+it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
+rebinding) and, without keys, only requests from its own origin or a configured CORS origin.
+
+`authorize` and `guard` are FastAPI dependencies; the errors they raise become 401, 403 and 400
+responses in the Google envelope.
 """
 
 from __future__ import annotations
@@ -31,8 +36,18 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import Request, Security
+from fastapi.security import (
+    APIKeyHeader,
+    HTTPAuthorizationCredentials,
+    HTTPBearer,
+    SecurityScopes,
+)
 
 from pydantic import (
     BaseModel,
@@ -52,7 +67,10 @@ __all__ = [
     "ApiKey",
     "ApiKeys",
     "Principal",
+    "RequestGuard",
     "authenticate",
+    "authorize",
+    "guard",
     "is_loopback",
     "normalize_permission",
 ]
@@ -308,21 +326,15 @@ class Principal:
             )
 
 
-def authenticate(
-    keys: ApiKeys | None, *, api_key: str | None, authorization: str | None
-) -> Principal:
-    """The caller behind the `x-goog-api-key` or `Authorization: Bearer` header.
+def authenticate(keys: ApiKeys | None, *, api_key: str | None, bearer: str | None) -> Principal:
+    """The caller behind the `x-goog-api-key` header or the `Authorization: Bearer` token.
 
     Raises:
         Unauthenticated: Keys are configured and the request carries none, or an unknown one.
     """
     if keys is None:
         return Principal(None)
-    presented = api_key
-    if not presented and authorization:
-        scheme, _, token = authorization.strip().partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            presented = token.strip()
+    presented = api_key or bearer
     if not presented:
         raise Unauthenticated(
             "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
@@ -333,6 +345,78 @@ def authenticate(
     if key is None:
         raise Unauthenticated("The API key is not valid for this server.")
     return Principal(key)
+
+
+_API_KEY = APIKeyHeader(name="x-goog-api-key", scheme_name="apiKey", auto_error=False)
+_BEARER = HTTPBearer(scheme_name="bearer", auto_error=False)
+
+
+async def authorize(
+    request: Request,
+    required: SecurityScopes,
+    api_key: Annotated[str | None, Security(_API_KEY)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+) -> Principal:
+    """The caller, checked for the route's permission (its one security scope, if any) on the
+    bank in the path; the app's `state.api_keys` holds the keys."""
+    keys: ApiKeys | None = request.app.state.api_keys
+    token = bearer.credentials.strip() if bearer is not None else None
+    principal = authenticate(keys, api_key=api_key, bearer=token or None)
+    request.state.key_label = principal.label
+    permission = required.scopes[0] if required.scopes else None
+    principal.require(permission, request.path_params.get("bank"))
+    return principal
+
+
+@dataclass(frozen=True, slots=True)
+class RequestGuard:
+    """Which `Host` names and browser origins the server answers."""
+
+    allowed_hosts: frozenset[str] | None
+    """Host names served (`*` for any); None: loopback names only without keys, any with keys."""
+    cors_origins: frozenset[str]
+    """Origins (`https://app.example`) whose pages may call the server."""
+    keyless: bool
+    """Whether the server has no keys, so that the origin of a request is all that tells a web
+    page from a local program."""
+
+    def check(self, host: str | None, origin: str | None) -> None:
+        """Raises PermissionDenied for a foreign `Host`, or a foreign `Origin` without keys."""
+        hostname = _hostname(host or "")
+        if self.allowed_hosts is None:
+            allowed = is_loopback(hostname) if self.keyless else True
+        else:
+            allowed = "*" in self.allowed_hosts or hostname in self.allowed_hosts
+        if not allowed:
+            raise PermissionDenied(
+                f"This server does not answer to the host name {hostname[:100]!r} (a page on "
+                "another site can point its own name at this machine). Call it as localhost, "
+                "or allow the name with --allowed-host.",
+                field="host",
+            )
+        if not self.keyless or origin is None or origin in self.cors_origins:
+            return
+        if origin not in (f"http://{host}", f"https://{host}"):
+            raise PermissionDenied(
+                f"This server has no API keys, so it refuses requests from web pages of other "
+                f"origins ({origin[:100]!r}); allow the origin with --cors-origin, or configure "
+                "keys.",
+                field="origin",
+            )
+
+
+def _hostname(host: str) -> str:
+    """`Host` without its port, lowercase; `[::1]:8080` is `::1`."""
+    try:
+        return (urlsplit(f"//{host.strip()}").hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+async def guard(request: Request) -> None:
+    """Applies the app's `state.guard` to a request."""
+    policy: RequestGuard = request.app.state.guard
+    policy.check(request.headers.get("host"), request.headers.get("origin"))
 
 
 def is_loopback(host: str) -> bool:

@@ -1,12 +1,14 @@
 """The REST wire format: request bodies and query strings in, camelCase JSON and errors out.
 
-Bodies are proto3 JSON as the official SDK sends them (reference §1.2): top-level keys in
+FastAPI validates each request into these models (and documents them in `/openapi.json`). Bodies
+are proto3 JSON as the official SDK sends them (reference §1.2): top-level keys in
 camelCase, nested keys in snake_case, and, from older SDKs, camelCase at every level. Each body
 model here accepts both spellings at every level (the SDK's own nested types do, and these
 models use the same alias generator) and forbids unknown fields, so a typo is a 400 that names
 the field instead of a silent no-op. The body of each method is the SDK's config model for that
 method without its client-only fields (`http_options`, `wait_for_completion`) plus the method's
-own fields, so the server accepts exactly what the SDK can send. Nothing here calls the engine.
+own fields, so the server accepts exactly what the SDK can send. Query parameters are models
+too, in both casings. Nothing here calls the engine.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from adk_memory import types
@@ -26,11 +36,14 @@ from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
 __all__ = [
     "BODY_MODELS",
     "CreateMemoryBody",
+    "CreateMemoryQuery",
     "DeleteBankBody",
+    "DeleteBankQuery",
     "ErrorEnvelope",
     "GenerateMemoriesBody",
     "IngestEventsBody",
     "ListReasoningEnginesResponse",
+    "PageQuery",
     "PayloadTooLarge",
     "PurgeMemoriesBody",
     "ReasoningEngineBody",
@@ -38,18 +51,17 @@ __all__ = [
     "RetrieveMemoriesBody",
     "RetrieveProfilesBody",
     "RollbackMemoryBody",
+    "UnsupportedMediaType",
+    "UpdateBankQuery",
     "UpdateMemoryBody",
+    "UpdateMemoryQuery",
     "error_envelope",
+    "invalid_request",
     "mask_bank_update",
-    "parse_body",
-    "query_bool",
-    "query_int",
-    "query_str",
+    "page",
     "reasoning_engine_json",
     "to_json",
 ]
-
-M = TypeVar("M", bound=BaseModel)
 
 _CLIENT_ONLY = frozenset({"http_options", "wait_for_completion"})
 """Config fields the SDK keeps on the client and never sends (reference §1.2)."""
@@ -58,13 +70,43 @@ _CLIENT_ONLY = frozenset({"http_options", "wait_for_completion"})
 class PayloadTooLarge(InvalidArgument):
     """The request body is larger than the server accepts."""
 
-    http_status = 413
+    code = 413
+
+
+class UnsupportedMediaType(InvalidArgument):
+    """The request body is not JSON (a form, text/plain, …)."""
+
+    code = 415
 
 
 class _Wire(BaseModel):
-    """Both casings in at every level, unknown fields refused."""
+    """Both casings in at every level, unknown fields refused, only storable text."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _only_text(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        try:  # JSON may escape a lone surrogate ("\ud800"), which is not text anything can store
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a string is not valid Unicode (a lone surrogate such as \\ud800); send UTF-8 "
+                "text"
+            ) from None
+        except RecursionError:
+            raise ValueError("the body is nested too deeply") from None
+        except (TypeError, ValueError):
+            pass  # not JSON data (a model instance): nothing came off the wire
+        try:
+            return handler(data)
+        except (AttributeError, TypeError):
+            # google-genai's enums look a non-string value up with `.upper()`; the AttributeError
+            # this raises is not turned into a ValidationError.
+            raise ValueError(
+                "a value has the wrong type: an enum field takes one of its names as a string, "
+                "and lists and objects go only where the API reference shows them"
+            ) from None
 
 
 def _body(
@@ -252,109 +294,72 @@ class ErrorEnvelope(_Wire):
     error: _Status
 
 
-# Parsing
+# Query parameters
 
 
-def parse_body(model: type[M], raw: bytes) -> M:
-    """The JSON object in `raw` validated into `model`; an empty body is `{}`.
+class _Query(BaseModel):
+    """Query parameters in camelCase or snake_case; an empty value is no value."""
 
-    Raises:
-        InvalidArgument: The body is not a JSON object of Unicode text, or a field is wrong; the
-            message and `field` name the field as the request spelled it.
-    """
-    data: Any = {}
-    if raw.strip():
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(
-                f"The request body is not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                f"{exc.msg}.",
-                field="body",
-            ) from None
-        except (RecursionError, UnicodeDecodeError):
-            raise InvalidArgument(
-                "The request body is not valid UTF-8 JSON.", field="body"
-            ) from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("The request body must be a JSON object.", field="body")
-    try:  # JSON may escape a lone surrogate ("\ud800"), which is not text anything can store
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument(
-            "The request body holds a string that is not valid Unicode (a lone surrogate such "
-            "as \\ud800); send UTF-8 text.",
-            field="body",
-        ) from None
-    except RecursionError:
-        raise InvalidArgument("The request body is nested too deeply.", field="body") from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise _invalid(exc) from None
-    except (AttributeError, TypeError):
-        # google-genai's enums look a non-string value up with `.upper()`; the AttributeError
-        # this raises is not turned into a ValidationError.
-        raise InvalidArgument(
-            "The request body holds a value of the wrong type: an enum field takes one of its "
-            "names as a string, and lists and objects go only where the API reference shows them.",
-            field="body",
-        ) from None
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
-def _invalid(exc: ValidationError) -> InvalidArgument:
-    first = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in first["loc"]) or "body"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
+class PageQuery(_Query):
+    """`pageSize`, `pageToken`, `filter` and `orderBy` of a list."""
+
+    page_size: int | None = None
+    page_token: str | None = None
+    filter: str | None = None
+    order_by: str | None = None
+
+
+class CreateMemoryQuery(_Query):
+    """`memoryId`: the id to give the new memory (a letter first)."""
+
+    memory_id: str | None = None
+
+
+class UpdateBankQuery(_Query):
+    """`updateMask`: the fields to change, comma-separated."""
+
+    update_mask: str | None = None
+
+
+class UpdateMemoryQuery(UpdateBankQuery):
+    """`updateMask` and `memoryId`."""
+
+    memory_id: str | None = None
+
+
+class DeleteBankQuery(_Query):
+    """`force`: delete the bank's memories too."""
+
+    force: bool | None = None
+
+
+def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
+    """The InvalidArgument for FastAPI's validation errors, naming the first bad field."""
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    where = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc) or "body"
+    kind, message = first.get("type"), first.get("msg", "invalid")
+    if kind == "json_invalid":
+        error = first.get("ctx", {}).get("error", "")
+        return InvalidArgument(f"The request body is not valid JSON: {error}.", field="body")
+    if kind == "extra_forbidden":
         message = "unknown field; check its spelling against the API reference"
-    elif first["type"] == "missing":
-        message = "this field is required"
-    more = exc.error_count() - 1
-    suffix = (
-        f" ({more} more problem{'s' if more > 1 else ''} after fixing this one)" if more > 0 else ""
-    )
+    elif kind == "missing":
+        message = "this field is required" if loc[1:] else "the request needs a JSON body"
+    elif kind == "model_attributes_type":
+        message = "expected a JSON object"
+    message = message.removeprefix("Value error, ")
+    more = len(errors) - 1
+    suffix = f" ({more} more problem{'s' if more > 1 else ''} after fixing this one)" if more else ""
     return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
-
-
-def _lookup(query: Mapping[str, str], name: str) -> str | None:
-    """A query parameter by its camelCase name, or its snake_case spelling."""
-    if name in query:
-        return query[name]
-    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-    return query.get(snake)
-
-
-def query_str(query: Mapping[str, str], name: str) -> str | None:
-    """A string query parameter (camelCase or snake_case), None when absent or empty."""
-    value = _lookup(query, name)
-    return value if value else None
-
-
-def query_int(query: Mapping[str, str], name: str) -> int | None:
-    """An integer query parameter; InvalidArgument naming it when it is not one."""
-    value = _lookup(query, name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgument(
-            f"Invalid value at '{name}': expected an integer.", field=name
-        ) from None
-
-
-def query_bool(query: Mapping[str, str], name: str) -> bool | None:
-    """A boolean query parameter (`true`/`false`/`1`/`0`)."""
-    value = _lookup(query, name)
-    if value is None or value == "":
-        return None
-    lowered = value.lower()
-    if lowered in ("true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise InvalidArgument(f"Invalid value at '{name}': expected true or false.", field=name)
 
 
 def _snake(path: str) -> str:
@@ -431,11 +436,21 @@ def to_json(model: BaseModel) -> dict[str, Any]:
     return payload
 
 
+def page(key: str, items: Sequence[BaseModel], next_page_token: str | None) -> dict[str, Any]:
+    """One page of a list: `{key: [...], "nextPageToken": ...}`."""
+    payload: dict[str, Any] = {key: [to_json(item) for item in items]}
+    if next_page_token:
+        payload["nextPageToken"] = next_page_token
+    return payload
+
+
 def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
     """The ReasoningEngine JSON of a bank, as the REST API returns banks.
 
     `contextSpec.memoryBankConfig` is always present (the SDK crashes on a `contextSpec`
-    without it, reference §2.15), and the customization list is `customizationConfigs`.
+    without it, reference §2.15), the customization list is `customizationConfigs`, and a
+    schema config's schema is `schema`, the name the SDK reads (its model calls it
+    `memory_schema`, whose alias `memorySchema` the SDK's converter would drop).
     """
     managed = bank.managed_semantic_memory_config
     data = managed.model_dump(exclude_none=True) if managed is not None else {}
@@ -452,18 +467,18 @@ def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
         ),
     )
     payload = to_json(engine)
-    payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
+    config = payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
+    for structured in config.get("structuredMemoryConfigs", []):
+        for schema_config in structured.get("schemaConfigs", []):
+            if "memorySchema" in schema_config:
+                schema_config["schema"] = schema_config.pop("memorySchema")
     return payload
 
 
 def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
     """The Google error envelope for an error, with a BadRequest field violation if it names one."""
-    status: dict[str, Any] = {
-        "code": error.http_status,
-        "message": error.message,
-        "status": error.code,
-    }
-    if error.field and error.http_status in (400, 413):
+    status: dict[str, Any] = {"code": error.code, "message": error.message, "status": error.status}
+    if error.field and error.code in (400, 413, 415):
         status["details"] = [
             {
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
