@@ -69,6 +69,14 @@ def _client(request: Request) -> AsyncClient:
     return client
 
 
+def _bank_name(bank: str) -> str:
+    return f"reasoningEngines/{bank}"
+
+
+def _memory_name(bank: str, memory: str) -> str:
+    return f"reasoningEngines/{bank}/memories/{memory}"
+
+
 def _json_only(request: Request) -> None:
     """Refuses a body that is not JSON: a web page can send text/plain without a preflight."""
     declared = request.headers.get("content-type")
@@ -87,80 +95,77 @@ def _json_only(request: Request) -> None:
         )
 
 
-def _permission(name: str | None) -> Any:
-    return Security(authorize, scopes=[name] if name else [])
-
-
 Client = Annotated[AsyncClient, Depends(_client)]
+Bank = Annotated[str, Depends(_bank_name)]
+"""The bank of the path, as `reasoningEngines/{bank}`."""
+Memory = Annotated[str, Depends(_memory_name)]
+"""The memory of the path, as `reasoningEngines/{bank}/memories/{memory}`."""
 Page = Annotated[wire.PageQuery, Query()]
-_BANK = "/reasoningEngines/{bank}"
-_MEMORY = f"{_BANK}/memories/{{memory}}"
 
 router = APIRouter(dependencies=[Depends(_json_only)], strict_content_type=False)
+_BANK = "/reasoningEngines/{bank}"
+_MEMORY = f"{_BANK}/memories/{{memory}}"
+_OPERATION = "/operations/{operation}"
+
+
+def _permission(name: str | None) -> Any:
+    return Security(authorize, scopes=[name] if name else [])
 
 
 def _route(
     method: str,
     path: str,
     permission: str | None,
-    operation_id: str,
-    summary: str,
     response: type[BaseModel],
+    operation_id: str | None = None,
 ) -> Any:
-    """Registers a handler on `router`: its permission, OpenAPI name and documented response."""
+    """Registers a handler on `router` with its permission (None: any on the bank), its
+    operation id (the permission's name by default) and its documented response."""
+    operation_id = operation_id or str(permission)
     return router.api_route(
         path,
         methods=[method],
         operation_id=operation_id,
-        summary=summary,
         tags=[operation_id.split(".")[0]],
         dependencies=[_permission(permission)],
         response_model=None,
         responses={200: {"model": response}, "default": {"model": wire.ErrorEnvelope}},
-        openapi_extra={
-            "x-permission": f"aiplatform.{permission}"
-            if permission
-            else "any permission on the bank"
-        },
+        openapi_extra={"x-permission": f"aiplatform.{permission}" if permission else "any"},
     )
-
-
-def _bank_name(bank: str) -> str:
-    return f"reasoningEngines/{bank}"
-
-
-def _memory_name(bank: str, memory: str) -> str:
-    return f"reasoningEngines/{bank}/memories/{memory}"
 
 
 def _json(model: BaseModel) -> JSONResponse:
     return JSONResponse(wire.to_json(model))
 
 
-async def _bank_operation(client: AsyncClient, bank: types.MemoryBank) -> JSONResponse:
-    operation = await client.operations.record_bank(bank)
-    response = wire.reasoning_engine_json(bank)
-    return JSONResponse({"name": operation.name, "done": True, "response": response})
-
-
-def _config(body: BaseModel, *own: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the method's own fields, the rest as its config) of a body, None fields left out."""
+def _split(body: BaseModel, *own: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the method's own arguments, the rest as its config) of a body; None fields left out."""
     values = body.model_dump(exclude_none=True)
     return {name: values.pop(name) for name in own if name in values}, values
 
 
-# Banks
+async def _bank_operation(client: AsyncClient, bank: types.MemoryBank) -> JSONResponse:
+    operation = await client.operations.record_bank(bank)
+    payload = {"name": operation.name, "done": True}
+    return JSONResponse({**payload, "response": wire.reasoning_engine_json(bank)})
 
 
-@_route(
-    "POST",
-    "/reasoningEngines",
-    "reasoningEngines.create",
-    "memoryBanks.create",
-    "Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig).",
-    wire.ReasoningEngineOperation,
-)
+async def _operation(client: AsyncClient, name: str) -> JSONResponse:
+    operation = await client.operations.get(name)
+    payload = wire.to_json(operation)
+    if isinstance(operation, types.MemoryBankOperation) and isinstance(
+        operation.response, types.MemoryBank
+    ):
+        payload["response"] = wire.reasoning_engine_json(operation.response)
+    return JSONResponse(payload)
+
+
+R = "reasoningEngines"
+
+
+@_route("POST", f"/{R}", f"{R}.create", wire.ReasoningEngineOperation, "memoryBanks.create")
 async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Response:
+    """Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig)."""
     body.refuse_unsupported()
     bank = await client.memory_banks.create(
         managed_semantic_memory_config=body.bank_config,
@@ -169,164 +174,104 @@ async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Respons
     return await _bank_operation(client, bank)
 
 
-@_route(
-    "GET",
-    "/reasoningEngines",
-    "reasoningEngines.list",
-    "memoryBanks.list",
-    "List memory banks.",
-    wire.ListReasoningEnginesResponse,
-)
+@_route("GET", f"/{R}", f"{R}.list", wire.ListReasoningEnginesResponse, "memoryBanks.list")
 async def list_banks(
-    client: Client,
-    query: Page,
-    principal: Annotated[Principal, _permission("reasoningEngines.list")],
+    client: Client, query: Page, principal: Annotated[Principal, _permission(f"{R}.list")]
 ) -> Response:
+    """List the memory banks the key may use."""
     if query.filter:
         raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
-    pager = await client.memory_banks.list(
-        config={"page_size": query.page_size, "page_token": query.page_token}
-    )
-    banks = [
-        wire.reasoning_engine_json(bank)
-        for bank in pager.page
-        if principal.may_use_bank(Names.parse_bank(bank.name or ""))
-    ]
-    payload: dict[str, Any] = {"reasoningEngines": banks}
-    if pager.next_page_token:
-        payload["nextPageToken"] = pager.next_page_token
+    config = {"page_size": query.page_size, "page_token": query.page_token}
+    pager = await client.memory_banks.list(config=config)
+    banks = [b for b in pager.page if principal.may_use_bank(Names.parse_bank(b.name or ""))]
+    payload = wire.page(R, [], pager.next_page_token)
+    payload[R] = [wire.reasoning_engine_json(bank) for bank in banks]
     return JSONResponse(payload)
 
 
-@_route(
-    "GET",
-    _BANK,
-    "reasoningEngines.get",
-    "memoryBanks.get",
-    "Get a memory bank.",
-    types.ReasoningEngine,
-)
-async def get_bank(client: Client, bank: str) -> Response:
-    return JSONResponse(
-        wire.reasoning_engine_json(await client.memory_banks.get(name=_bank_name(bank)))
-    )
+@_route("GET", _BANK, f"{R}.get", types.ReasoningEngine, "memoryBanks.get")
+async def get_bank(client: Client, bank: Bank) -> Response:
+    """Get a memory bank."""
+    return JSONResponse(wire.reasoning_engine_json(await client.memory_banks.get(name=bank)))
 
 
-@_route(
-    "PATCH",
-    _BANK,
-    "reasoningEngines.update",
-    "memoryBanks.update",
-    "Update a memory bank; without updateMask the non-empty fields given are merged.",
-    wire.ReasoningEngineOperation,
-)
+@_route("PATCH", _BANK, f"{R}.update", wire.ReasoningEngineOperation, "memoryBanks.update")
 async def update_bank(
     client: Client,
-    bank: str,
+    bank: Bank,
     body: wire.ReasoningEngineBody,
     query: Annotated[wire.UpdateBankQuery, Query()],
 ) -> Response:
+    """Update a memory bank; without updateMask the non-empty fields given are merged."""
     body.refuse_unsupported()
     body = wire.mask_bank_update(body, query.update_mask)
     updated = await client.memory_banks.update(
-        name=_bank_name(bank),
+        name=bank,
         managed_semantic_memory_config=body.bank_config,
         config={"display_name": body.display_name, "description": body.description},
     )
     return await _bank_operation(client, updated)
 
 
-@_route(
-    "DELETE",
-    _BANK,
-    "reasoningEngines.delete",
-    "memoryBanks.delete",
-    "Delete a memory bank; one that holds memories needs force (in the body or the query).",
-    types.DeleteMemoryBankOperation,
-)
+@_route("DELETE", _BANK, f"{R}.delete", types.DeleteMemoryBankOperation, "memoryBanks.delete")
 async def delete_bank(
     client: Client,
-    bank: str,
+    bank: Bank,
     query: Annotated[wire.DeleteBankQuery, Query()],
     body: wire.DeleteBankBody | None = None,
 ) -> Response:
+    """Delete a memory bank; one that holds memories needs force (in the body or the query)."""
     force = body.force if body is not None and body.force is not None else query.force
-    return _json(await client.memory_banks.delete(name=_bank_name(bank), force=force))
-
-
-# Memories of a bank
+    return _json(await client.memory_banks.delete(name=bank, force=force))
 
 
 @_route(
-    "POST",
-    f"{_BANK}/memories",
-    "memories.create",
-    "memories.create",
-    "Create a memory.",
-    types.MemoryOperation,
+    "GET", _BANK + _OPERATION, None, types.MemoryBankOperation, "operations.getBank"
 )
+async def get_bank_operation(client: Client, bank: Bank, operation: str) -> Response:
+    """Get an operation of a bank (generate, purge, ingestEvents, create, update)."""
+    return await _operation(client, f"{bank}/operations/{operation}")
+
+
+@_route("POST", f"{_BANK}/memories", "memories.create", types.MemoryOperation)
 async def create_memory(
     client: Client,
-    bank: str,
+    bank: Bank,
     body: wire.CreateMemoryBody,
     query: Annotated[wire.CreateMemoryQuery, Query()],
 ) -> Response:
-    own, config = _config(body, "fact", "scope")
+    """Create a memory."""
+    own, config = _split(body, "fact", "scope")
     config["memory_id"] = query.memory_id
-    return _json(
-        await client.memory_banks.memories.create(name=_bank_name(bank), **own, config=config)
-    )
+    return _json(await client.memory_banks.memories.create(name=bank, **own, config=config))
 
 
-@_route(
-    "GET",
-    f"{_BANK}/memories",
-    "memories.list",
-    "memories.list",
-    "List memories.",
-    types.ListMemoriesResponse,
-)
-async def list_memories(client: Client, bank: str, query: Page) -> Response:
-    pager = await client.memory_banks.memories.list(
-        name=_bank_name(bank), config=query.model_dump(exclude_none=True)
-    )
+@_route("GET", f"{_BANK}/memories", "memories.list", types.ListMemoriesResponse)
+async def list_memories(client: Client, bank: Bank, query: Page) -> Response:
+    """List memories."""
+    config = query.model_dump(exclude_none=True)
+    pager = await client.memory_banks.memories.list(name=bank, config=config)
     return JSONResponse(wire.page("memories", pager.page, pager.next_page_token))
 
 
 @_route(
-    "POST",
-    f"{_BANK}/memories:generate",
-    "memories.generate",
-    "memories.generate",
-    "Generate memories from a session, contents or memories (a done operation).",
-    types.GenerateMemoriesOperation,
+    "POST", f"{_BANK}/memories:generate", "memories.generate", types.GenerateMemoriesOperation
 )
-async def generate(client: Client, bank: str, body: wire.GenerateMemoriesBody) -> Response:
-    own, config = _config(
-        body,
-        "vertex_session_source",
-        "direct_contents_source",
-        "direct_memories_source",
-        "scope",
+async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) -> Response:
+    """Generate memories from a session, contents or memories (a done operation)."""
+    own, config = _split(
+        body, "vertex_session_source", "direct_contents_source", "direct_memories_source", "scope"
     )
-    return _json(
-        await client.memory_banks.memories.generate(name=_bank_name(bank), **own, config=config)
-    )
+    return _json(await client.memory_banks.memories.generate(name=bank, **own, config=config))
 
 
 @_route(
-    "POST",
-    f"{_BANK}/memories:retrieve",
-    "memories.retrieve",
-    "memories.retrieve",
-    "Retrieve the memories of one scope (similarity search, or all, or pages).",
-    types.RetrieveMemoriesResponse,
+    "POST", f"{_BANK}/memories:retrieve", "memories.retrieve", types.RetrieveMemoriesResponse
 )
-async def retrieve(client: Client, bank: str, body: wire.RetrieveMemoriesBody) -> Response:
-    own, config = _config(body, "scope", "similarity_search_params", "simple_retrieval_params")
-    pager = await client.memory_banks.memories.retrieve(
-        name=_bank_name(bank), **own, config=config
-    )
+async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) -> Response:
+    """Retrieve the memories of one scope (similarity search, or all, or pages)."""
+    own, config = _split(body, "scope", "similarity_search_params", "simple_retrieval_params")
+    pager = await client.memory_banks.memories.retrieve(name=bank, **own, config=config)
     return JSONResponse(wire.page("retrievedMemories", pager.page, pager.next_page_token))
 
 
@@ -334,156 +279,104 @@ async def retrieve(client: Client, bank: str, body: wire.RetrieveMemoriesBody) -
     "POST",
     f"{_BANK}/memories:retrieveProfiles",
     "memories.retrieve",
-    "memories.retrieveProfiles",
-    "Retrieve the structured profiles of one scope.",
     types.RetrieveProfilesResponse,
+    "memories.retrieveProfiles",
 )
 async def retrieve_profiles(
-    client: Client, bank: str, body: wire.RetrieveProfilesBody
+    client: Client, bank: Bank, body: wire.RetrieveProfilesBody
 ) -> Response:
-    own, config = _config(body, "scope")
-    return _json(
-        await client.memory_banks.memories.retrieve_profiles(
-            name=_bank_name(bank), **own, config=config
-        )
-    )
+    """Retrieve the structured profiles of one scope."""
+    own, config = _split(body, "scope")
+    memories = client.memory_banks.memories
+    return _json(await memories.retrieve_profiles(name=bank, **own, config=config))
 
 
 @_route(
     "POST",
     f"{_BANK}/memories:purge",
     "memories.delete",
-    "memories.purge",
-    "Count (force=false) or delete (force=true) the memories the filters select.",
     types.PurgeMemoriesOperation,
+    "memories.purge",
 )
-async def purge(client: Client, bank: str, body: wire.PurgeMemoriesBody) -> Response:
-    own, config = _config(body, "filter", "filter_groups", "force")
+async def purge(client: Client, bank: Bank, body: wire.PurgeMemoriesBody) -> Response:
+    """Count (force=false) or delete (force=true) the memories the filters select."""
+    own, config = _split(body, "filter", "filter_groups", "force")
     own["force"] = bool(own.get("force", False))
-    return _json(
-        await client.memory_banks.memories.purge(name=_bank_name(bank), **own, config=config)
-    )
+    return _json(await client.memory_banks.memories.purge(name=bank, **own, config=config))
 
 
 @_route(
     "POST",
     f"{_BANK}/memories:ingestEvents",
     "memories.generate",
-    "memoryBanks.ingestEvents",
-    "Append events to a stream; memories are generated when its trigger fires.",
     types.MemoryBankIngestEventsOperation,
+    "memoryBanks.ingestEvents",
 )
-async def ingest_events(client: Client, bank: str, body: wire.IngestEventsBody) -> Response:
-    own, config = _config(
+async def ingest_events(client: Client, bank: Bank, body: wire.IngestEventsBody) -> Response:
+    """Append events to a stream; memories are generated when its trigger fires."""
+    own, config = _split(
         body, "scope", "stream_id", "direct_contents_source", "generation_trigger_config"
     )
-    return _json(
-        await client.memory_banks.ingest_events(name=_bank_name(bank), **own, config=config)
-    )
+    return _json(await client.memory_banks.ingest_events(name=bank, **own, config=config))
 
 
-@_route(
-    "GET",
-    f"{_BANK}/operations/{{operation}}",
-    None,
-    "operations.getBank",
-    "Get an operation of a bank (generate, purge, ingestEvents, create, update).",
-    types.MemoryBankOperation,
-)
-async def get_bank_operation(client: Client, bank: str, operation: str) -> Response:
-    return await _operation(client, f"{_bank_name(bank)}/operations/{operation}")
+@_route("GET", _MEMORY, "memories.get", types.Memory)
+async def get_memory(client: Client, memory: Memory) -> Response:
+    """Get a memory."""
+    return _json(await client.memory_banks.memories.get(name=memory))
 
 
-# One memory
-
-
-@_route("GET", _MEMORY, "memories.get", "memories.get", "Get a memory.", types.Memory)
-async def get_memory(client: Client, bank: str, memory: str) -> Response:
-    return _json(await client.memory_banks.memories.get(name=_memory_name(bank, memory)))
-
-
-@_route(
-    "PATCH",
-    _MEMORY,
-    "memories.update",
-    "memories.update",
-    "Update a memory (the masked fields, or every field given).",
-    types.MemoryOperation,
-)
+@_route("PATCH", _MEMORY, "memories.update", types.MemoryOperation)
 async def update_memory(
     client: Client,
-    bank: str,
-    memory: str,
+    memory: Memory,
     body: wire.UpdateMemoryBody,
     query: Annotated[wire.UpdateMemoryQuery, Query()],
 ) -> Response:
-    own, config = _config(body, "fact", "scope")
+    """Update a memory (the masked fields, or every field given)."""
+    own, config = _split(body, "fact", "scope")
     config.update(update_mask=query.update_mask, memory_id=query.memory_id)
-    return _json(
-        await client.memory_banks.memories.update(
-            name=_memory_name(bank, memory), **own, config=config
-        )
-    )
+    return _json(await client.memory_banks.memories.update(name=memory, **own, config=config))
 
 
-@_route(
-    "DELETE",
-    _MEMORY,
-    "memories.delete",
-    "memories.delete",
-    "Delete a memory; its revisions remain until they expire.",
-    types.DeleteMemoryOperation,
-)
-async def delete_memory(client: Client, bank: str, memory: str) -> Response:
-    return _json(await client.memory_banks.memories.delete(name=_memory_name(bank, memory)))
+@_route("DELETE", _MEMORY, "memories.delete", types.DeleteMemoryOperation)
+async def delete_memory(client: Client, memory: Memory) -> Response:
+    """Delete a memory; its revisions remain until they expire."""
+    return _json(await client.memory_banks.memories.delete(name=memory))
 
 
 @_route(
     "POST",
     f"{_MEMORY}:rollback",
     "memoryRevisions.rollback",
-    "memories.rollback",
-    "Restore a revision of a memory (recreating a deleted one).",
     types.RollbackMemoryOperation,
+    "memories.rollback",
 )
-async def rollback(
-    client: Client, bank: str, memory: str, body: wire.RollbackMemoryBody
-) -> Response:
-    own, config = _config(body, "target_revision_id")
-    return _json(
-        await client.memory_banks.memories.rollback(
-            name=_memory_name(bank, memory), **own, config=config
-        )
-    )
+async def rollback(client: Client, memory: Memory, body: wire.RollbackMemoryBody) -> Response:
+    """Restore a revision of a memory (recreating a deleted one)."""
+    own, config = _split(body, "target_revision_id")
+    return _json(await client.memory_banks.memories.rollback(name=memory, **own, config=config))
 
 
 @_route(
-    "GET",
-    f"{_MEMORY}/operations/{{operation}}",
-    None,
-    "operations.getMemory",
-    "Get an operation of a memory (create, update, delete, rollback).",
-    types.MemoryOperation,
+    "GET", _MEMORY + _OPERATION, None, types.MemoryOperation, "operations.getMemory"
 )
-async def get_memory_operation(
-    client: Client, bank: str, memory: str, operation: str
-) -> Response:
-    return await _operation(client, f"{_memory_name(bank, memory)}/operations/{operation}")
+async def get_memory_operation(client: Client, memory: Memory, operation: str) -> Response:
+    """Get an operation of a memory (create, update, delete, rollback)."""
+    return await _operation(client, f"{memory}/operations/{operation}")
 
 
 @_route(
     "GET",
     f"{_MEMORY}/revisions",
     "memoryRevisions.list",
-    "memories.revisions.list",
-    "List the revisions of a memory, newest first.",
     types.ListMemoryRevisionsResponse,
+    "memories.revisions.list",
 )
-async def list_revisions(client: Client, bank: str, memory: str, query: Page) -> Response:
-    pager = await client.memory_banks.memories.revisions.list(
-        name=_memory_name(bank, memory),
-        config=query.model_dump(exclude_none=True, exclude={"order_by"}),
-    )
+async def list_revisions(client: Client, memory: Memory, query: Page) -> Response:
+    """List the revisions of a memory, newest first."""
+    config = query.model_dump(exclude_none=True, exclude={"order_by"})
+    pager = await client.memory_banks.memories.revisions.list(name=memory, config=config)
     return JSONResponse(wire.page("memoryRevisions", pager.page, pager.next_page_token))
 
 
@@ -491,23 +384,13 @@ async def list_revisions(client: Client, bank: str, memory: str, query: Page) ->
     "GET",
     f"{_MEMORY}/revisions/{{revision}}",
     "memoryRevisions.get",
-    "memories.revisions.get",
-    "Get a revision of a memory.",
     types.MemoryRevision,
+    "memories.revisions.get",
 )
-async def get_revision(client: Client, bank: str, memory: str, revision: str) -> Response:
-    name = f"{_memory_name(bank, memory)}/revisions/{revision}"
-    return _json(await client.memory_banks.memories.revisions.get(name=name))
-
-
-async def _operation(client: AsyncClient, name: str) -> Response:
-    operation = await client.operations.get(name)
-    payload = wire.to_json(operation)
-    if isinstance(operation, types.MemoryBankOperation) and isinstance(
-        operation.response, types.MemoryBank
-    ):
-        payload["response"] = wire.reasoning_engine_json(operation.response)
-    return JSONResponse(payload)
+async def get_revision(client: Client, memory: Memory, revision: str) -> Response:
+    """Get a revision of a memory."""
+    revisions = client.memory_banks.memories.revisions
+    return _json(await revisions.get(name=f"{memory}/revisions/{revision}"))
 
 
 def _project_and_location(project: str, location: str) -> None:

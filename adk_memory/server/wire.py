@@ -34,7 +34,6 @@ from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
 
 __all__ = [
-    "BODY_MODELS",
     "CreateMemoryBody",
     "CreateMemoryQuery",
     "DeleteBankBody",
@@ -247,20 +246,6 @@ class ReasoningEngineBody(_Wire):
         return self.context_spec.memory_bank_config if self.context_spec is not None else None
 
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (
-    CreateMemoryBody,
-    UpdateMemoryBody,
-    GenerateMemoriesBody,
-    RetrieveMemoriesBody,
-    RetrieveProfilesBody,
-    RollbackMemoryBody,
-    PurgeMemoriesBody,
-    IngestEventsBody,
-    DeleteBankBody,
-    ReasoningEngineBody,
-)
-
-
 # Responses that exist only on the wire (documented in the OpenAPI description).
 
 
@@ -358,7 +343,8 @@ def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
         message = "expected a JSON object"
     message = message.removeprefix("Value error, ")
     more = len(errors) - 1
-    suffix = f" ({more} more problem{'s' if more > 1 else ''} after fixing this one)" if more else ""
+    plural = "s" if more > 1 else ""
+    suffix = f" ({more} more problem{plural} after fixing this one)" if more else ""
     return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
 
 
