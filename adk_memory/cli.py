@@ -389,6 +389,17 @@ def serve(
             "--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
         ),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A Host name the server answers to (repeatable; '*' for any). Default: "
+            "loopback names without --keys, any with --keys."
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(help="An origin whose web pages may call the API (repeatable; CORS)."),
+    ] = None,
 ) -> None:
     """Serve the REST API for the official SDK and ADK, and the memory browser at /ui."""
     try:
@@ -404,7 +415,14 @@ def serve(
     with _errors():
         keys_path = keys or api_keys_file()
         api_keys = ApiKeys.from_file(keys_path) if keys_path else None
-        run_server(uri or default_uri(), host=host, port=port, api_keys=api_keys)
+        run_server(
+            uri or default_uri(),
+            host=host,
+            port=port,
+            api_keys=api_keys,
+            allowed_hosts=allowed_host or None,
+            cors_origins=cors_origin or (),
+        )
 
 
 @app.command()
