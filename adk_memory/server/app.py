@@ -130,7 +130,9 @@ def _route(
         dependencies=[_permission(permission)],
         response_model=None,
         responses={200: {"model": response}, "default": {"model": wire.ErrorEnvelope}},
-        openapi_extra={"x-permission": f"aiplatform.{permission}" if permission else "any"},
+        openapi_extra={
+            "x-permission": f"aiplatform.{permission}" if permission else "any on the bank"
+        },
     )
 
 
@@ -160,10 +162,13 @@ async def _operation(client: AsyncClient, name: str) -> JSONResponse:
     return JSONResponse(payload)
 
 
-R = "reasoningEngines"
-
-
-@_route("POST", f"/{R}", f"{R}.create", wire.ReasoningEngineOperation, "memoryBanks.create")
+@_route(
+    "POST",
+    "/reasoningEngines",
+    "reasoningEngines.create",
+    wire.ReasoningEngineOperation,
+    "memoryBanks.create",
+)
 async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Response:
     """Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig)."""
     body.refuse_unsupported()
@@ -174,9 +179,17 @@ async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Respons
     return await _bank_operation(client, bank)
 
 
-@_route("GET", f"/{R}", f"{R}.list", wire.ListReasoningEnginesResponse, "memoryBanks.list")
+@_route(
+    "GET",
+    "/reasoningEngines",
+    "reasoningEngines.list",
+    types.ListReasoningEnginesResponse,
+    "memoryBanks.list",
+)
 async def list_banks(
-    client: Client, query: Page, principal: Annotated[Principal, _permission(f"{R}.list")]
+    client: Client,
+    query: Page,
+    principal: Annotated[Principal, _permission("reasoningEngines.list")],
 ) -> Response:
     """List the memory banks the key may use."""
     if query.filter:
@@ -184,18 +197,21 @@ async def list_banks(
     config = {"page_size": query.page_size, "page_token": query.page_token}
     pager = await client.memory_banks.list(config=config)
     banks = [b for b in pager.page if principal.may_use_bank(Names.parse_bank(b.name or ""))]
-    payload = wire.page(R, [], pager.next_page_token)
-    payload[R] = [wire.reasoning_engine_json(bank) for bank in banks]
+    payload: dict[str, Any] = {"reasoningEngines": [wire.reasoning_engine_json(b) for b in banks]}
+    if pager.next_page_token:
+        payload["nextPageToken"] = pager.next_page_token
     return JSONResponse(payload)
 
 
-@_route("GET", _BANK, f"{R}.get", types.ReasoningEngine, "memoryBanks.get")
+@_route("GET", _BANK, "reasoningEngines.get", types.ReasoningEngine, "memoryBanks.get")
 async def get_bank(client: Client, bank: Bank) -> Response:
     """Get a memory bank."""
     return JSONResponse(wire.reasoning_engine_json(await client.memory_banks.get(name=bank)))
 
 
-@_route("PATCH", _BANK, f"{R}.update", wire.ReasoningEngineOperation, "memoryBanks.update")
+@_route(
+    "PATCH", _BANK, "reasoningEngines.update", wire.ReasoningEngineOperation, "memoryBanks.update"
+)
 async def update_bank(
     client: Client,
     bank: Bank,
@@ -213,7 +229,9 @@ async def update_bank(
     return await _bank_operation(client, updated)
 
 
-@_route("DELETE", _BANK, f"{R}.delete", types.DeleteMemoryBankOperation, "memoryBanks.delete")
+@_route(
+    "DELETE", _BANK, "reasoningEngines.delete", types.DeleteMemoryBankOperation, "memoryBanks.delete"
+)
 async def delete_bank(
     client: Client,
     bank: Bank,

@@ -41,7 +41,6 @@ __all__ = [
     "ErrorEnvelope",
     "GenerateMemoriesBody",
     "IngestEventsBody",
-    "ListReasoningEnginesResponse",
     "PageQuery",
     "PayloadTooLarge",
     "PurgeMemoriesBody",
@@ -257,13 +256,6 @@ class ReasoningEngineOperation(_Wire):
     metadata: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     response: types.ReasoningEngine | None = None
-
-
-class ListReasoningEnginesResponse(_Wire):
-    """GET reasoningEngines: one page of banks."""
-
-    reasoning_engines: list[types.ReasoningEngine] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
 class _Status(_Wire):
