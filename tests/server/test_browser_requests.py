@@ -181,3 +181,16 @@ def test_cors_is_off_by_default_and_explicit_when_configured(in_process: Any) ->
     assert retrieved.status_code == 200
     assert retrieved.headers["access-control-allow-origin"] == "https://app.example"
     assert foreign.status_code == 403
+
+
+def test_cors_works_with_keys_too(in_process: Any) -> None:
+    app = in_process(
+        api_keys=[ApiKey(name="k", key=KEY, permissions=["*"])],
+        cors_origins=["https://app.example"],
+    )
+    headers = {"origin": "https://app.example", "x-goog-api-key": KEY}
+
+    listed = app.request("GET", "/memories", headers=headers)
+
+    assert listed.status_code == 200
+    assert listed.headers["access-control-allow-origin"] == "https://app.example"
