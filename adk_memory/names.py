@@ -4,7 +4,7 @@ Parsing accepts full names with any project and location, and the short forms th
 `reasoningEngines/` (SPEC §2). Formatting always uses the client's prefix. Ids are validated
 here, so a malformed name is an `InvalidArgument` that quotes the expected format. Every rule
 matches the whole string (`fullmatch`): `re.match` with `$` would let a trailing newline through,
-making `note\n` a memory distinct from `note`.
+making `note` plus a newline a memory distinct from `note`.
 
 A memory id chosen at create starts with a letter; a memory id inside a name may also be
 numeric, as Memory Bank generates them (`…/memories/3858070028511346688`).
@@ -139,8 +139,9 @@ def _parse(name: str, field: str, kinds: tuple[str, ...]) -> list[str]:
     _check_bank_id(ids[0], name, field)
     if len(ids) > 1 and not _NAMED_MEMORY_ID_PATTERN.fullmatch(ids[1]):
         raise _bad_name(
-            name, field, "a memory id of 1-63 lowercase letters, digits and '-' (or Memory "
-            "Bank's numeric ids)"
+            name,
+            field,
+            "a memory id of 1-63 lowercase letters, digits and '-' (or Memory Bank's numeric ids)",
         )
     if len(ids) > 2 and not _REVISION_ID_PATTERN.fullmatch(ids[2]):
         raise _bad_name(name, field, expected)

@@ -20,7 +20,7 @@ import copy
 import email.message
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
@@ -29,6 +29,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.types import DecoratedCallable
 from google.genai.errors import ClientError
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
@@ -118,9 +119,16 @@ def _route(
     permission: str | None,
     response: type[BaseModel],
     operation_id: str | None = None,
-) -> Any:
-    """Registers a handler on `router` with its permission (None: any on the bank), its
-    operation id (the permission's name by default) and its documented response."""
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """Registers a handler on `router`.
+
+    Args:
+        method: The HTTP method.
+        path: The path under the `/v1beta1/…` prefixes.
+        permission: What the key needs on the bank (None: any permission on the bank).
+        response: The model the OpenAPI description gives for a 200.
+        operation_id: The OpenAPI operation id, also logged (default: the permission's name).
+    """
     operation_id = operation_id or str(permission)
     return router.api_route(
         path,
@@ -230,7 +238,11 @@ async def update_bank(
 
 
 @_route(
-    "DELETE", _BANK, "reasoningEngines.delete", types.DeleteMemoryBankOperation, "memoryBanks.delete"
+    "DELETE",
+    _BANK,
+    "reasoningEngines.delete",
+    types.DeleteMemoryBankOperation,
+    "memoryBanks.delete",
 )
 async def delete_bank(
     client: Client,
@@ -243,9 +255,7 @@ async def delete_bank(
     return _json(await client.memory_banks.delete(name=bank, force=force))
 
 
-@_route(
-    "GET", _BANK + _OPERATION, None, types.MemoryBankOperation, "operations.getBank"
-)
+@_route("GET", _BANK + _OPERATION, None, types.MemoryBankOperation, "operations.getBank")
 async def get_bank_operation(client: Client, bank: Bank, operation: str) -> Response:
     """Get an operation of a bank (generate, purge, ingestEvents, create, update)."""
     return await _operation(client, f"{bank}/operations/{operation}")
@@ -272,9 +282,7 @@ async def list_memories(client: Client, bank: Bank, query: Page) -> Response:
     return JSONResponse(wire.page("memories", pager.page, pager.next_page_token))
 
 
-@_route(
-    "POST", f"{_BANK}/memories:generate", "memories.generate", types.GenerateMemoriesOperation
-)
+@_route("POST", f"{_BANK}/memories:generate", "memories.generate", types.GenerateMemoriesOperation)
 async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) -> Response:
     """Generate memories from a session, contents or memories (a done operation)."""
     own, config = _split(
@@ -283,9 +291,7 @@ async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) 
     return _json(await client.memory_banks.memories.generate(name=bank, **own, config=config))
 
 
-@_route(
-    "POST", f"{_BANK}/memories:retrieve", "memories.retrieve", types.RetrieveMemoriesResponse
-)
+@_route("POST", f"{_BANK}/memories:retrieve", "memories.retrieve", types.RetrieveMemoriesResponse)
 async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) -> Response:
     """Retrieve the memories of one scope (similarity search, or all, or pages)."""
     own, config = _split(body, "scope", "similarity_search_params", "simple_retrieval_params")
@@ -376,9 +382,7 @@ async def rollback(client: Client, memory: Memory, body: wire.RollbackMemoryBody
     return _json(await client.memory_banks.memories.rollback(name=memory, **own, config=config))
 
 
-@_route(
-    "GET", _MEMORY + _OPERATION, None, types.MemoryOperation, "operations.getMemory"
-)
+@_route("GET", _MEMORY + _OPERATION, None, types.MemoryOperation, "operations.getMemory")
 async def get_memory_operation(client: Client, memory: Memory, operation: str) -> Response:
     """Get an operation of a memory (create, update, delete, rollback)."""
     return await _operation(client, f"{memory}/operations/{operation}")
@@ -474,8 +478,11 @@ def _too_large(max_bytes: int) -> wire.PayloadTooLarge:
 
 
 class _Perimeter:
-    """Refuses bodies over `max_bytes` (413, before and while they are read) and logs each
-    request: method, route, status, time and key name (never the query, which can hold facts)."""
+    """Refuses bodies over `max_bytes` (413, before and while they are read); logs each request.
+
+    The log line holds method, operation id, status, time and key name, never the query string
+    (list filters can quote facts and scopes) or a body.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app

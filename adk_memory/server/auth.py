@@ -48,7 +48,6 @@ from fastapi.security import (
     HTTPBearer,
     SecurityScopes,
 )
-
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -357,8 +356,11 @@ async def authorize(
     api_key: Annotated[str | None, Security(_API_KEY)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
 ) -> Principal:
-    """The caller, checked for the route's permission (its one security scope, if any) on the
-    bank in the path; the app's `state.api_keys` holds the keys."""
+    """The caller, checked for the route's permission on the bank in the path.
+
+    The permission is the route's one security scope (none: any permission on the bank); the
+    keys are the app's `state.api_keys`.
+    """
     keys: ApiKeys | None = request.app.state.api_keys
     token = bearer.credentials.strip() if bearer is not None else None
     principal = authenticate(keys, api_key=api_key, bearer=token or None)

@@ -17,7 +17,7 @@ import copy
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -89,8 +89,7 @@ class _Wire(BaseModel):
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError(
-                "a string is not valid Unicode (a lone surrogate such as \\ud800); send UTF-8 "
-                "text"
+                "a string is not valid Unicode (a lone surrogate such as \\ud800); send UTF-8 text"
             ) from None
         except RecursionError:
             raise ValueError("the body is nested too deeply") from None
@@ -127,68 +126,78 @@ def _body(
 
 Scope = dict[str, str]
 
-CreateMemoryBody = _body(
-    "CreateMemoryBody",
-    "POST {bank}/memories: the Memory to create (`memoryId` travels in the query).",
-    types.MemoryConfig,
-    drop=frozenset({"memory_id"}),
-    fact=(str, Field(description="Required. The fact.")),
-    scope=(Scope, Field(description="Required. Immutable. 1-5 string pairs.")),
-)
-UpdateMemoryBody = _body(
-    "UpdateMemoryBody",
-    "PATCH {memory}: the fields to change (`updateMask` and `memoryId` travel in the query).",
-    types.UpdateMemoryConfig,
-    drop=frozenset({"memory_id", "update_mask"}),
-    fact=(str | None, None),
-    scope=(Scope | None, Field(None, description="Immutable: must equal the memory's scope.")),
-)
-GenerateMemoriesBody = _body(
-    "GenerateMemoriesBody",
-    "POST {bank}/memories:generate: exactly one source, the scope and generation options.",
-    types.GenerateMemoriesConfig,
-    vertex_session_source=(types.GenerateMemoriesRequestVertexSessionSource | None, None),
-    direct_contents_source=(types.GenerateMemoriesRequestDirectContentsSource | None, None),
-    direct_memories_source=(types.GenerateMemoriesRequestDirectMemoriesSource | None, None),
-    scope=(Scope | None, None),
-)
-RetrieveMemoriesBody = _body(
-    "RetrieveMemoriesBody",
-    "POST {bank}/memories:retrieve: the memories of exactly `scope`.",
-    types.RetrieveMemoriesConfig,
-    scope=(Scope, Field(description="Required. Only memories with exactly this scope match.")),
-    similarity_search_params=(types.RetrieveMemoriesRequestSimilaritySearchParams | None, None),
-    simple_retrieval_params=(types.RetrieveMemoriesRequestSimpleRetrievalParams | None, None),
-)
-RetrieveProfilesBody = _body(
-    "RetrieveProfilesBody",
-    "POST {bank}/memories:retrieveProfiles: the structured profiles of exactly `scope`.",
-    types.RetrieveMemoryProfilesConfig,
-    scope=(Scope, Field(description="Required.")),
-)
-RollbackMemoryBody = _body(
-    "RollbackMemoryBody",
-    "POST {memory}:rollback: the revision id (last segment of its name) to restore.",
-    types.RollbackMemoryConfig,
-    target_revision_id=(str, Field(description="Required. A revision id, not its full name.")),
-)
-PurgeMemoriesBody = _body(
-    "PurgeMemoriesBody",
-    "POST {bank}/memories:purge: `filter` and/or `filterGroups`; `force` deletes, else counts.",
-    types.PurgeMemoriesConfig,
-    filter=(str | None, None),
-    filter_groups=(list[types.MemoryConjunctionFilter] | None, None),
-    force=(bool | None, None),
-)
-IngestEventsBody = _body(
-    "IngestEventsBody",
-    "POST {bank}/memories:ingestEvents: events appended to a stream; generation when it triggers.",
-    types.IngestEventsConfig,
-    scope=(Scope, Field(description="Required.")),
-    stream_id=(str | None, Field(None, description='The stream; "" is the default stream.')),
-    direct_contents_source=(types.IngestionDirectContentsSource | None, None),
-    generation_trigger_config=(types.MemoryGenerationTriggerConfig | None, None),
-)
+if TYPE_CHECKING:  # mypy cannot see fields made at runtime: it checks these as their base
+    CreateMemoryBody = _Wire
+    UpdateMemoryBody = _Wire
+    GenerateMemoriesBody = _Wire
+    RetrieveMemoriesBody = _Wire
+    RetrieveProfilesBody = _Wire
+    RollbackMemoryBody = _Wire
+    PurgeMemoriesBody = _Wire
+    IngestEventsBody = _Wire
+else:
+    CreateMemoryBody = _body(
+        "CreateMemoryBody",
+        "POST {bank}/memories: the Memory to create (`memoryId` travels in the query).",
+        types.MemoryConfig,
+        drop=frozenset({"memory_id"}),
+        fact=(str, Field(description="Required. The fact.")),
+        scope=(Scope, Field(description="Required. Immutable. 1-5 string pairs.")),
+    )
+    UpdateMemoryBody = _body(
+        "UpdateMemoryBody",
+        "PATCH {memory}: the fields to change (`updateMask` and `memoryId` travel in the query).",
+        types.UpdateMemoryConfig,
+        drop=frozenset({"memory_id", "update_mask"}),
+        fact=(str | None, None),
+        scope=(Scope | None, Field(None, description="Immutable: must equal the memory's scope.")),
+    )
+    GenerateMemoriesBody = _body(
+        "GenerateMemoriesBody",
+        "POST {bank}/memories:generate: exactly one source, the scope and generation options.",
+        types.GenerateMemoriesConfig,
+        vertex_session_source=(types.GenerateMemoriesRequestVertexSessionSource | None, None),
+        direct_contents_source=(types.GenerateMemoriesRequestDirectContentsSource | None, None),
+        direct_memories_source=(types.GenerateMemoriesRequestDirectMemoriesSource | None, None),
+        scope=(Scope | None, None),
+    )
+    RetrieveMemoriesBody = _body(
+        "RetrieveMemoriesBody",
+        "POST {bank}/memories:retrieve: the memories of exactly `scope`.",
+        types.RetrieveMemoriesConfig,
+        scope=(Scope, Field(description="Required. Only memories with exactly this scope match.")),
+        similarity_search_params=(types.RetrieveMemoriesRequestSimilaritySearchParams | None, None),
+        simple_retrieval_params=(types.RetrieveMemoriesRequestSimpleRetrievalParams | None, None),
+    )
+    RetrieveProfilesBody = _body(
+        "RetrieveProfilesBody",
+        "POST {bank}/memories:retrieveProfiles: the structured profiles of exactly `scope`.",
+        types.RetrieveMemoryProfilesConfig,
+        scope=(Scope, Field(description="Required.")),
+    )
+    RollbackMemoryBody = _body(
+        "RollbackMemoryBody",
+        "POST {memory}:rollback: the revision id (last segment of its name) to restore.",
+        types.RollbackMemoryConfig,
+        target_revision_id=(str, Field(description="Required. A revision id, not its full name.")),
+    )
+    PurgeMemoriesBody = _body(
+        "PurgeMemoriesBody",
+        "POST {bank}/memories:purge: `filter` and/or `filterGroups`; `force` deletes, else counts.",
+        types.PurgeMemoriesConfig,
+        filter=(str | None, None),
+        filter_groups=(list[types.MemoryConjunctionFilter] | None, None),
+        force=(bool | None, None),
+    )
+    IngestEventsBody = _body(
+        "IngestEventsBody",
+        "POST {bank}/memories:ingestEvents: events for a stream; generation when it triggers.",
+        types.IngestEventsConfig,
+        scope=(Scope, Field(description="Required.")),
+        stream_id=(str | None, Field(None, description='The stream; "" is the default stream.')),
+        direct_contents_source=(types.IngestionDirectContentsSource | None, None),
+        generation_trigger_config=(types.MemoryGenerationTriggerConfig | None, None),
+    )
 
 
 class DeleteBankBody(_Wire):

@@ -28,9 +28,7 @@ def test_an_absent_numeric_memory_id_in_a_path_is_not_found(
     responses = [
         _get(open_server.url, name),
         httpx.delete(f"{open_server.url}/v1beta1/{name}"),
-        httpx.post(
-            f"{open_server.url}/v1beta1/{name}:rollback", json={"targetRevisionId": "r1"}
-        ),
+        httpx.post(f"{open_server.url}/v1beta1/{name}:rollback", json={"targetRevisionId": "r1"}),
     ]
 
     assert [r.json()["error"]["status"] for r in responses] == ["NOT_FOUND"] * 3

@@ -115,9 +115,7 @@ def test_banks_round_trip(wire: Wire, full_bank: str) -> None:
     assert dump(sdk_reads("ReasoningEngine", wire.call("GET", short))) == held
     listed = sdk_reads("ListReasoningEnginesResponse", wire.call("GET", "reasoningEngines"))
     engines = [e for e in listed.reasoning_engines if e.name == full_bank]
-    assert [dump(_memory_bank_utils._reasoning_engine_to_memory_bank(e)) for e in engines] == [
-        held
-    ]
+    assert [dump(_memory_bank_utils._reasoning_engine_to_memory_bank(e)) for e in engines] == [held]
     updated = wire.call("PATCH", short, {"description": "d2"}, updateMask="description")
     operation = sdk_reads("MemoryBankOperation", updated)
     after = wire.held(wire.aio.memory_banks.get(name=full_bank))
@@ -160,9 +158,7 @@ def test_memories_operations_and_revisions_round_trip(
     listed_revisions = sdk_reads(
         "ListMemoryRevisionsResponse", wire.call("GET", f"{name}/revisions")
     )
-    assert [dump(r) for r in listed_revisions.memory_revisions] == [
-        dump(r) for r in revisions.page
-    ]
+    assert [dump(r) for r in listed_revisions.memory_revisions] == [dump(r) for r in revisions.page]
     oldest = revisions.page[-1]
     assert dump(sdk_reads("MemoryRevision", wire.call("GET", oldest.name))) == dump(oldest)
 
