@@ -105,7 +105,9 @@ Page = Annotated[wire.PageQuery, Query()]
 
 router = APIRouter(dependencies=[Depends(_json_only)], strict_content_type=False)
 _BANK = "/reasoningEngines/{bank}"
-_MEMORY = f"{_BANK}/memories/{{memory}}"
+_MEMORIES = f"{_BANK}/memories"
+_MEMORY = f"{_MEMORIES}/{{memory}}"
+_REVISIONS = f"{_MEMORY}/revisions"
 _OPERATION = "/operations/{operation}"
 
 
@@ -127,9 +129,10 @@ def _route(
         path: The path under the `/v1beta1/…` prefixes.
         permission: What the key needs on the bank (None: any permission on the bank).
         response: The model the OpenAPI description gives for a 200.
-        operation_id: The OpenAPI operation id, also logged (default: the permission's name).
+        operation_id: The OpenAPI operation id, also logged (default: the permission's name,
+            with `reasoningEngines` called `memoryBanks` as in the SDK).
     """
-    operation_id = operation_id or str(permission)
+    operation_id = operation_id or str(permission).replace("reasoningEngines.", "memoryBanks.")
     return router.api_route(
         path,
         methods=[method],
@@ -170,13 +173,7 @@ async def _operation(client: AsyncClient, name: str) -> JSONResponse:
     return JSONResponse(payload)
 
 
-@_route(
-    "POST",
-    "/reasoningEngines",
-    "reasoningEngines.create",
-    wire.ReasoningEngineOperation,
-    "memoryBanks.create",
-)
+@_route("POST", "/reasoningEngines", "reasoningEngines.create", wire.ReasoningEngineOperation)
 async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Response:
     """Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig)."""
     body.refuse_unsupported()
@@ -187,13 +184,7 @@ async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Respons
     return await _bank_operation(client, bank)
 
 
-@_route(
-    "GET",
-    "/reasoningEngines",
-    "reasoningEngines.list",
-    types.ListReasoningEnginesResponse,
-    "memoryBanks.list",
-)
+@_route("GET", "/reasoningEngines", "reasoningEngines.list", types.ListReasoningEnginesResponse)
 async def list_banks(
     client: Client,
     query: Page,
@@ -211,15 +202,13 @@ async def list_banks(
     return JSONResponse(payload)
 
 
-@_route("GET", _BANK, "reasoningEngines.get", types.ReasoningEngine, "memoryBanks.get")
+@_route("GET", _BANK, "reasoningEngines.get", types.ReasoningEngine)
 async def get_bank(client: Client, bank: Bank) -> Response:
     """Get a memory bank."""
     return JSONResponse(wire.reasoning_engine_json(await client.memory_banks.get(name=bank)))
 
 
-@_route(
-    "PATCH", _BANK, "reasoningEngines.update", wire.ReasoningEngineOperation, "memoryBanks.update"
-)
+@_route("PATCH", _BANK, "reasoningEngines.update", wire.ReasoningEngineOperation)
 async def update_bank(
     client: Client,
     bank: Bank,
@@ -237,13 +226,7 @@ async def update_bank(
     return await _bank_operation(client, updated)
 
 
-@_route(
-    "DELETE",
-    _BANK,
-    "reasoningEngines.delete",
-    types.DeleteMemoryBankOperation,
-    "memoryBanks.delete",
-)
+@_route("DELETE", _BANK, "reasoningEngines.delete", types.DeleteMemoryBankOperation)
 async def delete_bank(
     client: Client,
     bank: Bank,
@@ -261,7 +244,7 @@ async def get_bank_operation(client: Client, bank: Bank, operation: str) -> Resp
     return await _operation(client, f"{bank}/operations/{operation}")
 
 
-@_route("POST", f"{_BANK}/memories", "memories.create", types.MemoryOperation)
+@_route("POST", _MEMORIES, "memories.create", types.MemoryOperation)
 async def create_memory(
     client: Client,
     bank: Bank,
@@ -274,7 +257,7 @@ async def create_memory(
     return _json(await client.memory_banks.memories.create(name=bank, **own, config=config))
 
 
-@_route("GET", f"{_BANK}/memories", "memories.list", types.ListMemoriesResponse)
+@_route("GET", _MEMORIES, "memories.list", types.ListMemoriesResponse)
 async def list_memories(client: Client, bank: Bank, query: Page) -> Response:
     """List memories."""
     config = query.model_dump(exclude_none=True)
@@ -282,7 +265,7 @@ async def list_memories(client: Client, bank: Bank, query: Page) -> Response:
     return JSONResponse(wire.page("memories", pager.page, pager.next_page_token))
 
 
-@_route("POST", f"{_BANK}/memories:generate", "memories.generate", types.GenerateMemoriesOperation)
+@_route("POST", _MEMORIES + ":generate", "memories.generate", types.GenerateMemoriesOperation)
 async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) -> Response:
     """Generate memories from a session, contents or memories (a done operation)."""
     own, config = _split(
@@ -291,7 +274,7 @@ async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) 
     return _json(await client.memory_banks.memories.generate(name=bank, **own, config=config))
 
 
-@_route("POST", f"{_BANK}/memories:retrieve", "memories.retrieve", types.RetrieveMemoriesResponse)
+@_route("POST", _MEMORIES + ":retrieve", "memories.retrieve", types.RetrieveMemoriesResponse)
 async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) -> Response:
     """Retrieve the memories of one scope (similarity search, or all, or pages)."""
     own, config = _split(body, "scope", "similarity_search_params", "simple_retrieval_params")
@@ -301,7 +284,7 @@ async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) 
 
 @_route(
     "POST",
-    f"{_BANK}/memories:retrieveProfiles",
+    _MEMORIES + ":retrieveProfiles",
     "memories.retrieve",
     types.RetrieveProfilesResponse,
     "memories.retrieveProfiles",
@@ -317,7 +300,7 @@ async def retrieve_profiles(
 
 @_route(
     "POST",
-    f"{_BANK}/memories:purge",
+    _MEMORIES + ":purge",
     "memories.delete",
     types.PurgeMemoriesOperation,
     "memories.purge",
@@ -331,7 +314,7 @@ async def purge(client: Client, bank: Bank, body: wire.PurgeMemoriesBody) -> Res
 
 @_route(
     "POST",
-    f"{_BANK}/memories:ingestEvents",
+    _MEMORIES + ":ingestEvents",
     "memories.generate",
     types.MemoryBankIngestEventsOperation,
     "memoryBanks.ingestEvents",
@@ -371,7 +354,7 @@ async def delete_memory(client: Client, memory: Memory) -> Response:
 
 @_route(
     "POST",
-    f"{_MEMORY}:rollback",
+    _MEMORY + ":rollback",
     "memoryRevisions.rollback",
     types.RollbackMemoryOperation,
     "memories.rollback",
@@ -390,7 +373,7 @@ async def get_memory_operation(client: Client, memory: Memory, operation: str) -
 
 @_route(
     "GET",
-    f"{_MEMORY}/revisions",
+    _REVISIONS,
     "memoryRevisions.list",
     types.ListMemoryRevisionsResponse,
     "memories.revisions.list",
@@ -404,7 +387,7 @@ async def list_revisions(client: Client, memory: Memory, query: Page) -> Respons
 
 @_route(
     "GET",
-    f"{_MEMORY}/revisions/{{revision}}",
+    _REVISIONS + "/{revision}",
     "memoryRevisions.get",
     types.MemoryRevision,
     "memories.revisions.get",
