@@ -142,7 +142,9 @@ def _route(
         response_model=None,
         responses={200: {"model": response}, "default": {"model": wire.ErrorEnvelope}},
         openapi_extra={
-            "x-permission": f"aiplatform.{permission}" if permission else "any on the bank"
+            "x-permission": f"aiplatform.{permission}"
+            if permission
+            else "any permission on the bank"
         },
     )
 
