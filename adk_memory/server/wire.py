@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel, to_snake
+from pydantic.alias_generators import to_camel
 
 from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
@@ -348,14 +349,11 @@ def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
     return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
 
 
-_CONFIG = "context_spec.memory_bank_config"
-_MASKABLE = frozenset(
-    {"display_name", "description"}
-    | {
-        f"{_CONFIG}.{name}"
-        for name in types.ReasoningEngineContextSpecMemoryBankConfig.model_fields
-    }
-)
+def _snake(path: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", path.strip()).lower()
+
+
+_BANK_CONFIG_FIELDS = frozenset(types.ReasoningEngineContextSpecMemoryBankConfig.model_fields)
 
 
 def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> ReasoningEngineBody:
@@ -364,217 +362,47 @@ def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> Reas
     The engine merges the non-empty fields it is given, so a masked field the body does not set
     would be a silent no-op; that is refused instead of pretending to clear it.
     """
-    if not (update_mask or "").strip():
+    if not update_mask or not update_mask.strip():
         return body
-    config = body.bank_config.model_dump(exclude_none=True) if body.bank_config else {}
-    given = {"display_name": body.display_name, "description": body.description}
-    given |= {f"{_CONFIG}.{name}": value for name, value in config.items()}
-    kept: dict[str, Any] = {}
-    for raw in (update_mask or "").split(","):
-        path = ".".join(to_snake(part.strip()) for part in raw.split("."))
-        if path in ("context_spec", _CONFIG):
-            kept |= {name: value for name, value in given.items() if name.startswith(_CONFIG)}
-        elif path not in _MASKABLE:
+    top: set[str] = set()
+    config_fields: set[str] = set()
+    whole_config = False
+    for raw in update_mask.split(","):
+        path = ".".join(_snake(part) for part in raw.split("."))
+        if path in ("display_name", "description"):
+            top.add(path)
+        elif path in ("context_spec", "context_spec.memory_bank_config"):
+            whole_config = True
+        elif (
+            path.startswith("context_spec.memory_bank_config.")
+            and path.split(".", 2)[2] in _BANK_CONFIG_FIELDS
+        ):
+            config_fields.add(path.split(".", 2)[2])
+        else:
             raise InvalidArgument(
                 f"updateMask names {raw.strip()[:60]!r}, which cannot be updated; use "
                 "displayName, description, contextSpec.memoryBankConfig or "
                 "contextSpec.memoryBankConfig.<field>.",
                 field="updateMask",
             )
-        elif given.get(path) is None:
-            raise InvalidArgument(
-                f"updateMask names {path!r} but the body does not set it; clearing a field is "
-                "not supported. Send the new value, or leave the field out of the mask.",
-                field="updateMask",
-            )
-        else:
-            kept[path] = given[path]
-    masked = {name.removeprefix(f"{_CONFIG}."): v for name, v in kept.items() if "." in name}
+    config = body.bank_config
+    given_config = config.model_dump(exclude_none=True) if config is not None else {}
+    for name in sorted(top):
+        if getattr(body, name) is None:
+            raise _cannot_clear(name)
+    for name in sorted(config_fields):
+        if name not in given_config:
+            raise _cannot_clear(f"context_spec.memory_bank_config.{name}")
+    if whole_config:
+        kept = given_config
+    else:
+        kept = {name: value for name, value in given_config.items() if name in config_fields}
     return ReasoningEngineBody(
-        display_name=kept.get("display_name"),
-        description=kept.get("description"),
+        display_name=body.display_name if "display_name" in top else None,
+        description=body.description if "description" in top else None,
         context_spec=ContextSpecBody(
-            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(
-                masked
-            )
+            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(kept)
         ),
-    )
-
-    # Output-only fields, ignored on input as Google APIs ignore them.
-    name: str | None = None
-    etag: str | None = None
-    create_time: str | None = None
-    update_time: str | None = None
-
-    def refuse_unsupported(self) -> None:
-        """Raises Unimplemented for agent-deployment fields this server does not host."""
-        for field_name, what in _UNSUPPORTED_ENGINE_FIELDS.items():
-            if getattr(self, field_name) is not None:
-                raise Unimplemented(
-                    f"adk-memory hosts Memory Bank only; {what} is not supported. Run your agent "
-                    "yourself and point its memory service at this server.",
-                    field=to_camel(field_name),
-                )
-
-    @property
-    def bank_config(self) -> types.ReasoningEngineContextSpecMemoryBankConfig | None:
-        """`contextSpec.memoryBankConfig`, if given."""
-        return self.context_spec.memory_bank_config if self.context_spec is not None else None
-
-
-# Responses that exist only on the wire (documented in the OpenAPI description).
-
-
-class ReasoningEngineOperation(_Wire):
-    """The operation of a bank create or update; `response` is the ReasoningEngine."""
-
-    name: str
-    done: bool
-    metadata: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    response: types.ReasoningEngine | None = None
-
-
-class _Status(_Wire):
-    code: int
-    message: str
-    status: str
-    details: list[dict[str, Any]] | None = None
-
-
-class ErrorEnvelope(_Wire):
-    """Every error: `{"error": {"code": 400, "message": "...", "status": "INVALID_ARGUMENT"}}`."""
-
-    error: _Status
-
-
-# Query parameters
-
-
-class _Query(BaseModel):
-    """Query parameters in camelCase or snake_case; an empty value is no value."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
-        return None if value == "" else value
-
-
-class PageQuery(_Query):
-    """`pageSize`, `pageToken`, `filter` and `orderBy` of a list."""
-
-    page_size: int | None = None
-    page_token: str | None = None
-    filter: str | None = None
-    order_by: str | None = None
-
-
-class CreateMemoryQuery(_Query):
-    """`memoryId`: the id to give the new memory (a letter first)."""
-
-    memory_id: str | None = None
-
-
-class UpdateBankQuery(_Query):
-    """`updateMask`: the fields to change, comma-separated."""
-
-    update_mask: str | None = None
-
-
-class UpdateMemoryQuery(UpdateBankQuery):
-    """`updateMask` and `memoryId`."""
-
-    memory_id: str | None = None
-
-
-class DeleteBankQuery(_Query):
-    """`force`: delete the bank's memories too."""
-
-    force: bool | None = None
-
-
-def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
-    """The InvalidArgument for FastAPI's validation errors, naming the first bad field."""
-    first = errors[0]
-    loc = [str(part) for part in first.get("loc", ())]
-    where = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc) or "body"
-    kind, message = first.get("type"), first.get("msg", "invalid")
-    if kind == "json_invalid":
-        error = first.get("ctx", {}).get("error", "")
-        return InvalidArgument(f"The request body is not valid JSON: {error}.", field="body")
-    if kind == "extra_forbidden":
-        message = "unknown field; check its spelling against the API reference"
-    elif kind == "missing":
-        message = "this field is required" if loc[1:] else "the request needs a JSON body"
-    elif kind == "model_attributes_type":
-        message = "expected a JSON object"
-    message = message.removeprefix("Value error, ")
-    more = len(errors) - 1
-    plural = "s" if more > 1 else ""
-    suffix = f" ({more} more problem{plural} after fixing this one)" if more else ""
-    return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
-
-
-_CONFIG = "context_spec.memory_bank_config"
-_MASKABLE = frozenset(
-    {"display_name", "description"}
-    | {
-        f"{_CONFIG}.{name}"
-        for name in types.ReasoningEngineContextSpecMemoryBankConfig.model_fields
-    }
-)
-
-
-def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> ReasoningEngineBody:
-    """The body reduced to the fields `update_mask` names (all given fields without a mask).
-
-    The engine merges the non-empty fields it is given, so a masked field the body does not set
-    would be a silent no-op; that is refused instead of pretending to clear it.
-    """
-    if not (update_mask or "").strip():
-        return body
-    config = body.bank_config.model_dump(exclude_none=True) if body.bank_config else {}
-    given = {"display_name": body.display_name, "description": body.description}
-    given |= {f"{_CONFIG}.{name}": value for name, value in config.items()}
-    kept: dict[str, Any] = {}
-    for raw in (update_mask or "").split(","):
-        path = ".".join(to_snake(part.strip()) for part in raw.split("."))
-        if path in ("context_spec", _CONFIG):
-            kept |= {name: value for name, value in given.items() if name.startswith(_CONFIG)}
-        elif path not in _MASKABLE:
-            raise InvalidArgument(
-                f"updateMask names {raw.strip()[:60]!r}, which cannot be updated; use "
-                "displayName, description, contextSpec.memoryBankConfig or "
-                "contextSpec.memoryBankConfig.<field>.",
-                field="updateMask",
-            )
-        elif given.get(path) is None:
-            raise InvalidArgument(
-                f"updateMask names {path!r} but the body does not set it; clearing a field is "
-                "not supported. Send the new value, or leave the field out of the mask.",
-                field="updateMask",
-            )
-        else:
-            kept[path] = given[path]
-    masked = {name.removeprefix(f"{_CONFIG}."): v for name, v in kept.items() if "." in name}
-    return ReasoningEngineBody(
-        display_name=kept.get("display_name"),
-        description=kept.get("description"),
-        context_spec=ContextSpecBody(
-            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(
-                masked
-            )
-        ),
-    )
-
-
-def _cannot_clear(name: str) -> InvalidArgument:
-    return InvalidArgument(
-        f"updateMask names {name!r} but the body does not set it; clearing a field is not "
-        "supported. Send the new value, or leave the field out of the mask.",
-        field="updateMask",
     )
 
 
