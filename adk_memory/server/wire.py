@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
@@ -349,11 +348,14 @@ def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
     return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
 
 
-def _snake(path: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", path.strip()).lower()
-
-
-_BANK_CONFIG_FIELDS = frozenset(types.ReasoningEngineContextSpecMemoryBankConfig.model_fields)
+_CONFIG = "context_spec.memory_bank_config"
+_MASKABLE = frozenset(
+    {"display_name", "description"}
+    | {
+        f"{_CONFIG}.{name}"
+        for name in types.ReasoningEngineContextSpecMemoryBankConfig.model_fields
+    }
+)
 
 
 def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> ReasoningEngineBody:
@@ -362,46 +364,39 @@ def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> Reas
     The engine merges the non-empty fields it is given, so a masked field the body does not set
     would be a silent no-op; that is refused instead of pretending to clear it.
     """
-    if not update_mask or not update_mask.strip():
+    if update_mask is None or not update_mask.strip():
         return body
-    top: set[str] = set()
-    config_fields: set[str] = set()
-    whole_config = False
+    config = body.bank_config.model_dump(exclude_none=True) if body.bank_config else {}
+    given = {"display_name": body.display_name, "description": body.description}
+    given |= {f"{_CONFIG}.{name}": value for name, value in config.items()}
+    kept: dict[str, Any] = {}
     for raw in update_mask.split(","):
-        path = ".".join(_snake(part) for part in raw.split("."))
-        if path in ("display_name", "description"):
-            top.add(path)
-        elif path in ("context_spec", "context_spec.memory_bank_config"):
-            whole_config = True
-        elif (
-            path.startswith("context_spec.memory_bank_config.")
-            and path.split(".", 2)[2] in _BANK_CONFIG_FIELDS
-        ):
-            config_fields.add(path.split(".", 2)[2])
-        else:
+        path = ".".join(to_snake(part.strip()) for part in raw.split("."))
+        if path in ("context_spec", _CONFIG):
+            kept |= {name: value for name, value in given.items() if name.startswith(_CONFIG)}
+        elif path not in _MASKABLE:
             raise InvalidArgument(
                 f"updateMask names {raw.strip()[:60]!r}, which cannot be updated; use "
                 "displayName, description, contextSpec.memoryBankConfig or "
                 "contextSpec.memoryBankConfig.<field>.",
                 field="updateMask",
             )
-    config = body.bank_config
-    given_config = config.model_dump(exclude_none=True) if config is not None else {}
-    for name in sorted(top):
-        if getattr(body, name) is None:
-            raise _cannot_clear(name)
-    for name in sorted(config_fields):
-        if name not in given_config:
-            raise _cannot_clear(f"context_spec.memory_bank_config.{name}")
-    if whole_config:
-        kept = given_config
-    else:
-        kept = {name: value for name, value in given_config.items() if name in config_fields}
+        elif given.get(path) is None:
+            raise InvalidArgument(
+                f"updateMask names {path!r} but the body does not set it; clearing a field is "
+                "not supported. Send the new value, or leave the field out of the mask.",
+                field="updateMask",
+            )
+        else:
+            kept[path] = given[path]
+    masked = {name.removeprefix(f"{_CONFIG}."): v for name, v in kept.items() if "." in name}
     return ReasoningEngineBody(
-        display_name=body.display_name if "display_name" in top else None,
-        description=body.description if "description" in top else None,
+        display_name=kept.get("display_name"),
+        description=kept.get("description"),
         context_spec=ContextSpecBody(
-            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(kept)
+            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(
+                masked
+            )
         ),
     )
 
