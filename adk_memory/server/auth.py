@@ -39,7 +39,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from fastapi import Request, Security
 from fastapi.security import (
@@ -398,7 +397,7 @@ class RequestGuard:
             )
         if not self.keyless or origin is None or origin in self.cors_origins:
             return
-        if origin not in (f"http://{host}", f"https://{host}"):
+        if origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower()):
             raise PermissionDenied(
                 f"This server has no API keys, so it refuses requests from web pages of other "
                 f"origins ({origin[:100]!r}); allow the origin with --cors-origin, or configure "
@@ -407,12 +406,13 @@ class RequestGuard:
             )
 
 
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
+
+
 def _hostname(host: str) -> str:
-    """`Host` without its port, lowercase; `[::1]:8080` is `::1`."""
-    try:
-        return (urlsplit(f"//{host.strip()}").hostname or "").lower()
-    except ValueError:
-        return ""
+    """`Host` without its port, lowercase (`[::1]:8080` is `::1`); "" when malformed."""
+    found = _HOST.fullmatch(host)
+    return found[1].strip("[]").lower() if found else ""
 
 
 async def guard(request: Request) -> None:

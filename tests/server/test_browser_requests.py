@@ -17,8 +17,9 @@ import agentplatform
 import httpx
 import pytest
 
-from adk_memory import AsyncClient
+from adk_memory import AsyncClient, PermissionDenied
 from adk_memory.server import ApiKey, create_app
+from adk_memory.server.auth import RequestGuard
 
 SCOPE = {"user_id": "browser"}
 EVIL = "https://evil.example"
@@ -194,3 +195,26 @@ def test_cors_works_with_keys_too(in_process: Any) -> None:
 
     assert listed.status_code == 200
     assert listed.headers["access-control-allow-origin"] == "https://app.example"
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "127.0.0.1.evil.example",
+        "localhost.evil.example:8080",
+        "evil@127.0.0.1",
+        "127.0.0.1/x",
+        "127.0.0.1:8080 ",
+        "0.0.0.0:8080",
+        "",
+        None,
+    ],
+)
+def test_a_keyless_guard_refuses_every_host_that_is_not_a_loopback_name(host: str | None) -> None:
+    guard = RequestGuard(allowed_hosts=None, cors_origins=frozenset(), keyless=True)
+
+    with pytest.raises(PermissionDenied):
+        guard.check(host, None)
+    for loopback in ("localhost:8080", "LOCALHOST", "127.0.0.1", "127.0.0.2:1", "[::1]:8080"):
+        guard.check(loopback, None)
