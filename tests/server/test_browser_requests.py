@@ -218,3 +218,24 @@ def test_a_keyless_guard_refuses_every_host_that_is_not_a_loopback_name(host: st
         guard.check(host, None)
     for loopback in ("localhost:8080", "LOCALHOST", "127.0.0.1", "127.0.0.2:1", "[::1]:8080"):
         guard.check(loopback, None)
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        EVIL,
+        "null",
+        "http://127.0.0.1:8080.evil.example",
+        "http://127.0.0.1:8081",
+        "https://127.0.0.1:8080@evil.example",
+        "file://",
+        "",
+    ],
+)
+def test_a_keyless_guard_refuses_every_origin_but_its_own(origin: str) -> None:
+    guard = RequestGuard(allowed_hosts=None, cors_origins=frozenset(), keyless=True)
+
+    with pytest.raises(PermissionDenied):
+        guard.check("127.0.0.1:8080", origin)
+    guard.check("127.0.0.1:8080", "http://127.0.0.1:8080")
+    guard.check("127.0.0.1:8080", None)
