@@ -580,11 +580,7 @@ def create_app(
     app.state.client = client
     app.state.api_keys = keys
     app.state.max_body_bytes = max_body_bytes
-    app.state.guard = RequestGuard(
-        allowed_hosts=frozenset(h.lower() for h in allowed_hosts) if allowed_hosts else None,
-        cors_origins=frozenset(cors_origins),
-        keyless=keys is None,
-    )
+    app.state.guard = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
     app.include_router(
         router,
         prefix="/v1beta1/projects/{project}/locations/{location}",

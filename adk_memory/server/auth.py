@@ -57,7 +57,12 @@ from pydantic import (
     model_validator,
 )
 
-from adk_memory.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from adk_memory.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+)
 from adk_memory.names import Names
 
 __all__ = [
@@ -381,6 +386,42 @@ class RequestGuard:
     """Whether the server has no keys, so that the origin of a request is all that tells a web
     page from a local program."""
 
+    @classmethod
+    def of(
+        cls, allowed_hosts: Sequence[str] | None, cors_origins: Sequence[str], *, keyless: bool
+    ) -> RequestGuard:
+        """A checked guard.
+
+        Raises:
+            InvalidArgument: A host has a port or is not a host name, or an origin is not
+                `scheme://host[:port]`.
+            FailedPrecondition: CORS for every origin (`*`) on a server without keys.
+        """
+        hosts = [str(host).strip().lower() for host in allowed_hosts or ()]
+        for host in hosts:
+            if host != "*" and _hostname(host) != host.strip("[]"):
+                raise InvalidArgument(
+                    f"allowed_hosts needs host names without a port, e.g. 'memory.internal'; "
+                    f"{host[:100]!r} is not one.",
+                    field="allowed_hosts",
+                )
+        for origin in cors_origins:
+            if origin == "*" and keyless:
+                raise FailedPrecondition(
+                    "CORS for every origin on a server without API keys would let any web page "
+                    "read and change every memory; list the origins, or configure keys.",
+                    field="cors_origins",
+                )
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise InvalidArgument(
+                    f"cors_origins needs origins like 'https://app.example:8443' (scheme, host "
+                    f"and port, no path); {origin[:100]!r} is not one.",
+                    field="cors_origins",
+                )
+        return cls(
+            frozenset(h.strip("[]") for h in hosts) or None, frozenset(cors_origins), keyless
+        )
+
     def check(self, host: str | None, origin: str | None) -> None:
         """Raises PermissionDenied for a foreign `Host`, or a foreign `Origin` without keys."""
         hostname = _hostname(host or "")
@@ -406,6 +447,7 @@ class RequestGuard:
             )
 
 
+_ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
 
 

@@ -17,7 +17,7 @@ import agentplatform
 import httpx
 import pytest
 
-from adk_memory import AsyncClient, PermissionDenied
+from adk_memory import AsyncClient, FailedPrecondition, InvalidArgument, PermissionDenied
 from adk_memory.server import ApiKey, create_app
 from adk_memory.server.auth import RequestGuard
 
@@ -239,3 +239,29 @@ def test_a_keyless_guard_refuses_every_origin_but_its_own(origin: str) -> None:
         guard.check("127.0.0.1:8080", origin)
     guard.check("127.0.0.1:8080", "http://127.0.0.1:8080")
     guard.check("127.0.0.1:8080", None)
+
+
+async def test_a_keyless_server_refuses_cors_for_every_origin_and_malformed_options() -> None:
+    async with AsyncClient("memory://", embedding_model="hash-64") as client:
+        _refuses_bad_browser_options(client)
+
+
+def _refuses_bad_browser_options(client: AsyncClient) -> None:
+    keys = [ApiKey(name="k", key=KEY, permissions=["*"])]
+    with pytest.raises(FailedPrecondition, match="every origin"):
+        create_app(client, cors_origins=["*"])
+    with pytest.raises(InvalidArgument, match="cors_origins"):
+        create_app(client, cors_origins=["app.example"])
+    with pytest.raises(InvalidArgument, match="cors_origins"):
+        create_app(client, cors_origins=["https://app.example/path"])
+    with pytest.raises(InvalidArgument, match="allowed_hosts"):
+        create_app(client, allowed_hosts=["memory.internal:8080"])
+    create_app(client, api_keys=keys, cors_origins=["*"])
+    create_app(client, allowed_hosts=["[::1]", "Memory.Internal", "*"])
+
+
+def test_an_ipv6_allowed_host_matches_its_bracketed_host_header(in_process: Any) -> None:
+    app = in_process(allowed_hosts=["[::1]"])
+
+    assert app.request("GET", "/memories", headers={"host": "[::1]:8080"}).status_code == 200
+    assert app.request("GET", "/memories", headers={"host": "localhost"}).status_code == 403
