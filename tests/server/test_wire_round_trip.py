@@ -124,6 +124,12 @@ def test_banks_round_trip(wire: Wire, full_bank: str) -> None:
     stored = wire.held(wire.aio.operations.get(operation.name))
     assert stored.response.description == "d2"
     assert dump(sdk_reads("ReasoningEngine", updated["response"])) == dump(after)
+    polled = wire.call("GET", operation.name)
+    assert dump(sdk_reads("ReasoningEngine", polled["response"])) == dump(stored.response)
+
+    created = wire.call("POST", "reasoningEngines", {"displayName": "second"})
+    held_created = wire.held(wire.aio.memory_banks.get(name=created["response"]["name"]))
+    assert dump(sdk_reads("ReasoningEngine", created["response"])) == dump(held_created)
 
 
 def test_memories_operations_and_revisions_round_trip(
@@ -208,7 +214,10 @@ def test_generate_profiles_purge_and_ingest_round_trip(
         ),
     )
     assert generated.response.generated_memories
-    assert dump(generated) == dump(wire.held(wire.aio.operations.get(generated.name)))
+    held_generated = dump(wire.held(wire.aio.operations.get(generated.name)))
+    assert dump(generated) == held_generated
+    polled = wire.call("GET", generated.name)
+    assert dump(sdk_reads("GenerateMemoriesOperation", polled)) == held_generated
 
     profiles = sdk_reads(
         "RetrieveProfilesResponse",
