@@ -582,6 +582,18 @@ class AsyncOperations:
     def __init__(self, engine: MemoryEngine) -> None:
         self._engine = engine
 
+    async def record_bank(self, bank: types.MemoryBank) -> types.MemoryBankOperation:
+        """A done operation for a bank create or update, recorded so that `get` finds it.
+
+        The REST server answers a bank create or update with one, as Agent Platform does; the
+        SDK may then get it by name (reference §2.12).
+        """
+        operation = types.MemoryBankOperation(done=True, response=bank)
+        operation.name = await self._engine.context.record_operation(
+            Names.parse_bank(bank.name or ""), "", "bank", operation
+        )
+        return operation
+
     async def get(self, name: str) -> Any:
         """The operation, typed by what produced it (e.g. `PurgeMemoriesOperation`)."""
         record = await self._engine.get_operation(name)

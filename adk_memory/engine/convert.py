@@ -38,7 +38,7 @@ MAX_FACT_LENGTH = 100_000
 MAX_METADATA_ENTRIES = 100
 """Most metadata keys on one memory (a documented limit)."""
 M = TypeVar("M", bound=BaseModel)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d{1,9})?)s\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d{1,9})?)s\s*")
 
 
 _WRONG_TYPE = (
@@ -101,7 +101,7 @@ def parse_duration(value: Any, *, field: str) -> timedelta | None:
     if isinstance(value, timedelta):
         duration = value
     else:
-        match = _DURATION.match(str(value)) if isinstance(value, str) else None
+        match = _DURATION.fullmatch(str(value)) if isinstance(value, str) else None
         if match is None:
             raise InvalidArgument(
                 f"{field} must be a duration in seconds such as '86400s', not {str(value)[:40]!r}.",

@@ -83,7 +83,7 @@ MAX_CANDIDATES = 25
 MAX_CONVERSATION_CHARS = 500_000
 _T = TypeVar("_T")
 _SESSION_NAME = re.compile(
-    r"^(?:projects/[^/]+/locations/[^/]+/)?reasoningEngines/(?P<app>[^/]+)/sessions/(?P<session>[^/]+)$"
+    r"(?:projects/[^/]+/locations/[^/]+/)?reasoningEngines/(?P<app>[^/]+)/sessions/(?P<session>[^/]+)"
 )
 
 
@@ -753,7 +753,7 @@ async def events_from_session(
             "BaseSessionService) to the Client.",
             field="vertex_session_source",
         )
-    match = _SESSION_NAME.match(source.session or "")
+    match = _SESSION_NAME.fullmatch(source.session or "")
     if match is None:
         raise InvalidArgument(
             "vertex_session_source.session must be "

@@ -338,11 +338,11 @@ class IngestOps:
         failures = int(stream.get("failures", 0)) + 1
         stream["failures"] = failures
         stream["retry_after"] = (now + timedelta(seconds=min(2**failures, 300))).isoformat()
-        logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.code, failures)
+        logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.status, failures)
         if failures >= MAX_FLUSH_FAILURES:
             error = {
                 "code": 14,
-                "message": f"Generation failed {failures} times ({exc.code}); events are kept. "
+                "message": f"Generation failed {failures} times ({exc.status}); events are kept. "
                 "Ingest again or force_flush to retry.",
             }
             for path in stream["operations"]:

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 PROFILE_TYPE = "STRUCTURED_PROFILE"
-_SCHEMA_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+_SCHEMA_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ def validate_structured_configs(configs: Sequence[types.StructuredMemoryConfig] 
         for position, schema_config in enumerate(config.schema_configs):
             at = f"{where}.schema_configs[{position}]"
             schema_id = schema_config.id or ""
-            if not _SCHEMA_ID.match(schema_id):
+            if not _SCHEMA_ID.fullmatch(schema_id):
                 raise InvalidArgument(
                     f"{at}.id must be 1-63 lowercase letters, digits or '-', "
                     "starting with a letter.",
