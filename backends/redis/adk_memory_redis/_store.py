@@ -78,10 +78,13 @@ from adk_memory.store import (
     NearestQuery,
     OperationRecord,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     ScoredRecord,
+    SortKey,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
     check_dimensions,
 )
 from adk_memory_redis._codec import (
@@ -94,6 +97,7 @@ from adk_memory_redis._codec import (
     decode_revision,
     encode_memory,
     encode_revision,
+    from_us,
     operation_from_json,
     operation_to_json,
     to_us,
@@ -110,6 +114,7 @@ __all__ = ["RedisMemoryStore"]
 _BANK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _SORT_FIELDS = {"create_time": "create_us", "update_time": "update_us"}
 _SCAN_CHUNK = 1000
+_CURSOR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 _SWEEP_CHUNK = 500
 _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
@@ -256,6 +261,24 @@ class _Bank:
 
     def documents(self, kind: str) -> str:
         return f"{self.base}doc:{kind}"
+
+
+def _after_expression(order_by: Sequence[SortKey], after: ScanCursor) -> str:
+    """A FILTER expression true for rows sorting strictly after the cursor (keys, then id)."""
+    if not _CURSOR_ID.fullmatch(after.memory_id):
+        raise InvalidArgument("A scan cursor's memory id is not a valid id.", field="page_token")
+    expression = f"@memory_id > '{after.memory_id}'"
+    for key, value in reversed(list(zip(order_by, after.values, strict=True))):
+        name, micros = f"@{_SORT_FIELDS[key.field]}", to_us(value)
+        beyond = "<" if key.descending else ">"
+        expression = f"({name} {beyond} {micros} || ({name} == {micros} && {expression}))"
+    return expression
+
+
+def _row_cursor(row: Mapping[str, Any], query: ScanQuery) -> ScanCursor:
+    """The cursor just after an aggregate row (its sort values come from the index)."""
+    values = tuple(from_us(int(_text(row[_SORT_FIELDS[key.field]]))) for key in query.order_by)
+    return ScanCursor(values, _text(row["memory_id"]))
 
 
 def _text(raw: Any) -> str:
@@ -1002,8 +1025,13 @@ class RedisMemoryStore(MemoryStore):
                 )
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit."""
-        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        """Live memories matching the query in its order, after its cursor, up to its limit.
+
+        Keyset chunks of FT.AGGREGATE: each resumes after the last row of the one before (the
+        first sort key bounds the query text, a FILTER compares the rest and the id), so no
+        LIMIT offset grows with depth and RediSearch's offset cap is never reached.
+        """
+        check_cursor(query)
         sort: list[str] = []
         for key in query.order_by:
             if key.field not in _SORT_FIELDS:
@@ -1013,36 +1041,15 @@ class RedisMemoryStore(MemoryStore):
                 )
             sort += [f"@{_SORT_FIELDS[key.field]}", "DESC" if key.descending else "ASC"]
         sort += ["@memory_id", "ASC"]  # SPEC §3: ties break by name
-        load = [f"@{name}" for name in MEMORY_FIELDS]
         found: list[MemoryRecord] = []
-        offset, remaining = query.offset, query.limit
+        after, remaining = query.after, query.limit
         async with self._call("list memories") as client:
-            if base is None:
+            if self._base_query(0, query.scope_key, query.filter) is None:
                 await self._bank(client, bank_id)
                 return []
             while remaining is None or remaining > 0:
                 chunk = _SCAN_CHUNK if remaining is None else min(remaining, _SCAN_CHUNK)
-
-                def queue(pipe: Any, bank: _Bank, offset: int = offset, chunk: int = chunk) -> None:
-                    pipe.execute_command(
-                        "FT.AGGREGATE",
-                        bank.index_name,
-                        base,
-                        "SORTBY",
-                        len(sort),
-                        *sort,
-                        "LIMIT",
-                        offset,
-                        chunk,
-                        "LOAD",
-                        len(load),
-                        *load,
-                        *self._search_args(),
-                    )
-
-                bank, replies = await self._with_bank(client, bank_id, queue)
-                rows, warnings = parse_aggregate(replies[0])
-                self._check_warnings(warnings)
+                rows, bank = await self._scan_chunk(client, bank_id, query, after, sort, chunk)
                 for row in rows:
                     if "doc" in row:  # not a key that expired between sort and load
                         found.append(
@@ -1050,10 +1057,53 @@ class RedisMemoryStore(MemoryStore):
                         )
                 if len(rows) < chunk:
                     break
-                offset += chunk
+                after = _row_cursor(rows[-1], query)
                 if remaining is not None:
                     remaining -= chunk
         return [record for record in found if record.is_live(query.now)]
+
+    async def _scan_chunk(
+        self,
+        client: aredis.Redis,
+        bank_id: str,
+        query: ScanQuery,
+        after: ScanCursor | None,
+        sort: list[str],
+        chunk: int,
+    ) -> tuple[list[dict[str, Any]], _Bank]:
+        """One FT.AGGREGATE of up to `chunk` rows sorting after `after`."""
+        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        assert base is not None
+        keyset: list[Any] = []
+        if after is not None:
+            first, value = query.order_by[0], to_us(after.values[0])
+            bound = f"[-inf {value}]" if first.descending else f"[{value} +inf]"
+            base = f"({base} @{_SORT_FIELDS[first.field]}:{bound})"
+            keyset = ["FILTER", _after_expression(query.order_by, after)]
+        load = [f"@{name}" for name in MEMORY_FIELDS]
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            pipe.execute_command(
+                "FT.AGGREGATE",
+                bank.index_name,
+                base,
+                *keyset,
+                "SORTBY",
+                len(sort),
+                *sort,
+                "LIMIT",
+                0,
+                chunk,
+                "LOAD",
+                len(load),
+                *load,
+                *self._search_args(),
+            )
+
+        bank, replies = await self._with_bank(client, bank_id, queue)
+        rows, warnings = parse_aggregate(replies[0])
+        self._check_warnings(warnings)
+        return rows, bank
 
     # Revisions
 

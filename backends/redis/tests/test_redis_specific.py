@@ -39,6 +39,7 @@ from adk_memory.scope import scope_key
 from adk_memory.store import (
     MemoryRecord,
     NearestQuery,
+    ScanCursor,
     ScanQuery,
     SortKey,
     TopicRef,
@@ -328,7 +329,7 @@ async def test_hostile_text_in_filters_matches_exactly_like_the_engine(
 
 
 async def test_scan_pages_past_one_search_chunk(store: RedisMemoryStore) -> None:
-    """Scans without a limit, and offsets across internal chunks, keep the total order."""
+    """Scans without a limit, and cursors across internal chunks, keep the total order."""
     records = tuple(
         memory(
             f"m{i:04d}",
@@ -343,7 +344,8 @@ async def test_scan_pages_past_one_search_chunk(store: RedisMemoryStore) -> None
     order = sorted(records, key=lambda r: (-r.create_time.timestamp(), r.memory_id))
     everything = await store.scan(BANK, ScanQuery(now))
     assert [r.memory_id for r in everything] == [r.memory_id for r in order]
-    page = await store.scan(BANK, ScanQuery(now, offset=990, limit=1020))
+    after = ScanCursor((order[989].create_time,), order[989].memory_id)
+    page = await store.scan(BANK, ScanQuery(now, after=after, limit=1020))
     assert [r.memory_id for r in page] == [r.memory_id for r in order[990:2010]]
     ascending = await store.scan(
         BANK, ScanQuery(now, order_by=(SortKey("create_time", descending=False),), limit=4)
