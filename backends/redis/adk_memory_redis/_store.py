@@ -61,6 +61,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import redis.asyncio as aredis
 import redis.exceptions
+from redis.utils import DEFAULT_RESP_VERSION
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
@@ -281,6 +282,11 @@ def _row_cursor(row: Mapping[str, Any], query: ScanQuery) -> ScanCursor:
     return ScanCursor(values, _text(row["memory_id"]))
 
 
+def _speaks_resp3(client: aredis.Redis) -> bool:
+    protocol = client.connection_pool.connection_kwargs.get("protocol")
+    return int(protocol or DEFAULT_RESP_VERSION) == 3
+
+
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
@@ -386,6 +392,13 @@ class RedisMemoryStore(MemoryStore):
                     "build it with decode_responses=False."
                 )
         self.config = config or RedisStoreConfig()
+        if client is not None and self.config.query_timeout_ms and not _speaks_resp3(client):
+            raise InvalidArgument(
+                "query_timeout_ms needs a client speaking RESP3 (redis.asyncio.Redis(..., "
+                "protocol=3)): over RESP2 RediSearch returns a timed-out search's partial result "
+                "without saying so. Pass a RESP3 client or leave query_timeout_ms at 0.",
+                field="uri.query_timeout_ms",
+            )
         self._url = url
         self._client = client
         self._owns_client = client is None
@@ -1019,9 +1032,10 @@ class RedisMemoryStore(MemoryStore):
     def _check_warnings(self, warnings: list[str]) -> None:
         for warning in warnings:
             if "timeout" in warning.lower():
-                raise FailedPrecondition(
-                    "A Redis search hit the query time limit and would have returned partial "
-                    "results; raise query_timeout_ms (0 disables the limit)."
+                raise StoreUnavailable(
+                    f"A search on Redis at {self._where} reached query_timeout_ms "
+                    f"({self.config.query_timeout_ms} ms) and would have returned partial "
+                    "results; retry, or raise query_timeout_ms (0 disables the limit)."
                 )
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:

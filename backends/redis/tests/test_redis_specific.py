@@ -419,6 +419,55 @@ async def test_resp2_client_gives_the_same_answers(redis_url: str) -> None:
         await client.aclose()
 
 
+async def _fill(store: RedisMemoryStore, count: int) -> None:
+    await store.create_bank(bank_record(BANK))
+    for start in range(0, count, 1000):
+        batch = tuple(
+            memory(f"m{i:05d}", (1.0,) + (0.0,) * 7, create_time=T_FILL + timedelta(microseconds=i))
+            for i in range(start, min(start + 1000, count))
+        )
+        await store.apply(BANK, WriteBatch(inserts=batch))
+
+
+T_FILL = datetime(2026, 1, 1, tzinfo=UTC)
+TIMEOUT_DOCS = 6000
+
+
+async def test_a_search_that_times_out_raises_instead_of_returning_less(redis_url: str) -> None:
+    """query_timeout_ms=1 over 6,000 memories: every scan is complete or StoreUnavailable."""
+    store = _store(redis_url, index_algorithm="FLAT", query_timeout_ms=1)
+    outcomes: list[str] = []
+    try:
+        await _fill(store, TIMEOUT_DOCS)
+        now = T_FILL + timedelta(days=1)
+        for _ in range(5):
+            try:
+                found = await store.scan(BANK, ScanQuery(now))
+            except StoreUnavailable as exc:
+                assert "query_timeout_ms" in str(exc)
+                outcomes.append("timed out")
+            else:
+                assert len(found) == TIMEOUT_DOCS, "a timed-out search returned partial results"
+                outcomes.append("complete")
+    finally:
+        await store.drop_all()
+        await store.aclose()
+    assert "timed out" in outcomes  # the limit was really reached, so the check was exercised
+
+
+async def test_a_resp2_client_cannot_take_a_query_time_limit(redis_url: str) -> None:
+    """Over RESP2 the server's timeout warning never arrives: such a store is refused."""
+    client = aredis.Redis.from_url(redis_url, protocol=2)
+    try:
+        with pytest.raises(InvalidArgument, match="RESP3"):
+            RedisMemoryStore.from_uri(redis_url, client=client, query_timeout_ms=1)
+        resp3 = aredis.Redis.from_url(redis_url, protocol=3)
+        RedisMemoryStore.from_uri(redis_url, client=resp3, query_timeout_ms=1)
+        await resp3.aclose()
+    finally:
+        await client.aclose()
+
+
 async def test_a_decoding_client_is_refused() -> None:
     """A client with decode_responses=True would corrupt vectors, so it is refused up front."""
     client = aredis.Redis(decode_responses=True)
