@@ -353,6 +353,47 @@ async def test_scan_pages_past_one_search_chunk(store: RedisMemoryStore) -> None
     assert [r.memory_id for r in ascending] == ["m0000", "m0001", "m0002", "m0003"]
 
 
+class _RecordingRedis(aredis.Redis):
+    """A client that notes every command queued on its pipelines."""
+
+    sent: list[tuple[Any, ...]]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        queue = pipe.execute_command
+
+        def record(*args: Any, **options: Any) -> Any:
+            self.sent.append(args)
+            return queue(*args, **options)
+
+        pipe.execute_command = record  # type: ignore[method-assign]
+        return pipe
+
+
+async def test_deep_scans_send_no_offset(redis_url: str) -> None:
+    """Every chunk of a scan is LIMIT 0 n after a keyset bound: no offset grows with depth, so
+    RediSearch's offset cap (1,000,000) never limits how deep a listing goes."""
+    client = _RecordingRedis.from_url(redis_url)
+    client.sent = []
+    store = RedisMemoryStore.from_uri(redis_url, client=client, key_prefix=f"t-{uuid.uuid4().hex}")
+    try:
+        await _fill(store, 2500)
+        now = T_FILL + timedelta(days=1)
+        everything = await store.scan(BANK, ScanQuery(now))
+        deep = ScanCursor((everything[2200].create_time,), everything[2200].memory_id)
+        tail = await store.scan(BANK, ScanQuery(now, after=deep))
+        assert [r.memory_id for r in tail] == [r.memory_id for r in everything[2201:]]
+        aggregates = [args for args in client.sent if args[0] == "FT.AGGREGATE"]
+        assert len(aggregates) >= 4
+        for args in aggregates:
+            limit = args.index("LIMIT")
+            assert args[limit + 1] == 0, args
+    finally:
+        await store.drop_all()
+        await store.aclose()
+        await client.aclose()
+
+
 async def test_missing_bank_is_not_found(store: RedisMemoryStore) -> None:
     """Every read and write of a bank that does not exist says so."""
     now = datetime.now(UTC)
