@@ -33,9 +33,7 @@ TIME_RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
 
 def bounded_duration(seconds: Decimal | timedelta, *, field: str) -> timedelta:
     """The duration if it is positive and at most `MAX_DURATION`."""
-    too_long = (
-        seconds > MAX_DURATION if isinstance(seconds, timedelta) else seconds > _MAX_SECONDS
-    )
+    too_long = seconds > MAX_DURATION if isinstance(seconds, timedelta) else seconds > _MAX_SECONDS
     if too_long:
         raise InvalidArgument(
             f"{field} must be at most {int(_MAX_SECONDS)}s (100 years); omit it for no expiry.",

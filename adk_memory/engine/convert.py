@@ -102,8 +102,10 @@ def check_unicode(value: Any, *, field: str) -> None:
 
 
 def parse_duration(value: Any, *, field: str) -> timedelta | None:
-    """A protobuf JSON duration (`"86400s"`, `"1.5s"`) or a timedelta, within
-    `adk_memory.bounds.MAX_DURATION`; None stays None."""
+    """A protobuf JSON duration (`"86400s"`, `"1.5s"`) or a timedelta, bounded; None stays None.
+
+    The bound is `adk_memory.bounds.MAX_DURATION`.
+    """
     if value is None:
         return None
     if isinstance(value, timedelta):

@@ -181,9 +181,7 @@ async def test_forged_tokens_are_invalid_argument_everywhere(
         )
 
 
-async def test_tokens_over_rest_page_and_refuse_forgeries(
-    aclient: AsyncClient, bank: str
-) -> None:
+async def test_tokens_over_rest_page_and_refuse_forgeries(aclient: AsyncClient, bank: str) -> None:
     """Over REST: retrieve-all returns nextPageToken, continued by simpleRetrievalParams; a
     forged token is a 400 INVALID_ARGUMENT on list and retrieve."""
     made = [await _create(aclient, bank, f"memory {i}") for i in range(103)]

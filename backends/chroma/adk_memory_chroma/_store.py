@@ -1108,7 +1108,9 @@ class ChromaMemoryStore(MemoryStore):
         where = all_of(clauses)
 
         def position(memory_id: str, values: Sequence[int]) -> tuple[Any, ...]:
-            terms = (-v if key.descending else v for v, key in zip(values, query.order_by))
+            terms = (
+                -v if key.descending else v for v, key in zip(values, query.order_by, strict=True)
+            )
             return (*terms, memory_id)
 
         async def work(memories: Any) -> list[MemoryRecord]:
@@ -1117,16 +1119,11 @@ class ChromaMemoryStore(MemoryStore):
             found = await self._call(
                 "scan memories", memories.get, where=where, include=["metadatas", "documents"]
             )
-            rows = sorted(
-                (
-                    (position(memory_id, [int(meta[field]) for field in fields]), row)
-                    for memory_id, meta, document in zip(
-                        found["ids"], found["metadatas"], found["documents"], strict=True
-                    )
-                    for row in [(memory_id, meta, document)]
-                ),
-                key=lambda pair: pair[0],
-            )
+            rows = [
+                (position(row[0], [int(row[1][field]) for field in fields]), row)
+                for row in zip(found["ids"], found["metadatas"], found["documents"], strict=True)
+            ]
+            rows.sort(key=lambda pair: pair[0])
             if query.after is not None:
                 cursor = [codec.micros(value) for value in query.after.values]
                 start = position(query.after.memory_id, cursor)
