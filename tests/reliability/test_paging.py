@@ -207,3 +207,49 @@ async def test_tokens_over_rest_page_and_refuse_forgeries(aclient: AsyncClient, 
             body = {"scope": SCOPE, "simpleRetrievalParams": {"pageToken": forged}}
             answer = await http.post(f"{path}/memories:retrieve", json=body)
             assert answer.status_code == 400, forged
+
+
+async def test_pages_of_a_filter_the_store_cannot_run(
+    aclient: AsyncClient, bank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A regex filter (evaluated by the engine on Chroma and Redis) pages by keyset too, over
+    several store reads per page (chunks shrunk so that each page needs more than one)."""
+    monkeypatch.setattr("adk_memory.engine.memories._RESIDUAL_CHUNK", 1)
+    memories = aclient.memory_banks.memories
+    kept = [await _create(aclient, bank, f"keep {i}") for i in range(14)]
+    for i in range(14):
+        await _create(aclient, bank, f"drop {i}")
+    config = {"page_size": 4, "filter": 'fact=~"^keep"', "order_by": "create_time"}
+    pager = await memories.list(name=bank, config=config)
+    seen = _ids(pager.page)
+    while pager.next_page_token:
+        await _create(aclient, bank, "drop, written while paging")
+        seen += _ids(await pager.next_page())
+    assert seen == kept
+
+
+async def test_revision_pages_never_repeat_under_updates(aclient: AsyncClient, bank: str) -> None:
+    """New revisions (newest first, so before the cursor) written between pages repeat none."""
+    memories = aclient.memory_banks.memories
+    name = f"{bank}/memories/" + await _create(aclient, bank, "version 0")
+    for version in range(1, 7):
+        await memories.update(name=name, fact=f"version {version}")
+    pager = await memories.revisions.list(name=name, config={"page_size": 2})
+    facts = [revision.fact for revision in pager.page]
+    while pager.next_page_token:
+        await memories.update(name=name, fact="written while paging")
+        facts += [revision.fact for revision in await pager.next_page()]
+    assert facts == [f"version {version}" for version in range(6, -1, -1)]
+
+
+async def test_a_token_of_another_bank_is_refused(aclient: AsyncClient, bank: str) -> None:
+    other = (await aclient.memory_banks.create()).name
+    for i in range(3):
+        await _create(aclient, bank, f"fact {i}")
+        await _create(aclient, other, f"fact {i}")
+    token = (await aclient.memory_banks.memories.list(name=bank, config={"page_size": 1}))
+    assert token.next_page_token
+    with pytest.raises(InvalidArgument):
+        await aclient.memory_banks.memories.list(
+            name=other, config={"page_size": 1, "page_token": token.next_page_token}
+        )
