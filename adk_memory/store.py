@@ -263,13 +263,17 @@ def cursor_of(record: MemoryRecord, order_by: Sequence[SortKey]) -> ScanCursor:
     return ScanCursor(tuple(getattr(record, key.field) for key in order_by), record.memory_id)
 
 
+def cursor_key(cursor: ScanCursor, order_by: Sequence[SortKey]) -> Any:
+    """A value that compares as cursors sort in `order_by` (greater: later in the scan)."""
+    return _position(cursor.values, cursor.memory_id, order_by)
+
+
 def is_after(record: MemoryRecord, query: ScanQuery) -> bool:
     """Whether `record` sorts strictly after `query.after` (True without a cursor)."""
     if query.after is None:
         return True
-    values = [getattr(record, key.field) for key in query.order_by]
-    mine = _position(values, record.memory_id, query.order_by)
-    return bool(mine > _position(query.after.values, query.after.memory_id, query.order_by))
+    mine = cursor_key(cursor_of(record, query.order_by), query.order_by)
+    return bool(mine > cursor_key(query.after, query.order_by))
 
 
 def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:

@@ -582,6 +582,27 @@ class MemoryStoreConformance:
         second = await store.scan(bank, ScanQuery(T0, order_by=order, after=after))
         assert [r.memory_id for r in second] == ["k2b", "k3", "k4", "k5"]
 
+    async def test_scan_cursor_at_unusual_ids(self, store: MemoryStore, bank: str) -> None:
+        """Tied ids with quotes, backslashes, capitals or non-ASCII are cut exactly at a cursor.
+
+        An import can hold any id, so a store must page past any of them.
+        """
+        ids = ["a", "b'c", "b\\c", "b\\'c", 'b"c', "b c", "b\u00e9", "B", "c|d", "b\\"]
+        await store.apply(bank, WriteBatch(inserts=tuple(memory(i, unit(0)) for i in ids)))
+        for order in ((SortKey("create_time"),), (SortKey("update_time", descending=False),)):
+            whole = [r.memory_id for r in await store.scan(bank, ScanQuery(T0, order_by=order))]
+            assert whole == sorted(ids)
+            walked: list[str] = []
+            cursor = None
+            while True:
+                query = ScanQuery(T0, order_by=order, after=cursor, limit=2)
+                page = await store.scan(bank, query)
+                walked += [r.memory_id for r in page]
+                if len(page) < 2:
+                    break
+                cursor = cursor_of(page[-1], order)
+            assert walked == whole, order
+
     async def test_scan_keyset_walks_the_whole_scan(self, store: MemoryStore, bank: str) -> None:
         """Pages chained by cursors return exactly the unpaged scan (filtered and scoped)."""
         other = {"user_id": "u2"}

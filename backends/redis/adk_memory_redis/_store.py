@@ -87,6 +87,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_dimensions,
+    cursor_key,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -115,7 +116,8 @@ __all__ = ["RedisMemoryStore"]
 _BANK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _SORT_FIELDS = {"create_time": "create_us", "update_time": "update_us"}
 _SCAN_CHUNK = 1000
-_CURSOR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
+_SPELLABLE_ID = re.compile(r"[^\\\x00-\x1f\x7f]+")
+"""Ids a quoted RediSearch expression string holds exactly (its escapes garble backslashes)."""
 _SWEEP_CHUNK = 500
 _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
@@ -264,16 +266,22 @@ class _Bank:
         return f"{self.base}doc:{kind}"
 
 
-def _after_expression(order_by: Sequence[SortKey], after: ScanCursor) -> str:
-    """A FILTER expression true for rows sorting strictly after the cursor (keys, then id)."""
-    if not _CURSOR_ID.fullmatch(after.memory_id):
-        raise InvalidArgument("A scan cursor's memory id is not a valid id.", field="page_token")
-    expression = f"@memory_id > '{after.memory_id}'"
+def _after_expression(order_by: Sequence[SortKey], after: ScanCursor, *, exact: bool) -> str:
+    """A FILTER expression for rows sorting after the cursor.
+
+    Strictly after it when `exact` (keys, then id); else after or tied with its sort values, and
+    the caller compares the id.
+    """
+    expression = f"@memory_id > '{_quoted(after.memory_id)}'" if exact else "1"
     for key, value in reversed(list(zip(order_by, after.values, strict=True))):
         name, micros = f"@{_SORT_FIELDS[key.field]}", to_us(value)
         beyond = "<" if key.descending else ">"
         expression = f"({name} {beyond} {micros} || ({name} == {micros} && {expression}))"
     return expression
+
+
+def _quoted(memory_id: str) -> str:
+    return memory_id.replace("'", "\\'")
 
 
 def _row_cursor(row: Mapping[str, Any], query: ScanQuery) -> ScanCursor:
@@ -1056,25 +1064,26 @@ class RedisMemoryStore(MemoryStore):
             sort += [f"@{_SORT_FIELDS[key.field]}", "DESC" if key.descending else "ASC"]
         sort += ["@memory_id", "ASC"]  # SPEC §3: ties break by name
         found: list[MemoryRecord] = []
-        after, remaining = query.after, query.limit
+        after = query.after
         async with self._call("list memories") as client:
             if self._base_query(0, query.scope_key, query.filter) is None:
                 await self._bank(client, bank_id)
                 return []
-            while remaining is None or remaining > 0:
-                chunk = _SCAN_CHUNK if remaining is None else min(remaining, _SCAN_CHUNK)
-                rows, bank = await self._scan_chunk(client, bank_id, query, after, sort, chunk)
+            while query.limit is None or len(found) < query.limit:
+                wanted = _SCAN_CHUNK if query.limit is None else query.limit - len(found)
+                chunk = min(wanted, _SCAN_CHUNK)
+                rows, exhausted, bank = await self._scan_chunk(
+                    client, bank_id, query, after, sort, chunk
+                )
                 for row in rows:
                     if "doc" in row:  # not a key that expired between sort and load
                         found.append(
                             decode_memory(row["doc"], row["fact"], embedding=None, dtype=bank.dtype)
                         )
-                if len(rows) < chunk:
+                if exhausted:
                     break
                 after = _row_cursor(rows[-1], query)
-                if remaining is not None:
-                    remaining -= chunk
-        return [record for record in found if record.is_live(query.now)]
+        return [record for record in found if record.is_live(query.now)][: query.limit]
 
     async def _scan_chunk(
         self,
@@ -1084,40 +1093,60 @@ class RedisMemoryStore(MemoryStore):
         after: ScanCursor | None,
         sort: list[str],
         chunk: int,
-    ) -> tuple[list[dict[str, Any]], _Bank]:
-        """One FT.AGGREGATE of up to `chunk` rows sorting after `after`."""
+    ) -> tuple[list[dict[str, Any]], bool, _Bank]:
+        """Rows sorting after `after`, at least one unless none is left, and whether none is.
+
+        The query text bounds the first sort key; a FILTER compares the rest and the id. An id
+        RediSearch's expression strings cannot spell (a backslash or control character, which
+        only an imported memory can have) is compared here instead: the FILTER then keeps
+        the rows tied with the cursor, and the read widens until it gets past them.
+        """
         base = self._base_query(to_us(query.now), query.scope_key, query.filter)
         assert base is not None
         keyset: list[Any] = []
+        exact = True
         if after is not None:
             first, value = query.order_by[0], to_us(after.values[0])
             bound = f"[-inf {value}]" if first.descending else f"[{value} +inf]"
             base = f"({base} @{_SORT_FIELDS[first.field]}:{bound})"
-            keyset = ["FILTER", _after_expression(query.order_by, after)]
+            exact = _SPELLABLE_ID.fullmatch(after.memory_id) is not None
+            keyset = ["FILTER", _after_expression(query.order_by, after, exact=exact)]
         load = [f"@{name}" for name in MEMORY_FIELDS]
+        while True:
 
-        def queue(pipe: Any, bank: _Bank) -> None:
-            pipe.execute_command(
-                "FT.AGGREGATE",
-                bank.index_name,
-                base,
-                *keyset,
-                "SORTBY",
-                len(sort),
-                *sort,
-                "LIMIT",
-                0,
-                chunk,
-                "LOAD",
-                len(load),
-                *load,
-                *self._search_args(),
-            )
+            def queue(pipe: Any, bank: _Bank, size: int = chunk) -> None:
+                pipe.execute_command(
+                    "FT.AGGREGATE",
+                    bank.index_name,
+                    base,
+                    *keyset,
+                    "SORTBY",
+                    len(sort),
+                    *sort,
+                    "LIMIT",
+                    0,
+                    size,
+                    "LOAD",
+                    len(load),
+                    *load,
+                    *self._search_args(),
+                )
 
-        bank, replies = await self._with_bank(client, bank_id, queue)
-        rows, warnings = parse_aggregate(replies[0])
-        self._check_warnings(warnings)
-        return rows, bank
+            bank, replies = await self._with_bank(client, bank_id, queue)
+            rows, warnings = parse_aggregate(replies[0])
+            self._check_warnings(warnings)
+            exhausted = len(rows) < chunk
+            if not exact:
+                assert after is not None
+                start = cursor_key(after, query.order_by)
+                rows = [
+                    row
+                    for row in rows
+                    if cursor_key(_row_cursor(row, query), query.order_by) > start
+                ]
+            if rows or exhausted:
+                return rows, exhausted, bank
+            chunk *= 2
 
     # Revisions
 
