@@ -603,6 +603,30 @@ class MemoryStoreConformance:
                 cursor = cursor_of(page[-1], order)
             assert walked == whole, order
 
+    async def test_scan_hostile_cursors(self, store: MemoryStore, bank: str) -> None:
+        """A cursor of any id and any time the engine accepts selects by position, nothing else.
+
+        Page tokens reach the store as cursors; one hand-made with an id that looks like query
+        syntax or a time at the ends of the range must neither fail nor widen the scan.
+        """
+        records = tuple(
+            memory(f"h{i}", unit(i), create_time=T0 + timedelta(seconds=i)) for i in range(4)
+        )
+        other = memory("x", unit(0), scope={"user_id": "other"})
+        await store.apply(bank, WriteBatch(inserts=(*records, other)))
+        first, last = datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC)
+        hostile = ["' || 1 == 1 || '", "*", "@memory_id", "}{)(", "\\' || '", "h1\x00", "é" * 200]
+        for memory_id in hostile:
+            for when, everything in ((first, False), (last, True)):
+                for descending in (True, False):
+                    order = (SortKey("create_time", descending=descending),)
+                    query = ScanQuery(
+                        T0, scope_key=KEY, order_by=order, after=ScanCursor((when,), memory_id)
+                    )
+                    found = {r.memory_id for r in await store.scan(bank, query)}
+                    expected = {r.memory_id for r in records} if everything == descending else set()
+                    assert found == expected, (memory_id, when, descending)
+
     async def test_scan_keyset_walks_the_whole_scan(self, store: MemoryStore, bank: str) -> None:
         """Pages chained by cursors return exactly the unpaged scan (filtered and scoped)."""
         other = {"user_id": "u2"}
