@@ -253,3 +253,20 @@ async def test_a_token_of_another_bank_is_refused(aclient: AsyncClient, bank: st
         await aclient.memory_banks.memories.list(
             name=other, config={"page_size": 1, "page_token": token.next_page_token}
         )
+
+
+async def test_bank_pages_never_repeat_and_refuse_forgeries(aclient: AsyncClient) -> None:
+    """Banks list oldest first; deleting a listed bank between pages skips no other."""
+    banks = aclient.memory_banks
+    made = [(await banks.create()).name for _ in range(5)]
+    pager = await banks.list(config={"page_size": 2})
+    seen = [bank.name for bank in pager.page]
+    while pager.next_page_token:
+        await banks.delete(name=seen[-1])
+        seen += [bank.name for bank in await pager.next_page()]
+    assert seen == made
+    token = (await banks.list(config={"page_size": 1})).next_page_token
+    assert token
+    for forged in _forged(token):
+        with pytest.raises(InvalidArgument):
+            await banks.list(config={"page_token": forged})
