@@ -408,7 +408,6 @@ class AsyncMemoryBanks:
     async def list(self, *, config: Any = None) -> AsyncPager[types.MemoryBank]:
         """Every bank, oldest first, in pages."""
         checked = parse_model(types.ListMemoryBanksConfig, config, field="config")
-
         if checked.page_size is not None and checked.page_size < 0:
             raise InvalidArgument(
                 "config.page_size must not be negative.", field="config.page_size"

@@ -184,7 +184,7 @@ async def test_forged_tokens_are_invalid_argument_everywhere(
 async def test_tokens_over_rest_page_and_refuse_forgeries(aclient: AsyncClient, bank: str) -> None:
     """Over REST: retrieve-all returns nextPageToken, continued by simpleRetrievalParams; a
     forged token is a 400 INVALID_ARGUMENT on list and retrieve."""
-    made = [await _create(aclient, bank, f"memory {i}") for i in range(103)]
+    made = [await _create(aclient, bank, f"memory {i}") for i in range(105)]
     app = create_app(aclient)
     path = "/v1beta1/" + bank[bank.index("reasoningEngines/") :]
     async with httpx.AsyncClient(
@@ -192,8 +192,10 @@ async def test_tokens_over_rest_page_and_refuse_forgeries(aclient: AsyncClient, 
     ) as http:
         first = (await http.post(f"{path}/memories:retrieve", json={"scope": SCOPE})).json()
         assert len(first["retrievedMemories"]) == 100 and first["nextPageToken"]
-        body = {"scope": SCOPE, "simpleRetrievalParams": {"pageToken": first["nextPageToken"]}}
+        params = {"pageSize": 100, "pageToken": first["nextPageToken"]}
+        body = {"scope": SCOPE, "simpleRetrievalParams": params}
         rest = (await http.post(f"{path}/memories:retrieve", json=body)).json()
+        assert len(rest["retrievedMemories"]) == 5
         names = [hit["memory"]["name"] for hit in first["retrievedMemories"]] + [
             hit["memory"]["name"] for hit in rest["retrievedMemories"]
         ]
