@@ -249,7 +249,7 @@ async def test_a_token_of_another_bank_is_refused(aclient: AsyncClient, bank: st
     for i in range(3):
         await _create(aclient, bank, f"fact {i}")
         await _create(aclient, other, f"fact {i}")
-    token = (await aclient.memory_banks.memories.list(name=bank, config={"page_size": 1}))
+    token = await aclient.memory_banks.memories.list(name=bank, config={"page_size": 1})
     assert token.next_page_token
     with pytest.raises(InvalidArgument):
         await aclient.memory_banks.memories.list(
