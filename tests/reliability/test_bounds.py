@@ -92,6 +92,10 @@ async def test_timestamps_that_overflow_utc_are_refused(aclient: AsyncClient, ba
         for key in ("expire_time", "revision_expire_time"):
             call = memories.create(name=bank, fact="f", scope=SCOPE, config={key: when})
             await _refused(call, f"config.{key}", "9999-12-31T23:59:59.999999Z")
+        metadata = {"when": {"timestamp_value": when}}
+        call = memories.create(name=bank, fact="f", scope=SCOPE, config={"metadata": metadata})
+        with pytest.raises(InvalidArgument, match="9999-12-31T23:59:59.999999Z"):
+            await call
         group = [{"filters": [{"key": "when", "value": {"timestamp_value": when}, "op": "EQUAL"}]}]
         call = memories.retrieve(name=bank, scope=SCOPE, config={"filter_groups": group})
         with pytest.raises(InvalidArgument, match="9999-12-31T23:59:59.999999Z"):
