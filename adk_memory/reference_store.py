@@ -32,7 +32,6 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_dimensions,
-    is_after,
     sort_records,
 )
 
@@ -216,15 +215,14 @@ class ReferenceMemoryStore(MemoryStore):
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit."""
         check_cursor(query)
-        found = [
+        found = (
             record
             for record in self._bank(bank_id).memories.values()
             if (query.scope_key is None or record.scope_key == query.scope_key)
             and record.is_live(query.now)
-            and is_after(record, query)
             and matches(query.filter, record)
-        ]
-        return sort_records(found, query)[: query.limit]
+        )
+        return sort_records(found, query)
 
     async def list_revisions(
         self, bank_id: str, memory_id: str, now: datetime

@@ -16,9 +16,10 @@ The contract is tested by `adk_memory.testing.conformance.MemoryStoreConformance
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 from adk_memory.errors import InvalidArgument
@@ -47,7 +48,6 @@ __all__ = [
     "check_dimensions",
     "check_cursor",
     "cursor_of",
-    "is_after",
     "sort_records",
 ]
 
@@ -245,14 +245,10 @@ class StoreCapabilities:
     """True when the backend reclaims expired memories itself (Redis key expiry)."""
 
 
-def _micros(when: datetime) -> int:
-    return (when - _EPOCH) // timedelta(microseconds=1)
-
-
 def _position(values: Sequence[datetime], memory_id: str, order_by: Sequence[SortKey]) -> Any:
     """A tuple that sorts in the scan's order: each field (negated when descending), then id."""
     terms = [
-        -_micros(value) if key.descending else _micros(value)
+        _EPOCH - value if key.descending else value - _EPOCH
         for value, key in zip(values, order_by, strict=True)
     ]
     return (*terms, memory_id)
@@ -268,22 +264,26 @@ def cursor_key(cursor: ScanCursor, order_by: Sequence[SortKey]) -> Any:
     return _position(cursor.values, cursor.memory_id, order_by)
 
 
-def is_after(record: MemoryRecord, query: ScanQuery) -> bool:
-    """Whether `record` sorts strictly after `query.after` (True without a cursor)."""
-    if query.after is None:
-        return True
-    mine = cursor_key(cursor_of(record, query.order_by), query.order_by)
-    return bool(mine > cursor_key(query.after, query.order_by))
+def _record_key(order_by: Sequence[SortKey]) -> Callable[[MemoryRecord], Any]:
+    def key(record: MemoryRecord) -> Any:
+        values = [getattr(record, sort.field) for sort in order_by]
+        return _position(values, record.memory_id, order_by)
+
+    return key
 
 
-def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
-    """Orders records by the query's sort keys, then memory id ascending (a stable total order)."""
-    return sorted(
-        records,
-        key=lambda record: _position(
-            [getattr(record, key.field) for key in query.order_by], record.memory_id, query.order_by
-        ),
-    )
+def sort_records(records: Iterable[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
+    """The first `query.limit` records after `query.after`, in the query's order.
+
+    The order is total: the sort keys, then memory id ascending.
+    """
+    key = _record_key(query.order_by)
+    if query.after is not None:
+        start = cursor_key(query.after, query.order_by)
+        records = (record for record in records if key(record) > start)
+    if query.limit is None:
+        return sorted(records, key=key)
+    return heapq.nsmallest(query.limit, records, key=key)
 
 
 def check_cursor(query: ScanQuery) -> None:
