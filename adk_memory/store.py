@@ -363,6 +363,7 @@ class MemoryStore(Protocol):
 
         A keyset page: the order is total (sort keys, then memory id ascending) and a page
         resumes strictly after its cursor, with no offset and no cap on how deep a scan goes.
+        Fewer than `limit` memories means none is left: callers end a listing on a short page.
         """
         ...
 

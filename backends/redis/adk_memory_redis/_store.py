@@ -1076,14 +1076,17 @@ class RedisMemoryStore(MemoryStore):
                     client, bank_id, query, after, sort, chunk
                 )
                 for row in rows:
-                    if "doc" in row:  # not a key that expired between sort and load
-                        found.append(
-                            decode_memory(row["doc"], row["fact"], embedding=None, dtype=bank.dtype)
-                        )
+                    if "doc" not in row:  # a key that expired between sort and load
+                        continue
+                    record = decode_memory(
+                        row["doc"], row["fact"], embedding=None, dtype=bank.dtype
+                    )
+                    if record.is_live(query.now):
+                        found.append(record)
                 if exhausted:
                     break
                 after = _row_cursor(rows[-1], query)
-        return [record for record in found if record.is_live(query.now)][: query.limit]
+        return found[: query.limit]
 
     async def _scan_chunk(
         self,
