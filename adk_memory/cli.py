@@ -701,7 +701,7 @@ def memories_retrieve(
             similarity_search_params=params,
             config={"filter": filter} if filter else None,
         )
-        return list(pager.page)
+        return [hit async for hit in pager]  # every page of a retrieve-all
 
     hits = _run(uri, work)
     if as_json:

@@ -30,6 +30,7 @@ from adk_memory.store import (
     ScoredRecord,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
     check_dimensions,
     sort_records,
 )
@@ -212,17 +213,16 @@ class ReferenceMemoryStore(MemoryStore):
             pool *= 4
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit."""
-        found = [
+        """Live memories matching the query in its order, after its cursor, up to its limit."""
+        check_cursor(query)
+        found = (
             record
             for record in self._bank(bank_id).memories.values()
             if (query.scope_key is None or record.scope_key == query.scope_key)
             and record.is_live(query.now)
             and matches(query.filter, record)
-        ]
-        ordered = sort_records(found, query)
-        end = None if query.limit is None else query.offset + query.limit
-        return ordered[query.offset : end]
+        )
+        return sort_records(found, query)
 
     async def list_revisions(
         self, bank_id: str, memory_id: str, now: datetime

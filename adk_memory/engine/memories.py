@@ -24,7 +24,13 @@ from adk_memory.engine.convert import (
     topics_from_request,
 )
 from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
-from adk_memory.engine.paging import Page, decode_page_token, encode_page_token
+from adk_memory.engine.paging import (
+    Page,
+    Position,
+    decode_page_token,
+    encode_page_token,
+    page_after,
+)
 from adk_memory.errors import InvalidArgument, NotFound
 from adk_memory.filters import combine, from_filter_groups, matches, parse_filter, partition
 from adk_memory.names import new_memory_id, validate_memory_id
@@ -32,9 +38,11 @@ from adk_memory.scope import profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
     MemoryRecord,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     SortKey,
     WriteBatch,
+    cursor_of,
     sort_records,
 )
 
@@ -43,6 +51,7 @@ __all__ = ["MemoryOps", "new_revision_id", "validate_fact"]
 DEFAULT_LIST_PAGE_SIZE = 100
 MAX_LIST_PAGE_SIZE = 1000
 _PURGE_BATCH = 500
+_RESIDUAL_CHUNK = 500
 _UPDATABLE = frozenset(
     {"fact", "display_name", "description", "topics", "metadata", "ttl", "expire_time", "scope"}
 )
@@ -161,29 +170,43 @@ class MemoryOps:
         page_size: int,
         page_token: str | None,
     ) -> Page[MemoryRecord]:
-        """One page of a filtered scan (of several scopes merged in order, when given several).
+        """One keyset page of a filtered scan (of several scopes merged in order, if several).
 
-        The filter part the store cannot run is run here, over the whole result.
+        The token is the last item's position; every page resumes strictly after it, so a
+        write between two pages never repeats or skips a memory. The filter part the store
+        cannot run is run here, on keyset chunks read until the page is full.
         """
         queries = [query] if isinstance(query, ScanQuery) else list(query)
-        fingerprint = repr(([(q.scope_key, q.order_by) for q in queries], expr))
-        offset = decode_page_token(page_token, fingerprint)
+        order = queries[0].order_by
+        fingerprint = repr((bank_id, [(q.scope_key, q.order_by) for q in queries], expr))
+        position = decode_page_token(page_token, fingerprint, len(order))
+        after = None if position is None else ScanCursor(position.values, position.item_id)
         pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
-        if residual is None and len(queries) == 1:
-            sliced = replace(queries[0], filter=pushed, offset=offset, limit=page_size + 1)
-            found = await self._context.store.scan(bank_id, sliced)
-        else:
-            everything = [
-                record
-                for part in queries
-                for record in await self._context.store.scan(bank_id, replace(part, filter=pushed))
-                if matches(residual, record)
-            ]
-            ordered = sort_records(everything, queries[0]) if len(queries) > 1 else everything
-            found = ordered[offset : offset + page_size + 1]
-        more = len(found) > page_size
-        token = encode_page_token(offset + page_size, fingerprint) if more else None
+        found: list[MemoryRecord] = []
+        for part in queries:
+            part = replace(part, filter=pushed, after=after)
+            found += await self._scan_matching(bank_id, part, residual, page_size + 1)
+        found = sort_records(found, queries[0])[: page_size + 1]
+        if len(found) <= page_size:
+            return Page(found, None)
+        last = cursor_of(found[page_size - 1], order)
+        token = encode_page_token(Position(last.values, last.memory_id), fingerprint)
         return Page(found[:page_size], token)
+
+    async def _scan_matching(
+        self, bank_id: str, query: ScanQuery, residual: Any, want: int
+    ) -> builtins.list[MemoryRecord]:
+        """The first `want` memories of a scan that also match the residual filter."""
+        if residual is None:
+            return await self._context.store.scan(bank_id, replace(query, limit=want))
+        chunk = max(want, _RESIDUAL_CHUNK)
+        kept: builtins.list[MemoryRecord] = []
+        while True:
+            found = await self._context.store.scan(bank_id, replace(query, limit=chunk))
+            kept += [record for record in found if matches(residual, record)]
+            if len(kept) >= want or len(found) < chunk:
+                return kept[:want]
+            query = replace(query, after=cursor_of(found[-1], query.order_by))
 
     # Update / delete / rollback
 
@@ -347,11 +370,14 @@ class MemoryOps:
             bank_id, memory_id, self._context.clock()
         )
         kept = [revision for revision in revisions if matches(expr, _revision_view(revision))]
-        fingerprint = repr((memory_id, expr))
-        offset = decode_page_token(config.page_token, fingerprint)
-        chunk = kept[offset : offset + page_size]
-        more = offset + page_size < len(kept)
-        return Page(chunk, encode_page_token(offset + page_size, fingerprint) if more else None)
+        return page_after(
+            kept,
+            page_size=page_size,
+            token=config.page_token,
+            fingerprint=repr((bank_id, memory_id, expr)),
+            position_of=lambda revision: Position((revision.create_time,), revision.revision_id),
+            descending=True,
+        )
 
     async def get_revision(self, bank_id: str, memory_id: str, revision_id: str) -> RevisionRecord:
         """One live revision; `NotFound` if missing or expired."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,10 +42,12 @@ from adk_memory.store import (
     NearestQuery,
     OperationRecord,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     SortKey,
     TopicRef,
     WriteBatch,
+    cursor_of,
 )
 
 __all__ = ["DIM", "T0", "MemoryStoreConformance", "bank_record", "memory", "revision", "unit"]
@@ -525,7 +528,7 @@ class MemoryStoreConformance:
     # Scan
 
     async def test_scan_orders_and_slices(self, store: MemoryStore, bank: str) -> None:
-        """Scan orders by the sort keys, then id; offset and limit slice that order."""
+        """Scan orders by the sort keys, then id; a cursor and a limit cut that order."""
         records = tuple(
             memory(
                 f"m{i}",
@@ -542,9 +545,115 @@ class MemoryStoreConformance:
             bank, ScanQuery(T0, order_by=(SortKey("update_time", descending=False),))
         )
         assert [r.memory_id for r in by_update] == ["m5", "m4", "m3", "m2", "m1", "m0"]
-        page = await store.scan(bank, ScanQuery(T0, offset=2, limit=3))
+        after_m5 = ScanCursor((T0 + timedelta(seconds=2),), "m5")
+        page = await store.scan(bank, ScanQuery(T0, after=after_m5, limit=3))
         assert [r.memory_id for r in page] == ["m2", "m3", "m0"]
-        assert await store.scan(bank, ScanQuery(T0, offset=6, limit=3)) == []
+        past_end = ScanCursor((T0,), "m1")
+        assert await store.scan(bank, ScanQuery(T0, after=past_end, limit=3)) == []
+
+    async def test_scan_cursor_resumes_between_ties(self, store: MemoryStore, bank: str) -> None:
+        """Memories sharing every sort value are cut at the cursor's id, in both directions."""
+        await store.apply(
+            bank, WriteBatch(inserts=tuple(memory(f"t{i}", unit(i)) for i in range(5)))
+        )
+        for descending in (True, False):
+            order = (SortKey("create_time", descending=descending),)
+            after = ScanCursor((T0,), "t1")
+            page = await store.scan(bank, ScanQuery(T0, order_by=order, after=after, limit=2))
+            assert [r.memory_id for r in page] == ["t2", "t3"], descending
+        two_keys = (SortKey("update_time"), SortKey("create_time", descending=False))
+        after = ScanCursor((T0, T0), "t3")
+        rest = await store.scan(bank, ScanQuery(T0, order_by=two_keys, after=after))
+        assert [r.memory_id for r in rest] == ["t4"]
+
+    async def test_scan_cursor_of_a_deleted_memory(self, store: MemoryStore, bank: str) -> None:
+        """A cursor needs no memory at its position: writes between pages repeat or skip none."""
+        records = tuple(
+            memory(f"k{i}", unit(i), create_time=T0 + timedelta(seconds=i)) for i in range(6)
+        )
+        await store.apply(bank, WriteBatch(inserts=records))
+        order = (SortKey("create_time", descending=False),)
+        first = await store.scan(bank, ScanQuery(T0, order_by=order, limit=3))
+        assert [r.memory_id for r in first] == ["k0", "k1", "k2"]
+        before = memory("a-new", unit(0), create_time=T0 - timedelta(seconds=1))
+        between = memory("k2b", unit(1), create_time=T0 + timedelta(seconds=2))
+        await store.apply(bank, WriteBatch(inserts=(before, between), deletes=("k2",)))
+        after = cursor_of(first[-1], order)
+        second = await store.scan(bank, ScanQuery(T0, order_by=order, after=after))
+        assert [r.memory_id for r in second] == ["k2b", "k3", "k4", "k5"]
+
+    async def test_scan_cursor_at_unusual_ids(self, store: MemoryStore, bank: str) -> None:
+        """Tied ids with quotes, backslashes, capitals or non-ASCII are cut exactly at a cursor.
+
+        An import can hold any id, so a store must page past any of them.
+        """
+        ids = ["a", "b'c", "b\\c", "b\\'c", 'b"c', "b c", "b\u00e9", "B", "c|d", "b\\"]
+        await store.apply(bank, WriteBatch(inserts=tuple(memory(i, unit(0)) for i in ids)))
+        for order in ((SortKey("create_time"),), (SortKey("update_time", descending=False),)):
+            whole = [r.memory_id for r in await store.scan(bank, ScanQuery(T0, order_by=order))]
+            assert whole == sorted(ids)
+            walked: list[str] = []
+            cursor = None
+            while True:
+                query = ScanQuery(T0, order_by=order, after=cursor, limit=2)
+                page = await store.scan(bank, query)
+                walked += [r.memory_id for r in page]
+                if len(page) < 2:
+                    break
+                cursor = cursor_of(page[-1], order)
+            assert walked == whole, order
+
+    async def test_scan_hostile_cursors(self, store: MemoryStore, bank: str) -> None:
+        """A cursor of any id and any time the engine accepts selects by position, nothing else.
+
+        Page tokens reach the store as cursors; one hand-made with an id that looks like query
+        syntax or a time at the ends of the range must neither fail nor widen the scan.
+        """
+        records = tuple(
+            memory(f"h{i}", unit(i), create_time=T0 + timedelta(seconds=i)) for i in range(4)
+        )
+        other = memory("x", unit(0), scope={"user_id": "other"})
+        await store.apply(bank, WriteBatch(inserts=(*records, other)))
+        first, last = datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC)
+        hostile = ["' || 1 == 1 || '", "*", "@memory_id", "}{)(", "\\' || '", "h1\x00", "é" * 200]
+        for memory_id in hostile:
+            for when, everything in ((first, False), (last, True)):
+                for descending in (True, False):
+                    order = (SortKey("create_time", descending=descending),)
+                    query = ScanQuery(
+                        T0, scope_key=KEY, order_by=order, after=ScanCursor((when,), memory_id)
+                    )
+                    found = {r.memory_id for r in await store.scan(bank, query)}
+                    expected = {r.memory_id for r in records} if everything == descending else set()
+                    assert found == expected, (memory_id, when, descending)
+
+    async def test_scan_keyset_walks_the_whole_scan(self, store: MemoryStore, bank: str) -> None:
+        """Pages chained by cursors return exactly the unpaged scan (filtered and scoped)."""
+        other = {"user_id": "u2"}
+        records = tuple(
+            memory(
+                f"w{i:02d}",
+                unit(i),
+                scope=SCOPE if i % 3 else other,
+                create_time=T0 + timedelta(seconds=i // 4),
+                update_time=T0 + timedelta(seconds=i % 5),
+            )
+            for i in range(40)
+        )
+        await store.apply(bank, WriteBatch(inserts=records))
+        order = (SortKey("update_time"), SortKey("create_time", descending=False))
+        query = ScanQuery(T0, scope_key=KEY, order_by=order)
+        whole = [r.memory_id for r in await store.scan(bank, query)]
+        assert len(whole) == len([i for i in range(40) if i % 3])
+        walked: list[str] = []
+        cursor = None
+        while True:
+            page = await store.scan(bank, replace(query, after=cursor, limit=4))
+            walked += [r.memory_id for r in page]
+            if len(page) < 4:
+                break
+            cursor = cursor_of(page[-1], order)
+        assert walked == whole
 
     async def test_scan_by_scope_and_across_scopes(self, store: MemoryStore, bank: str) -> None:
         """A scan with a scope key sees only that scope; without one it sees the bank."""

@@ -139,8 +139,10 @@ from adk_memory.store import (
     RevisionRecord,
     ScanQuery,
     ScoredRecord,
+    SortKey,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -156,6 +158,7 @@ _MEM = "mem"
 _AUX = "aux"
 _REGISTRY = "banks"
 _SORT_FIELDS = {"create_time": codec.CREATE_US, "update_time": codec.UPDATE_US}
+
 _DEFAULT_BATCH = 1000
 _REQUEST_BYTES = 16 * 2**20
 """Upper bound of one write request to a Chroma server, which refuses larger bodies ("Payload too
@@ -175,6 +178,16 @@ _RERANK_MARGIN = 1e-3
 _IN_CHUNK = 1000
 """Distinct ids per `$in` list. Chroma documents no bound, but the embedded store binds one SQLite
 variable per value and fails past SQLite's limit (32766) with 'too many SQL variables'."""
+
+
+def _sort_field(key: SortKey) -> str:
+    """The metadata field holding a sort key's microseconds."""
+    field = _SORT_FIELDS.get(key.field)
+    if field is None:
+        raise InvalidArgument(
+            f"Cannot order by {key.field!r}; use create_time or update_time.", field="order_by"
+        )
+    return field
 
 
 class _Gone(Exception):
@@ -1077,15 +1090,28 @@ class ChromaMemoryStore(MemoryStore):
         return await self._on_bank(bank_id, _MEM, work)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit.
+        """Live memories matching the query in its order, after its cursor, up to its limit.
 
-        Chroma has no ORDER BY: the ids and metadata of every match are read and sorted here.
+        Chroma has no ORDER BY and cannot compare strings: the where clause bounds the first sort
+        key (inclusively, so every memory sharing the cursor's time is read), and the ids and
+        metadata of the matches are sorted and cut at the cursor here.
         """
+        check_cursor(query)
+        fields = [_sort_field(key) for key in query.order_by]
         clauses: list[Compiled] = [{codec.LIVE_US: {"$gt": codec.micros(query.now)}}]
         if query.scope_key is not None:
             clauses.append({codec.SCOPE_KEY: query.scope_key})
+        if query.after is not None:
+            bound = "$lte" if query.order_by[0].descending else "$gte"
+            clauses.append({fields[0]: {bound: codec.micros(query.after.values[0])}})
         clauses.append(compile_filter(query.filter))
         where = all_of(clauses)
+
+        def position(memory_id: str, values: Sequence[int]) -> tuple[Any, ...]:
+            terms = (
+                -v if key.descending else v for v, key in zip(values, query.order_by, strict=True)
+            )
+            return (*terms, memory_id)
 
         async def work(memories: Any) -> list[MemoryRecord]:
             if where is False:
@@ -1093,22 +1119,18 @@ class ChromaMemoryStore(MemoryStore):
             found = await self._call(
                 "scan memories", memories.get, where=where, include=["metadatas", "documents"]
             )
-            rows = sorted(
-                zip(found["ids"], found["metadatas"], found["documents"], strict=True),
-                key=lambda row: row[0],
-            )
-            for key in reversed(query.order_by):
-                field = _SORT_FIELDS.get(key.field)
-                if field is None:
-                    raise InvalidArgument(
-                        f"Cannot order by {key.field!r}; use create_time or update_time.",
-                        field="order_by",
-                    )
-                rows.sort(key=lambda row: int(row[1][field]), reverse=key.descending)
-            end = None if query.limit is None else query.offset + query.limit
+            rows = [
+                (position(row[0], [int(row[1][field]) for field in fields]), row)
+                for row in zip(found["ids"], found["metadatas"], found["documents"], strict=True)
+            ]
+            rows.sort(key=lambda pair: pair[0])
+            if query.after is not None:
+                cursor = [codec.micros(value) for value in query.after.values]
+                start = position(query.after.memory_id, cursor)
+                rows = [pair for pair in rows if pair[0] > start]
             return [
                 codec.decode_memory(memory_id, document, meta)
-                for memory_id, meta, document in rows[query.offset : end]
+                for _, (memory_id, meta, document) in rows[: query.limit]
             ]
 
         return await self._on_bank(bank_id, _MEM, work)

@@ -61,6 +61,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import redis.asyncio as aredis
 import redis.exceptions
+from redis.utils import DEFAULT_RESP_VERSION
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
@@ -78,11 +79,15 @@ from adk_memory.store import (
     NearestQuery,
     OperationRecord,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     ScoredRecord,
+    SortKey,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
     check_dimensions,
+    cursor_key,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -94,6 +99,7 @@ from adk_memory_redis._codec import (
     decode_revision,
     encode_memory,
     encode_revision,
+    from_us,
     operation_from_json,
     operation_to_json,
     to_us,
@@ -110,6 +116,8 @@ __all__ = ["RedisMemoryStore"]
 _BANK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _SORT_FIELDS = {"create_time": "create_us", "update_time": "update_us"}
 _SCAN_CHUNK = 1000
+_SPELLABLE_ID = re.compile(r"[^\\\x00-\x1f\x7f]+")
+"""Ids a quoted RediSearch expression string holds exactly (its escapes garble backslashes)."""
 _SWEEP_CHUNK = 500
 _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
@@ -258,6 +266,35 @@ class _Bank:
         return f"{self.base}doc:{kind}"
 
 
+def _after_expression(order_by: Sequence[SortKey], after: ScanCursor, *, exact: bool) -> str:
+    """A FILTER expression for rows sorting after the cursor.
+
+    Strictly after it when `exact` (keys, then id); else after or tied with its sort values, and
+    the caller compares the id.
+    """
+    expression = f"@memory_id > '{_quoted(after.memory_id)}'" if exact else "1"
+    for key, value in reversed(list(zip(order_by, after.values, strict=True))):
+        name, micros = f"@{_SORT_FIELDS[key.field]}", to_us(value)
+        beyond = "<" if key.descending else ">"
+        expression = f"({name} {beyond} {micros} || ({name} == {micros} && {expression}))"
+    return expression
+
+
+def _quoted(memory_id: str) -> str:
+    return memory_id.replace("'", "\\'")
+
+
+def _row_cursor(row: Mapping[str, Any], query: ScanQuery) -> ScanCursor:
+    """The cursor just after an aggregate row (its sort values come from the index)."""
+    values = tuple(from_us(int(_text(row[_SORT_FIELDS[key.field]]))) for key in query.order_by)
+    return ScanCursor(values, _text(row["memory_id"]))
+
+
+def _speaks_resp3(client: aredis.Redis) -> bool:
+    protocol = client.connection_pool.connection_kwargs.get("protocol")
+    return int(protocol or DEFAULT_RESP_VERSION) == 3
+
+
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
@@ -363,6 +400,13 @@ class RedisMemoryStore(MemoryStore):
                     "build it with decode_responses=False."
                 )
         self.config = config or RedisStoreConfig()
+        if client is not None and self.config.query_timeout_ms and not _speaks_resp3(client):
+            raise InvalidArgument(
+                "query_timeout_ms needs a client speaking RESP3 (redis.asyncio.Redis(..., "
+                "protocol=3)): over RESP2 RediSearch returns a timed-out search's partial result "
+                "without saying so. Pass a RESP3 client or leave query_timeout_ms at 0.",
+                field="uri.query_timeout_ms",
+            )
         self._url = url
         self._client = client
         self._owns_client = client is None
@@ -996,14 +1040,20 @@ class RedisMemoryStore(MemoryStore):
     def _check_warnings(self, warnings: list[str]) -> None:
         for warning in warnings:
             if "timeout" in warning.lower():
-                raise FailedPrecondition(
-                    "A Redis search hit the query time limit and would have returned partial "
-                    "results; raise query_timeout_ms (0 disables the limit)."
+                raise StoreUnavailable(
+                    f"A search on Redis at {self._where} reached query_timeout_ms "
+                    f"({self.config.query_timeout_ms} ms) and would have returned partial "
+                    "results; retry, or raise query_timeout_ms (0 disables the limit)."
                 )
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit."""
-        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        """Live memories matching the query in its order, after its cursor, up to its limit.
+
+        Keyset chunks of FT.AGGREGATE: each resumes after the last row of the one before (the
+        first sort key bounds the query text, a FILTER compares the rest and the id), so no
+        LIMIT offset grows with depth and RediSearch's offset cap is never reached.
+        """
+        check_cursor(query)
         sort: list[str] = []
         for key in query.order_by:
             if key.field not in _SORT_FIELDS:
@@ -1013,47 +1063,93 @@ class RedisMemoryStore(MemoryStore):
                 )
             sort += [f"@{_SORT_FIELDS[key.field]}", "DESC" if key.descending else "ASC"]
         sort += ["@memory_id", "ASC"]  # SPEC §3: ties break by name
-        load = [f"@{name}" for name in MEMORY_FIELDS]
         found: list[MemoryRecord] = []
-        offset, remaining = query.offset, query.limit
+        after = query.after
         async with self._call("list memories") as client:
-            if base is None:
+            if self._base_query(0, query.scope_key, query.filter) is None:
                 await self._bank(client, bank_id)
                 return []
-            while remaining is None or remaining > 0:
-                chunk = _SCAN_CHUNK if remaining is None else min(remaining, _SCAN_CHUNK)
-
-                def queue(pipe: Any, bank: _Bank, offset: int = offset, chunk: int = chunk) -> None:
-                    pipe.execute_command(
-                        "FT.AGGREGATE",
-                        bank.index_name,
-                        base,
-                        "SORTBY",
-                        len(sort),
-                        *sort,
-                        "LIMIT",
-                        offset,
-                        chunk,
-                        "LOAD",
-                        len(load),
-                        *load,
-                        *self._search_args(),
-                    )
-
-                bank, replies = await self._with_bank(client, bank_id, queue)
-                rows, warnings = parse_aggregate(replies[0])
-                self._check_warnings(warnings)
+            while query.limit is None or len(found) < query.limit:
+                wanted = _SCAN_CHUNK if query.limit is None else query.limit - len(found)
+                chunk = min(wanted, _SCAN_CHUNK)
+                rows, exhausted, bank = await self._scan_chunk(
+                    client, bank_id, query, after, sort, chunk
+                )
                 for row in rows:
-                    if "doc" in row:  # not a key that expired between sort and load
-                        found.append(
-                            decode_memory(row["doc"], row["fact"], embedding=None, dtype=bank.dtype)
-                        )
-                if len(rows) < chunk:
+                    if "doc" not in row:  # a key that expired between sort and load
+                        continue
+                    record = decode_memory(
+                        row["doc"], row["fact"], embedding=None, dtype=bank.dtype
+                    )
+                    if record.is_live(query.now):
+                        found.append(record)
+                if exhausted:
                     break
-                offset += chunk
-                if remaining is not None:
-                    remaining -= chunk
-        return [record for record in found if record.is_live(query.now)]
+                after = _row_cursor(rows[-1], query)
+        return found[: query.limit]
+
+    async def _scan_chunk(
+        self,
+        client: aredis.Redis,
+        bank_id: str,
+        query: ScanQuery,
+        after: ScanCursor | None,
+        sort: list[str],
+        chunk: int,
+    ) -> tuple[list[dict[str, Any]], bool, _Bank]:
+        """Rows sorting after `after`, at least one unless none is left, and whether none is.
+
+        The query text bounds the first sort key; a FILTER compares the rest and the id. An id
+        RediSearch's expression strings cannot spell (a backslash or control character, which
+        only an imported memory can have) is compared here instead: the FILTER then keeps
+        the rows tied with the cursor, and the read widens until it gets past them.
+        """
+        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        assert base is not None
+        keyset: list[Any] = []
+        exact = True
+        if after is not None:
+            first, value = query.order_by[0], to_us(after.values[0])
+            bound = f"[-inf {value}]" if first.descending else f"[{value} +inf]"
+            base = f"({base} @{_SORT_FIELDS[first.field]}:{bound})"
+            exact = _SPELLABLE_ID.fullmatch(after.memory_id) is not None
+            keyset = ["FILTER", _after_expression(query.order_by, after, exact=exact)]
+        load = [f"@{name}" for name in MEMORY_FIELDS]
+        while True:
+
+            def queue(pipe: Any, bank: _Bank, size: int = chunk) -> None:
+                pipe.execute_command(
+                    "FT.AGGREGATE",
+                    bank.index_name,
+                    base,
+                    *keyset,
+                    "SORTBY",
+                    len(sort),
+                    *sort,
+                    "LIMIT",
+                    0,
+                    size,
+                    "LOAD",
+                    len(load),
+                    *load,
+                    *self._search_args(),
+                )
+
+            bank, replies = await self._with_bank(client, bank_id, queue)
+            rows, warnings = parse_aggregate(replies[0])
+            self._check_warnings(warnings)
+            exhausted = len(rows) < chunk
+            if not exact:
+                assert after is not None
+                start = cursor_key(after, query.order_by)
+                rows = [
+                    row
+                    for row in rows
+                    if cursor_key(_row_cursor(row, query), query.order_by) > start
+                ]
+            if rows or exhausted:
+                return rows, exhausted, bank
+            chunk *= 2
 
     # Revisions
 
