@@ -65,12 +65,14 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
 from adk_memory.errors import (
+    Aborted,
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     StoreUnavailable,
 )
+from adk_memory.locks import lease_lapsed
 from adk_memory.store import (
     BankRecord,
     MemoryRecord,
@@ -83,6 +85,7 @@ from adk_memory.store import (
     StoreCapabilities,
     WriteBatch,
     check_dimensions,
+    check_expectations,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -95,13 +98,14 @@ from adk_memory_redis._codec import (
     encode_memory,
     encode_revision,
     operation_from_json,
+    from_us,
     operation_to_json,
     to_us,
 )
 from adk_memory_redis._config import RedisStoreConfig, connect, split_uri
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
 from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
-from adk_memory_redis.lock import RedisLockProvider
+from adk_memory_redis.lock import RedisLock, RedisLockProvider
 
 logger = logging.getLogger(__name__)
 
@@ -116,14 +120,24 @@ _MARKER_TTL_MS = 300_000
 _TIE_SLACK = 8
 """Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
 
-# KEYS: bank key, inserted memory keys..., revision sets...
-# ARGV: number of inserted keys. Returns the epoch, each inserted key's live_until (false when
-# absent) and each revision set's absolute expiry in ms (-1 persistent, -2 absent).
+# KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., and the
+# fencing lock's key last when ARGV[3] is 1. ARGV: number of inserted keys, number of expected
+# keys, 1 when fenced. Returns the epoch, each inserted key's live_until (false when absent), each
+# expected key's live_until and update_us, each revision set's absolute expiry in ms (-1
+# persistent, -2 absent) and, when fenced, the lock's token.
 _CHECK_SCRIPT = """
-local n = tonumber(ARGV[1])
+local n, e, fenced = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local out = {redis.call('HGET', KEYS[1], 'epoch')}
 for i = 2, n + 1 do out[#out + 1] = redis.call('HGET', KEYS[i], 'live_until') end
-for i = n + 2, #KEYS do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+for i = n + 2, n + e + 1 do
+  local found = redis.call('HMGET', KEYS[i], 'live_until', 'update_us')
+  out[#out + 1] = found[1]
+  out[#out + 1] = found[2]
+end
+local sets_end = #KEYS
+if fenced then sets_end = sets_end - 1 end
+for i = n + e + 2, sets_end do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+if fenced then out[#out + 1] = redis.call('GET', KEYS[#KEYS]) end
 return out
 """
 
@@ -745,12 +759,24 @@ class RedisMemoryStore(MemoryStore):
     async def _try_apply(
         self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
     ) -> bool:
-        """One optimistic attempt; False when the bank's epoch changed."""
+        """One optimistic attempt; False when the bank's epoch changed.
+
+        Everything checked (bank epoch, free insert ids, expectations, the fencing lock's token)
+        is WATCHed, so a change between the check and EXEC discards the transaction (and `apply`
+        tries again, re-checking).
+        """
         insert_keys = [bank.memory(record.memory_id) for record in batch.inserts]
+        expect_keys = [bank.memory(expected.memory_id) for expected in batch.expect]
         by_memory: dict[str, list[RevisionRecord]] = {}
         for revision in batch.revisions:
             by_memory.setdefault(revision.memory_id, []).append(revision)
         set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
+        fence = batch.fence if isinstance(batch.fence, RedisLock) else None
+        if fence is not None and fence.provider is not self._locks:
+            fence = None  # a lock on another server cannot join this transaction
+        if batch.fence is not None and fence is None:
+            await batch.fence.verify()
+        fence_keys = [fence.key] if fence is not None else []
         encoded = [
             (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
             for r in (*batch.inserts, *batch.upserts)
@@ -759,16 +785,12 @@ class RedisMemoryStore(MemoryStore):
             (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
+        keys = [bank_key, *insert_keys, *expect_keys, *set_keys, *fence_keys]
         async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
-            await pipe.watch(bank_key, *insert_keys, *set_keys)
+            await pipe.watch(*keys)
             state = await pipe.eval(
-                _CHECK_SCRIPT,
-                1 + len(insert_keys) + len(set_keys),
-                bank_key,
-                *insert_keys,
-                *set_keys,
-                len(insert_keys),
+                _CHECK_SCRIPT, len(keys), *keys, len(insert_keys), len(expect_keys), len(fence_keys)
             )
             epoch = state[0]
             if epoch is None:
@@ -777,14 +799,11 @@ class RedisMemoryStore(MemoryStore):
             if _text(epoch) != bank.epoch:
                 await pipe.unwatch()
                 return False
-            lives = state[1 : 1 + len(insert_keys)]
-            for record, live in zip(batch.inserts, lives, strict=True):
-                if live is not None and (
-                    _text(live) == LIVE_FOREVER or int(live) > to_us(record.create_time)
-                ):
-                    await pipe.unwatch()
-                    raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
-            set_expiry = dict(zip(by_memory, state[1 + len(insert_keys) :], strict=True))
+            try:
+                set_expiry = self._check(batch, state[1:], len(set_keys), fence)
+            except (AlreadyExists, Aborted):
+                await pipe.unwatch()
+                raise
             pipe.multi()
             pipe.set(marker, b"1", px=_MARKER_TTL_MS)
             for key, fields, expire_time in encoded:
@@ -803,6 +822,28 @@ class RedisMemoryStore(MemoryStore):
                 pipe.hset(hash_key, document_key, encoded_document)
             await pipe.execute()
         return True
+
+    @staticmethod
+    def _check(
+        batch: WriteBatch, state: Sequence[Any], set_count: int, fence: RedisLock | None
+    ) -> dict[str, Any]:
+        """Checks the script's answer against the batch; returns each revision set's expiry."""
+        inserted = len(batch.inserts)
+        for record, live in zip(batch.inserts, state[:inserted], strict=True):
+            if _live_at(live, to_us(record.create_time)):
+                raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
+        pairs = state[inserted : inserted + 2 * len(batch.expect)]
+        found: dict[str, datetime | None] = {}
+        for index, expected in enumerate(batch.expect):
+            live, update_us = pairs[2 * index], pairs[2 * index + 1]
+            alive = update_us is not None and _live_at(live, to_us(expected.now))
+            found[expected.memory_id] = from_us(int(update_us)) if alive else None
+        check_expectations(batch.expect, found)
+        rest = state[inserted + len(pairs) :]
+        if fence is not None and (rest[-1] is None or _text(rest[-1]) != fence.token):
+            raise lease_lapsed(fence.name)
+        by_memory = dict.fromkeys(revision.memory_id for revision in batch.revisions)
+        return dict(zip(by_memory, rest[:set_count], strict=True))
 
     @staticmethod
     def _queue_revisions(
