@@ -172,10 +172,10 @@ class ReferenceMemoryStore(MemoryStore):
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
         """Applies the whole batch, or raises and changes nothing.
 
-        Atomic because nothing below the fence check awaits: no other task runs in between.
+        Atomic because nothing below the fence checks awaits: no other task runs in between.
         """
-        if batch.fence is not None:
-            await batch.fence.verify()
+        for lease in batch.fences:
+            await lease.verify()
         bank = self._bank(bank_id)
         check_dimensions(batch, bank.record.embedding_dimension)
         check_expectations(

@@ -189,10 +189,10 @@ class WriteBatch:
     expect: tuple[Expectation, ...] = ()
     """Checked atomically with the writes; one that does not hold fails the whole batch with
     `Aborted` (see `check_expectations`), and nothing is written."""
-    fence: Lease | None = None
-    """The lease of the lock the batch was decided under: a batch whose lease lapsed (another
-    holder may have taken the lock) fails with `Aborted`, checked atomically with the writes
-    where the lock lives in the store itself (Redis), else just before them."""
+    fences: tuple[Lease, ...] = ()
+    """The leases of the locks the batch was decided under: a batch one of whose leases lapsed
+    (another holder may have taken the lock) fails with `Aborted`, checked atomically with the
+    writes where the lock lives in the store itself (Redis), else just before them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -918,9 +918,9 @@ class MemoryStoreConformance:
     ) -> None:
         """A batch carrying the lease of a lock it no longer holds writes nothing."""
         async with store.lock_provider().lock("fenced", wait_seconds=5) as lease:
-            await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), fence=lease))
+            await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), fences=(lease,)))
         with pytest.raises(Aborted, match="no longer held"):
-            await store.apply(bank, WriteBatch(inserts=(memory("m2", unit(1)),), fence=lease))
+            await store.apply(bank, WriteBatch(inserts=(memory("m2", unit(1)),), fences=(lease,)))
         assert [r.memory_id for r in await store.get_memories(bank, ["m1", "m2"], T0)] == ["m1"]
 
     async def test_lock_provider_excludes_concurrent_holders(self, store: MemoryStore) -> None:

@@ -673,8 +673,8 @@ class ChromaMemoryStore(MemoryStore):
                     memories = await self._check_dimension(
                         bank_id, memories, next(iter(dimensions))
                     )
-                if batch.fence is not None:  # the last check: as close to the commit as can be
-                    await batch.fence.verify()
+                for lease in batch.fences:  # the last check: as close to the commit as can be
+                    await lease.verify()
                 # From the first journal row to the journal's removal nothing may stop half-way
                 # in this process: a cancelled caller waits for the end of the batch.
                 await _uncancellable(self._commit(bank_id, memories, aux, plan))

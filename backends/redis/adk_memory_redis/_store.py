@@ -120,13 +120,13 @@ _MARKER_TTL_MS = 300_000
 _TIE_SLACK = 8
 """Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
 
-# KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., and the
-# fencing lock's key last when ARGV[3] is 1. ARGV: number of inserted keys, number of expected
-# keys, 1 when fenced. Returns the epoch, each inserted key's live_until (false when absent), each
-# expected key's live_until and update_us, each revision set's absolute expiry in ms (-1
-# persistent, -2 absent) and, when fenced, the lock's token.
+# KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., fencing
+# lock keys... ARGV: the number of inserted keys, of expected keys, of revision sets. Returns the
+# epoch, each inserted key's live_until (false when absent), each expected key's live_until and
+# update_us, each revision set's absolute expiry in ms (-1 persistent, -2 absent) and each lock's
+# token.
 _CHECK_SCRIPT = """
-local n, e, fenced = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local n, e, r = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {redis.call('HGET', KEYS[1], 'epoch')}
 for i = 2, n + 1 do out[#out + 1] = redis.call('HGET', KEYS[i], 'live_until') end
 for i = n + 2, n + e + 1 do
@@ -134,10 +134,8 @@ for i = n + 2, n + e + 1 do
   out[#out + 1] = found[1]
   out[#out + 1] = found[2]
 end
-local sets_end = #KEYS
-if fenced then sets_end = sets_end - 1 end
-for i = n + e + 2, sets_end do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
-if fenced then out[#out + 1] = redis.call('GET', KEYS[#KEYS]) end
+for i = n + e + 2, n + e + r + 1 do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+for i = n + e + r + 2, #KEYS do out[#out + 1] = redis.call('GET', KEYS[i]) end
 return out
 """
 
@@ -771,12 +769,17 @@ class RedisMemoryStore(MemoryStore):
         for revision in batch.revisions:
             by_memory.setdefault(revision.memory_id, []).append(revision)
         set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
-        fence = batch.fence if isinstance(batch.fence, RedisLock) else None
-        if fence is not None and fence.provider is not self._locks:
-            fence = None  # a lock on another server cannot join this transaction
-        if batch.fence is not None and fence is None:
-            await batch.fence.verify()
-        fence_keys = [fence.key] if fence is not None else []
+        # A lock of this store's provider is checked inside the transaction; another (on
+        # another server, or not a Redis lock) cannot join it and is checked just before.
+        fences = [
+            lease
+            for lease in batch.fences
+            if isinstance(lease, RedisLock) and lease.provider is self._locks
+        ]
+        for lease in batch.fences:
+            if lease not in fences:
+                await lease.verify()
+        fence_keys = [lease.key for lease in fences]
         encoded = [
             (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
             for r in (*batch.inserts, *batch.upserts)
@@ -790,7 +793,7 @@ class RedisMemoryStore(MemoryStore):
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
             await pipe.watch(*keys)
             state = await pipe.eval(
-                _CHECK_SCRIPT, len(keys), *keys, len(insert_keys), len(expect_keys), len(fence_keys)
+                _CHECK_SCRIPT, len(keys), *keys, len(insert_keys), len(expect_keys), len(set_keys)
             )
             epoch = state[0]
             if epoch is None:
@@ -800,7 +803,7 @@ class RedisMemoryStore(MemoryStore):
                 await pipe.unwatch()
                 return False
             try:
-                set_expiry = self._check(batch, state[1:], len(set_keys), fence)
+                set_expiry = self._check(batch, state[1:], len(set_keys), fences)
             except (AlreadyExists, Aborted):
                 await pipe.unwatch()
                 raise
@@ -825,7 +828,7 @@ class RedisMemoryStore(MemoryStore):
 
     @staticmethod
     def _check(
-        batch: WriteBatch, state: Sequence[Any], set_count: int, fence: RedisLock | None
+        batch: WriteBatch, state: Sequence[Any], set_count: int, fences: Sequence[RedisLock]
     ) -> dict[str, Any]:
         """Checks the script's answer against the batch; returns each revision set's expiry."""
         inserted = len(batch.inserts)
@@ -840,8 +843,9 @@ class RedisMemoryStore(MemoryStore):
             found[expected.memory_id] = from_us(int(update_us)) if alive else None
         check_expectations(batch.expect, found)
         rest = state[inserted + len(pairs) :]
-        if fence is not None and (rest[-1] is None or _text(rest[-1]) != fence.token):
-            raise lease_lapsed(fence.name)
+        for lease, token in zip(fences, rest[set_count:], strict=True):
+            if token is None or _text(token) != lease.token:
+                raise lease_lapsed(lease.name)
         by_memory = dict.fromkeys(revision.memory_id for revision in batch.revisions)
         return dict(zip(by_memory, rest[:set_count], strict=True))
 
