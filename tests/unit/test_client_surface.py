@@ -23,6 +23,7 @@ PAIRS = [
 
 def test_exported_names_are_pinned() -> None:
     assert adk_memory.__all__ == [
+        "Aborted",
         "AdkMemoryError",
         "AlreadyExists",
         "AsyncClient",
