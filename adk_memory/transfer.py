@@ -733,7 +733,8 @@ class _Importer:
         incoming: dict[str, set[ScopeKey]] = {}
         for item in (*self.memories, *self.revisions):
             incoming.setdefault(item.memory_id, set()).add(item.scope_key)
-        owners = await owner_scopes(self.store, bank_id, list(incoming), self.engine.context.clock())
+        now = self.engine.context.clock()
+        owners = await owner_scopes(self.store, bank_id, list(incoming), now)
         for memory_id, scopes in incoming.items():
             if memory_id in owners:
                 scopes = scopes | {owners[memory_id][0]}

@@ -94,7 +94,8 @@ async def owner_scopes(
 ) -> dict[str, tuple[ScopeKey, builtins.list[RevisionRecord]]]:
     """For each id that has a live memory or live revisions: the scope its history belongs to
     (the live memory's, else the newest revision's), with its live revisions, newest first."""
-    live = {record.memory_id: record for record in await store.get_memories(bank_id, memory_ids, now)}
+    found = await store.get_memories(bank_id, memory_ids, now)
+    live = {record.memory_id: record for record in found}
     histories = await store.list_revisions_many(bank_id, memory_ids, now)
     owners: dict[str, tuple[ScopeKey, builtins.list[RevisionRecord]]] = {}
     for memory_id in dict.fromkeys(memory_ids):
@@ -356,7 +357,8 @@ class MemoryOps:
         await self._context.load_bank(bank_id)
         for attempt in range(_WRITE_ATTEMPTS):
             current = await self._get_live(bank_id, memory_id)
-            batch = WriteBatch(deletes=(memory_id,), expect=(unchanged(current, self._context.clock()),))
+            expected = unchanged(current, self._context.clock())
+            batch = WriteBatch(deletes=(memory_id,), expect=(expected,))
             try:
                 await self._context.store.apply(bank_id, batch)
             except Aborted:
@@ -449,7 +451,8 @@ class MemoryOps:
             return len(selected)
         deleted = 0
         for start in range(0, len(selected), _PURGE_BATCH):
-            deleted += await self._purge_batch(bank_id, selected[start : start + _PURGE_BATCH], expr)
+            chunk = selected[start : start + _PURGE_BATCH]
+            deleted += await self._purge_batch(bank_id, chunk, expr)
         return deleted
 
     async def _purge_batch(self, bank_id: str, chosen: Sequence[MemoryRecord], expr: Any) -> int:

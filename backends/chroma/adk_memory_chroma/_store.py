@@ -974,7 +974,8 @@ class ChromaMemoryStore(MemoryStore):
         for expected in expectations:
             until, updated = stored.get(expected.memory_id, (None, None))
             alive = until is not None and until > codec.micros(expected.now)
-            live[expected.memory_id] = codec.EPOCH + timedelta(microseconds=updated) if alive else None
+            at = codec.EPOCH + timedelta(microseconds=updated) if alive else None
+            live[expected.memory_id] = at
         check_expectations(expectations, live)
 
     async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:

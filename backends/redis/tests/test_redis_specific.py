@@ -907,12 +907,10 @@ async def test_a_holder_whose_lease_lapsed_cannot_commit(
             await asyncio.sleep(0.4)  # a long model call: the lease lapses meanwhile
             async with other.lock("scope-f", wait_seconds=1) as current:
                 with pytest.raises(Aborted, match="no longer held"):
-                    await store.apply(
-                        BANK, WriteBatch(inserts=(memory("late", _unit_vector(random.Random(0), 8)),), fences=(stale,))
-                    )
-                await store.apply(
-                    BANK, WriteBatch(inserts=(memory("fresh", _unit_vector(random.Random(1), 8)),), fences=(current,))
-                )
+                    late = memory("late", _unit_vector(random.Random(0), 8))
+                    await store.apply(BANK, WriteBatch(inserts=(late,), fences=(stale,)))
+                fresh = memory("fresh", _unit_vector(random.Random(1), 8))
+                await store.apply(BANK, WriteBatch(inserts=(fresh,), fences=(current,)))
         found = await store.get_memories(BANK, ["late", "fresh"], T0)
         assert [record.memory_id for record in found] == ["fresh"]
     finally:
