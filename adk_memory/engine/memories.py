@@ -193,20 +193,32 @@ class MemoryOps:
             display_name=config.display_name,
             description=config.description,
         )
-        if config.memory_id:
-            await self._check_id_is_free(bank_id, memory_id, now)
         revisions = self._revision_for(bank, record, now, config)
-        await self._context.store.apply(bank_id, WriteBatch(inserts=(record,), revisions=revisions))
+        batch = WriteBatch(inserts=(record,), revisions=revisions)
+        if not config.memory_id:  # a fresh random id has no past
+            await self._context.store.apply(bank_id, batch)
+            return record
+        # Creates of one chosen id take turns, so none can slip in between another's check of
+        # the id's past and its insert (the insert itself refuses only a live memory).
+        locks = self._context.store.lock_provider()
+        async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
+            await self._check_id_is_free(bank_id, memory_id, now)
+            await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
         return record
 
     async def _check_id_is_free(self, bank_id: str, memory_id: str, now: datetime) -> None:
-        """Refuses a caller-chosen id whose earlier memory's revisions still live.
+        """Refuses a caller-chosen id of a live memory, or whose earlier memory's revisions live.
 
         They are kept for rollback, and a new memory under the id would inherit that history
-        (another scope's facts, perhaps). A live memory is refused by the insert itself.
+        (another scope's facts, perhaps). Checked under the id's lock: a memory live now may be
+        deleted before the insert, which would then see a free id.
         """
+        if await self._context.store.get_memories(bank_id, [memory_id], now):
+            raise AlreadyExists(
+                f"A memory with id {memory_id!r} already exists.", field="config.memory_id"
+            )
         history = await self._context.store.list_revisions(bank_id, memory_id, now)
-        if not history or await self._context.store.get_memories(bank_id, [memory_id], now):
+        if not history:
             return
         expiries = [revision.expire_time for revision in history]
         frees = (
