@@ -18,7 +18,7 @@ import itertools
 import random
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -27,7 +27,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
-    initialize,
     invariant,
     rule,
     run_state_machine_as_test,
@@ -39,8 +38,9 @@ from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.testing.models import ScriptedMemoryModel
 
 SCOPES = {"alice": {"user_id": "alice"}, "bob": {"user_id": "bob"}}
-IDS = ("a", "b")
-EXAMPLES = {"memory": 40, "chroma": 3, "chroma_http": 3, "redis": 5}
+IDS = ("a", "b", LIVE := "live", LIVE, LIVE)
+"""Chosen ids, and `live`: the newest live memory (often one a generate created)."""
+EXAMPLES = {"memory": 100, "chroma": 3, "chroma_http": 3, "redis": 20}
 """Examples per backend: memory:// checks the engine; the others its stores' atomic checks (a
 few examples, as each costs real round trips; the whole test stays under a minute)."""
 STEPS = 10
@@ -84,7 +84,8 @@ class Model:
     """Facts each id's history holds (rollback may restore any of them)."""
 
     def copy(self) -> Model:
-        return Model(dict(self.live), dict(self.owner), {k: set(v) for k, v in self.revisions.items()})
+        revisions = {key: set(facts) for key, facts in self.revisions.items()}
+        return Model(dict(self.live), dict(self.owner), revisions)
 
     def written(self, memory_id: str, scope: str, fact: str) -> None:
         self.live[memory_id] = (scope, fact)
@@ -110,7 +111,11 @@ class Model:
                 return False
             self.written(call.memory_id, owner, call.fact)
         elif call.kind == "purge":
-            doomed = [key for key, (scope, _) in self.live.items() if scope == call.scope]
+            doomed = [
+                key
+                for key, (scope, fact) in self.live.items()
+                if scope == call.scope and (call.mode == "all" or fact.endswith(" odd"))
+            ]
             if len(doomed) != outcome.count:
                 return False
             for key in doomed:
@@ -133,6 +138,11 @@ class Model:
             else:
                 del self.live[memory_id]
         return True
+
+
+def _fact(scope: str, number: int) -> str:
+    """A unique fact, tagged with its scope, ending in "odd" or "even" (for purge filters)."""
+    return f"{scope} fact {number} {'odd' if number % 2 else 'even'}"
 
 
 def fact_scope(fact: str) -> str:
@@ -158,20 +168,45 @@ def answer_for(plans: dict[str, Call]) -> Callable[[LlmRequest], dict[str, Any]]
     return consolidate
 
 
-calls = st.one_of(
-    st.builds(Call, st.just("create"), st.sampled_from(list(SCOPES)), st.sampled_from(IDS)),
-    st.builds(Call, st.just("update"), st.sampled_from(["", "", "", "bob"]), st.sampled_from(IDS)),
-    st.builds(Call, st.just("delete"), memory_id=st.sampled_from(IDS)),
-    st.builds(Call, st.just("rollback"), memory_id=st.sampled_from(IDS)),
-    st.builds(Call, st.just("purge"), st.sampled_from(list(SCOPES))),
-    st.builds(
-        Call,
-        st.just("generate"),
-        st.sampled_from(list(SCOPES)),
-        target=st.sampled_from(IDS),
-        mode=st.sampled_from(["create", "update", "delete"]),
-    ),
+creates = st.builds(Call, st.just("create"), st.sampled_from(list(SCOPES)), st.sampled_from(IDS))
+updates = st.builds(
+    Call, st.just("update"), st.sampled_from(["", "", "", "bob"]), st.sampled_from(IDS)
 )
+deletes = st.builds(Call, st.just("delete"), memory_id=st.sampled_from(IDS))
+rollbacks = st.builds(Call, st.just("rollback"), memory_id=st.sampled_from(IDS))
+purges = st.builds(
+    Call, st.just("purge"), st.sampled_from(list(SCOPES)), mode=st.sampled_from(["all", "odd"])
+)
+"""A purge of the scope's memories, all or those whose fact ends in "odd" (which an update may
+change meanwhile)."""
+generates = st.builds(
+    Call,
+    st.just("generate"),
+    st.sampled_from(["", "", "bob"]),
+    target=st.sampled_from(IDS),
+    mode=st.sampled_from(["create", "update", "update", "delete"]),
+)
+calls = st.one_of(
+    creates, updates, updates, deletes, deletes, rollbacks, purges, generates, generates
+)
+"""A scope of "" is the memory's own (most updates and generates act on their own scope)."""
+
+
+RACES = [
+    ("update", "delete"),
+    ("delete", "update"),
+    ("update", "update"),
+    ("generate", "delete"),
+    ("generate", "update"),
+    ("update", "generate"),
+    ("purge", "update"),
+    ("update", "purge"),
+    ("rollback", "delete"),
+    ("rollback", "update"),
+    ("delete", "purge"),
+    ("generate", "purge"),
+    ("delete", "delete"),
+]
 
 
 class YieldingStore:
@@ -217,11 +252,6 @@ class WriteRaces(RuleBasedStateMachine):
         self.model = Model()
         self.counter = itertools.count()
 
-    @initialize(seed=st.integers(0, 2**16))
-    def interleaving(self, seed: int) -> None:
-        """Which of the possible interleavings the yielding memory:// store takes."""
-        self.chance.seed(seed)
-
     def run(self, call: Awaitable[Any]) -> Any:
         return self.loop.run_until_complete(call)
 
@@ -234,19 +264,32 @@ class WriteRaces(RuleBasedStateMachine):
 
     # Preparing and running calls
 
+    def resolve(self, memory_id: str) -> str:
+        if memory_id != LIVE:
+            return memory_id
+        return max(self.model.live, key=lambda key: self.model.live[key][1], default="a")
+
     async def prepared(self, call: Call) -> Call:
         """The call with its fact (tagged with its scope) and, for rollback, a revision."""
         number = next(self.counter)
+        call = replace(
+            call, memory_id=self.resolve(call.memory_id), target=self.resolve(call.target)
+        )
         if call.kind == "generate":
             tag = f"g{number}"
-            ready = Call("generate", call.scope, fact=f"{call.scope} {tag} fact", target=call.target, mode=call.mode)
+            scope = call.scope or self.model.live.get(call.target, ("alice", ""))[0]
+            fact = f"{scope} {tag} fact"
+            ready = Call("generate", scope, fact=fact, target=call.target, mode=call.mode)
             self.plans[tag] = ready
             return ready
         if call.kind == "create":
-            return Call("create", call.scope, call.memory_id, f"{call.scope} fact {number}")
+            return Call("create", call.scope, call.memory_id, _fact(call.scope, number))
         if call.kind == "update":  # mostly of the memory's scope; another scope is refused
             scope = call.scope or self.model.owner.get(call.memory_id, "alice")
-            return Call("update", scope, call.memory_id, f"{scope} fact {number}")
+            return Call("update", scope, call.memory_id, _fact(scope, number))
+        if call.kind == "purge" and call.memory_id:  # racing a call on this memory: its scope
+            scope = self.model.live.get(call.memory_id, (call.scope or "alice", ""))[0]
+            return Call("purge", scope, mode=call.mode)
         if call.kind == "rollback":
             name = f"{self.bank}/memories/{call.memory_id}"
             pager = await self.client.memory_banks.memories.revisions.list(name=name)
@@ -269,7 +312,10 @@ class WriteRaces(RuleBasedStateMachine):
         try:
             if call.kind == "create":
                 await memories.create(
-                    name=self.bank, fact=call.fact, scope=SCOPES[call.scope], config={"memory_id": call.memory_id}
+                    name=self.bank,
+                    fact=call.fact,
+                    scope=SCOPES[call.scope],
+                    config={"memory_id": call.memory_id},
                 )
             elif call.kind == "update":
                 await memories.update(name=name, fact=call.fact, scope=SCOPES[call.scope])
@@ -278,8 +324,9 @@ class WriteRaces(RuleBasedStateMachine):
             elif call.kind == "rollback":
                 await memories.rollback(name=name, target_revision_id=call.target)
             elif call.kind == "purge":
+                odd = ' AND fact=~" odd$"' if call.mode == "odd" else ""
                 done = await memories.purge(
-                    name=self.bank, filter=f'scope.user_id="{call.scope}"', force=True
+                    name=self.bank, filter=f'scope.user_id="{call.scope}"{odd}', force=True
                 )
                 outcome.count = int(done.response.purge_count or 0)
             else:
@@ -317,7 +364,8 @@ class WriteRaces(RuleBasedStateMachine):
         )
 
     async def observe(self) -> State:
-        pager = await self.client.memory_banks.memories.list(name=self.bank, config={"page_size": 1000})
+        memories = self.client.memory_banks.memories
+        pager = await memories.list(name=self.bank, config={"page_size": 1000})
         state: State = {}
         async for memory in pager:
             scope = memory.scope["user_id"]
@@ -331,11 +379,39 @@ class WriteRaces(RuleBasedStateMachine):
     def one(self, call: Call) -> None:
         self.step(call)
 
-    @rule(first=calls, second=calls, same_memory=st.booleans())
-    def two_at_once(self, first: Call, second: Call, same_memory: bool) -> None:
+    @rule(
+        first=calls,
+        second=calls,
+        same_memory=st.booleans(),
+        interleaving=st.integers(0, 2**16),
+    )
+    def two_at_once(self, first: Call, second: Call, same_memory: bool, interleaving: int) -> None:
+        """`interleaving` chooses where the yielding memory:// store lets the other call run."""
         if same_memory:  # races on one memory are the interesting ones
-            target = first.memory_id or first.target or "a"
+            target = first.memory_id or first.target or LIVE
+            first = replace(first, memory_id=first.memory_id or target)
             second = Call(second.kind, second.scope, target, target=target, mode=second.mode)
+        if not self.model.live:  # something to race on
+            self.step(Call("generate", "alice", target="a"))
+        self.chance.seed(interleaving)
+        self.step(first, second)
+
+    @rule(
+        kinds=st.sampled_from(RACES),
+        modes=st.tuples(st.sampled_from(["update", "delete"]), st.sampled_from(["odd", "all"])),
+        interleaving=st.integers(0, 2**16),
+    )
+    def race_on_one_memory(
+        self, kinds: tuple[str, str], modes: tuple[str, str], interleaving: int
+    ) -> None:
+        """Two calls on the newest live memory (the races that could lose or revive a write)."""
+        if not self.model.live:
+            self.step(Call("generate", "alice", target="a"))
+        mode = {"generate": modes[0], "purge": modes[1]}
+        first, second = (
+            Call(kind, "", LIVE, target=LIVE, mode=mode.get(kind, "create")) for kind in kinds
+        )
+        self.chance.seed(interleaving)
         self.step(first, second)
 
     @invariant()
