@@ -34,8 +34,14 @@ from adk_memory.engine.convert import (
 )
 from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
 from adk_memory.engine.paging import Page, decode_page_token, encode_page_token
-from adk_memory.engine.profiles import PROFILE_ID_PREFIX
-from adk_memory.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
+from adk_memory.engine.profiles import PROFILE_ID_PREFIX, PROFILE_TYPE
+from adk_memory.errors import (
+    Aborted,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from adk_memory.filters import combine, from_filter_groups, matches, parse_filter, partition
 from adk_memory.names import new_memory_id, validate_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
@@ -409,6 +415,12 @@ class MemoryOps:
                 field="target_revision_id",
             )
         expected = Expectation(memory_id, now) if current is None else unchanged(current, now)
+        if current is None and memory_id.startswith(PROFILE_ID_PREFIX):
+            raise FailedPrecondition(
+                "A deleted structured profile cannot be rolled back (its schema is not in its "
+                "revisions); the next generate request for its scope creates it again.",
+                field="name",
+            )
         if current is None:
             created = memory_expiry(now=now, action=Action.CREATE, bank_ttl=bank.config.ttl_config)
             current = MemoryRecord(
@@ -429,6 +441,11 @@ class MemoryOps:
             topics=target.topics,
             metadata=target.metadata,
             update_time=written,
+            structured_data=(
+                target.structured_data
+                if current.memory_type == PROFILE_TYPE
+                else current.structured_data
+            ),
         )
         revisions = self._revision_for(bank, restored, written, types.MemoryConfig())
         await self._context.store.apply(
@@ -593,6 +610,7 @@ class MemoryOps:
                 labels=labels or {},
                 extracted_memories=tuple(extracted),
                 deleted=deleted,
+                structured_data=record.structured_data,
             ),
         )
 

@@ -269,6 +269,32 @@ async def test_generate_trusts_no_record_at_a_profile_id_that_is_not_the_scopes_
     assert profiles.profiles == {}
 
 
+async def test_a_profile_rolls_back_whole_and_is_never_rolled_back_into_a_plain_memory(
+    client: AsyncClient, model: ScriptedMemoryModel
+) -> None:
+    """Rollback restores a profile's JSON with its text; a deleted profile is not recreated as a
+    natural-language memory under the reserved id (generate would then refuse the scope)."""
+    made = await client.memory_banks.create(managed_semantic_memory_config=PROFILE_CONFIG)
+    bank = str(made.name)
+    memories = client.memory_banks.memories
+    for city in ("Oslo", "Bergen"):
+        model.extractions.append({"memories": [], "profiles": {"user-profile": {"city": city}}})
+        await memories.generate(name=bank, scope=ALICE, direct_contents_source=said(city))
+    name = f"{bank}/memories/{profile_memory_id(ALICE, 'user-profile')}"
+    pager = await memories.revisions.list(name=name)
+    oldest = [revision async for revision in pager][-1].name.rsplit("/", 1)[-1]
+    await memories.rollback(name=name, target_revision_id=oldest)
+    profiles = await memories.retrieve_profiles(name=bank, scope=ALICE)
+    assert profiles.profiles["user-profile"].profile == {"city": "Oslo"}
+    await memories.delete(name=name)
+    with pytest.raises(FailedPrecondition, match="deleted structured profile"):
+        await memories.rollback(name=name, target_revision_id=oldest)
+    model.extractions.append({"memories": [], "profiles": {"user-profile": {"city": "Tromsø"}}})
+    await memories.generate(name=bank, scope=ALICE, direct_contents_source=said("Tromsø"))
+    profiles = await memories.retrieve_profiles(name=bank, scope=ALICE)
+    assert profiles.profiles["user-profile"].profile == {"city": "Tromsø"}
+
+
 # 3. Races
 
 
