@@ -515,3 +515,55 @@ async def test_a_generate_whose_redis_lock_lease_lapsed_cannot_commit(redis_url:
             assert await facts_of(client, bank, ALICE) == ["an existing memory"]
     finally:
         await thief.aclose()
+
+
+async def test_an_ingest_flush_whose_stream_lock_lapsed_writes_nothing_and_loses_no_event(
+    redis_url: str,
+) -> None:
+    """The stream lock is taken over while the model extracts: the flush's batch (memories and
+    stream together) is refused, the events stay pending, and the next flush generates from them
+    exactly once."""
+    import uuid
+
+    import redis.asyncio as aredis
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    model = ScriptedMemoryModel(
+        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]}
+    )
+    thief = aredis.Redis.from_url(redis_url)
+    stolen: list[bytes] = []
+
+    async def take_over_the_stream_lock(kind: str) -> None:
+        if kind == "extraction" and not stolen:
+            [key] = [key async for key in thief.scan_iter(match=f"{prefix}:lock:stream:*")]
+            await thief.set(key, "the-next-holder", px=100)
+            stolen.append(key)
+
+    model.on_call = take_over_the_stream_lock
+    model.extractions += [
+        {"memories": [{"fact": "I like tea.", "topics": ["USER_PREFERENCES"]}]} for _ in range(2)
+    ]
+    uri = f"{redis_url}?key_prefix={prefix}&index_algorithm=FLAT"
+    flush = {"force_flush": True, "wait_for_completion": True}
+    events = {"events": [{"content": {"role": "user", "parts": [{"text": "I like tea"}]}}]}
+    try:
+        async with AsyncClient(
+            uri, embedding_model="hash-64", generation_model=model, run_scheduler=False
+        ) as client:
+            banks = client.memory_banks
+            bank = str((await banks.create()).name)
+            first = await banks.ingest_events(
+                name=bank, scope=ALICE, stream_id="s", direct_contents_source=events, config=flush
+            )
+            assert stolen and not first.done
+            assert await facts_of(client, bank, ALICE) == []
+            await asyncio.sleep(0.2)  # the thief's lease ends
+            await banks.ingest_events(
+                name=bank, scope=ALICE, stream_id="s", direct_contents_source={}, config=flush
+            )
+            assert await facts_of(client, bank, ALICE) == ["I like tea."]
+            assert (await client.operations.get(name=first.name)).done
+            assert len(model.requests) == 4  # two flushes, each one extraction + one consolidation
+    finally:
+        await thief.aclose()
