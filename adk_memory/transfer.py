@@ -731,7 +731,8 @@ class _Importer:
         add another scope's memory or revisions to an id whose history the bank holds.
         """
         incoming: dict[str, set[ScopeKey]] = {}
-        for item in (*self.memories, *self.revisions):
+        items: list[MemoryRecord | RevisionRecord] = [*self.memories, *self.revisions]
+        for item in items:
             incoming.setdefault(item.memory_id, set()).add(item.scope_key)
         now = self.engine.context.clock()
         owners = await owner_scopes(self.store, bank_id, list(incoming), now)

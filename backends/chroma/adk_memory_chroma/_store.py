@@ -972,8 +972,8 @@ class ChromaMemoryStore(MemoryStore):
         }
         live: dict[str, datetime | None] = {}
         for expected in expectations:
-            until, updated = stored.get(expected.memory_id, (None, None))
-            alive = until is not None and until > codec.micros(expected.now)
+            until, updated = stored.get(expected.memory_id, (0, 0))
+            alive = expected.memory_id in stored and until > codec.micros(expected.now)
             at = codec.EPOCH + timedelta(microseconds=updated) if alive else None
             live[expected.memory_id] = at
         check_expectations(expectations, live)
