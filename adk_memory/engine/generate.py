@@ -62,9 +62,9 @@ from adk_memory.generation.prompts import (
     render_conversation,
 )
 from adk_memory.generation.schemas import extraction_wire_schema
+from adk_memory.locks import Lease
 from adk_memory.names import new_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
-from adk_memory.locks import Lease
 from adk_memory.store import (
     DocumentRecord,
     Expectation,

@@ -98,8 +98,11 @@ def unchanged(record: MemoryRecord, now: datetime) -> Expectation:
 async def owner_scopes(
     store: MemoryStore, bank_id: str, memory_ids: Sequence[str], now: datetime
 ) -> dict[str, tuple[ScopeKey, builtins.list[RevisionRecord]]]:
-    """For each id that has a live memory or live revisions: the scope its history belongs to
-    (the live memory's, else the newest revision's), with its live revisions, newest first."""
+    """The scope each id's history belongs to, with its live revisions (newest first).
+
+    That is the live memory's scope, else the newest live revision's; an id with neither is
+    left out.
+    """
     found = await store.get_memories(bank_id, memory_ids, now)
     live = {record.memory_id: record for record in found}
     histories = await store.list_revisions_many(bank_id, memory_ids, now)

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 )
 
 from adk_memory import AsyncClient
-from adk_memory.errors import Aborted, AdkMemoryError, AlreadyExists, InvalidArgument, NotFound
+from adk_memory.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.testing.models import ScriptedMemoryModel
 

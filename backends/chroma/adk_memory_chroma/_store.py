@@ -958,9 +958,7 @@ class ChromaMemoryStore(MemoryStore):
                     "batch was written. Use another id or update the memory."
                 )
 
-    async def _check_expectations(
-        self, memories: Any, expectations: Sequence[Expectation]
-    ) -> None:
+    async def _check_expectations(self, memories: Any, expectations: Sequence[Expectation]) -> None:
         """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
         ids = list(dict.fromkeys(expected.memory_id for expected in expectations))
         found = await self._call(

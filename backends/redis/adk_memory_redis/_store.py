@@ -97,8 +97,8 @@ from adk_memory_redis._codec import (
     decode_revision,
     encode_memory,
     encode_revision,
-    operation_from_json,
     from_us,
+    operation_from_json,
     operation_to_json,
     to_us,
 )
