@@ -354,6 +354,32 @@ async def test_an_update_racing_an_update_is_retried_on_the_newer_memory(
     assert stored.fact == "NEW fact" and stored.metadata["k"].string_value == "v"
 
 
+async def test_a_delete_racing_an_update_is_retried_and_the_memory_is_gone(
+    client: AsyncClient, bank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An update lands between the delete's read and its write: the delete reads again and
+    deletes the updated memory (the caller asked for it gone)."""
+    memories = client.memory_banks.memories
+    await create(client, bank, "old fact", ALICE, "m1")
+    name = f"{bank}/memories/m1"
+    store = client.engine.context.store
+    apply = store.apply
+    attempts: list[WriteBatch] = []
+
+    async def update_first(bank_id: str, batch: WriteBatch) -> None:
+        attempts.append(batch)
+        if len(attempts) == 1:
+            await memories.update(name=name, fact="newer fact")
+        await apply(bank_id, batch)
+
+    monkeypatch.setattr(store, "apply", update_first)
+    await memories.delete(name=name)
+    delete_attempts = [batch for batch in attempts if batch.deletes]
+    assert len(delete_attempts) == 2  # the first, expecting the old version, was refused
+    with pytest.raises(NotFound):
+        await memories.get(name=name)
+
+
 async def test_a_rollback_racing_an_update_is_aborted_and_the_update_stands(
     client: AsyncClient, bank: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
