@@ -32,6 +32,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_dimensions,
+    check_expectations,
     sort_records,
 )
 
@@ -102,6 +103,11 @@ class _Bank:
         return self.scopes[key]
 
 
+def _live_update_time(bank: _Bank, memory_id: str, now: datetime) -> datetime | None:
+    record = bank.memories.get(memory_id)
+    return record.update_time if record is not None and record.is_live(now) else None
+
+
 _SHARED: dict[str, dict[str, _Bank]] = {}
 _SHARED_LOCKS: dict[str, InProcessLockProvider] = {}
 
@@ -165,9 +171,21 @@ class ReferenceMemoryStore(MemoryStore):
         self._banks.pop(bank_id, None)
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch, or raises and changes nothing."""
+        """Applies the whole batch, or raises and changes nothing.
+
+        Atomic because nothing below the fence checks awaits: no other task runs in between.
+        """
+        for lease in batch.fences:
+            await lease.verify()
         bank = self._bank(bank_id)
         check_dimensions(batch, bank.record.embedding_dimension)
+        check_expectations(
+            batch.expect,
+            {
+                expected.memory_id: _live_update_time(bank, expected.memory_id, expected.now)
+                for expected in batch.expect
+            },
+        )
         documents = {
             (document.kind, document.key): json.loads(json.dumps(dict(document.body)))
             for document in batch.documents

@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
-from adk_memory.errors import InvalidArgument
+from adk_memory.errors import Aborted, InvalidArgument
 from adk_memory.scope import ScopeKey
 
 if TYPE_CHECKING:
     from adk_memory.filters import FilterExpr
-    from adk_memory.locks import LockProvider
+    from adk_memory.locks import Lease, LockProvider
 
 __all__ = [
     "BankRecord",
     "DocumentRecord",
+    "Expectation",
     "MemoryRecord",
     "MemoryStore",
     "MetadataValue",
@@ -45,8 +46,9 @@ __all__ = [
     "StoreCapabilities",
     "TopicRef",
     "WriteBatch",
-    "check_dimensions",
     "check_cursor",
+    "check_dimensions",
+    "check_expectations",
     "cursor_of",
     "sort_records",
 ]
@@ -163,6 +165,20 @@ class DocumentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Expectation:
+    """A precondition of a batch, checked by the store atomically with the batch's writes.
+
+    `update_time` set: a live memory `memory_id` must exist with exactly that update time (the
+    engine makes a memory's update time grow with every write, so it is its version). None: no
+    live memory may have the id. Liveness is judged at `now`.
+    """
+
+    memory_id: str
+    now: datetime
+    update_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WriteBatch:
     """One logical write: every part is applied, or none is."""
 
@@ -176,6 +192,13 @@ class WriteBatch:
     documents: tuple[DocumentRecord, ...] = ()
     """Documents created or replaced together with the memories (a later one of the same kind
     and key wins); a batch that fails writes none of them."""
+    expect: tuple[Expectation, ...] = ()
+    """Checked atomically with the writes; one that does not hold fails the whole batch with
+    `Aborted` (see `check_expectations`), and nothing is written."""
+    fences: tuple[Lease, ...] = ()
+    """The leases of the locks the batch was decided under: a batch one of whose leases lapsed
+    (another holder may have taken the lock) fails with `Aborted`, checked atomically with the
+    writes where the lock lives in the store itself (Redis), else just before them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +327,40 @@ def check_dimensions(batch: WriteBatch, dimension: int) -> None:
                 f"Memory {record.memory_id!r} has a {len(record.embedding)}-dimensional embedding; "
                 f"its bank holds {dimension}-dimensional ones. Re-embed with the bank's model.",
                 field="embedding",
+            )
+
+
+def _utc(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def check_expectations(
+    expectations: Sequence[Expectation], found: Mapping[str, datetime | None]
+) -> None:
+    """Raises `Aborted` for the first expectation `found` breaks.
+
+    `found` maps each expected id to the update time of its memory live at the expectation's
+    `now` (None when there is none), as read by the store inside its atomic write.
+    """
+    for expected in expectations:
+        current = found.get(expected.memory_id)
+        if expected.update_time is None:
+            if current is not None:
+                raise Aborted(
+                    f"Memory {expected.memory_id!r} was created by a concurrent write while this "
+                    "request ran; nothing was written. Read it and retry."
+                )
+        elif current is None:
+            raise Aborted(
+                f"Memory {expected.memory_id!r} was deleted (or expired) by a concurrent write "
+                "after this request read it; nothing was written."
+            )
+        elif _utc(current) != _utc(expected.update_time):
+            raise Aborted(
+                f"Memory {expected.memory_id!r} was changed by a concurrent write after this "
+                f"request read it (its update_time is now {_utc(current).isoformat()}, was "
+                f"{_utc(expected.update_time).isoformat()}); nothing was written. Read it again "
+                "and retry."
             )
 
 

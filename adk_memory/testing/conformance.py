@@ -30,13 +30,14 @@ from typing import Any
 
 import pytest
 
-from adk_memory.errors import AlreadyExists, InvalidArgument
+from adk_memory.errors import Aborted, AlreadyExists, InvalidArgument
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import (
     BankRecord,
     DocumentRecord,
+    Expectation,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
@@ -921,6 +922,115 @@ class MemoryStoreConformance:
         assert await store.get_document(bank, "stream", "s1") == {"pending": []}
         await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s1", {"n": 9}),)))
         assert await store.list_documents(bank, "stream") == [("s1", {"n": 9})]
+
+    # Conditional writes
+
+    async def test_a_changed_memory_aborts_a_batch_that_expected_it_unchanged(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """An expectation of an older update time fails the whole batch with `Aborted`."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        changed = memory("m1", unit(1), fact="changed", update_time=T0 + timedelta(seconds=1))
+        await store.apply(bank, WriteBatch(upserts=(changed,)))
+        stale = WriteBatch(
+            inserts=(memory("m2", unit(2)),),
+            upserts=(memory("m1", unit(3), fact="blind", update_time=T0 + timedelta(seconds=2)),),
+            revisions=(revision("m1", "r9"),),
+            documents=(DocumentRecord("stream", "s1", {"n": 1}),),
+            expect=(Expectation("m1", T0, update_time=T0),),
+        )
+        with pytest.raises(Aborted, match="changed"):
+            await store.apply(bank, stale)
+        assert await store.get_memories(bank, ["m1", "m2"], T0) == [changed]
+        assert await store.list_revisions(bank, "m1", T0) == []
+        assert await store.get_document(bank, "stream", "s1") is None
+
+    async def test_a_deleted_memory_is_not_resurrected_by_an_expecting_upsert(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """An upsert expecting a memory that was deleted since is `Aborted`; it stays deleted."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        await store.apply(bank, WriteBatch(deletes=("m1",)))
+        revive = WriteBatch(
+            upserts=(memory("m1", unit(0), fact="revived", update_time=T0 + timedelta(seconds=1)),),
+            expect=(Expectation("m1", T0, update_time=T0),),
+        )
+        with pytest.raises(Aborted, match="deleted"):
+            await store.apply(bank, revive)
+        assert await store.get_memories(bank, ["m1"], T0) == []
+
+    async def test_an_expected_absence_holds_only_while_no_live_memory_has_the_id(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """`update_time=None` fails on a live memory; an expired one counts as absent."""
+        await store.apply(
+            bank,
+            WriteBatch(inserts=(memory("m1", unit(0), expire_time=T0 + timedelta(seconds=5)),)),
+        )
+        fresh = memory("m1", unit(1), fact="fresh", update_time=T0 + timedelta(seconds=9))
+        with pytest.raises(Aborted, match="created"):
+            await store.apply(bank, WriteBatch(upserts=(fresh,), expect=(Expectation("m1", T0),)))
+        later = T0 + timedelta(seconds=9)
+        await store.apply(bank, WriteBatch(upserts=(fresh,), expect=(Expectation("m1", later),)))
+        assert await store.get_memories(bank, ["m1"], later) == [fresh]
+
+    async def test_expectations_that_hold_let_the_whole_batch_through(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Expectations of an unchanged memory and of a free id both hold: everything is written."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        updated = memory("m1", unit(1), fact="updated", update_time=T0 + timedelta(seconds=1))
+        await store.apply(
+            bank,
+            WriteBatch(
+                upserts=(updated, memory("m2", unit(2))),
+                revisions=(revision("m1", "r1"),),
+                expect=(Expectation("m1", T0, update_time=T0), Expectation("m2", T0)),
+            ),
+        )
+        assert await store.get_memories(bank, ["m1", "m2"], T0) == [updated, memory("m2", unit(2))]
+        unchanged = Expectation("m1", T0, update_time=updated.update_time)
+        await store.apply(bank, WriteBatch(deletes=("m1",), expect=(unchanged,)))
+        assert await store.get_memories(bank, ["m1"], T0) == []
+
+    async def test_racing_conditional_writes_of_one_version_let_exactly_one_through(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Concurrent batches expecting the same version: one commits, the others are `Aborted`."""
+        import asyncio
+
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+
+        async def write(index: int) -> MemoryRecord:
+            record = memory(
+                "m1", unit(index), fact=f"writer {index}", update_time=T0 + timedelta(seconds=index)
+            )
+            delete = index % 2 == 0
+            batch = WriteBatch(
+                upserts=() if delete else (record,),
+                deletes=("m1",) if delete else (),
+                expect=(Expectation("m1", T0, update_time=T0),),
+            )
+            await store.apply(bank, batch)
+            return record
+
+        outcomes = await asyncio.gather(*(write(i) for i in range(1, 6)), return_exceptions=True)
+        winners = [o for o in outcomes if isinstance(o, MemoryRecord)]
+        assert len(winners) == 1, outcomes
+        assert all(isinstance(o, Aborted) for o in outcomes if o not in winners)
+        found = await store.get_memories(bank, ["m1"], T0)
+        won = outcomes.index(winners[0]) + 1
+        assert found == ([] if won % 2 == 0 else [winners[0]])
+
+    async def test_a_write_fenced_by_a_lock_no_longer_held_is_aborted(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A batch carrying the lease of a lock it no longer holds writes nothing."""
+        async with store.lock_provider().lock("fenced", wait_seconds=5) as lease:
+            await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), fences=(lease,)))
+        with pytest.raises(Aborted, match="no longer held"):
+            await store.apply(bank, WriteBatch(inserts=(memory("m2", unit(1)),), fences=(lease,)))
+        assert [r.memory_id for r in await store.get_memories(bank, ["m1", "m2"], T0)] == ["m1"]
 
     async def test_lock_provider_excludes_concurrent_holders(self, store: MemoryStore) -> None:
         """Two holders of the same lock name never overlap; different names do not wait."""

@@ -104,7 +104,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar, cast
 
@@ -132,6 +132,7 @@ from adk_memory.errors import (
 from adk_memory.locks import FileLockProvider, LockProvider
 from adk_memory.store import (
     BankRecord,
+    Expectation,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
@@ -143,6 +144,7 @@ from adk_memory.store import (
     StoreCapabilities,
     WriteBatch,
     check_cursor,
+    check_expectations,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -678,10 +680,14 @@ class ChromaMemoryStore(MemoryStore):
                 await self._replay(bank_id, memories, aux)
                 if batch.inserts:
                     await self._check_inserts(memories, batch.inserts)
+                if batch.expect:
+                    await self._check_expectations(memories, batch.expect)
                 if dimensions:
                     memories = await self._check_dimension(
                         bank_id, memories, next(iter(dimensions))
                     )
+                for lease in batch.fences:  # the last check: as close to the commit as can be
+                    await lease.verify()
                 # From the first journal row to the journal's removal nothing may stop half-way
                 # in this process: a cancelled caller waits for the end of the batch.
                 await _uncancellable(self._commit(bank_id, memories, aux, plan))
@@ -964,6 +970,24 @@ class ChromaMemoryStore(MemoryStore):
                     f"A memory with id {record.memory_id!r} already exists; nothing in the "
                     "batch was written. Use another id or update the memory."
                 )
+
+    async def _check_expectations(self, memories: Any, expectations: Sequence[Expectation]) -> None:
+        """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
+        ids = list(dict.fromkeys(expected.memory_id for expected in expectations))
+        found = await self._call(
+            "check memories a write expects", memories.get, ids=ids, include=["metadatas"]
+        )
+        stored = {
+            memory_id: (int(meta[codec.LIVE_US]), int(meta[codec.UPDATE_US]))
+            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
+        }
+        live: dict[str, datetime | None] = {}
+        for expected in expectations:
+            until, updated = stored.get(expected.memory_id, (0, 0))
+            alive = expected.memory_id in stored and until > codec.micros(expected.now)
+            at = codec.EPOCH + timedelta(microseconds=updated) if alive else None
+            live[expected.memory_id] = at
+        check_expectations(expectations, live)
 
     async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:
         """Refuses vectors whose dimension differs from the bank's memories' (before any write).

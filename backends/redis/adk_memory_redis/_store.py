@@ -66,12 +66,14 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
 from adk_memory.errors import (
+    Aborted,
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     StoreUnavailable,
 )
+from adk_memory.locks import lease_lapsed
 from adk_memory.store import (
     BankRecord,
     MemoryRecord,
@@ -87,6 +89,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_dimensions,
+    check_expectations,
     cursor_key,
 )
 from adk_memory_redis._codec import (
@@ -107,7 +110,7 @@ from adk_memory_redis._codec import (
 from adk_memory_redis._config import RedisStoreConfig, connect, split_uri
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
 from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
-from adk_memory_redis.lock import RedisLockProvider
+from adk_memory_redis.lock import RedisLock, RedisLockProvider
 
 logger = logging.getLogger(__name__)
 
@@ -124,14 +127,22 @@ _MARKER_TTL_MS = 300_000
 _TIE_SLACK = 8
 """Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
 
-# KEYS: bank key, inserted memory keys..., revision sets...
-# ARGV: number of inserted keys. Returns the epoch, each inserted key's live_until (false when
-# absent) and each revision set's absolute expiry in ms (-1 persistent, -2 absent).
+# KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., fencing
+# lock keys... ARGV: the number of inserted keys, of expected keys, of revision sets. Returns the
+# epoch, each inserted key's live_until (false when absent), each expected key's live_until and
+# update_us, each revision set's absolute expiry in ms (-1 persistent, -2 absent) and each lock's
+# token.
 _CHECK_SCRIPT = """
-local n = tonumber(ARGV[1])
+local n, e, r = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {redis.call('HGET', KEYS[1], 'epoch')}
 for i = 2, n + 1 do out[#out + 1] = redis.call('HGET', KEYS[i], 'live_until') end
-for i = n + 2, #KEYS do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+for i = n + 2, n + e + 1 do
+  local found = redis.call('HMGET', KEYS[i], 'live_until', 'update_us')
+  out[#out + 1] = found[1]
+  out[#out + 1] = found[2]
+end
+for i = n + e + 2, n + e + r + 1 do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+for i = n + e + r + 2, #KEYS do out[#out + 1] = redis.call('GET', KEYS[i]) end
 return out
 """
 
@@ -789,12 +800,29 @@ class RedisMemoryStore(MemoryStore):
     async def _try_apply(
         self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
     ) -> bool:
-        """One optimistic attempt; False when the bank's epoch changed."""
+        """One optimistic attempt; False when the bank's epoch changed.
+
+        Everything checked (bank epoch, free insert ids, expectations, the fencing lock's token)
+        is WATCHed, so a change between the check and EXEC discards the transaction (and `apply`
+        tries again, re-checking).
+        """
         insert_keys = [bank.memory(record.memory_id) for record in batch.inserts]
+        expect_keys = [bank.memory(expected.memory_id) for expected in batch.expect]
         by_memory: dict[str, list[RevisionRecord]] = {}
         for revision in batch.revisions:
             by_memory.setdefault(revision.memory_id, []).append(revision)
         set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
+        # A lock of this store's provider is checked inside the transaction; another (on
+        # another server, or not a Redis lock) cannot join it and is checked just before.
+        fences = [
+            lease
+            for lease in batch.fences
+            if isinstance(lease, RedisLock) and lease.provider is self._locks
+        ]
+        for lease in batch.fences:
+            if lease not in fences:
+                await lease.verify()
+        fence_keys = [lease.key for lease in fences]
         encoded = [
             (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
             for r in (*batch.inserts, *batch.upserts)
@@ -803,16 +831,12 @@ class RedisMemoryStore(MemoryStore):
             (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
+        keys = [bank_key, *insert_keys, *expect_keys, *set_keys, *fence_keys]
         async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
-            await pipe.watch(bank_key, *insert_keys, *set_keys)
+            await pipe.watch(*keys)
             state = await pipe.eval(
-                _CHECK_SCRIPT,
-                1 + len(insert_keys) + len(set_keys),
-                bank_key,
-                *insert_keys,
-                *set_keys,
-                len(insert_keys),
+                _CHECK_SCRIPT, len(keys), *keys, len(insert_keys), len(expect_keys), len(set_keys)
             )
             epoch = state[0]
             if epoch is None:
@@ -821,14 +845,11 @@ class RedisMemoryStore(MemoryStore):
             if _text(epoch) != bank.epoch:
                 await pipe.unwatch()
                 return False
-            lives = state[1 : 1 + len(insert_keys)]
-            for record, live in zip(batch.inserts, lives, strict=True):
-                if live is not None and (
-                    _text(live) == LIVE_FOREVER or int(live) > to_us(record.create_time)
-                ):
-                    await pipe.unwatch()
-                    raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
-            set_expiry = dict(zip(by_memory, state[1 + len(insert_keys) :], strict=True))
+            try:
+                set_expiry = self._check(batch, state[1:], len(set_keys), fences)
+            except (AlreadyExists, Aborted):
+                await pipe.unwatch()
+                raise
             pipe.multi()
             pipe.set(marker, b"1", px=_MARKER_TTL_MS)
             for key, fields, expire_time in encoded:
@@ -847,6 +868,29 @@ class RedisMemoryStore(MemoryStore):
                 pipe.hset(hash_key, document_key, encoded_document)
             await pipe.execute()
         return True
+
+    @staticmethod
+    def _check(
+        batch: WriteBatch, state: Sequence[Any], set_count: int, fences: Sequence[RedisLock]
+    ) -> dict[str, Any]:
+        """Checks the script's answer against the batch; returns each revision set's expiry."""
+        inserted = len(batch.inserts)
+        for record, live in zip(batch.inserts, state[:inserted], strict=True):
+            if _live_at(live, to_us(record.create_time)):
+                raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
+        pairs = state[inserted : inserted + 2 * len(batch.expect)]
+        found: dict[str, datetime | None] = {}
+        for index, expected in enumerate(batch.expect):
+            live, update_us = pairs[2 * index], pairs[2 * index + 1]
+            alive = update_us is not None and _live_at(live, to_us(expected.now))
+            found[expected.memory_id] = from_us(int(update_us)) if alive else None
+        check_expectations(batch.expect, found)
+        rest = state[inserted + len(pairs) :]
+        for lease, token in zip(fences, rest[set_count:], strict=True):
+            if token is None or _text(token) != lease.token:
+                raise lease_lapsed(lease.name)
+        by_memory = dict.fromkeys(revision.memory_id for revision in batch.revisions)
+        return dict(zip(by_memory, rest[:set_count], strict=True))
 
     @staticmethod
     def _queue_revisions(

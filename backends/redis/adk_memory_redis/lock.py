@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aredis
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS
+from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS, lease_lapsed
 from adk_memory_redis._config import connect, make_config, split_uri
 from adk_memory_redis._errors import redis_errors
 
@@ -70,6 +70,16 @@ class RedisLock:
         self._released = False
 
     @property
+    def key(self) -> str:
+        """The Redis key holding the token while the lock is ours (a store fences on it)."""
+        return self._key
+
+    @property
+    def provider(self) -> RedisLockProvider:
+        """The provider that took the lock."""
+        return self._provider
+
+    @property
     def lost(self) -> bool:
         """True once renewal found that the lease had run out and someone else may hold it."""
         return self._lost
@@ -81,6 +91,16 @@ class RedisLock:
                 f"The lock {self.name!r} is no longer held (its lease ran out); redo the work "
                 "under a new lock."
             )
+
+    async def verify(self) -> None:
+        """Raises `Aborted` unless Redis still holds this lock's token (one round trip)."""
+        if not (self._lost or self._released):
+            client = self._provider._redis()
+            with redis_errors(self._provider._where, "check a lock"):
+                if await client.get(self._key) == self.token.encode():
+                    return
+            self._lost = True
+        raise lease_lapsed(self.name)
 
     async def extend(self, lease_seconds: float | None = None) -> bool:
         """Resets the lease to `lease_seconds` (default: the original lease) if still ours."""
@@ -228,7 +248,7 @@ class RedisLockProvider:
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[RedisLock]:
         """Holds `name` for the block, renewing the lease in the background if `renew`.
 
         Raises:
@@ -238,7 +258,7 @@ class RedisLockProvider:
         held = await self.acquire(name, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
         renewer = asyncio.create_task(held._renew_forever()) if self.renew else None
         try:
-            yield
+            yield held
         finally:
             if renewer is not None:
                 renewer.cancel()

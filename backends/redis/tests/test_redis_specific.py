@@ -28,6 +28,7 @@ from adk_memory_redis import RedisLockProvider, RedisMemoryStore
 
 from adk_memory._registry import store_class_for
 from adk_memory.errors import (
+    Aborted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -46,7 +47,7 @@ from adk_memory.store import (
     WriteBatch,
 )
 from adk_memory.testing._redis_server import redis_server
-from adk_memory.testing.conformance import bank_record, memory, revision
+from adk_memory.testing.conformance import T0, bank_record, memory, revision
 
 BANK = "1234"
 SCOPE = {"user_id": "u1"}
@@ -983,3 +984,59 @@ async def test_lock_of_a_killed_process_frees_itself_after_the_lease(redis_url: 
         holder.kill()
         holder.wait()
         await locks.aclose()
+
+
+async def test_a_holder_whose_lease_lapsed_cannot_commit(
+    store: RedisMemoryStore, redis_url: str
+) -> None:
+    """The lease runs out (no renewal) and another process takes the lock: the first holder's
+    write is `Aborted`, checked inside its transaction, and the new holder's write goes through."""
+    locks = store.lock_provider()
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=store.config.key_prefix)
+    locks.renew = False
+    try:
+        async with locks.lock("scope-f", lease_seconds=0.2) as stale:
+            await asyncio.sleep(0.4)  # a long model call: the lease lapses meanwhile
+            async with other.lock("scope-f", wait_seconds=1) as current:
+                with pytest.raises(Aborted, match="no longer held"):
+                    late = memory("late", _unit_vector(random.Random(0), 8))
+                    await store.apply(BANK, WriteBatch(inserts=(late,), fences=(stale,)))
+                fresh = memory("fresh", _unit_vector(random.Random(1), 8))
+                await store.apply(BANK, WriteBatch(inserts=(fresh,), fences=(current,)))
+        found = await store.get_memories(BANK, ["late", "fresh"], T0)
+        assert [record.memory_id for record in found] == ["fresh"]
+    finally:
+        locks.renew = True
+        await other.aclose()
+
+
+async def test_a_lock_taken_over_between_check_and_commit_discards_the_transaction(
+    store: RedisMemoryStore, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock key is WATCHed: a takeover after the in-transaction check, before EXEC, makes
+    Redis discard the transaction, and the re-check refuses the write."""
+    import redis as sync_redis
+
+    original = RedisMemoryStore._check
+    takeover = sync_redis.Redis.from_url(redis_url)
+    taken: list[str] = []
+
+    def check_then_take_over(*args: Any) -> Any:
+        result = original(*args)
+        if not taken:
+            key = args[3][0].key
+            takeover.set(key, "someone-else")
+            taken.append(key)
+        return result
+
+    monkeypatch.setattr(RedisMemoryStore, "_check", staticmethod(check_then_take_over))
+    try:
+        async with store.lock_provider().lock("scope-g", lease_seconds=30) as lease:
+            with pytest.raises(Aborted, match="no longer held"):
+                vector = _unit_vector(random.Random(0), 8)
+                batch = WriteBatch(inserts=(memory("m", vector),), fences=(lease,))
+                await store.apply(BANK, batch)
+        assert taken
+        assert await store.get_memories(BANK, ["m"], T0) == []
+    finally:
+        takeover.close()
