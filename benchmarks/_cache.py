@@ -2,8 +2,9 @@
 
 Vectors live in `benchmarks/.cache/emb-<model>.npz` (gitignored), keyed by the sha256 of the
 text; a model that embeds queries and documents differently (multilingual-e5-small's `query: ` /
-`passage: ` prefixes) has one file per kind, `emb-<model>-query.npz` and `-passage.npz`. `CachedEmbedder` implements `adk_memory.embeddings.Embedder` from that file, so retrieval
-benchmarks go through the real engine and stores without re-embedding thousands of texts on
+`passage: ` prefixes) has one file per kind, `emb-<model>-query.npz` and `-passage.npz`.
+`CachedEmbedder` implements `adk_memory.embeddings.Embedder` from those files, so benchmarks go
+through the real engine and stores without re-embedding thousands of texts on
 every run; a text that is not cached is embedded live (and counted in `misses`).
 """
 

@@ -1,4 +1,4 @@
-"""5. Multilingual retrieval: German, Spanish, Korean and English facts, per model, dense and hybrid.
+"""5. Multilingual retrieval: German, Spanish, Korean, English facts; per model, dense and hybrid.
 
 Data: `multilingual_facts.jsonl` (written for this benchmark, 102 items): one personal fact per
 item in English, German, Spanish and Korean (translations of each other) and one question per

