@@ -22,10 +22,10 @@ from google.oauth2.credentials import Credentials
 from adk_memory import embeddings
 from adk_memory.embeddings import (
     DEFAULT_EMBEDDING_MODEL,
+    MULTILINGUAL_EMBEDDING_MODEL,
     Embedder,
     GeminiEmbedder,
     HashEmbedder,
-    MULTILINGUAL_EMBEDDING_MODEL,
     LocalEmbedder,
     MultilingualE5Embedder,
     canonical_model_name,
