@@ -94,13 +94,15 @@ async def _bank_scores(model: str, items: list[dict[str, Any]], hybrid: bool) ->
 def _memory_probe(model: str) -> float:
     """Peak RSS (MB) of a fresh process that loads `model` and embeds one batch of facts."""
     code = (
-        "import asyncio, resource, sys\n"
+        "import asyncio, sys\n"
         "from benchmarks import multilingual as m\n"
         f"facts = [i['de']['fact'] for i in m.load()][:{SPEED_BATCH}]\n"
         "from adk_memory.embeddings import embedder_for\n"
         "e = embedder_for(sys.argv[1])\n"
         "asyncio.run(e.embed_documents(facts))\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        # Not ru_maxrss: Linux carries it over exec from the forking (fat) benchmark process.
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+        "print(int(hwm.split()[1]) / 1024)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, model],
