@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -691,3 +692,26 @@ async def test_multilingual_e5_ranks_across_languages_and_keeps_text_after_a_nul
     # The engine takes C strings; the text after a NUL must still count.
     cut, whole, spaced = await embedder.embed_documents(["a", "a\x00 Busan", "a  Busan"])
     assert whole == spaced and whole != cut
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_concurrent_calls_match_one_at_a_time() -> None:
+    embedder = MultilingualE5Embedder()
+    texts = [f"Frage Nummer {n}: wo ist mein Schlüssel?" for n in range(8)]
+    together = await asyncio.gather(*(embedder.embed_documents([text]) for text in texts))
+    one_by_one = [await embedder.embed_documents([text]) for text in texts]
+    assert together == one_by_one
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_embeds_texts_past_512_tokens_whole() -> None:
+    embedder = MultilingualE5Embedder()
+    head = "Ich trinke jeden Morgen grünen Tee. " * 80  # ~800 tokens: two windows
+    tail = "Mein Auto ist ein roter Renault. " * 80
+    question = await embedder.embed_query("What car do I drive?")
+    long_text, only_head = await embedder.embed_documents([head + tail, head])
+    assert abs(norm(long_text) - 1.0) < 1e-6
+    # The tail, past the model's 512 tokens, still counts.
+    assert cosine(question, long_text) > cosine(question, only_head)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adk_memory.extensions import RetrievalConfig
 from adk_memory.lexical import bm25_scores, tokenize
@@ -125,3 +127,10 @@ def test_bm25_matches_inflected_german_spanish_and_korean() -> None:
         scores = bm25_scores(question, facts)
         assert max(range(4), key=scores.__getitem__) == best, (question, scores)
         assert scores[best] > 0
+
+
+@given(st.text(max_size=200))
+def test_tokenize_any_text_gives_nonempty_tokens_deterministically(text: str) -> None:
+    tokens = tokenize(text)
+    assert tokens == tokenize(text)
+    assert all(tokens)
