@@ -671,6 +671,12 @@ def _load_e5() -> _LoadedE5:
         return loaded
 
 
+def _c_string_safe(text: str) -> str:
+    """The text as the engine's UTF-8 C strings can hold it: NULs and lone surrogates replaced."""
+    # A NUL would silently cut the text short; a lone surrogate (a JSON "\ud800") has no UTF-8.
+    return text.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+
+
 class MultilingualE5Embedder(_CachingEmbedder):
     """Embeds with ``multilingual-e5-small`` on this machine, offline, in about 100 languages.
 
@@ -688,8 +694,7 @@ class MultilingualE5Embedder(_CachingEmbedder):
 
     def _encode(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
         loaded = _load_e5()
-        # The engine takes C strings: a NUL would silently cut the text short.
-        cleaned = [text.replace("\x00", " ") for text in texts]
+        cleaned = [_c_string_safe(text) for text in texts]
         with loaded.encode_lock:
             matrix = np.asarray(
                 loaded.model.encode(cleaned, is_query=query), dtype=np.float64

@@ -19,6 +19,8 @@ import pytest
 from google import genai
 from google.genai import types
 from google.oauth2.credentials import Credentials
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adk_memory import embeddings
 from adk_memory.embeddings import (
@@ -715,3 +717,14 @@ async def test_multilingual_e5_embeds_texts_past_512_tokens_whole() -> None:
     assert abs(norm(long_text) - 1.0) < 1e-6
     # The tail, past the model's 512 tokens, still counts.
     assert cosine(question, long_text) > cosine(question, only_head)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.text(max_size=300), min_size=1, max_size=3))
+def test_multilingual_e5_c_engine_takes_any_text(texts: list[str]) -> None:
+    """Arbitrary Unicode (NULs, lone surrogates, combining marks) through the C tokenizer."""
+    embedder = MultilingualE5Embedder()
+    vectors = asyncio.run(embedder.embed_documents(texts))
+    assert len(vectors) == len(texts)
+    assert all(abs(norm(vector) - 1.0) < 1e-6 for vector in vectors)
