@@ -117,7 +117,7 @@ def test_seed_filters_parse_as_written() -> None:
     )
     assert parse_filter('fact=~".*allergies.*" AND update_time>="2026-01-01T00:00:00Z"') == expected
     # The Korean seed's copy ends with a stray quote; as Python it is the same string.
-    korean = 'fact=~".*allergies.*" AND update_time>="2026-01-01T00:00:00Z"'
+    korean = 'fact=~".*allergies.*" AND update_time>="2026-01-01T00:00:00Z"' ''
     assert parse_filter(korean) == expected
     topics = (
         "topics.managed_memory_topic: USER_PREFERENCES "
@@ -1093,7 +1093,9 @@ def test_partition_splits_top_level_conjuncts() -> None:
         'fact:"a" AND create_time > 0 AND fact=~"b" AND topics.custom_memory_topic_label: x'
     )
     pushed, residual = partition(expr, frozenset({("fact", ":"), ("topics", ":")}))
-    assert pushed == And((Condition("fact", Op.HAS, "a"), Condition(CUSTOM, Op.HAS, "x")))
+    assert pushed == And(
+        (Condition("fact", Op.HAS, "a"), Condition(CUSTOM, Op.HAS, "x"))
+    )
     assert residual == And(
         (
             Condition("create_time", Op.GT, datetime(1970, 1, 1, tzinfo=UTC)),
@@ -1129,7 +1131,9 @@ def test_partition_distinguishes_metadata_families_by_value_type() -> None:
     pushed, residual = partition(
         expr, frozenset({("metadata_string", "="), ("metadata_number", ">")})
     )
-    assert pushed == And((Condition("metadata.a", Op.EQ, "x"), Condition("metadata.b", Op.GT, 1.0)))
+    assert pushed == And(
+        (Condition("metadata.a", Op.EQ, "x"), Condition("metadata.b", Op.GT, 1.0))
+    )
     assert residual == Condition("metadata.c", Op.EQ, True)
 
 
