@@ -279,14 +279,14 @@ def _multilingual_md(results: dict) -> list[str]:
             )
     lines += [
         "",
-        "| model | load (s) | query embed p50 (ms) | batch of 64 (ms per text) | peak RSS (MB) "
+        "| model | query embed p50 (ms) | batch of 64 (ms per text) | peak RSS (MB) "
         "| retrieve incl. embedding p50 (ms) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|",
     ]
     for model, result in ml["models"].items():
         speed = result["speed"]
         lines.append(
-            f"| {model} | {speed['load_s']} | {speed['query_ms_p50']} | "
+            f"| {model} | {speed['query_ms_p50']} | "
             f"{speed['batch_ms_per_text']} | {speed['peak_rss_mb']} | "
             f"{ml.get('retrieve_ms_p50', {}).get(model, '–')} |"
         )

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     timings = results.setdefault("section_seconds", {})
     need_redis = bool({"latency", "write"} & set(sections))
     with _common.backends(need_redis) as where:
-        results["redis"] = where.redis_url is not None
+        # An --only run without Redis keeps what the merged sections were measured on.
+        results["redis"] = where.redis_url is not None or bool(previous.get("redis"))
         if "latency" in sections:
             from benchmarks import latency
 
