@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from adk_memory import Client
+from adk_memory.cli import app
 
 # (English question, {language: (fact, question in that language)}), one personal fact each.
 PROBE: list[tuple[str, dict[str, tuple[str, str]]]] = [
@@ -98,6 +101,7 @@ PROBE: list[tuple[str, dict[str, tuple[str, str]]]] = [
     ),
 ]
 LANGUAGES = ("de", "es", "ko")
+SCOPE = {"user_id": "u1"}
 MIN_RECALL_AT_1 = 0.8
 
 
@@ -159,3 +163,36 @@ def test_multilingual_bank_finds_facts_from_same_language_and_english_questions(
         recalls[f"{language}/{language}"] = recall_at_1(client, bank, scope, own)
         recalls[f"en/{language}"] = recall_at_1(client, bank, scope, english)
     assert all(recall >= MIN_RECALL_AT_1 for recall in recalls.values()), str(recalls)
+
+
+def test_client_default_model_gives_new_banks_multilingual_e5() -> None:
+    with Client(uri="memory://", embedding_model="intfloat/multilingual-e5-small") as client:
+        bank = client.memory_banks.create().name
+        recorded = client.memory_banks.get(name=bank).managed_semantic_memory_config
+    assert recorded.similarity_search_config.embedding_model == "multilingual-e5-small"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+def test_an_english_bank_reembedded_to_multilingual_e5_finds_korean_facts(tmp_path: Path) -> None:
+    """The README's way to move an existing bank: `adk-memory reembed -b B --model ...`."""
+    uri = f"chroma://{tmp_path / 'chroma'}"
+    with Client(uri=uri) as client:
+        bank = client.memory_banks.create(
+            memory_bank_id="korean",
+            managed_semantic_memory_config={
+                "similarity_search_config": {"embedding_model": "hash-64"}
+            },
+        ).name
+        for _, versions in PROBE:
+            client.memory_banks.memories.create(name=bank, fact=versions["ko"][0], scope=SCOPE)
+    result = CliRunner().invoke(
+        app, ["reembed", "--uri", uri, "--bank", "korean", "--model", "multilingual-e5-small"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "now uses multilingual-e5-small (384 dimensions): 10 memories re-embedded" in (
+        result.stdout
+    )
+    with Client(uri=uri) as client:
+        english = [(question, versions["ko"][0]) for question, versions in PROBE]
+        assert recall_at_1(client, bank, SCOPE, english) >= MIN_RECALL_AT_1

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import math
+import os
 import socket
 import sys
 import threading
@@ -728,3 +729,17 @@ def test_multilingual_e5_c_engine_takes_any_text(texts: list[str]) -> None:
     vectors = asyncio.run(embedder.embed_documents(texts))
     assert len(vectors) == len(texts)
     assert all(abs(norm(vector) - 1.0) < 1e-6 for vector in vectors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("before", "after"), [(None, "passive"), ("active", "active")])
+async def test_loading_e5_makes_openmp_wait_passively_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, before: str | None, after: str
+) -> None:
+    monkeypatch.setattr(embeddings, "_loaded_e5", [])
+    if before is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", before)
+    await MultilingualE5Embedder().embed_query("OpenMP")
+    assert os.environ["OMP_WAIT_POLICY"] == after
