@@ -3,10 +3,8 @@ from questions in the same language and in English, offline, through the public 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -103,20 +101,6 @@ PROBE: list[tuple[str, dict[str, tuple[str, str]]]] = [
 LANGUAGES = ("de", "es", "ko")
 SCOPE = {"user_id": "u1"}
 MIN_RECALL_AT_1 = 0.8
-
-
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HF_HUB_OFFLINE=1, and any attempt to open a network connection fails the test."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    real_connect = socket.socket.connect
-
-    def guarded(self: socket.socket, address: Any) -> None:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            pytest.fail(f"network access while embedding: {address!r}")
-        real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
 
 
 @pytest.fixture

@@ -472,20 +472,6 @@ async def test_local_embedder_without_sentence_transformers_names_the_pip_comman
     assert "pip install 'adk-memory[local-embeddings]'" in str(caught.value)
 
 
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HF_HUB_OFFLINE=1, and any attempt to open a network connection fails the test."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    real_connect = socket.socket.connect
-
-    def guarded(self: socket.socket, address: Any) -> None:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            pytest.fail(f"network access while loading the local model: {address!r}")
-        real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("offline")
 async def test_local_embedder_loads_offline_and_ranks_by_meaning() -> None:
