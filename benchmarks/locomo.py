@@ -8,7 +8,8 @@ category). Questions whose evidence names no existing turn are dropped (the coun
 
 Modes, all computed in the same run on the same turns and questions:
 
-* `dense`  a default bank (all-MiniLM-L6-v2), `memories.retrieve(top_k=10)`;
+* `dense`  a bank of each model (all-MiniLM-L6-v2, the default; multilingual-e5-small),
+           `memories.retrieve(top_k=10)`;
 * `hybrid` a bank created with `extensions={"retrieval": {"mode": "hybrid"}}` (defaults: convex
            fusion, lexical_weight 0.5, 100+100 candidates, RM3 feedback from 3 documents with
            20 terms), the same without RM3, and (with --full) a few settings around it;
