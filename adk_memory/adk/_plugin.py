@@ -320,7 +320,11 @@ class MemoryBankPlugin(BasePlugin):
                     getattr(error, "message", error),
                 )
             found = await service.search_memory(
-                app_name=app_name, user_id=user_id, query=query, top_k=self._top_k
+                app_name=app_name,
+                user_id=user_id,
+                query=query,
+                top_k=self._top_k,
+                wait_for_generation=False,
             )
         else:
             found = await service.search_memory(app_name=app_name, user_id=user_id, query=query)

@@ -110,9 +110,9 @@ class MemoryBankEntry(MemoryEntry):
     `distance` are left out of every dump.
     """
 
-    name: str = Field(default="", exclude=True)
+    name: str = Field(default="", exclude=True, repr=False)
     """The memory's full resource name (`projects/…/reasoningEngines/…/memories/…`)."""
-    distance: float | None = Field(default=None, exclude=True)
+    distance: float | None = Field(default=None, exclude=True, repr=False)
     """The Euclidean distance of the memory's embedding to the query's."""
 
 
@@ -188,9 +188,9 @@ class MemoryBankService(BaseMemoryService):
                 `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
             bank: The bank id or name. Default: the URI's `bank`, `ADK_MEMORY_BANK`, or
                 `"adk-default"`.
-            client: An `AsyncClient` to use on the first event loop the service runs on; on
-                other loops the service builds clients with the same URI and models (and closes
-                them with their loop). Then `uri`, `embedding_model` and `generation_model` must
+            client: An `AsyncClient` to use on the event loop the service is built on (or the
+                first loop that uses it); on other loops the service builds clients with the
+                same URI and models (and closes them with their loop). Then `uri`, `embedding_model` and `generation_model` must
                 be None. Never closed here.
             top_k: Memories returned per search (above 100 means 100). Default: 3.
             embedding_model: The embedding model of a bank created without one.
@@ -244,7 +244,9 @@ class MemoryBankService(BaseMemoryService):
         )
         self._bank_config = dict(bank_config)
         self._given_client = client
-        self._given_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        # The given client belongs to the loop the service is built on, if any, else to the
+        # first loop that uses the service; other loops get clients of their own.
+        self._given_loop = _running_loop()
         self._embedding_model = options.embedding_model
         self._generation_model = (
             generation_model if generation_model is not None else options.generation_model
@@ -281,6 +283,11 @@ class MemoryBankService(BaseMemoryService):
     def idle_trigger(self) -> dict[str, Any]:
         """The trigger stored on every stream: generate after `idle_duration` of quiet."""
         return {"generation_rule": {"idle_duration": self._idle_duration}}
+
+    @property
+    def generation_model(self) -> str | BaseLlm | None:
+        """The model that generates memories, when set here (else each bank's own)."""
+        return self._generation_model
 
     @property
     def generation_wait(self) -> float:
@@ -424,12 +431,19 @@ class MemoryBankService(BaseMemoryService):
 
     @override
     async def search_memory(
-        self, *, app_name: str, user_id: str, query: str, top_k: int | None = None
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        query: str,
+        top_k: int | None = None,
+        wait_for_generation: bool = True,
     ) -> SearchMemoryResponse:
         """The memories of exactly this app and user nearest to `query`, nearest first.
 
-        First waits (up to `generation_wait`) for memories of this user still being generated
-        in this process, e.g. from the session that just ended. Each result is a
+        First generates what this user's sessions asked to generate now
+        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`, so
+        the session that just ended is seen. Each result is a
         `MemoryBankEntry`: `id` = the memory id (what `delete_memory` takes), `author` =
         "user", the fact as its text, `timestamp` = its update time (ISO 8601),
         `custom_metadata` = the memory's metadata as plain values; `name` (the full resource
@@ -440,6 +454,7 @@ class MemoryBankService(BaseMemoryService):
             user_id: The user, the other half of the scope.
             query: The search text; an empty query finds nothing.
             top_k: Memories to return (above 100 means 100); default: the service's `top_k`.
+            wait_for_generation: False skips the wait (the plugin has waited already).
 
         Raises:
             StoreUnavailable: The store failed, or failed repeatedly within the last 30 s.
@@ -452,7 +467,8 @@ class MemoryBankService(BaseMemoryService):
         self._refuse_while_open()
         try:
             client = await self._client()
-            await self._wait_for_generation(scope, self._generation_wait)
+            if wait_for_generation and self._generation_wait > 0:
+                await self._generate_pending(scope, except_session_id=None, only_asked=True)
             pager = await client.memory_banks.memories.retrieve(
                 name=self.bank_name,
                 scope=scope,
@@ -533,7 +549,9 @@ class MemoryBankService(BaseMemoryService):
             return False
         try:
             stream = await asyncio.wait_for(
-                self.ingest_session(session, generation_trigger_config=trigger),
+                self.ingest_session(
+                    session, generation_trigger_config=trigger, force_flush=generate_now
+                ),
                 timeout=WRITE_TIMEOUT,
             )
         except _TRANSIENT as error:
@@ -556,7 +574,7 @@ class MemoryBankService(BaseMemoryService):
             return False
         self._breaker.succeeded()
         if generate_now and stream is not None:
-            self._start_flush(stream, _scope(session.app_name, session.user_id))
+            self._start_flush(stream)
         return True
 
     async def ingest_session(
@@ -622,22 +640,15 @@ class MemoryBankService(BaseMemoryService):
         The plugin calls this before a run's search, except for the running session, so a new
         session sees what the user's earlier sessions taught. A stream backing off after a
         failed generation keeps its schedule. Generation goes on in the background past the
-        timeout. Store failures are raised (the plugin logs them).
+        timeout. A stream backing off after failed generations is retried too, without
+        waiting for it. Store failures are raised (the plugin logs them).
         """
-        scope = _scope(app_name, user_id)
         self._refuse_while_open()
-        client = await self._client()
-        now = client.engine.context.clock().isoformat()
-        try:
-            streams = await client.engine.ingest.streams(self._bank_id, scope=scope)
-        except _TRANSIENT:
-            self._store_failed()
-            raise
-        for stream in streams:
-            if stream.stream_id != except_session_id and (stream.retry_after or "") <= now:
-                self._start_flush(stream.key, scope)
-        await self._wait_for_generation(
-            scope, self._generation_wait if timeout is None else timeout
+        await self._generate_pending(
+            _scope(app_name, user_id),
+            except_session_id=except_session_id,
+            only_asked=False,
+            timeout=timeout,
         )
 
     async def flush(self, *, app_name: str, user_id: str, session_id: str = "") -> int:
@@ -667,6 +678,8 @@ class MemoryBankService(BaseMemoryService):
             await asyncio.gather(*pending, return_exceptions=True)
         state = self._loops.peek()
         if state is not None:
+            while flushes := list(state.flushes.values()):
+                await asyncio.gather(*flushes, return_exceptions=True)
             await state.client.ingest_scheduler.drain()
 
     async def aclose(self) -> None:
@@ -748,16 +761,16 @@ class MemoryBankService(BaseMemoryService):
                 f"{self._breaker.open_for:.0f} s."
             )
 
-    def _start_flush(self, stream: str, scope: dict[str, str]) -> None:
+    def _start_flush(self, stream: str) -> asyncio.Task[None]:
         """Generates from a stream now in the background (joined by later callers)."""
         state = self._loops.current()
         running = state.flushes.get(stream)
         if running is not None and not running.done():
-            return
+            return running
         task = asyncio.get_running_loop().create_task(self._flush_stream(state, stream))
-        task.scope = scope  # type: ignore[attr-defined]
         state.flushes[stream] = task
         task.add_done_callback(lambda done: _forget(state.flushes, stream, done))
+        return task
 
     async def _flush_stream(self, state: LoopState, stream: str) -> None:
         try:
@@ -767,17 +780,32 @@ class MemoryBankService(BaseMemoryService):
         except AdkMemoryError as error:
             logger.warning("Memory generation failed (%s: %s).", error.code, error.message)
 
-    async def _wait_for_generation(self, scope: dict[str, str], timeout: float) -> None:
-        state = self._loops.peek()
-        if state is None or timeout <= 0:
-            return
-        running = [
-            task
-            for task in state.flushes.values()
-            if getattr(task, "scope", None) == scope and not task.done()
-        ]
-        if running:
-            await asyncio.wait(running, timeout=timeout)
+    async def _generate_pending(
+        self,
+        scope: dict[str, str],
+        *,
+        except_session_id: str | None,
+        only_asked: bool,
+        timeout: float | None = None,
+    ) -> None:
+        client = await self._client()
+        now = client.engine.context.clock().isoformat()
+        try:
+            streams = await client.engine.ingest.streams(self._bank_id, scope=scope)
+        except _TRANSIENT:
+            self._store_failed()
+            raise
+        waited = []
+        for stream in streams:
+            if stream.stream_id == except_session_id or (only_asked and not stream.generate_now):
+                continue
+            task = self._start_flush(stream.key)
+            # A stream backing off after failed generations is retried, but not waited for.
+            if (stream.retry_after or "") <= now:
+                waited.append(task)
+        budget = self._generation_wait if timeout is None else timeout
+        if waited and budget > 0:
+            await asyncio.wait(waited, timeout=budget)
 
     async def _ensure_bank(self, client: AsyncClient) -> None:
         try:
@@ -884,6 +912,13 @@ def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryB
     )
 
 
+def _running_loop() -> weakref.ref[asyncio.AbstractEventLoop] | None:
+    try:
+        return weakref.ref(asyncio.get_running_loop())
+    except RuntimeError:
+        return None
+
+
 def _forget(
     flushes: dict[str, asyncio.Task[None]], stream: str, task: asyncio.Task[None]
 ) -> None:
@@ -911,13 +946,14 @@ def _check_client(
             "has its store and models.",
             field=given[0],
         )
-    if client.uri.startswith("memory://") and not urlsplit(client.uri).netloc + urlsplit(
-        client.uri
-    ).path.strip("/"):
+    parts = urlsplit(client.uri)
+    unnamed_memory = parts.scheme == "memory" and not (parts.netloc + parts.path).strip("/")
+    if unnamed_memory or not client.built_from_uri:
         raise InvalidArgument(
-            "client uses an unnamed memory:// store, which other event loops cannot reach "
-            "(ADK runs each synchronous Runner.run on a new loop). Build it with a named one, "
-            "e.g. AsyncClient('memory://my-app'), or pass uri= instead of client=.",
+            "client cannot be used on other event loops: it was built on a store object or on "
+            "an unnamed memory:// store, which a client built for another loop cannot reach "
+            "(ADK runs each synchronous Runner.run on a new loop). Build it from a URI (a named "
+            "one for memory://, e.g. AsyncClient('memory://my-app')), or pass uri= instead.",
             field="client",
         )
 

@@ -119,6 +119,8 @@ class StreamStatus:
     stream_id: str
     pending_events: int
     failures: int
+    generate_now: bool
+    """Generation was asked for at once (`force_flush`)."""
     last_error: str | None
     retry_after: str | None
     last_event_at: str | None
@@ -280,6 +282,7 @@ class IngestOps:
                 stream_id=str(body.get("stream_id", "")),
                 pending_events=len(body.get("pending") or ()),
                 failures=int(body.get("failures", 0)),
+                generate_now=bool(body.get("force")),
                 last_error=body.get("last_error"),
                 retry_after=body.get("retry_after"),
                 last_event_at=body.get("last_event_at"),
