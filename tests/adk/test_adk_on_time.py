@@ -341,3 +341,223 @@ async def test_a_given_client_works_across_sync_runs_without_resource_warnings(
     assert TEA in last_request(model)
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
     await client.aclose()
+
+
+# Case 9: service options where ADK developers configure things
+
+
+def test_service_options_come_from_the_uri_and_services_yaml(tmp_path: Any) -> None:
+    (tmp_path / "services.yaml").write_text(
+        "services:\n"
+        "  - {scheme: redis, type: memory, class: adk_memory.adk.MemoryBankService}\n"
+        "adk_memory:\n"
+        "  generation_model: gemini-2.0-flash\n"
+        "  idle_duration: 45s\n"
+        "  bank: from-yaml\n"
+        "  top_k: 4\n",
+        encoding="utf-8",
+    )
+    # What ADK's services.yaml factory calls: the class with uri= and agents_dir=.
+    service = MemoryBankService(
+        uri="memory://options?top_k=6&generation_wait=2&embedding_model=hash-64",
+        agents_dir=str(tmp_path),
+    )
+    assert service.bank_id == "from-yaml"
+    assert service.top_k == 6  # the URI wins over the file
+    assert service.generation_wait == 2.0
+    assert service.generation_model == "gemini-2.0-flash"
+    assert service.idle_trigger == {"generation_rule": {"idle_duration": "45s"}}
+    chosen = MemoryBankService(
+        uri="memory://options?generation_model=gemini-2.5-pro&embedding_model=hash-64",
+        agents_dir=str(tmp_path),
+        generation_model="gemini-2.5-flash",
+    )
+    assert chosen.generation_model == "gemini-2.5-flash"  # code wins over both
+    from_uri = MemoryBankService("memory://o?generation_model=gemini-2.5-pro&embedding_model=hash-64")
+    assert from_uri.generation_model == "gemini-2.5-pro"
+
+
+def test_a_typo_in_the_services_yaml_options_is_refused_with_the_known_ones(tmp_path: Any) -> None:
+    from adk_memory import InvalidArgument
+
+    (tmp_path / "services.yaml").write_text(
+        "adk_memory:\n  generaton_model: x\n  embedding_model: hash-64\n", encoding="utf-8"
+    )
+    with pytest.raises(InvalidArgument, match="generaton_model.*Known options: bank"):
+        MemoryBankService(uri="memory://typo", agents_dir=str(tmp_path))
+    with pytest.raises(InvalidArgument, match="idle_duration"):
+        MemoryBankService("memory://typo?idle_duration=soon&embedding_model=hash-64")
+
+
+# Case 5: warm start
+
+_COLD_START = """
+import asyncio, json, sys
+from google.adk.agents import LlmAgent
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+from adk_memory.adk import MemoryBankPlugin, MemoryBankService
+from adk_memory.testing.agent_models import ScriptedAgentModel
+
+service = MemoryBankService(sys.argv[1])  # the default local embedding model, not loaded yet
+warming = service.warming
+model = ScriptedAgentModel()
+runner = Runner(app_name="assistant", agent=LlmAgent(name="assistant", model=model),
+                session_service=InMemorySessionService(), memory_service=service,
+                plugins=[MemoryBankPlugin()])
+
+async def main():
+    session = await runner.session_service.create_session(app_name="assistant", user_id="u1")
+    message = types.Content(role="user", parts=[types.Part(text="What should I drink?")])
+    async for _ in runner.run_async(user_id="u1", session_id=session.id, new_message=message):
+        pass
+    await runner.close()
+    await service.aclose()
+    print(json.dumps({"warming": warming, "seen": ScriptedAgentModel.request_text(model.requests[0])}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_the_first_turn_after_a_start_has_its_memories(tmp_path: Any) -> None:
+    """A new process, the default local embedder cold: the first turn still gets memories."""
+    import os
+    import subprocess
+    import sys
+
+    uri = f"chroma://{tmp_path / 'store'}"
+    writer = MemoryBankService(uri)
+    from google.adk.memory.memory_entry import MemoryEntry
+
+    fact = genai_types.Content(role="user", parts=[genai_types.Part(text=TEA)])
+    await writer.add_memory(app_name=APP, user_id="u1", memories=[MemoryEntry(content=fact)])
+    await writer.aclose()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", _COLD_START, uri],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["warming"] is True
+    assert TEA in outcome["seen"]
+
+
+# adk api_server, driven over HTTP
+
+_ECHO_AGENT = """
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.genai import types
+from google.adk.models.llm_response import LlmResponse
+from adk_memory.adk import MemoryBankPlugin
+from adk_memory.testing.agent_models import ScriptedAgentModel
+
+
+class EchoMemories(ScriptedAgentModel):
+    async def generate_content_async(self, llm_request, stream=False):
+        text = self.request_text(llm_request)
+        block = text.split("<MEMORIES>")[-1].split("</MEMORIES>")[0] if "<MEMORIES>" in text else ""
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="remembered:" + block)]))
+
+
+root_agent = LlmAgent(name="echo", model=EchoMemories(), instruction="Help.")
+app = App(name="echo_agent", root_agent=root_agent, plugins=[MemoryBankPlugin()])
+"""
+
+_SERVICES_PY = """
+from google.adk.cli.service_registry import get_service_registry
+from adk_memory.adk import MemoryBankService
+from adk_memory.testing.models import ScriptedMemoryModel
+
+CUES = {"green tea": "I like green tea."}
+
+
+def extract(request):
+    conversation = ScriptedMemoryModel.prompt_text(request).split("</conversation>")[-2]
+    facts = [fact for cue, fact in CUES.items() if cue in conversation]
+    return {"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]} for fact in facts]}
+
+
+def create_all(request):
+    import re
+    text = ScriptedMemoryModel.prompt_text(request)
+    indexes = sorted({int(found) for found in re.findall(r"^\\[(\\d+)\\] ", text, re.MULTILINE)})
+    return {"actions": [{"fact_index": index, "action": "CREATE"} for index in indexes]}
+
+
+def factory(uri, **kwargs):
+    model = ScriptedMemoryModel(extract=extract, consolidate=create_all)
+    return MemoryBankService(uri, embedding_model="hash-64", generation_model=model, **kwargs)
+
+
+get_service_registry().register_memory_service("chroma", factory)
+"""
+
+
+async def test_adk_api_server_next_session_remembers_over_http(tmp_path: Any) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    agents = tmp_path / "agents"
+    (agents / "echo_agent").mkdir(parents=True)
+    (agents / "echo_agent" / "__init__.py").write_text("from . import agent\n", encoding="utf-8")
+    (agents / "echo_agent" / "agent.py").write_text(_ECHO_AGENT, encoding="utf-8")
+    (agents / "services.py").write_text(_SERVICES_PY, encoding="utf-8")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    adk = Path(sys.executable).parent / "adk"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    server = subprocess.Popen(
+        [str(adk), "api_server", "--port", str(port), "--host", "127.0.0.1",
+         f"--memory_service_uri=chroma://{tmp_path / 'store'}", str(agents)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+            for _ in range(600):
+                try:
+                    if (await http.get("/list-apps")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert server.poll() is None, "adk api_server exited"
+                await asyncio.sleep(0.2)
+
+            async def run(text: str) -> str:
+                made = await http.post("/apps/echo_agent/users/u1/sessions", json={})
+                made.raise_for_status()
+                body = {
+                    "appName": "echo_agent",
+                    "userId": "u1",
+                    "sessionId": made.json()["id"],
+                    "newMessage": {"role": "user", "parts": [{"text": text}]},
+                }
+                events = (await http.post("/run", json=body)).raise_for_status().json()
+                return str(events[-1]["content"]["parts"][0]["text"])
+
+            first = await run("I love green tea, by the way.")
+            second = await run("What should I drink?")
+    finally:
+        server.terminate()
+        await asyncio.to_thread(server.wait, 60)
+        assert server.stderr is not None
+        log = server.stderr.read().decode(errors="replace")
+        server.stderr.close()
+    assert first == "remembered:", log[-3000:]
+    assert TEA in second, log[-3000:]
