@@ -20,7 +20,7 @@ users' sessions generating at once, say):
 def extract(request: LlmRequest) -> dict[str, Any]:
     prompt = ScriptedMemoryModel.prompt_text(request)
     facts = ["I like tea."] if "tea" in prompt else []
-    return {"memories": [{"fact": fact} for fact in facts]}
+    return {"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]} for fact in facts]}
 
 model = ScriptedMemoryModel(extract=extract, consolidate=create_each_new_fact)
 ```
