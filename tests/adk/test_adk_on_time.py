@@ -268,6 +268,12 @@ async def test_a_model_outage_strands_nothing_and_is_visible(
     [stream] = json.loads(listed.output)
     assert stream["streamId"] == session and stream["failures"] >= 6
     assert "Calling the memory model failed" in stream["lastError"]
+    retried = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli_app,
+        ["streams", "retry", stream["key"][:8], "-b", service.bank_id, "--uri", service_uri(service)],
+    )
+    assert retried.exit_code == 1 and "Calling the memory model failed" in retried.output
 
     down["on"] = False
     await turn(runner, "async", user_id="u1", text="Hello again.")  # a new session retries it
@@ -324,6 +330,16 @@ async def test_two_users_generating_at_once_each_get_their_own_facts(
 
 
 # Issue 15: a client passed in, across event loops
+
+
+def test_a_client_other_loops_cannot_reach_is_refused_at_construction() -> None:
+    from adk_memory import InvalidArgument
+    from adk_memory.reference_store import ReferenceMemoryStore
+
+    with pytest.raises(InvalidArgument, match="other event loops"):
+        MemoryBankService(client=AsyncClient(store=ReferenceMemoryStore(), embedding_model="hash-64"))
+    with pytest.raises(InvalidArgument, match="other event loops"):
+        MemoryBankService(client=AsyncClient("memory://", embedding_model="hash-64"))
 
 
 async def test_a_given_client_works_across_sync_runs_without_resource_warnings(
