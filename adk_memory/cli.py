@@ -737,10 +737,12 @@ def memories_purge(
 def streams_list(
     bank: BankOption,
     uri: UriOption = None,
-    failed: Annotated[bool, typer.Option("--failed", help="Only streams whose last generation failed.")] = False,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="Only streams whose last generation failed.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """List a bank's streams with unflushed events: pending count, failures, last error, next retry."""
+    """List a bank's streams with unflushed events: pending, failures, last error, next retry."""
 
     async def work(client: AsyncClient) -> list[Any]:
         return await client.engine.ingest.streams(_bank_id(_bank_name(bank)))
@@ -789,18 +791,20 @@ def streams_list(
 
 @streams_app.command("retry")
 def streams_retry(
-    key: Annotated[str, typer.Argument(help="The stream's key (or its first characters), as listed.")],
+    key: Annotated[
+        str, typer.Argument(help="The stream's key (or its first characters), as listed.")
+    ],
     bank: BankOption,
     uri: UriOption = None,
 ) -> None:
-    """Generate from a stream's events now, whatever its back-off; prints what changed or the error."""
+    """Generate from a stream's events now, whatever its back-off; print the outcome."""
 
     async def work(client: AsyncClient) -> int:
         bank_id = _bank_id(_bank_name(bank))
         keys = [stream.key for stream in await client.engine.ingest.streams(bank_id)]
         matches = [found for found in keys if found.startswith(key)]
         if len(matches) != 1:
-            _fail(f"{len(matches)} streams with unflushed events match {key!r}; give more characters.")
+            _fail(f"{len(matches)} streams with unflushed events match {key!r}; give a longer key.")
         return await client.engine.ingest.flush(
             bank_id, matches[0], now_or_never=True, raise_failure=True
         )

@@ -84,7 +84,8 @@ class LoopState:
         """Closes the client (if built here) when `asyncio.run` shuts this loop down."""
         if self._closer is None:
             self._closer = self._close_at_shutdown()
-            asyncio.get_running_loop().create_task(self._closer.__anext__())  # type: ignore[arg-type]
+            first_step = self._closer.__anext__()
+            asyncio.get_running_loop().create_task(first_step)  # type: ignore[arg-type]
 
     async def stop(self) -> None:
         """Stops the poller and closes the client if this state built it."""

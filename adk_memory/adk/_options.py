@@ -75,7 +75,8 @@ def split_service_parameters(uri: str) -> tuple[str, ServiceOptions]:
     pairs = parse_qsl(query, keep_blank_values=True)
     mine = {key: value for key, value in pairs if key in ServiceOptions.model_fields}
     rest = [(key, value) for key, value in pairs if key not in ServiceOptions.model_fields]
-    return (f"{base}?{urlencode(rest)}" if rest else base), parse_options(mine, where="memory service URI")
+    options = parse_options(mine, where="memory service URI")
+    return (f"{base}?{urlencode(rest)}" if rest else base), options
 
 
 def options_from_agents_dir(agents_dir: str | None) -> ServiceOptions:

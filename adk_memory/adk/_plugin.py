@@ -51,7 +51,7 @@ _PRELOAD_TAG = "<PAST_CONVERSATIONS>"
 """Where ADK's `PreloadMemoryTool` puts the memories it adds."""
 
 _CLOSE_SECONDS = 4.0
-"""What `close()` waits at most: under ADK's 5 s plugin-close timeout, so `Runner.close()` is clean."""
+"""What `close()` waits at most: under ADK's 5 s plugin-close timeout (a clean `Runner.close()`)."""
 
 _MAX_OPEN_INVOCATIONS = 1_024
 """Invocations tracked at once; a run that ends without `after_run` must not leak its entry."""

@@ -80,7 +80,13 @@ if TYPE_CHECKING:
     from google.adk.models import BaseLlm
     from google.adk.sessions.session import Session
 
-__all__ = ["DEFAULT_GENERATION_WAIT", "DEFAULT_IDLE_DURATION", "DEFAULT_TOP_K", "MemoryBankEntry", "MemoryBankService"]
+__all__ = [
+    "DEFAULT_GENERATION_WAIT",
+    "DEFAULT_IDLE_DURATION",
+    "DEFAULT_TOP_K",
+    "MemoryBankEntry",
+    "MemoryBankService",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +196,8 @@ class MemoryBankService(BaseMemoryService):
                 `"adk-default"`.
             client: An `AsyncClient` to use on the event loop the service is built on (or the
                 first loop that uses it); on other loops the service builds clients with the
-                same URI and models (and closes them with their loop). Then `uri`, `embedding_model` and `generation_model` must
-                be None. Never closed here.
+                same URI and models (and closes them with their loop). Then `uri`,
+                `embedding_model` and `generation_model` must be None. Never closed here.
             top_k: Memories returned per search (above 100 means 100). Default: 3.
             embedding_model: The embedding model of a bank created without one.
             generation_model: A model name or `BaseLlm` instance for memory generation,
@@ -937,7 +943,11 @@ def _check_client(
         )
     given = [
         name
-        for name, value in (("uri", uri), ("embedding_model", embedding_model), ("generation_model", model))
+        for name, value in (
+            ("uri", uri),
+            ("embedding_model", embedding_model),
+            ("generation_model", model),
+        )
         if value is not None
     ]
     if given:

@@ -272,7 +272,9 @@ class IngestOps:
         documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
         return [key for key, body in documents if self.is_due(dict(body), bank.config, now)]
 
-    async def streams(self, bank_id: str, *, scope: dict[str, str] | None = None) -> list[StreamStatus]:
+    async def streams(
+        self, bank_id: str, *, scope: dict[str, str] | None = None
+    ) -> list[StreamStatus]:
         """The bank's streams that hold unflushed events (of one scope when given), oldest first."""
         documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
         found = [
@@ -320,7 +322,8 @@ class IngestOps:
                 return 0
             stream = dict(document)
             now = self._context.clock()
-            if not (stream.get("pending") if now_or_never else self.is_due(stream, bank.config, now)):
+            due = stream.get("pending") if now_or_never else self.is_due(stream, bank.config, now)
+            if not due:
                 return 0
             rule = self._rule(stream, bank.config) or TriggerRule()
             overlap = (

@@ -53,7 +53,9 @@ def memory_model() -> ScriptedMemoryModel:
     return ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
 
 
-async def turn(runner: Runner, mode: Mode, *, user_id: str, text: str, session: str | None = None) -> str:
+async def turn(
+    runner: Runner, mode: Mode, *, user_id: str, text: str, session: str | None = None
+) -> str:
     """One turn, synchronous or async; returns the session id (a new session unless given)."""
     if session is None:
         made = await runner.session_service.create_session(app_name=APP, user_id=user_id)
@@ -250,19 +252,24 @@ async def test_a_model_outage_strands_nothing_and_is_visible(
 
     memory_model.extract = extract
     model = ScriptedAgentModel()
-    root = LlmAgent(name="assistant", model=model, instruction="Help.", after_agent_callback=remember_now)
+    root = LlmAgent(
+        name="assistant", model=model, instruction="Help.", after_agent_callback=remember_now
+    )
     runner = runner_for(root, service, plugins=[MemoryBankPlugin()])
     with caplog.at_level(logging.WARNING, logger="adk_memory"):
         session = await turn(runner, "async", user_id="u1", text="I love green tea, by the way.")
         for _ in range(6):  # past the point where the old code gave up for good
             with pytest.raises(ModelUnavailable):
                 await service.flush(app_name=APP, user_id="u1", session_id=session)
-    assert any("Ingest flush failed" in r.getMessage() and "Calling the memory model failed" in r.getMessage() for r in caplog.records)
+    logged = [record.getMessage() for record in caplog.records]
+    cause = "Calling the memory model failed"
+    assert any("Ingest flush failed" in m and cause in m for m in logged)
 
     listed = await asyncio.to_thread(
         CliRunner().invoke,
         cli_app,
-        ["streams", "list", "-b", service.bank_id, "--uri", service_uri(service), "--failed", "--json"],
+        ["streams", "list", "-b", service.bank_id, "--uri", service_uri(service), "--failed"]
+        + ["--json"],
     )
     assert listed.exit_code == 0, listed.output
     [stream] = json.loads(listed.output)
@@ -271,7 +278,8 @@ async def test_a_model_outage_strands_nothing_and_is_visible(
     retried = await asyncio.to_thread(
         CliRunner().invoke,
         cli_app,
-        ["streams", "retry", stream["key"][:8], "-b", service.bank_id, "--uri", service_uri(service)],
+        ["streams", "retry", stream["key"][:8], "-b", service.bank_id]
+        + ["--uri", service_uri(service)],
     )
     assert retried.exit_code == 1 and "Calling the memory model failed" in retried.output
 
@@ -337,7 +345,8 @@ def test_a_client_other_loops_cannot_reach_is_refused_at_construction() -> None:
     from adk_memory.reference_store import ReferenceMemoryStore
 
     with pytest.raises(InvalidArgument, match="other event loops"):
-        MemoryBankService(client=AsyncClient(store=ReferenceMemoryStore(), embedding_model="hash-64"))
+        built_on_a_store = AsyncClient(store=ReferenceMemoryStore(), embedding_model="hash-64")
+        MemoryBankService(client=built_on_a_store)
     with pytest.raises(InvalidArgument, match="other event loops"):
         MemoryBankService(client=AsyncClient("memory://", embedding_model="hash-64"))
 
@@ -389,7 +398,9 @@ def test_service_options_come_from_the_uri_and_services_yaml(tmp_path: Any) -> N
         generation_model="gemini-2.5-flash",
     )
     assert chosen.generation_model == "gemini-2.5-flash"  # code wins over both
-    from_uri = MemoryBankService("memory://o?generation_model=gemini-2.5-pro&embedding_model=hash-64")
+    from_uri = MemoryBankService(
+        "memory://o?generation_model=gemini-2.5-pro&embedding_model=hash-64"
+    )
     assert from_uri.generation_model == "gemini-2.5-pro"
 
 
@@ -430,7 +441,8 @@ async def main():
         pass
     await runner.close()
     await service.aclose()
-    print(json.dumps({"warming": warming, "seen": ScriptedAgentModel.request_text(model.requests[0])}))
+    seen = ScriptedAgentModel.request_text(model.requests[0])
+    print(json.dumps({"warming": warming, "seen": seen}))
 
 asyncio.run(main())
 """
@@ -480,7 +492,8 @@ class EchoMemories(ScriptedAgentModel):
     async def generate_content_async(self, llm_request, stream=False):
         text = self.request_text(llm_request)
         block = text.split("<MEMORIES>")[-1].split("</MEMORIES>")[0] if "<MEMORIES>" in text else ""
-        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="remembered:" + block)]))
+        reply = types.Content(role="model", parts=[types.Part(text="remembered:" + block)])
+        yield LlmResponse(content=reply)
 
 
 root_agent = LlmAgent(name="echo", model=EchoMemories(), instruction="Help.")

@@ -116,7 +116,8 @@ async def test_delete_memory_accepts_the_ids_search_returns(service: MemoryBankS
     await service.delete_memory(app_name=APP, user_id="u1", memory_id=found[0].id)
     left = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
     assert [memory.id for memory in left] == [found[1].id]
-    await service.delete_memory(app_name=APP, user_id="u1", memory_id=found[1].name)  # type: ignore[attr-defined]
+    full_name = found[1].name  # type: ignore[attr-defined]
+    await service.delete_memory(app_name=APP, user_id="u1", memory_id=full_name)
     assert not (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
 
 
