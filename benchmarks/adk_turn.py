@@ -3,9 +3,10 @@
 Run: `python -m benchmarks.adk_turn [--turns 30]`. Models are scripted (no network), so the
 figures are memory's own cost; the embedder is the default all-MiniLM-L6-v2.
 
-* `turn`        median and p95 wall time of one `Runner.run_async` turn with no memory service,
-                and with `MemoryBankPlugin` on a `MemoryBankService` (memory://, embedded Chroma):
-                the difference is what memory adds per turn (search, storing the run's events).
+* `turn`        median and p95 wall time of one `Runner.run_async` turn (5 users, one session
+                each, after 10 warm-up turns) with no memory service, and with `MemoryBankPlugin`
+                on a `MemoryBankService` (memory://, embedded Chroma): the difference is what
+                memory adds per turn (search, storing the run's events).
 * `visible`     from the end of a session's last turn to the end of the user's next session's
                 first turn, which already sees the new memory: that first turn's time minus a
                 plain turn's (generation with the scripted model, then the search).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -43,6 +45,12 @@ def _extract(request: Any) -> dict[str, Any]:
     conversation = ScriptedMemoryModel.prompt_text(request).split("</conversation>")[-2]
     facts = [TEA] if "green tea" in conversation else []
     return {"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]} for fact in facts]}
+
+
+def _create_each_new_fact(request: Any) -> dict[str, Any]:
+    text = ScriptedMemoryModel.prompt_text(request)
+    indexes = sorted({int(found) for found in re.findall(r"^\[(\d+)\] ", text, re.MULTILINE)})
+    return {"actions": [{"fact_index": index, "action": "CREATE"} for index in indexes]}
 
 
 def _runner(service: MemoryBankService | None, model: ScriptedAgentModel) -> Runner:
@@ -74,17 +82,25 @@ def _ms(samples: list[float]) -> str:
 async def _turns(uri: str | None, turns: int) -> tuple[list[float], float]:
     service = None
     if uri is not None:
-        model = ScriptedMemoryModel(extract=_extract, consolidations=[])
+        model = ScriptedMemoryModel(extract=_extract, consolidate=_create_each_new_fact)
         service = MemoryBankService(uri, generation_model=model)
         fact = types.Content(role="user", parts=[types.Part(text=TEA)])
         memories = [MemoryEntry(content=fact)]
         await service.add_memory(app_name="bench", user_id="u0", memories=memories)
     runner = _runner(service, ScriptedAgentModel())
-    await _turn(runner, "u0", "warm up")
-    samples = [
-        await _turn(runner, f"u{index % 5}", f"What should I drink today, question {index}?")
-        for index in range(turns)
+    sessions = [
+        (await runner.session_service.create_session(app_name="bench", user_id=f"u{i}")).id
+        for i in range(5)
     ]
+
+    async def one(index: int) -> float:
+        user = index % 5
+        text = f"What should I drink today, question {index}?"
+        return await _turn(runner, f"u{user}", text, session=sessions[user])
+
+    for index in range(10):  # warm up: first model calls, caches
+        await one(index)
+    samples = [await one(index) for index in range(turns)]
     visible = 0.0
     if service is not None:
         await _turn(runner, "v1", "I love green tea, by the way.")  # the session that ends
