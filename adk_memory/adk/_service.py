@@ -100,7 +100,8 @@ DEFAULT_GENERATION_WAIT = 10.0
 """Seconds a search waits for the user's pending memories to be generated."""
 
 WRITE_TIMEOUT = 5.0
-"""Seconds the turn path waits for the store to take a run's events before retrying later."""
+"""Seconds the turn path waits for the store to take a run's events (or list the user's streams)
+before it counts a failure and, for events, retries later."""
 
 _MAX_TOP_K = 100
 _MAX_TRACKED_SESSIONS = 10_000
@@ -797,7 +798,10 @@ class MemoryBankService(BaseMemoryService):
         client = await self._client()
         now = client.engine.context.clock().isoformat()
         try:
-            streams = await client.engine.ingest.streams(self._bank_id, scope=scope)
+            # Bounded like a write: a hung store must count towards the breaker, not stall turns.
+            streams = await asyncio.wait_for(
+                client.engine.ingest.streams(self._bank_id, scope=scope), timeout=WRITE_TIMEOUT
+            )
         except _TRANSIENT:
             self._store_failed()
             raise

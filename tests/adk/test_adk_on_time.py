@@ -215,6 +215,42 @@ async def test_a_down_store_never_fails_the_turn_and_runner_close_is_clean(
     assert all("green tea" not in m for m in messages)
 
 
+async def test_a_hung_store_costs_a_bounded_wait_then_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that accepts connections and never answers: writes and listings time out, the
+    breaker opens, and later turns skip the store (timeouts shortened for the test)."""
+    import adk_memory.adk._service as service_module
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(-1)  # until the client gives up and closes
+        writer.close()
+
+    hung = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = hung.sockets[0].getsockname()[1]
+    monkeypatch.setattr(service_module, "WRITE_TIMEOUT", 0.3)
+    service = MemoryBankService(
+        f"redis://127.0.0.1:{port}/0?socket_timeout=1",
+        embedding_model="hash-64",
+        generation_wait=0.2,
+    )
+    model = ScriptedAgentModel()
+    runner = runner_for(agent(model), service, plugins=[MemoryBankPlugin(search_timeout=0.5)])
+    try:
+        with caplog.at_level(logging.WARNING, logger="adk_memory"):
+            session = None
+            for text in ("I love green tea.", "And coffee.", "And water.", "Anything else?"):
+                session = await turn(runner, "async", user_id="u1", text=text, session=session)
+            await runner.close()
+            await service.aclose()
+    finally:
+        hung.close()
+    assert len(model.requests) == 4
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("did not take a session's events (TimeoutError" in m for m in messages)
+    assert sum("skip it for 30 s" in m for m in messages) == 1
+
+
 async def test_events_a_failed_write_kept_are_stored_later(
     service: MemoryBankService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
