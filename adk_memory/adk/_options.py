@@ -86,7 +86,7 @@ def options_from_agents_dir(agents_dir: str | None) -> ServiceOptions:
     for name in ("services.yaml", "services.yml"):
         path = Path(agents_dir) / name
         if path.is_file():
-            import yaml
+            import yaml  # type: ignore[import-untyped]
 
             content = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             section = content.get(_SECTION) if isinstance(content, dict) else None

@@ -8,9 +8,15 @@ The engine runs in this process, on the store the URI names; nothing here talks 
 
 Event loops: an async store client belongs to the loop that opened it (as ADK's
 `_get_api_client` notes), and ADK calls memory services from several loops (`Runner.run` runs
-each call on a new one), so the service keeps one `AsyncClient` per running loop. The bank is
-looked up, and created if absent, on first use; creation tolerates `AlreadyExists`, so several
-processes may start at once.
+each call on a new one), so the service keeps one `AsyncClient` per running loop
+(`adk_memory.adk._loops`). The bank is looked up, and created if absent, on first use; creation
+tolerates `AlreadyExists`, so several processes may start at once.
+
+The turn path (`remember_session`, `generate_pending`, `search_memory`) is bounded and guarded
+by a circuit breaker; storing events never raises a store failure into a turn (the events wait
+in this process and are re-sent). When memories are generated: at once after
+`add_session_to_memory`; before the user's next session searches (the plugin calls
+`generate_pending`); after `idle_duration` of quiet; or on `flush`.
 
 Incrementality: a session is one ingest stream (`stream_id` = session id) and every event is
 sent with its ADK event id, which the stream remembers; an event id already seen is ignored by
