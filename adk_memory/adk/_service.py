@@ -481,7 +481,7 @@ class MemoryBankService(BaseMemoryService):
         try:
             client = await self._client()
             if wait_for_generation and self._generation_wait > 0:
-                await self._generate_pending(scope, except_session_id=None, only_asked=True)
+                await self._generate_pending_or_warn(scope)
             pager = await client.memory_banks.memories.retrieve(
                 name=self.bank_name,
                 scope=scope,
@@ -793,6 +793,13 @@ class MemoryBankService(BaseMemoryService):
         except AdkMemoryError as error:
             logger.warning("Memory generation failed (%s: %s).", error.code, error.message)
 
+    async def _generate_pending_or_warn(self, scope: dict[str, str]) -> None:
+        """The search's first step; a failure there must not fail the search itself."""
+        try:
+            await self._generate_pending(scope, except_session_id=None, only_asked=True)
+        except StoreUnavailable as error:
+            logger.warning("Searching without generating pending memories first: %s", error.message)
+
     async def _generate_pending(
         self,
         scope: dict[str, str],
@@ -808,9 +815,14 @@ class MemoryBankService(BaseMemoryService):
             streams = await asyncio.wait_for(
                 client.engine.ingest.streams(self._bank_id, scope=scope), timeout=WRITE_TIMEOUT
             )
-        except _TRANSIENT:
+        except _TRANSIENT as error:
             self._store_failed()
-            raise
+            if isinstance(error, StoreUnavailable):
+                raise
+            raise StoreUnavailable(
+                f"Listing the user's ingest streams failed or took over {WRITE_TIMEOUT:g} s "
+                f"({type(error).__name__})."
+            ) from error
         waited = []
         for stream in streams:
             if stream.stream_id == except_session_id or (only_asked and not stream.generate_now):
