@@ -660,6 +660,8 @@ class AsyncClient:
         if store is not None and uri is not None:
             raise InvalidArgument("Pass either uri or store, not both.", field="uri")
         self.uri = uri or default_uri()
+        self.built_from_uri = store is None
+        """False when built on a store object: then `uri` does not say where the data is."""
         # Spans for every store round trip and embedding batch (adk_memory.telemetry).
         self._store = trace_store(store or store_from_uri(self.uri, **store_options))
         self.engine = MemoryEngine(

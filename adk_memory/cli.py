@@ -61,6 +61,11 @@ revisions_app = typer.Typer(help="Revisions of a memory.", **_APP_OPTIONS)
 app.add_typer(banks_app, name="banks")
 app.add_typer(memories_app, name="memories")
 app.add_typer(revisions_app, name="revisions")
+streams_app = typer.Typer(
+    help="Ingest streams holding events not yet generated from (failed ones with their error).",
+    **_APP_OPTIONS,
+)
+app.add_typer(streams_app, name="streams")
 
 UriOption = Annotated[
     str | None,
@@ -743,6 +748,86 @@ def memories_purge(
 
 
 # Revisions and rollback
+
+
+@streams_app.command("list")
+def streams_list(
+    bank: BankOption,
+    uri: UriOption = None,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="Only streams whose last generation failed.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List a bank's streams with unflushed events: pending, failures, last error, next retry."""
+
+    async def work(client: AsyncClient) -> list[Any]:
+        return await client.engine.ingest.streams(_bank_id(_bank_name(bank)))
+
+    streams = [stream for stream in _run(uri, work) if stream.failures or not failed]
+    if as_json:
+        _print_json(
+            [
+                {
+                    "key": stream.key,
+                    "scope": stream.scope,
+                    "streamId": stream.stream_id,
+                    "pendingEvents": stream.pending_events,
+                    "failures": stream.failures,
+                    "lastError": stream.last_error,
+                    "retryAfter": stream.retry_after,
+                    "lastEventTime": stream.last_event_at,
+                }
+                for stream in streams
+            ]
+        )
+        return
+    if not streams:
+        _stdout().print("No streams hold unflushed events.")
+        return
+    table = Table()
+    for column in ("key", "scope", "stream", "pending", "failures", "next retry", "last error"):
+        table.add_column(column, no_wrap=column not in ("scope", "last error"))
+    for stream in streams:
+        table.add_row(
+            *(
+                escape(cell)
+                for cell in (
+                    stream.key[:12],
+                    _scope_text(stream.scope),
+                    stream.stream_id,
+                    str(stream.pending_events),
+                    str(stream.failures),
+                    stream.retry_after or "",
+                    stream.last_error or "",
+                )
+            )
+        )
+    _stdout().print(table)
+
+
+@streams_app.command("retry")
+def streams_retry(
+    key: Annotated[
+        str, typer.Argument(help="The stream's key (or its first characters), as listed.")
+    ],
+    bank: BankOption,
+    uri: UriOption = None,
+) -> None:
+    """Generate from a stream's events now, whatever its back-off; print the outcome."""
+
+    async def work(client: AsyncClient) -> int:
+        bank_id = _bank_id(_bank_name(bank))
+        keys = [stream.key for stream in await client.engine.ingest.streams(bank_id)]
+        matches = [found for found in keys if found.startswith(key)]
+        if len(matches) != 1:
+            _fail(f"{len(matches)} streams with unflushed events match {key!r}; give a longer key.")
+        return await client.engine.ingest.flush(
+            bank_id, matches[0], now_or_never=True, raise_failure=True
+        )
+
+    changed = _run(uri, work)
+    _stdout().print(f"Generated from the stream: {changed} memories created or changed.")
 
 
 @revisions_app.command("list")

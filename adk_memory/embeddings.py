@@ -63,6 +63,7 @@ __all__ = [
     "QUERY_CACHE_SIZE",
     "canonical_model_name",
     "embedder_for",
+    "preload_embedder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -999,3 +1000,15 @@ def _split(texts: list[str], *, max_items: int, max_chars: int) -> Iterator[list
         chars += len(text)
     if batch:
         yield batch
+
+
+def preload_embedder(model: str | None) -> None:
+    """Loads a local model's weights now, in the calling thread (hash and Gemini need nothing).
+
+    Raises:
+        FailedPrecondition: The model cannot be loaded (the message says how to fix it).
+    """
+    canonical = canonical_model_name(model)
+    if _HASH_MODEL_RE.match(canonical) or _is_gemini_model(canonical):
+        return
+    _load_sentence_transformer(canonical, "cpu")
