@@ -38,7 +38,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from adk_memory.errors import AdkMemoryError, InvalidArgument
+from adk_memory.errors import AdkMemoryError, InvalidArgument, NotFound
 from adk_memory.settings import api_keys_file, default_uri
 
 if TYPE_CHECKING:
@@ -422,6 +422,62 @@ def serve(
             allowed_hosts=allowed_host or None,
             cors_origins=cors_origin or (),
         )
+
+
+@app.command("mcp")
+def mcp_command(
+    bank: Annotated[
+        str, typer.Option(help="The bank id (created if missing); no tool can name another.")
+    ],
+    uri: UriOption = None,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A scope entry KEY=VALUE every tool call is confined to (repeatable); with "
+            "--keys, a caller's bound key adds its own entries."
+        ),
+    ] = None,
+    transport: Annotated[
+        str, typer.Option(help="stdio (desktop and IDE clients) or http (streamable, at /mcp).")
+    ] = "stdio",
+    host: Annotated[
+        str, typer.Option(help="HTTP: address to bind; anything but loopback needs --keys.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP: TCP port.")] = 8765,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys", help="HTTP: API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
+        ),
+    ] = None,
+) -> None:
+    """Serve the memories of one bank and scope to MCP clients (Claude Desktop, IDE agents)."""
+    try:
+        from adk_memory.server import ApiKeys
+        from adk_memory.server.mcp_server import McpBinding, parse_scope, serve_mcp
+    except ImportError as exc:
+        _fail(
+            f"the MCP server needs {exc.name or 'mcp'}. Install it with: "
+            "pip install 'adk-memory[server,mcp]'"
+        )
+    if transport not in ("stdio", "http"):
+        _fail("--transport is stdio or http")
+
+    async def run(client: AsyncClient) -> None:
+        name = f"reasoningEngines/{bank}"
+        try:
+            await client.memory_banks.get(name=name)
+        except NotFound:
+            await client.memory_banks.create(memory_bank_id=bank)
+        keys_path = keys or (api_keys_file() if transport == "http" else None)
+        binding = McpBinding(
+            name,
+            parse_scope(scope or []),
+            ApiKeys.from_file(keys_path) if keys_path else None,
+        )
+        await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
+
+    _run(uri, run, interrupt_ok=True)
 
 
 @app.command()

@@ -86,7 +86,7 @@ async def _memory_name(request: Request, bank: str, memory: str) -> str:
     name = f"reasoningEngines/{bank}/memories/{memory}"
     principal = _caller(request)
     if principal.scope is not None:
-        await load_in_scope(_client(request), principal, name)
+        await load_in_scope(_client(request), name, principal.covers)
     return name
 
 

@@ -376,13 +376,17 @@ class Principal:
         self.scope: dict[str, str] | None = dict(scope) if scope is not None else None
         """The scope entries every call is confined to; None: not confined."""
 
+    def covers(self, scope: object) -> bool:
+        """Whether `scope` carries every entry the caller is bound to."""
+        if self.scope is None:
+            return True
+        return isinstance(scope, Mapping) and all(
+            scope.get(entry) == value for entry, value in self.scope.items()
+        )
+
     def check_scope(self, scope: object, *, field: str = "scope") -> None:
         """Raises PermissionDenied unless `scope` carries every entry the caller is bound to."""
-        if self.scope is None:
-            return
-        if not isinstance(scope, Mapping) or any(
-            scope.get(entry) != value for entry, value in self.scope.items()
-        ):
+        if not self.covers(scope):
             raise PermissionDenied(
                 f"The API key {self.label!r} is bound to the scope {self.scope}; every request "
                 f"must name a scope carrying those entries in {field}.",
