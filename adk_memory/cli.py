@@ -450,34 +450,44 @@ def mcp_command(
             "--keys", help="HTTP: API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
         ),
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A memory model for remember_conversation (offered only with --model or a bank "
+            "whose generation_config names one)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the memories of one bank and scope to MCP clients (Claude Desktop, IDE agents)."""
     try:
         from adk_memory.server import ApiKeys
-        from adk_memory.server.mcp_server import McpBinding, parse_scope, serve_mcp
+        from adk_memory.server.mcp_server import McpBinding, serve_mcp
     except ImportError as exc:
         _fail(
             f"the MCP server needs {exc.name or 'mcp'}. Install it with: "
-            "pip install 'adk-memory[server,mcp]'"
+            "pip install 'adk-memory[mcp]'"
         )
     if transport not in ("stdio", "http"):
         _fail("--transport is stdio or http")
 
-    async def run(client: AsyncClient) -> None:
-        name = f"reasoningEngines/{bank}"
-        try:
-            await client.memory_banks.get(name=name)
-        except NotFound:
-            await client.memory_banks.create(memory_bank_id=bank)
+    with _errors():
+        bank_id = _bank_id(_bank_name(bank))
         keys_path = keys or (api_keys_file() if transport == "http" else None)
         binding = McpBinding(
-            name,
-            parse_scope(scope or []),
+            f"reasoningEngines/{bank_id}",
+            _pairs(scope, "--scope"),
             ApiKeys.from_file(keys_path) if keys_path else None,
         )
+
+    async def run(client: AsyncClient) -> None:
+        try:
+            await client.memory_banks.get(name=binding.bank)
+        except NotFound:
+            await client.memory_banks.create(memory_bank_id=bank_id)
         await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
 
-    _run(uri, run, interrupt_ok=True)
+    options: dict[str, Any] = {"generation_model": model} if model else {}
+    _run(uri, run, interrupt_ok=True, **options)
 
 
 @app.command()

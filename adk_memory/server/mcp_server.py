@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -37,7 +37,7 @@ from adk_memory.scope import validate_scope
 from adk_memory.server.auth import ApiKeys, Principal, authenticate, is_loopback
 from adk_memory.server.confine import load_in_scope
 
-__all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "parse_scope", "serve_mcp"]
+__all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
 
 _MEMORY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
@@ -352,25 +352,6 @@ def mcp_http_app(server: MCPServer, keys: ApiKeys | None, *, host: str = "127.0.
     """
     app: Starlette = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
     return _Authenticated(app, keys)
-
-
-def parse_scope(entries: Sequence[str]) -> dict[str, str]:
-    """`KEY=VALUE` options as scope entries.
-
-    Raises:
-        InvalidArgument: An entry has no `=`, or a key repeats.
-    """
-    scope: dict[str, str] = {}
-    for entry in entries:
-        key, sep, value = entry.partition("=")
-        if not sep or key in scope:
-            raise InvalidArgument(
-                f"--scope takes KEY=VALUE once per key, e.g. --scope user_id=alice; got "
-                f"{entry[:60]!r}.",
-                field="scope",
-            )
-        scope[key] = value
-    return scope
 
 
 async def serve_mcp(

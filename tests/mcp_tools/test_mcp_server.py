@@ -32,6 +32,7 @@ BOB = {"app_name": "notes", "user_id": "bob"}
 BOB_SECRET = "bob-secret-5d1e"
 ALICE_KEY = "mcp-alice-key-0123456789"
 UNBOUND_KEY = "mcp-unbound-key-0123456789"
+CONTRARY_KEY = "mcp-contrary-key-0123456789"
 TOKEN_SECRET = "mcp-token-secret-0123456789abcdef-01234"
 KEYS = ApiKeys.of(
     [
@@ -42,6 +43,12 @@ KEYS = ApiKeys.of(
             scope={"user_id": "alice"},
         ),
         ApiKey(name="unbound", key=UNBOUND_KEY, permissions=["*"]),
+        ApiKey(
+            name="contrary",
+            key=CONTRARY_KEY,
+            permissions=["*"],
+            scope={"app_name": "other", "user_id": "bob"},
+        ),
         ApiKey(
             name="users",
             token_secret=TOKEN_SECRET,
@@ -260,6 +267,10 @@ async def test_over_http_the_key_decides_the_scope(world: World) -> None:
         assert await call(session, "retrieve_memories", query="secret") == []
         with pytest.raises(ToolFailed, match="does not exist"):
             await call(session, "get_memory", memory_id=world.bob_id)
+    # A key whose entries contradict the server's --scope is refused, not merged.
+    async with world.connect({"x-goog-api-key": CONTRARY_KEY}) as session:
+        with pytest.raises(ToolFailed, match="PERMISSION_DENIED"):
+            await call(session, "retrieve_memories", query="secret")
     for headers in (
         {},
         {"x-goog-api-key": "wrong-key-0123456789"},

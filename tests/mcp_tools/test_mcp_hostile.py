@@ -35,9 +35,7 @@ TOOLS = {
     "remember_conversation": ("messages",),
 }
 TEXT = st.one_of(
-    st.sampled_from(
-        ["", "*", "..", "bob", 'scope.user_id = "bob"', "\u0000", "a" * 500]
-    ),
+    st.sampled_from(["", "*", "..", "bob", 'scope.user_id = "bob"', "\u0000", "a" * 500]),
     st.text(max_size=20),
 )
 JSON = st.recursive(
