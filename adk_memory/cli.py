@@ -426,17 +426,9 @@ def serve(
 
 @app.command("mcp")
 def mcp_command(
-    bank: Annotated[
-        str, typer.Option(help="The bank id (created if missing); no tool can name another.")
-    ],
+    bank: BankOption,
     uri: UriOption = None,
-    scope: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A scope entry KEY=VALUE every tool call is confined to (repeatable); with "
-            "--keys, a caller's bound key adds its own entries."
-        ),
-    ] = None,
+    scope: ScopeOption = None,
     transport: Annotated[
         str, typer.Option(help="stdio (desktop and IDE clients) or http (streamable, at /mcp).")
     ] = "stdio",
