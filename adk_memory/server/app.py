@@ -355,9 +355,8 @@ async def purge(
     For a caller bound to a scope, the filter is ANDed with that scope.
     """
     own, config = _split(body, "filter", "filter_groups", "force")
-    confined = caller.confine_filter(own.get("filter"))
-    if confined is not None:
-        own["filter"] = confined
+    if own.get("filter") or own.get("filter_groups"):  # else the engine refuses to purge all
+        own["filter"] = caller.confine_filter(own.get("filter"))
     own["force"] = bool(own.get("force", False))
     return _json(await client.memory_banks.memories.purge(name=bank, **own, config=config))
 

@@ -277,7 +277,14 @@ def test_a_bound_key_does_everything_in_its_own_scope(
     counted = call("POST", f"{BANK}/memories:purge", {"filter": 'fact:"a"'})
     total = len(call("GET", f"{BANK}/memories", pageSize="100")["memories"])
     assert int(counted["response"]["purgeCount"]) == total
+    grouped = {"filterGroups": [{"filters": [{"key": "k", "value": {"stringValue": "v"}}]}]}
+    assert int(call("POST", f"{BANK}/memories:purge", grouped)["response"]["purgeCount"]) == 0
     call("POST", f"{BANK}/memories:purge", {"filter": 'fact:"runs"', "force": True})
+    # No filter at all is refused as for any key, not read as "everything in my scope".
+    unfiltered = rest.call(
+        "POST", f"{BANK}/memories:purge", content=b'{"force": true}', headers=credentials
+    )
+    assert unfiltered.status_code == 400, unfiltered.text
 
 
 @pytest.mark.parametrize(
@@ -298,6 +305,7 @@ def test_a_bound_key_does_everything_in_its_own_scope(
             ]
         ),
         token({"sub": "alice"}) + "x",
+        TOKEN_SECRET,  # the secret that signs tokens is not itself a key
     ],
     ids=[
         "foreign-secret",
@@ -308,6 +316,7 @@ def test_a_bound_key_does_everything_in_its_own_scope(
         "alg-none",
         "spliced",
         "tail",
+        "the-secret",
     ],
 )
 def test_forged_or_expired_tokens_are_unauthenticated(rest: Rest, bearer: str) -> None:
