@@ -38,7 +38,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from adk_memory.errors import AdkMemoryError, InvalidArgument, NotFound
+from adk_memory.errors import AdkMemoryError, InvalidArgument
 from adk_memory.settings import api_keys_file, default_uri
 
 if TYPE_CHECKING:
@@ -463,19 +463,15 @@ def mcp_command(
         _fail("--transport is stdio or http")
 
     with _errors():
-        bank_id = _bank_id(_bank_name(bank))
+        bank_name = f"reasoningEngines/{_bank_id(_bank_name(bank))}"  # before the store opens
         keys_path = keys or (api_keys_file() if transport == "http" else None)
         binding = McpBinding(
-            f"reasoningEngines/{bank_id}",
+            bank_name,
             _pairs(scope, "--scope"),
             ApiKeys.from_file(keys_path) if keys_path else None,
         )
 
     async def run(client: AsyncClient) -> None:
-        try:
-            await client.memory_banks.get(name=binding.bank)
-        except NotFound:
-            await client.memory_banks.create(memory_bank_id=bank_id)
         await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
 
     options: dict[str, Any] = {"generation_model": model} if model else {}

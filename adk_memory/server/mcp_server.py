@@ -29,6 +29,7 @@ from adk_memory.errors import (
     AdkMemoryError,
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     PermissionDenied,
     Unauthenticated,
 )
@@ -364,15 +365,28 @@ async def serve_mcp(
 ) -> None:
     """Serves the MCP server on stdio, or on `http://host:port/mcp`, until stopped.
 
+    The bank is created first if it does not exist.
+
     Raises:
+        InvalidArgument: No scope, and no keys that could bind one.
         FailedPrecondition: HTTP on a non-loopback address without keys.
     """
+    if not binding.scope and binding.api_keys is None:
+        raise InvalidArgument(
+            "Whose memories? Give --scope KEY=VALUE (e.g. --scope user_id=me), or serve HTTP "
+            "with --keys whose keys are bound to a scope.",
+            field="scope",
+        )
     if binding.api_keys is None and transport == "http" and not is_loopback(host):
         raise FailedPrecondition(
             f"Refusing to serve MCP on {host!r} without API keys: anyone who can reach it could "
             "read and change the memories. Pass --keys FILE, or bind --host 127.0.0.1.",
             field="host",
         )
+    try:
+        await client.memory_banks.get(name=binding.bank)
+    except NotFound:
+        await client.memory_banks.create(memory_bank_id=Names.parse_bank(binding.bank))
     server = await create_mcp_server(client, binding)
     if transport == "stdio":
         await server.run_stdio_async()

@@ -15,17 +15,17 @@ from adk_memory.testing.models import ScriptedMemoryModel
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--transport", "http", "--host", "0.0.0.0"], "without API keys"),
+        (["-s", "app=x", "--transport", "http", "--host", "0.0.0.0"], "without API keys"),
         (["--scope", "user_id"], "KEY=VALUE"),
-        (["--scope", "user_id=a", "--scope", "user_id=b"], "twice"),
-        (["--transport", "pigeon"], "stdio or http"),
-        (["--keys", "/nonexistent/keys.yaml", "--transport", "http"], "Cannot read"),
+        (["-s", "user_id=a", "--scope", "user_id=b"], "twice"),
+        (["-s", "app=x", "--transport", "pigeon"], "stdio or http"),
+        (["--transport", "stdio"], "Whose memories?"),
+        (["--transport", "http"], "Whose memories?"),
+        (["-s", "app=x", "--keys", "/nonexistent/keys.yaml", "--transport", "http"], "Cannot read"),
     ],
 )
 def test_mcp_refuses_a_bad_configuration_with_one_line(arguments: list[str], message: str) -> None:
-    result = CliRunner().invoke(
-        app, ["mcp", "--uri", "memory://", "--bank", "b", "--scope", "app=x", *arguments]
-    )
+    result = CliRunner().invoke(app, ["mcp", "--uri", "memory://", "--bank", "b", *arguments])
     assert result.exit_code == 1, result.output
     assert message in result.output, result.output
     assert "Traceback" not in result.output
