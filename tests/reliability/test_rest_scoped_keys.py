@@ -358,3 +358,61 @@ def test_bad_scope_restrictions_are_refused_when_the_key_file_loads(
     path.write_text(json.dumps({"keys": [{**base, **entry}]}))
     with pytest.raises(InvalidArgument):
         ApiKeys.from_file(path)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("memories", {"fact": "x", "scope": BOB}),
+        ("memories:retrieve", {"scope": BOB}),
+        ("memories:retrieveProfiles", {"scope": BOB}),
+        (
+            "memories:generate",
+            {"scope": BOB, "directMemoriesSource": {"directMemories": [{"fact": "x"}]}},
+        ),
+        (
+            "memories:ingestEvents",
+            {
+                "scope": BOB,
+                "directContentsSource": {
+                    "events": [{"content": {"role": "user", "parts": [{"text": "x"}]}}]
+                },
+            },
+        ),
+        ("memories:generate", {"directMemoriesSource": {"directMemories": [{"fact": "x"}]}}),
+    ],
+)
+def test_a_request_naming_another_scope_is_permission_denied(
+    rest: Rest, path: str, body: dict[str, Any]
+) -> None:
+    before = _bob_state(rest)
+    response = rest.call(
+        "POST",
+        f"{BANK}/{path}",
+        content=json.dumps(body).encode(),
+        headers={"x-goog-api-key": ALICE_KEY},
+    )
+    assert response.status_code == 403, response.text
+    assert response.json()["error"]["status"] == "PERMISSION_DENIED"
+    _ensure_alice(rest)
+    updated = rest.call(
+        "PATCH",
+        ALICE_MEMORY,
+        content=json.dumps({"fact": "y", "scope": BOB}).encode(),
+        headers={"x-goog-api-key": ALICE_KEY},
+    )
+    assert updated.status_code == 403, updated.text
+    assert _bob_state(rest) == before
+
+
+@pytest.mark.parametrize("wildcard", ["*", "reasoningEngines.*"])
+def test_only_a_bank_permission_listed_by_name_grants_a_bound_key_bank_writes(
+    wildcard: str,
+) -> None:
+    bound = ApiKey(name="k", key="k" * 20, permissions=[wildcard], scope=ALICE)
+    named = ApiKey(name="k", key="k" * 20, permissions=["reasoningEngines.update"], scope=ALICE)
+    unbound = ApiKey(name="k", key="k" * 20, permissions=[wildcard])
+    for write in ("reasoningEngines.create", "reasoningEngines.update", "reasoningEngines.delete"):
+        assert not bound.grants(write) and unbound.grants(write)
+    assert bound.grants("reasoningEngines.get")
+    assert named.grants("reasoningEngines.update")
