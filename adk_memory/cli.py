@@ -429,6 +429,60 @@ def serve(
         )
 
 
+@app.command("mcp")
+def mcp_command(
+    bank: BankOption,
+    uri: UriOption = None,
+    scope: ScopeOption = None,
+    transport: Annotated[
+        str, typer.Option(help="stdio (desktop and IDE clients) or http (streamable, at /mcp).")
+    ] = "stdio",
+    host: Annotated[
+        str, typer.Option(help="HTTP: address to bind; anything but loopback needs --keys.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP: TCP port.")] = 8765,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys", help="HTTP: API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A memory model for remember_conversation (offered only with --model or a bank "
+            "whose generation_config names one)."
+        ),
+    ] = None,
+) -> None:
+    """Serve the memories of one bank and scope to MCP clients (Claude Desktop, IDE agents)."""
+    try:
+        from adk_memory.server import ApiKeys
+        from adk_memory.server.mcp_server import McpBinding, serve_mcp
+    except ImportError as exc:
+        _fail(
+            f"the MCP server needs {exc.name or 'mcp'}. Install it with: "
+            "pip install 'adk-memory[mcp]'"
+        )
+    if transport not in ("stdio", "http"):
+        _fail("--transport is stdio or http")
+
+    with _errors():
+        bank_name = f"reasoningEngines/{_bank_id(_bank_name(bank))}"  # before the store opens
+        keys_path = keys or (api_keys_file() if transport == "http" else None)
+        binding = McpBinding(
+            bank_name,
+            _pairs(scope, "--scope"),
+            ApiKeys.from_file(keys_path) if keys_path else None,
+        )
+
+    async def run(client: AsyncClient) -> None:
+        await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
+
+    options: dict[str, Any] = {"generation_model": model} if model else {}
+    _run(uri, run, interrupt_ok=True, **options)
+
+
 @app.command()
 def worker(
     uri: UriOption = None,
