@@ -21,9 +21,33 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from adk_memory._async_client import AsyncClient
 from adk_memory.scheduler import DEFAULT_POLL_SECONDS
 
-__all__ = ["CircuitBreaker", "LoopClients", "LoopState"]
+__all__ = ["CircuitBreaker", "LoopClients", "LoopState", "run_at_loop_shutdown"]
 
 logger = logging.getLogger(__name__)
+
+
+def run_at_loop_shutdown(finish: Callable[[], Awaitable[object]]) -> None:
+    """Awaits `finish` when the running loop finalizes its async generators before closing.
+
+    The closer is an async generator parked at its first `yield`: `asyncio.run` (and
+    pytest-asyncio) call `shutdown_asyncgens`, which runs its `finally` on the same loop. It is
+    held strongly until then, since a collected generator would be finalized early.
+    """
+
+    async def closer() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            _parked.discard(parked)
+            with contextlib.suppress(Exception):
+                await finish()
+
+    parked = closer()
+    _parked.add(parked)
+    asyncio.get_running_loop().create_task(parked.__anext__())
+
+
+_parked: set[AsyncGenerator[None, None]] = set()
 
 
 class CircuitBreaker:
@@ -73,7 +97,7 @@ class LoopState:
         """Running flushes by stream key."""
         self._stop = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
-        self._closer: AsyncGenerator[None, None] | None = None
+        self._closing = False
 
     def start_polling(self, each_pass: Callable[[], Awaitable[None]]) -> None:
         """Runs `each_pass` about every second until `stop`, or until the loop shuts down."""
@@ -82,10 +106,9 @@ class LoopState:
 
     def close_with_loop(self) -> None:
         """Closes the client (if built here) when `asyncio.run` shuts this loop down."""
-        if self._closer is None:
-            self._closer = self._close_at_shutdown()
-            first_step = self._closer.__anext__()
-            asyncio.get_running_loop().create_task(first_step)
+        if not self._closing:
+            self._closing = True
+            run_at_loop_shutdown(self.stop)
 
     async def stop(self) -> None:
         """Stops the poller and closes the client if this state built it."""
@@ -96,13 +119,6 @@ class LoopState:
         if self.owned:
             self.owned = False
             await self.client.aclose()
-
-    async def _close_at_shutdown(self) -> AsyncGenerator[None, None]:
-        try:
-            yield  # parked here until the loop finalizes this generator
-        finally:
-            with contextlib.suppress(Exception):
-                await self.stop()
 
     async def _poll(self, each_pass: Callable[[], Awaitable[None]]) -> None:
         me = asyncio.current_task()
