@@ -248,6 +248,51 @@ async def test_data_is_read_back_by_a_new_process(tmp_path: Path) -> None:
     }
 
 
+def sqlite_mode(folder: Path) -> str:
+    """SQLite's journal kind as its file header records it (bytes 18-19: 1 rollback, 2 WAL)."""
+    header = (folder / "chroma.sqlite3").read_bytes()[:20]
+    return {b"\x01\x01": "rollback", b"\x02\x02": "wal"}[header[18:20]]
+
+
+async def write_and_read_back(path: Path) -> list[str]:
+    store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+    try:
+        if not await store.list_banks():
+            await store.create_bank(bank(3))
+        count = len(await store.scan(BANK, ScanQuery(T0)))
+        await store.apply(BANK, WriteBatch(inserts=(memory(f"m{count}", (1.0, 0.0, 0.0), {}),)))
+        return [record.memory_id for record in await store.scan(BANK, ScanQuery(T0))]
+    finally:
+        await store.aclose()
+
+
+async def test_a_new_folder_commits_through_sqlites_write_ahead_log(tmp_path: Path) -> None:
+    assert await write_and_read_back(tmp_path) == ["m0"]
+    assert sqlite_mode(tmp_path) == "wal"
+    assert await write_and_read_back(tmp_path) == ["m0", "m1"]  # reopened
+
+
+async def test_an_existing_rollback_journal_folder_is_switched_when_opened(tmp_path: Path) -> None:
+    chromadb.PersistentClient(path=str(tmp_path), settings=Settings(anonymized_telemetry=False))
+    chromadb.api.shared_system_client.SharedSystemClient.clear_system_cache()
+    assert sqlite_mode(tmp_path) == "rollback"
+    assert await write_and_read_back(tmp_path) == ["m0"]
+    assert sqlite_mode(tmp_path) == "wal"
+
+
+async def test_a_folder_a_chromadb_client_of_this_process_has_open_is_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """Switching it would open the file with a second SQLite library under chromadb's feet."""
+    theirs = chromadb.PersistentClient(
+        path=str(tmp_path), settings=Settings(anonymized_telemetry=False)
+    )
+    assert await write_and_read_back(tmp_path) == ["m0"]
+    assert await write_and_read_back(tmp_path) == ["m0", "m1"]
+    theirs.close()
+    assert sqlite_mode(tmp_path) == "rollback"
+
+
 # Exact search
 
 
