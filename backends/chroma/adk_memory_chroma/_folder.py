@@ -35,8 +35,10 @@ import os
 import sqlite3
 import sys
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from adk_memory.errors import FailedPrecondition
 
@@ -45,9 +47,19 @@ if sys.platform == "win32":
 else:
     import fcntl
 
-__all__ = ["LOCK_FILE", "SQLITE_FILE", "hold", "release", "use_write_ahead_log"]
+__all__ = [
+    "LOCK_FILE",
+    "SQLITE_FILE",
+    "first_hold",
+    "hold",
+    "release",
+    "shared",
+    "use_write_ahead_log",
+]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 LOCK_FILE = ".adk-memory.lock"
 SQLITE_FILE = "chroma.sqlite3"
@@ -57,6 +69,7 @@ SQLITE_FILE = "chroma.sqlite3"
 class _Hold:
     fd: int
     users: int
+    shared: dict[Hashable, Any] = field(default_factory=dict)
 
 
 _guard = threading.Lock()
@@ -146,6 +159,19 @@ def first_hold(key: str) -> bool:
     with _guard:
         held = _held.get(key)
         return held is not None and held.users == 1
+
+
+def shared(key: str, name: Hashable, make: Callable[[], _T]) -> _T:
+    """State every store of this process on the directory shares, made on first use.
+
+    It lives as long as the hold: once the last store has released the directory, another
+    process may change it, and the state is dropped.
+    """
+    with _guard:
+        state = _held[key].shared
+        if name not in state:
+            state[name] = make()
+        return state[name]  # type: ignore[no-any-return]
 
 
 def _try_lock(fd: int) -> bool:

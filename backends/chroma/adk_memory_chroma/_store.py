@@ -195,6 +195,39 @@ def _sort_field(key: SortKey) -> str:
     return field
 
 
+class _BankRows:
+    """The registry rows of one embedded directory, shared by this process's stores on it.
+
+    Saves `get_bank` its round trip, once per retrieve or write. Exact, not a guess: embedded
+    Chroma is single-process (`_folder`), so every registry change goes through a store of this
+    process, which calls `changed` after it. A read caches its row only if no change was made
+    while it ran, so it never keeps a row older than a write that finished before it. Not used
+    for a Chroma server or a client passed in, which other processes may change.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, Mapping[str, Any] | None] = {}
+        self._guard = threading.Lock()
+        self.generation = 0
+
+    def get(self, bank_id: str) -> tuple[bool, Mapping[str, Any] | None]:
+        """(found in the cache, the row or None for no bank)."""
+        with self._guard:
+            return bank_id in self._rows, self._rows.get(bank_id)
+
+    def put(self, bank_id: str, meta: Mapping[str, Any] | None, generation: int) -> None:
+        """Caches a row read while `generation` was current (dropped if it no longer is)."""
+        with self._guard:
+            if generation == self.generation:
+                self._rows[bank_id] = meta
+
+    def changed(self) -> None:
+        """Forgets every row: the registry was written (or a write may have landed)."""
+        with self._guard:
+            self.generation += 1
+            self._rows.clear()
+
+
 class _Gone(Exception):
     """A collection this store had cached (or expected) no longer exists in Chroma."""
 
@@ -281,6 +314,8 @@ class ChromaMemoryStore(MemoryStore):
         """Closes the client we built if the store is dropped without `aclose()`."""
         self._folder_release: weakref.finalize[Any, Any] | None = None
         """Gives back this process's lock on the embedded directory (`_folder`), once."""
+        self._bank_rows: _BankRows | None = None
+        """The registry rows cached for an embedded directory this process holds, else None."""
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -335,6 +370,11 @@ class ChromaMemoryStore(MemoryStore):
                         _folder.release(folder)
                         raise
                     self._folder_release = weakref.finalize(self, _folder.release, folder)
+                    self._bank_rows = _folder.shared(
+                        folder,
+                        ("banks", config.tenant, config.database, config.collection_prefix),
+                        _BankRows,
+                    )
                 else:
                     logger.debug("connecting to %s", config.location)
                     self._client = chromadb.HttpClient(
@@ -523,13 +563,31 @@ class ChromaMemoryStore(MemoryStore):
             )
             return found["metadatas"][0] if found["ids"] else None
 
-        return await self._on_registry(work)
+        await self._connection()
+        cache = self._bank_rows
+        if cache is None:
+            return await self._on_registry(work)
+        hit, meta = cache.get(bank_id)
+        if hit:
+            return meta
+        generation = cache.generation
+        meta = await self._on_registry(work)
+        cache.put(bank_id, meta, generation)
+        return meta
+
+    async def _change_registry(self, work: Callable[[Any], Awaitable[None]]) -> None:
+        """Runs a write on the bank registry, then drops the cached rows (even if it failed)."""
+        try:
+            await self._on_registry(work)
+        finally:
+            if self._bank_rows is not None:
+                self._bank_rows.changed()
 
     async def _put_bank_row(self, action: str, row: codec.Row) -> None:
         async def work(registry: Any) -> None:
             await self._write(action, registry, [row])
 
-        await self._on_registry(work)
+        await self._change_registry(work)
 
     async def create_bank(self, bank: BankRecord) -> None:
         """Creates the bank's collections, then registers it; `AlreadyExists` if the id is taken."""
@@ -592,14 +650,14 @@ class ChromaMemoryStore(MemoryStore):
                     "mark a bank deleted", registry.update, ids=[bank_id], metadatas=[marked]
                 )
 
-            await self._on_registry(mark)
+            await self._change_registry(mark)
         await self._drop_bank_collections(bank_id)
         if meta is not None:
 
             async def unregister(registry: Any) -> None:
                 await self._call("unregister a bank", registry.delete, ids=[bank_id])
 
-            await self._on_registry(unregister)
+            await self._change_registry(unregister)
         logger.debug("deleted bank %s", bank_id)
 
     async def _drop_bank_collections(self, bank_id: str) -> None:
@@ -633,6 +691,8 @@ class ChromaMemoryStore(MemoryStore):
                     await self._call("delete a collection", client.delete_collection, name=name)
         self._collections.clear()
         self._dimensions.clear()
+        if self._bank_rows is not None:
+            self._bank_rows.changed()
 
     # Memories
 
