@@ -25,8 +25,8 @@ inserts, vector dimensions, encodability) and writes nothing if a check fails. I
 batch with ONE call that carries a journal of what the later calls will write (`_codec`, "Journal
 rows"), writes the rest with idempotent calls, and closes the journal:
 
-Documents in a batch (`WriteBatch.documents`) are aux rows written with the revisions: below,
-"revisions" means both, and they share the revisions' journal entries and replay.
+Documents and operations in a batch (`WriteBatch.documents`, `.operations`) are aux rows written
+with the revisions: below, "revisions" means all three, and they share the revisions' journal entries and replay.
 
 * memories and revisions (every engine write but purges): call 1 upserts the memories together
   with the bank's journal slot `j:slot` in the memory collection, which holds the revisions and
@@ -726,13 +726,16 @@ class ChromaMemoryStore(MemoryStore):
             revision_rows = list(
                 {row[0]: row for row in map(codec.revision_row, batch.revisions)}.values()
             )
-        with _encoding("a document"):
+        with _encoding("a document or operation"):
             document_rows = {
                 row[0]: row
-                for row in (codec.document_row(d.kind, d.key, d.body) for d in batch.documents)
+                for row in (
+                    *(codec.document_row(d.kind, d.key, d.body) for d in batch.documents),
+                    *map(codec.operation_row, batch.operations),
+                )
             }
-        # Documents are aux rows like revisions: they are written, journaled and replayed with
-        # them (a later document of the same kind and key wins).
+        # Documents and operations are aux rows like revisions: they are written, journaled and
+        # replayed with them (a later one of the same kind and key, or path, wins).
         revision_rows += document_rows.values()
         if not (memory_rows or revision_rows or deletes):
             await self._on_bank(bank_id, _MEM, _noop)  # NotFound without the bank
