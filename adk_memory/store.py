@@ -192,9 +192,6 @@ class WriteBatch:
     documents: tuple[DocumentRecord, ...] = ()
     """Documents created or replaced together with the memories (a later one of the same kind
     and key wins); a batch that fails writes none of them."""
-    operations: tuple[OperationRecord, ...] = ()
-    """Operations recorded together with the memories (`put_operation` in the same atomic
-    write: a create's memory, revision and operation are all there or none is)."""
     expect: tuple[Expectation, ...] = ()
     """Checked atomically with the writes; one that does not hold fails the whole batch with
     `Aborted` (see `check_expectations`), and nothing is written."""
@@ -202,6 +199,9 @@ class WriteBatch:
     """The leases of the locks the batch was decided under: a batch one of whose leases lapsed
     (another holder may have taken the lock) fails with `Aborted`, checked atomically with the
     writes where the lock lives in the store itself (Redis), else just before them."""
+    operations: tuple[OperationRecord, ...] = ()
+    """Operations recorded together with the memories (`put_operation` in the same atomic
+    write: a create's memory, revision and operation are all there or none is)."""
 
 
 @dataclass(frozen=True, slots=True)
