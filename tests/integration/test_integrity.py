@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -487,7 +488,7 @@ async def test_generate_never_overwrites_an_update_made_while_the_model_ran(
     assert await facts_of(client, bank, ALICE) == ["I drink only coffee now.", "I live in Oslo."]
 
 
-async def test_adk_add_memory_cannot_hand_an_entry_id_to_another_user(client: AsyncClient) -> None:
+async def test_adk_add_memory_cannot_hand_an_entry_id_to_another_user(store_uri: str) -> None:
     """ADK's `add_memory` takes the memory id from `MemoryEntry.id`: the same rule applies."""
     from google.adk.memory.memory_entry import MemoryEntry
     from google.genai import types as genai_types
@@ -498,13 +499,16 @@ async def test_adk_add_memory_cannot_hand_an_entry_id_to_another_user(client: As
         content = genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
         return MemoryEntry(id="note", content=content)
 
-    service = MemoryBankService(client=client)
+    # A service serves every event loop, so its store must be reachable by name (memory://NAME).
+    uri = f"memory://integrity-{uuid.uuid4().hex[:10]}" if store_uri == "memory://" else store_uri
+    service = MemoryBankService(uri, embedding_model="hash-64")
     alice = [entry("Alice's PIN is 4711.")]
     await service.add_memory(app_name="app", user_id="alice", memories=alice)
     await service.delete_memory(app_name="app", user_id="alice", memory_id="note")
     with pytest.raises(AlreadyExists, match="kept for rollback"):
         await service.add_memory(app_name="app", user_id="mallory", memories=[entry("Mallory's.")])
     found = await service.search_memory(app_name="app", user_id="mallory", query="PIN")
+    await service.aclose()
     assert found.memories == []
 
 
