@@ -7,26 +7,57 @@ parameter must be a field of `RedisStoreConfig`, so a typo is an error instead o
 ```
 redis://:secret@cache.internal:6379/0?index_algorithm=HNSW&key_prefix=prod
 rediss://default:secret@redis.example.com:6380/0?ssl_ca_certs=/etc/ssl/ca.pem
+redis+cluster://:secret@node-a:6379,node-b:6379,node-c:6379?key_prefix=prod
 ```
+
+`redis+cluster://` and `rediss+cluster://` name one or more nodes of a Redis Cluster (any node
+will do: the client discovers the others and follows the slot map). A cluster has only database
+0, so the path must be empty or `/0`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any, Literal, TypeAlias
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis.asyncio as aredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePolicy
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.commands.policies import (
+    AsyncDynamicPolicyResolver,
+    AsyncPolicyResolver,
+    AsyncStaticPolicyResolver,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from adk_memory.errors import InvalidArgument
 
-__all__ = ["RedisStoreConfig", "connect", "make_config", "split_uri"]
+__all__ = [
+    "RedisClient",
+    "RedisStoreConfig",
+    "cluster_nodes",
+    "connect",
+    "describe",
+    "is_cluster",
+    "make_config",
+    "route_search_by_index",
+    "split_uri",
+]
 
-_SCHEMES = ("redis", "rediss")
+RedisClient: TypeAlias = aredis.Redis | RedisCluster
+"""The clients the store and the lock work with: one server, or a cluster."""
+
+_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+_TLS_SCHEMES = ("rediss", "rediss+cluster")
+
+# RediSearch commands whose first argument is the index name, which open-source RediSearch treats
+# as a key (COMMAND INFO gives first key 1): routed to the owner of the index name's slot, where
+# the bank's documents live. redis-py's static policies send them to one default node instead.
+_SEARCH_BY_INDEX = ("create", "search", "aggregate", "dropindex", "info", "alter", "explain")
 
 
 class RedisStoreConfig(BaseModel):
@@ -131,11 +162,18 @@ def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConf
     parts = urlsplit(uri)
     if parts.scheme not in _SCHEMES:
         raise InvalidArgument(
-            f"The Redis store takes redis:// or rediss:// URIs, not {parts.scheme or 'no'!r} "
-            "scheme.",
+            "The Redis store takes redis://, rediss://, redis+cluster:// or rediss+cluster:// "
+            f"URIs, not {parts.scheme or 'no'!r} scheme.",
             field="uri",
         )
-    if not parts.hostname:
+    if is_cluster(uri):
+        cluster_nodes(uri)  # validates the host list
+        if parts.path not in ("", "/", "/0"):
+            raise InvalidArgument(
+                f"A Redis Cluster has only database 0; drop {parts.path!r} from the URI.",
+                field="uri",
+            )
+    elif not parts.hostname:
         raise InvalidArgument(
             "The Redis URI names no host; write redis://host:6379/0.", field="uri"
         )
@@ -153,11 +191,55 @@ def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConf
         "ssl_cert_reqs",
         "ssl_check_hostname",
     } & config.model_fields_set
-    if tls_options and parts.scheme != "rediss":
+    if tls_options and parts.scheme not in _TLS_SCHEMES:
         raise InvalidArgument(
-            f"TLS option(s) {', '.join(sorted(tls_options))} need a rediss:// URI.", field="uri"
+            f"TLS option(s) {', '.join(sorted(tls_options))} need a rediss:// or "
+            "rediss+cluster:// URI.",
+            field="uri",
         )
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), config
+
+
+def is_cluster(url: str) -> bool:
+    """Whether the URL names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`)."""
+    return urlsplit(url).scheme.endswith("+cluster")
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a cluster URL's comma-separated node list.
+
+    Raises:
+        InvalidArgument: The list is empty or a node has no host or a bad port.
+    """
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    nodes: list[tuple[str, int]] = []
+    for item in netloc.split(","):
+        try:
+            node = urlsplit(f"//{item}")
+            host, port = node.hostname, node.port or 6379
+        except ValueError:
+            host, port = None, 0
+        if not host:
+            raise InvalidArgument(
+                f"The Redis Cluster URI has a bad node {item[:60]!r}; write "
+                "redis+cluster://host:port[,host:port…].",
+                field="uri",
+            )
+        nodes.append((host, port))
+    return nodes
+
+
+def describe(url: str | None, client: RedisClient | None = None) -> str:
+    """`host:port` (or a cluster's nodes) of a URL or else a client, for messages; no password."""
+    if url is not None and is_cluster(url):
+        return ",".join(f"{host}:{port}" for host, port in cluster_nodes(url))
+    if url is not None:
+        parts = urlsplit(url)
+        return f"{parts.hostname}:{parts.port or 6379}"
+    if isinstance(client, RedisCluster):
+        return ",".join(client.nodes_manager.startup_nodes)
+    kwargs = client.get_connection_kwargs() if client is not None else {}
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
 def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
@@ -180,7 +262,7 @@ def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
     return config
 
 
-def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
+def connect(url: str, config: RedisStoreConfig) -> RedisClient:
     """A client for `url` with the config's pool, timeouts, retries and TLS (connects lazily)."""
     kwargs: dict[str, Any] = {
         "max_connections": config.max_connections,
@@ -188,10 +270,9 @@ def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
         "socket_connect_timeout": config.socket_connect_timeout,
         "health_check_interval": config.health_check_interval,
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), config.connection_retries),
-        "retry_on_error": [RedisConnectionError],
         "decode_responses": False,
     }
-    if url.startswith("rediss://"):
+    if urlsplit(url).scheme in _TLS_SCHEMES:
         kwargs.update(
             ssl_ca_certs=config.ssl_ca_certs,
             ssl_certfile=config.ssl_certfile,
@@ -199,4 +280,26 @@ def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
             ssl_cert_reqs=config.ssl_cert_reqs,
             ssl_check_hostname=config.ssl_check_hostname,
         )
-    return aredis.Redis.from_url(url, **kwargs)
+    if not is_cluster(url):
+        return aredis.Redis.from_url(url, retry_on_error=[RedisConnectionError], **kwargs)
+    parts = urlsplit(url)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        ssl=parts.scheme in _TLS_SCHEMES,
+        # A primary that is down takes only its own slots with it; the others keep answering.
+        require_full_coverage=False,
+        policy_resolver=route_search_by_index(AsyncStaticPolicyResolver()),
+        **kwargs,
+    )
+
+
+def route_search_by_index(fallback: AsyncPolicyResolver) -> AsyncPolicyResolver:
+    """A cluster policy resolver that sends index commands to the index name's slot owner."""
+    keyed = CommandPolicies(
+        request_policy=RequestPolicy.DEFAULT_KEYED, response_policy=ResponsePolicy.DEFAULT_KEYED
+    )
+    return AsyncDynamicPolicyResolver(
+        {"ft": {command: keyed for command in _SEARCH_BY_INDEX}}, fallback
+    )

@@ -8,7 +8,8 @@ slot and one MULTI/EXEC or script may touch any of them:
 P:banks                    SET    ids of the banks (for list_banks)
 P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still being removed
 {P:B}:bank                 HASH   record (JSON), epoch, dim, algorithm, dtype
-{P:B}:E:m:<memory>         HASH   a memory, indexed by the search index P:idx:B:E
+{P:B}:E:idx                       the bank's search index (RediSearch treats its name as a key)
+{P:B}:E:m:<memory>         HASH   a memory, indexed by the search index {P:B}:E:idx
 {P:B}:E:r:<memory>:<rev>   HASH   a revision (JSON document, live_until)
 {P:B}:E:rz:<memory>        ZSET   revision ids of a memory, scored by create time (µs)
 {P:B}:E:rids               ZSET   ids of the memories with a revision set, all scored 0 (so
@@ -21,6 +22,13 @@ P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still
 {P:B}:E:tx:<id>            STRING commit marker of one write, kept for 5 minutes (see `apply`)
 P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
 ```
+
+Cluster: the index name carries the bank's hash tag too, so open-source RediSearch (one index
+per shard) builds it on the shard that owns the bank's documents, and the client routes every
+search of the bank there (`route_search_by_index`). The shared keys (`P:banks`, `P:garbage`,
+`P:lock:*`) are each read and written alone, never in a command with another key, so no command
+spans slots; SCAN and FT._LIST run on every primary. A bank indexed before this layout (index
+`P:idx:B:E`) gets its new index built from its documents on first use, and the old one dropped.
 
 Deleting a bank removes its `{P:B}:bank` key in one command, which makes the whole epoch
 unreachable at once; its keys are then removed (and, after a crash, by the next `delete_bank`).
@@ -56,12 +64,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Self, cast
-from urllib.parse import urlsplit
 
 import numpy as np
 import redis.asyncio as aredis
 import redis.exceptions
-from redisvl.index import AsyncSearchIndex
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redisvl.schema import IndexSchema
 
 from adk_memory.errors import (
@@ -98,7 +108,14 @@ from adk_memory_redis._codec import (
     operation_to_json,
     to_us,
 )
-from adk_memory_redis._config import RedisStoreConfig, connect, split_uri
+from adk_memory_redis._config import (
+    RedisClient,
+    RedisStoreConfig,
+    connect,
+    describe,
+    route_search_by_index,
+    split_uri,
+)
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
 from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
 from adk_memory_redis.lock import RedisLockProvider
@@ -228,6 +245,11 @@ class _Bank:
 
     @property
     def index_name(self) -> str:
+        return f"{self.base}idx"
+
+    @property
+    def legacy_index_name(self) -> str:
+        """The index name before it carried the hash tag (dropped once the new one exists)."""
         return f"{self.prefix}:idx:{self.bank_id}:{self.epoch}"
 
     def memory(self, memory_id: str) -> str:
@@ -269,9 +291,21 @@ def _live_at(live_until: Any, now_us: int) -> bool:
     return _text(live_until) == LIVE_FOREVER or int(live_until) > now_us
 
 
-async def _command(client: aredis.Redis, *args: Any) -> Any:
+async def _command(client: RedisClient, *args: Any) -> Any:
     """A raw command (redis-py leaves `execute_command` unannotated)."""
     return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _transaction(client: RedisClient) -> Any:
+    """A pipeline for one WATCH … MULTI/EXEC transaction, never re-sent after a lost connection.
+
+    redis-py's cluster transaction retries a connection error on a new connection, where the
+    WATCH is gone and a re-sent EXEC would skip the checks; `apply` settles such a loss itself.
+    """
+    pipe = client.pipeline(transaction=True)
+    if isinstance(client, RedisCluster):
+        pipe._execution_strategy._retry = Retry(NoBackoff(), 0)
+    return pipe
 
 
 def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
@@ -282,7 +316,7 @@ def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
 
 
 async def _forget_revision_ids(
-    client: aredis.Redis, bank: _Bank, memory_ids: Sequence[str]
+    client: RedisClient, bank: _Bank, memory_ids: Sequence[str]
 ) -> None:
     """Drops from the bank's `rids` those of `memory_ids` whose revision set is gone."""
     if memory_ids:
@@ -347,21 +381,24 @@ class RedisMemoryStore(MemoryStore):
         url: str | None = None,
         *,
         config: RedisStoreConfig | None = None,
-        client: aredis.Redis | None = None,
+        client: RedisClient | None = None,
     ) -> None:
         if url is None and client is None:
             raise InvalidArgument("RedisMemoryStore needs a redis:// URL or a client.")
         if client is not None:
-            if not isinstance(client, aredis.Redis):
+            if not isinstance(client, aredis.Redis | RedisCluster):
                 raise InvalidArgument(
-                    "RedisMemoryStore takes a redis.asyncio.Redis client (not a sync or cluster "
-                    f"client); got {type(client).__name__}."
+                    "RedisMemoryStore takes a redis.asyncio.Redis or redis.asyncio.RedisCluster "
+                    f"client (not a sync one); got {type(client).__name__}."
                 )
-            if client.connection_pool.connection_kwargs.get("decode_responses"):
+            if client.get_connection_kwargs().get("decode_responses"):
                 raise InvalidArgument(
                     "The Redis client decodes responses, which would corrupt stored vectors; "
                     "build it with decode_responses=False."
                 )
+            if isinstance(client, RedisCluster):
+                # redis-py has no public setter; without this, searches go to one default node.
+                client._policy_resolver = route_search_by_index(client._policy_resolver)
         self.config = config or RedisStoreConfig()
         self._url = url
         self._client = client
@@ -371,7 +408,7 @@ class RedisMemoryStore(MemoryStore):
         self._search_checked = False
         self._locks: RedisLockProvider | None = None
         self._scope_sizes: dict[tuple[str, str], tuple[int, float]] = {}
-        self._where = self._describe(url, client)
+        self._where = describe(url, client)
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -387,30 +424,25 @@ class RedisMemoryStore(MemoryStore):
     def __repr__(self) -> str:
         return f"RedisMemoryStore({self._where!r}, key_prefix={self.config.key_prefix!r})"
 
-    @staticmethod
-    def _describe(url: str | None, client: aredis.Redis | None) -> str:
-        if url is not None:
-            parts = urlsplit(url)
-            return f"{parts.hostname}:{parts.port or 6379}"
-        kwargs = client.connection_pool.connection_kwargs if client is not None else {}
-        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
     # Connection
 
-    def _redis(self) -> aredis.Redis:
+    def _redis(self) -> RedisClient:
         """The client, created (without connecting) on first use."""
         if self._client is None:
             assert self._url is not None
             self._client = connect(self._url, self.config)
         return self._client
 
-    async def _ready(self, action: str) -> aredis.Redis:
-        """The client, after checking once that the server has the query engine."""
+    async def _ready(self, action: str) -> RedisClient:
+        """The client, after checking once that the server (every primary) has the query engine
+        and that a single-server URL does not point at a cluster node."""
         client = self._redis()
         if not self._search_checked:
             with redis_errors(self._where, action):
+                if not isinstance(client, RedisCluster):
+                    await self._refuse_cluster_node(client)
                 try:
-                    await _command(client, "FT._LIST")
+                    await self._list_indexes(client)
                 except redis.exceptions.ResponseError as exc:
                     if "unknown command" in str(exc).lower():
                         raise FailedPrecondition(
@@ -420,8 +452,27 @@ class RedisMemoryStore(MemoryStore):
             self._search_checked = True
         return client
 
+    async def _refuse_cluster_node(self, client: aredis.Redis) -> None:
+        """`FailedPrecondition` when a one-server client reaches a node of a Redis Cluster."""
+        info = await client.info("cluster")
+        if str(info.get("cluster_enabled", "0")) == "1":
+            raise FailedPrecondition(
+                f"Redis at {self._where} is a node of a Redis Cluster, which a redis:// URI "
+                "cannot use (the bank's keys may live on other nodes). Use "
+                "redis+cluster://host:port[,host:port…] (or rediss+cluster:// for TLS)."
+            )
+
+    @staticmethod
+    async def _list_indexes(client: RedisClient) -> list[str]:
+        """The names of the search indexes, of every primary of a cluster."""
+        if not isinstance(client, RedisCluster):
+            return [_text(name) for name in await _command(client, "FT._LIST")]
+        await client.initialize()
+        per_node = [await node.execute_command("FT._LIST") for node in client.get_primaries()]
+        return sorted({_text(name) for names in per_node for name in names})
+
     @asynccontextmanager
-    async def _call(self, action: str) -> AsyncIterator[aredis.Redis]:
+    async def _call(self, action: str) -> AsyncIterator[RedisClient]:
         client = await self._ready(action)
         with redis_errors(self._where, action):
             yield client
@@ -453,7 +504,7 @@ class RedisMemoryStore(MemoryStore):
             )
         return f"{{{self.config.key_prefix}:{bank_id}}}:bank"
 
-    async def _load_bank(self, client: aredis.Redis, bank_id: str) -> _Bank | None:
+    async def _load_bank(self, client: RedisClient, bank_id: str) -> _Bank | None:
         raw = await client.hmget(self._bank_key(bank_id), ["epoch", "dim", "algorithm", "dtype"])
         if raw[0] is None:
             self._banks.pop(bank_id, None)
@@ -469,7 +520,7 @@ class RedisMemoryStore(MemoryStore):
         self._banks[bank_id] = bank
         return bank
 
-    async def _bank(self, client: aredis.Redis, bank_id: str) -> _Bank:
+    async def _bank(self, client: RedisClient, bank_id: str) -> _Bank:
         """The bank's layout (cached; callers re-check the epoch with each read or write)."""
         bank = self._banks.get(bank_id)
         if bank is None:
@@ -518,18 +569,24 @@ class RedisMemoryStore(MemoryStore):
             }
         )
 
-    async def _ensure_index(self, client: aredis.Redis, bank: _Bank, *, known: bool = True) -> None:
+    async def _ensure_index(self, client: RedisClient, bank: _Bank, *, known: bool = True) -> None:
         if known and bank.index_name in self._indexes:
             return
-        index = AsyncSearchIndex(self._schema(bank), redis_client=client, owns_client=False)
+        # redis-py's create_index, not redisvl's create: on a cluster redisvl sends FT.CREATE to
+        # a default node, while the client routes it to the index name's slot owner.
+        definition = IndexDefinition(prefix=[f"{bank.base}m:"], index_type=IndexType.HASH)
         try:
-            await index.create(overwrite=False)
-        except Exception as exc:  # redisvl wraps the server's answer in RedisSearchError
+            await client.ft(bank.index_name).create_index(
+                self._schema(bank).redis_fields, definition=definition
+            )
+        except redis.exceptions.ResponseError as exc:
             if "already exists" not in str(exc).lower():
                 raise
+        else:
+            await self._drop_index(client, bank.legacy_index_name, documents=False)
         self._indexes.add(bank.index_name)
 
-    async def _drop_index(self, client: aredis.Redis, name: str, *, documents: bool) -> None:
+    async def _drop_index(self, client: RedisClient, name: str, *, documents: bool) -> None:
         try:
             args = ["FT.DROPINDEX", name] + (["DD"] if documents else [])
             await _command(client, *args)
@@ -619,7 +676,7 @@ class RedisMemoryStore(MemoryStore):
                 await client.srem(self._registry, bank_id)
             await self._collect_garbage(client)
 
-    async def _collect_garbage(self, client: aredis.Redis) -> None:
+    async def _collect_garbage(self, client: RedisClient) -> None:
         """Removes the keys of deleted bank epochs (idempotent; resumes after a crash)."""
         for member in await client.smembers(self._garbage):
             bank_id, epoch = _text(member).split("\x1f", 1)
@@ -630,11 +687,12 @@ class RedisMemoryStore(MemoryStore):
                 continue
             layout = _Bank(self.config.key_prefix, bank_id, epoch, 1, "FLAT", "float32")
             await self._drop_index(client, layout.index_name, documents=True)
+            await self._drop_index(client, layout.legacy_index_name, documents=False)
             await self._unlink_matching(client, f"{layout.base}*")
             await client.srem(self._garbage, member)
             logger.debug("removed the keys of a deleted epoch of bank %s", bank_id)
 
-    async def _unlink_matching(self, client: aredis.Redis, pattern: str) -> int:
+    async def _unlink_matching(self, client: RedisClient, pattern: str) -> int:
         removed = 0
         batch: list[bytes] = []
         async for key in client.scan_iter(match=pattern, count=1000):
@@ -650,9 +708,9 @@ class RedisMemoryStore(MemoryStore):
         """Deletes every bank, index and key under this store's prefix (tests, resets)."""
         prefix = self.config.key_prefix
         async with self._call("drop all memory banks") as client:
-            for name in await _command(client, "FT._LIST"):
-                if _text(name).startswith(f"{prefix}:idx:"):
-                    await self._drop_index(client, _text(name), documents=True)
+            for name in await self._list_indexes(client):
+                if name.startswith((f"{{{prefix}:", f"{prefix}:idx:")):
+                    await self._drop_index(client, name, documents=True)
             await self._unlink_matching(client, f"{{{prefix}:*")
             await self._unlink_matching(client, f"{prefix}:lock:*")
             await client.unlink(self._registry, self._garbage)
@@ -663,7 +721,7 @@ class RedisMemoryStore(MemoryStore):
 
     async def _with_bank(
         self,
-        client: aredis.Redis,
+        client: RedisClient,
         bank_id: str,
         queue: Callable[[Any, _Bank], None],
     ) -> tuple[_Bank, list[Any]]:
@@ -724,7 +782,7 @@ class RedisMemoryStore(MemoryStore):
                 f"({self.config.write_retries} attempts); retry the request."
             )
 
-    async def _settle(self, client: aredis.Redis, marker: str, exc: Exception) -> None:
+    async def _settle(self, client: RedisClient, marker: str, exc: Exception) -> None:
         """Returns if the interrupted transaction committed; raises `StoreUnavailable` if not."""
         try:
             committed = bool(await client.exists(marker))
@@ -743,7 +801,7 @@ class RedisMemoryStore(MemoryStore):
         ) from exc
 
     async def _try_apply(
-        self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
+        self, client: RedisClient, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
     ) -> bool:
         """One optimistic attempt; False when the bank's epoch changed."""
         insert_keys = [bank.memory(record.memory_id) for record in batch.inserts]
@@ -759,7 +817,7 @@ class RedisMemoryStore(MemoryStore):
             (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
-        async with client.pipeline(transaction=True) as transaction:
+        async with _transaction(client) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
             await pipe.watch(bank_key, *insert_keys, *set_keys)
             state = await pipe.eval(
@@ -913,7 +971,7 @@ class RedisMemoryStore(MemoryStore):
             return True
         return ranked[k - 1][0] < ranked[-1][0] - 1e-6
 
-    async def _use_graph(self, client: aredis.Redis, bank: _Bank, scope_key: str) -> bool:
+    async def _use_graph(self, client: RedisClient, bank: _Bank, scope_key: str) -> bool:
         """Whether an HNSW search of this scope should walk the graph (a large scope)."""
         cache_key = (bank.index_name, scope_key)
         cached = self._scope_sizes.get(cache_key)
@@ -936,7 +994,7 @@ class RedisMemoryStore(MemoryStore):
 
     async def _knn(
         self,
-        client: aredis.Redis,
+        client: RedisClient,
         bank_id: str,
         base: str,
         vector: np.ndarray[Any, Any],
@@ -1131,7 +1189,7 @@ class RedisMemoryStore(MemoryStore):
 
     @staticmethod
     async def _with_live_revisions(
-        client: aredis.Redis, bank: _Bank, memory_ids: list[str], now_us: int
+        client: RedisClient, bank: _Bank, memory_ids: list[str], now_us: int
     ) -> list[str]:
         """The ids among `memory_ids` with a revision live at `now_us`; forgets those with none."""
         async with client.pipeline(transaction=False) as pipe:
@@ -1293,7 +1351,7 @@ class RedisMemoryStore(MemoryStore):
 
     @staticmethod
     async def _sweep_revisions(
-        client: aredis.Redis, bank: _Bank, expiry_set: str, now_us: int
+        client: RedisClient, bank: _Bank, expiry_set: str, now_us: int
     ) -> int:
         removed = 0
         while True:

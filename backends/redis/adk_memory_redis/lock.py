@@ -33,13 +33,10 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Self
-from urllib.parse import urlsplit
-
-import redis.asyncio as aredis
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS
-from adk_memory_redis._config import connect, make_config, split_uri
+from adk_memory_redis._config import RedisClient, connect, describe, make_config, split_uri
 from adk_memory_redis._errors import redis_errors
 
 logger = logging.getLogger(__name__)
@@ -131,9 +128,9 @@ class RedisLockProvider:
     """Named locks in one Redis, shared by every process and host that uses it.
 
     Args:
-        url: `redis://…` or `rediss://…` (query options as for the store: `key_prefix`,
-            timeouts, TLS).
-        client: A `redis.asyncio.Redis` you built; never closed by the provider.
+        url: `redis://…`, `rediss://…`, `redis+cluster://…` or `rediss+cluster://…` (query
+            options as for the store: `key_prefix`, timeouts, TLS).
+        client: A `redis.asyncio.Redis` or `RedisCluster` you built; never closed by the provider.
         key_prefix: Namespace of the lock keys (`<prefix>:lock:<name>`).
         renew: Renew the lease in the background while the lock is held.
     """
@@ -142,7 +139,7 @@ class RedisLockProvider:
         self,
         url: str | None = None,
         *,
-        client: aredis.Redis | None = None,
+        client: RedisClient | None = None,
         key_prefix: str | None = None,
         renew: bool = True,
         **options: Any,
@@ -159,20 +156,14 @@ class RedisLockProvider:
         self._client = client
         self._owns_client = client is None
         self.renew = renew
-        kwargs = client.connection_pool.connection_kwargs if client is not None else {}
-        parts = urlsplit(url) if url else None
-        self._where = (
-            f"{parts.hostname}:{parts.port or 6379}"
-            if parts
-            else f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-        )
+        self._where = describe(url, client)
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
         """Builds the provider from a Redis URI without connecting."""
         return cls(uri, **options)
 
-    def _redis(self) -> aredis.Redis:
+    def _redis(self) -> RedisClient:
         if self._client is None:
             assert self._url is not None
             self._client = connect(self._url, self.config)
