@@ -41,6 +41,7 @@ __all__ = [
     "RedisStoreConfig",
     "cluster_nodes",
     "connect",
+    "connection_kwargs",
     "describe",
     "is_cluster",
     "make_config",
@@ -238,8 +239,15 @@ def describe(url: str | None, client: RedisClient | None = None) -> str:
         return f"{parts.hostname}:{parts.port or 6379}"
     if isinstance(client, RedisCluster):
         return ",".join(client.nodes_manager.startup_nodes)
-    kwargs = client.get_connection_kwargs() if client is not None else {}
+    kwargs = connection_kwargs(client) if client is not None else {}
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def connection_kwargs(client: RedisClient) -> dict[str, Any]:
+    """The options the client opens its connections with (`decode_responses`, `host`, …)."""
+    if isinstance(client, RedisCluster):
+        return dict(client.get_connection_kwargs())
+    return dict(client.connection_pool.connection_kwargs)
 
 
 def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:

@@ -112,6 +112,7 @@ from adk_memory_redis._config import (
     RedisClient,
     RedisStoreConfig,
     connect,
+    connection_kwargs,
     describe,
     route_search_by_index,
     split_uri,
@@ -293,7 +294,8 @@ def _live_at(live_until: Any, now_us: int) -> bool:
 
 async def _command(client: RedisClient, *args: Any) -> Any:
     """A raw command (redis-py leaves `execute_command` unannotated)."""
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+    command: Callable[..., Any] = client.execute_command
+    return await command(*args)
 
 
 def _transaction(client: RedisClient) -> Any:
@@ -302,7 +304,7 @@ def _transaction(client: RedisClient) -> Any:
     redis-py's cluster transaction retries a connection error on a new connection, where the
     WATCH is gone and a re-sent EXEC would skip the checks; `apply` settles such a loss itself.
     """
-    pipe = client.pipeline(transaction=True)
+    pipe: Any = client.pipeline(transaction=True)
     if isinstance(client, RedisCluster):
         pipe._execution_strategy._retry = Retry(NoBackoff(), 0)
     return pipe
@@ -391,7 +393,7 @@ class RedisMemoryStore(MemoryStore):
                     "RedisMemoryStore takes a redis.asyncio.Redis or redis.asyncio.RedisCluster "
                     f"client (not a sync one); got {type(client).__name__}."
                 )
-            if client.get_connection_kwargs().get("decode_responses"):
+            if connection_kwargs(client).get("decode_responses"):
                 raise InvalidArgument(
                     "The Redis client decodes responses, which would corrupt stored vectors; "
                     "build it with decode_responses=False."
@@ -574,7 +576,9 @@ class RedisMemoryStore(MemoryStore):
             return
         # redis-py's create_index, not redisvl's create: on a cluster redisvl sends FT.CREATE to
         # a default node, while the client routes it to the index name's slot owner.
-        definition = IndexDefinition(prefix=[f"{bank.base}m:"], index_type=IndexType.HASH)
+        definition = IndexDefinition(  # type: ignore[no-untyped-call]
+            prefix=[f"{bank.base}m:"], index_type=IndexType.HASH
+        )
         try:
             await client.ft(bank.index_name).create_index(
                 self._schema(bank).redis_fields, definition=definition
