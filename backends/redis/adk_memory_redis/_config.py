@@ -23,29 +23,31 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis.asyncio as aredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePolicy
+from redis._parsers.commands import (
+    AsyncCommandsParser,
+    CommandPolicies,
+    RequestPolicy,
+    ResponsePolicy,
+)
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.commands.policies import (
-    AsyncDynamicPolicyResolver,
-    AsyncPolicyResolver,
-    AsyncStaticPolicyResolver,
-)
+from redis.commands.policies import AsyncDynamicPolicyResolver
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adk_memory.errors import InvalidArgument
 
 __all__ = [
     "RedisClient",
     "RedisStoreConfig",
+    "adapt_cluster_client",
     "cluster_nodes",
     "connect",
     "connection_kwargs",
     "describe",
     "is_cluster",
     "make_config",
-    "route_search_by_index",
     "split_uri",
 ]
 
@@ -291,23 +293,52 @@ def connect(url: str, config: RedisStoreConfig) -> RedisClient:
     if not is_cluster(url):
         return aredis.Redis.from_url(url, retry_on_error=[RedisConnectionError], **kwargs)
     parts = urlsplit(url)
-    return RedisCluster(
+    cluster = RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
         ssl=parts.scheme in _TLS_SCHEMES,
         # A primary that is down takes only its own slots with it; the others keep answering.
         require_full_coverage=False,
-        policy_resolver=route_search_by_index(AsyncStaticPolicyResolver()),
         **kwargs,
     )
+    return adapt_cluster_client(cluster)
 
 
-def route_search_by_index(fallback: AsyncPolicyResolver) -> AsyncPolicyResolver:
-    """A cluster policy resolver that sends index commands to the index name's slot owner."""
+def adapt_cluster_client(client: RedisCluster) -> RedisCluster:
+    """Makes a cluster client route index commands by slot and survive a dead first primary.
+
+    redis-py's static policies send `FT.SEARCH` and friends to one default node; here they go to
+    the owner of the index name's slot, where the bank's documents are. And redis-py reads its
+    command table from the first primary on every re-initialisation, so while that one primary is
+    down the client could not re-initialise and even the live slots would fail; here the table
+    comes from the first node that answers. redis-py has no public setter for the resolver.
+    """
     keyed = CommandPolicies(
         request_policy=RequestPolicy.DEFAULT_KEYED, response_policy=ResponsePolicy.DEFAULT_KEYED
     )
-    return AsyncDynamicPolicyResolver(
-        {"ft": {command: keyed for command in _SEARCH_BY_INDEX}}, fallback
+    client._policy_resolver = AsyncDynamicPolicyResolver(
+        {"ft": {command: keyed for command in _SEARCH_BY_INDEX}}, client._policy_resolver
     )
+    client.commands_parser = _LiveNodeCommandsParser(client)
+    return client
+
+
+class _LiveNodeCommandsParser(AsyncCommandsParser):
+    """A command table read from the first node that answers, the default node first."""
+
+    def __init__(self, client: RedisCluster) -> None:
+        super().__init__()
+        self._client = client
+
+    async def initialize(self, node: ClusterNode | None = None) -> None:
+        candidates = [node] if node is not None else []
+        candidates += [other for other in self._client.get_nodes() if other is not node]
+        failure: Exception = RedisConnectionError("No node of the Redis Cluster answered.")
+        for candidate in candidates:
+            try:
+                await super().initialize(candidate)
+                return
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                failure = exc
+        raise failure

@@ -25,7 +25,7 @@ P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
 
 Cluster: the index name carries the bank's hash tag too, so open-source RediSearch (one index
 per shard) builds it on the shard that owns the bank's documents, and the client routes every
-search of the bank there (`route_search_by_index`). The shared keys (`P:banks`, `P:garbage`,
+search of the bank there (`adapt_cluster_client`). The shared keys (`P:banks`, `P:garbage`,
 `P:lock:*`) are each read and written alone, never in a command with another key, so no command
 spans slots; SCAN and FT._LIST run on every primary. A bank indexed before this layout (index
 `P:idx:B:E`) gets its new index built from its documents on first use, and the old one dropped.
@@ -111,10 +111,10 @@ from adk_memory_redis._codec import (
 from adk_memory_redis._config import (
     RedisClient,
     RedisStoreConfig,
+    adapt_cluster_client,
     connect,
     connection_kwargs,
     describe,
-    route_search_by_index,
     split_uri,
 )
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
@@ -317,9 +317,7 @@ def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
     return isinstance(cause, lost) or "occurred while watching" in str(exc)
 
 
-async def _forget_revision_ids(
-    client: RedisClient, bank: _Bank, memory_ids: Sequence[str]
-) -> None:
+async def _forget_revision_ids(client: RedisClient, bank: _Bank, memory_ids: Sequence[str]) -> None:
     """Drops from the bank's `rids` those of `memory_ids` whose revision set is gone."""
     if memory_ids:
         keys = [bank.revision_ids, *(bank.revision_set(i) for i in memory_ids)]
@@ -399,8 +397,7 @@ class RedisMemoryStore(MemoryStore):
                     "build it with decode_responses=False."
                 )
             if isinstance(client, RedisCluster):
-                # redis-py has no public setter; without this, searches go to one default node.
-                client._policy_resolver = route_search_by_index(client._policy_resolver)
+                adapt_cluster_client(client)
         self.config = config or RedisStoreConfig()
         self._url = url
         self._client = client
@@ -436,8 +433,10 @@ class RedisMemoryStore(MemoryStore):
         return self._client
 
     async def _ready(self, action: str) -> RedisClient:
-        """The client, after checking once that the server (every primary) has the query engine
-        and that a single-server URL does not point at a cluster node."""
+        """The client, once the query engine is checked (on every primary of a cluster).
+
+        A one-server client is also checked not to point at a cluster node.
+        """
         client = self._redis()
         if not self._search_checked:
             with redis_errors(self._where, action):
@@ -690,16 +689,30 @@ class RedisMemoryStore(MemoryStore):
                 # bank key. Leave the entry for the delete that completes.
                 continue
             layout = _Bank(self.config.key_prefix, bank_id, epoch, 1, "FLAT", "float32")
-            await self._drop_index(client, layout.index_name, documents=True)
-            await self._drop_index(client, layout.legacy_index_name, documents=False)
-            await self._unlink_matching(client, f"{layout.base}*")
+            try:
+                await self._drop_index(client, layout.index_name, documents=True)
+                await self._drop_index(client, layout.legacy_index_name, documents=False)
+                await self._unlink_matching(client, f"{layout.base}*", slot_of=layout.base)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                # Its shard is unreachable (a cluster primary is down): the entry stays for the
+                # next delete, and the delete that brought us here has completed all the same.
+                logger.warning("could not reach the keys of deleted bank %s; kept for later", bank_id)
+                continue
             await client.srem(self._garbage, member)
             logger.debug("removed the keys of a deleted epoch of bank %s", bank_id)
 
-    async def _unlink_matching(self, client: RedisClient, pattern: str) -> int:
+    async def _unlink_matching(
+        self, client: RedisClient, pattern: str, *, slot_of: str | None = None
+    ) -> int:
+        """Unlinks the keys matching `pattern`, scanning only the owner of `slot_of`'s slot
+        (on a cluster) when every match shares that key's hash tag."""
+        scan: dict[str, Any] = {}
+        if isinstance(client, RedisCluster) and slot_of is not None:
+            await client.initialize()
+            scan["target_nodes"] = client.get_node_from_key(slot_of)
         removed = 0
         batch: list[bytes] = []
-        async for key in client.scan_iter(match=pattern, count=1000):
+        async for key in client.scan_iter(match=pattern, count=1000, **scan):
             batch.append(key)
             if len(batch) >= 500:
                 removed += await client.unlink(*batch)
