@@ -53,6 +53,7 @@ write that re-creates the set is never undone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -132,6 +133,7 @@ _SWEEP_CHUNK = 500
 _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
 _TIE_SLACK = 8
+_INDEXING_WAIT_SECONDS = 120.0
 """Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
 
 # KEYS: bank key, inserted memory keys..., revision sets...
@@ -586,8 +588,30 @@ class RedisMemoryStore(MemoryStore):
             if "already exists" not in str(exc).lower():
                 raise
         else:
+            await self._wait_until_indexed(client, bank.index_name)
             await self._drop_index(client, bank.legacy_index_name, documents=False)
         self._indexes.add(bank.index_name)
+
+    async def _wait_until_indexed(self, client: RedisClient, name: str) -> None:
+        """Waits while a new index takes in documents already stored under its prefix.
+
+        An index is built afresh over existing documents when a bank's slot has moved to
+        another shard (open-source RediSearch keeps one index per shard) or when a bank indexed
+        under the old name is first used; until it has read them all it would answer partially.
+        """
+        deadline = time.monotonic() + _INDEXING_WAIT_SECONDS
+        delay = 0.005
+        while True:
+            info = await client.ft(name).info()  # type: ignore[no-untyped-call]
+            if not float(_text(info.get("indexing", 0))):
+                return
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(
+                    f"The search index of a memory bank on Redis at {self._where} is still being "
+                    f"built after {_INDEXING_WAIT_SECONDS:g} s; retry the request later."
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     async def _drop_index(self, client: RedisClient, name: str, *, documents: bool) -> None:
         try:
@@ -696,7 +720,7 @@ class RedisMemoryStore(MemoryStore):
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 # Its shard is unreachable (a cluster primary is down): the entry stays for the
                 # next delete, and the delete that brought us here has completed all the same.
-                logger.warning("could not reach the keys of deleted bank %s; kept for later", bank_id)
+                logger.warning("keys of deleted bank %s unreachable; kept for later", bank_id)
                 continue
             await client.srem(self._garbage, member)
             logger.debug("removed the keys of a deleted epoch of bank %s", bank_id)
@@ -704,8 +728,10 @@ class RedisMemoryStore(MemoryStore):
     async def _unlink_matching(
         self, client: RedisClient, pattern: str, *, slot_of: str | None = None
     ) -> int:
-        """Unlinks the keys matching `pattern`, scanning only the owner of `slot_of`'s slot
-        (on a cluster) when every match shares that key's hash tag."""
+        """Unlinks the keys matching `pattern`.
+
+        When every match shares `slot_of`'s hash tag, a cluster scans only that slot's owner.
+        """
         scan: dict[str, Any] = {}
         if isinstance(client, RedisCluster) and slot_of is not None:
             await client.initialize()

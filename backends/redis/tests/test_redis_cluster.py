@@ -289,6 +289,82 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
         await store.aclose()
 
 
+# Resharding: a bank's slot moves to another primary
+
+
+def _move_slot(topology: redis.cluster.RedisCluster, slot: int, source: str, target: str) -> None:
+    """Moves one slot and its keys from `source` to `target`, as `valkey-cli --cluster reshard`
+    does: IMPORTING/MIGRATING, MIGRATE in batches, then the new owner announced to every node."""
+    source_client, target_client = _node_client(topology, source), _node_client(topology, target)
+    source_id, target_id = (
+        _text(c.execute_command("CLUSTER MYID")) for c in (source_client, target_client)
+    )
+    target_client.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+    source_client.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+    host, port = target.rsplit(":", 1)
+    while keys := source_client.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+        source_client.execute_command("MIGRATE", host, int(port), "", 0, 5000, "KEYS", *keys)
+    for node in topology.get_primaries():
+        _node_client(topology, node.name).execute_command(
+            "CLUSTER SETSLOT", slot, "NODE", target_id
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def test_a_bank_whose_slot_moves_to_another_primary_answers_as_before(
+    redis_cluster: ValkeyCluster | None, topology: redis.cluster.RedisCluster
+) -> None:
+    """Reshard a bank's slot to another primary under a running store: its next search meets
+    MOVED, finds no index on the new owner, builds it from the moved documents (waiting until
+    it has read them all) and answers exactly as before; writes and deletes go on."""
+    if redis_cluster is None:
+        pytest.skip("reshards slots: needs the test's own cluster, not REDIS_CLUSTER_URL")
+    prefix = f"rs-{uuid.uuid4().hex[:8]}"
+    store = RedisMemoryStore.from_uri(redis_cluster.url, key_prefix=prefix)
+    (source, [bank_id]), (target, _ids), *_rest = _banks_per_primary(topology, prefix, 1).items()
+    scopes = [SCOPE, {"user_id": "u2"}]
+    try:
+        await store.create_bank(bank_record(bank_id))
+        records = tuple(
+            memory(f"m{i:03d}", unit(i % 8), scope=scopes[i % 2], fact=f"fact {i}")
+            for i in range(300)
+        )
+        await store.apply(bank_id, WriteBatch(inserts=records, revisions=(revision("m000", "r1"),)))
+
+        async def answers() -> list[Any]:
+            hits = await store.nearest(bank_id, NearestQuery(KEY, unit(3), 20, T))
+            listed = await store.scan(bank_id, ScanQuery(T, scope_key({"user_id": "u2"})))
+            revisions = await store.list_revisions(bank_id, "m000", T)
+            return [
+                [(hit.record.memory_id, round(hit.distance, 6)) for hit in hits],
+                [record.memory_id for record in listed],
+                [rev.revision_id for rev in revisions],
+            ]
+
+        before = await answers()
+        assert len(before[0]) == 20 and len(before[1]) == 150
+        _move_slot(topology, topology.keyslot(f"{{{prefix}:{bank_id}}}"), source, target)
+        assert await answers() == before
+        fresh = RedisMemoryStore.from_uri(redis_cluster.url, key_prefix=prefix)
+        try:
+            await fresh.apply(bank_id, WriteBatch(deletes=("m003",)))
+            u2 = scope_key({"user_id": "u2"})
+            hits = await fresh.nearest(bank_id, NearestQuery(u2, unit(3), 1, T))
+            assert [hit.record.memory_id for hit in hits] == ["m011"]
+        finally:
+            await fresh.aclose()
+        await store.delete_bank(bank_id)
+        assert await store.get_bank(bank_id) is None
+    finally:
+        await store.drop_all()
+        await store.aclose()
+    owner_keys = _node_client(topology, target).scan_iter(match=f"*{prefix}*")
+    assert list(owner_keys) == []
+
+
 # Acceptance: five banks spread over the primaries give exactly the single-node results
 
 

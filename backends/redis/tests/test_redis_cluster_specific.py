@@ -3,7 +3,9 @@
 They are imported from `test_redis_specific.py` with their fixtures, and `redis_url` is overridden
 here to the cluster's `redis+cluster://` URL. Left out: the tests that open a raw one-server client
 (native expiry, RESP2, pooling), a private server (password, no query engine) or a proxy in front
-of one server (TLS, connections killed around EXEC).
+of one server (TLS, connections killed around EXEC), and, for the suite's time, two that exercise
+nothing a cluster changes: HNSW against FLAT on one bank (the conformance suite runs HNSW on the
+cluster) and the lease of a killed process's lock (one key, as on one server).
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from test_redis_specific import (  # noqa: F401  (collected by pytest)
     test_a_bank_deleted_elsewhere_is_seen_at_once,
     test_concurrent_inserts_of_one_id_admit_exactly_one,
     test_float64_vectors_read_back_bit_for_bit,
-    test_hnsw_agrees_with_exact_flat_search,
     test_hostile_text_in_filters_matches_exactly_like_the_engine,
-    test_lock_of_a_killed_process_frees_itself_after_the_lease,
     test_lock_wait_runs_out_with_resource_exhausted,
     test_missing_bank_is_not_found,
     test_release_after_the_lease_ran_out_never_frees_the_next_holder,
