@@ -268,6 +268,8 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
         await asyncio.wait_for(writer, timeout=60)
         with pytest.raises(StoreUnavailable):
             await store.get_memories(doomed, ["w0"], T)
+        with pytest.raises(StoreUnavailable):
+            await store.list_banks()  # it reads every bank's record, the dead one's too
         await store.apply(survivor, WriteBatch(inserts=(memory("alive", unit(0)),)))
         hits = await store.nearest(survivor, NearestQuery(KEY, unit(0), 1, T))
         assert [hit.record.memory_id for hit in hits] == ["alive"]
@@ -363,6 +365,9 @@ async def test_a_bank_whose_slot_moves_to_another_primary_answers_as_before(
         await store.aclose()
     owner_keys = _node_client(topology, target).scan_iter(match=f"*{prefix}*")
     assert list(owner_keys) == []
+    for name, expected in ((target, 0), (source, 1)):  # the old owner keeps an empty definition
+        listed = _node_client(topology, name).execute_command("FT._LIST")
+        assert sum(_text(index).startswith(f"{{{prefix}:") for index in listed) == expected
 
 
 # Acceptance: five banks spread over the primaries give exactly the single-node results
