@@ -70,8 +70,6 @@ import numpy as np
 import redis.asyncio as aredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redisvl.schema import IndexSchema
 
@@ -134,6 +132,12 @@ _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
 _TIE_SLACK = 8
 _INDEXING_WAIT_SECONDS = 120.0
+_SLOT_MOVED = (
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+)
+"""A cluster answer to a transaction sent to a primary that no longer owns the bank's slot."""
 """Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
 
 # KEYS: bank key, inserted memory keys..., revision sets...
@@ -300,18 +304,6 @@ async def _command(client: RedisClient, *args: Any) -> Any:
     return await command(*args)
 
 
-def _transaction(client: RedisClient) -> Any:
-    """A pipeline for one WATCH … MULTI/EXEC transaction, never re-sent after a lost connection.
-
-    redis-py's cluster transaction retries a connection error on a new connection, where the
-    WATCH is gone and a re-sent EXEC would skip the checks; `apply` settles such a loss itself.
-    """
-    pipe: Any = client.pipeline(transaction=True)
-    if isinstance(client, RedisCluster):
-        pipe._execution_strategy._retry = Retry(NoBackoff(), 0)
-    return pipe
-
-
 def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
     """Whether redis-py raised WatchError because the connection died (not a collision)."""
     cause = exc.__cause__ or exc.__context__
@@ -408,6 +400,7 @@ class RedisMemoryStore(MemoryStore):
         self._indexes: set[str] = set()
         self._search_checked = False
         self._locks: RedisLockProvider | None = None
+        self._writers: dict[str, aredis.Redis] = {}
         self._scope_sizes: dict[tuple[str, str], tuple[int, float]] = {}
         self._where = describe(url, client)
 
@@ -483,6 +476,10 @@ class RedisMemoryStore(MemoryStore):
     async def aclose(self) -> None:
         """Closes the connection pool the store opened (never a client passed in)."""
         self._locks = None
+        writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            with redis_errors(self._where, "close the connection pool"):
+                await writer.aclose()
         if self._owns_client and self._client is not None:
             client, self._client = self._client, None
             with redis_errors(self._where, "close the connection pool"):
@@ -808,8 +805,13 @@ class RedisMemoryStore(MemoryStore):
                 await self._ensure_index(client, bank)
                 marker = f"{bank.base}tx:{uuid.uuid4().hex}"
                 try:
-                    if await self._try_apply(client, bank_key, bank, batch, marker):
+                    writer = await self._writer(client, bank_key)
+                    if await self._try_apply(writer, bank_key, bank, batch, marker):
                         return
+                except _SLOT_MOVED:
+                    logger.debug("the slot of bank %s moved; reading the slot map again", bank_id)
+                    await cast(RedisCluster, client).nodes_manager.initialize()
+                    continue
                 except redis.exceptions.WatchError as exc:
                     if not _connection_lost(exc):
                         logger.debug("write to bank %s collided with another; retrying", bank_id)
@@ -824,6 +826,32 @@ class RedisMemoryStore(MemoryStore):
                 f"Writes to memory bank {bank_id!r} kept colliding with concurrent writers "
                 f"({self.config.write_retries} attempts); retry the request."
             )
+
+    async def _writer(self, client: RedisClient, bank_key: str) -> aredis.Redis:
+        """The client a bank's transaction runs on.
+
+        The store's own client, or on a cluster a plain client of the primary that owns the
+        bank's slot: redis-py's cluster transaction runs every queued command in a new thread and
+        event loop, which made a write ten times as long. A slot that has moved since answers
+        MOVED, and `apply` asks the cluster again.
+        """
+        if not isinstance(client, RedisCluster):
+            return client
+        await client.initialize()
+        node = client.get_node_from_key(bank_key)
+        if node is None:
+            raise StoreUnavailable(
+                f"No primary of the Redis Cluster at {self._where} serves the slot of this bank."
+            )
+        writer = self._writers.get(node.name)
+        if writer is None:
+            pool = aredis.ConnectionPool(
+                connection_class=node.connection_class,
+                max_connections=node.max_connections,
+                **node.connection_kwargs,
+            )
+            writer = self._writers[node.name] = aredis.Redis(connection_pool=pool)
+        return writer
 
     async def _settle(self, client: RedisClient, marker: str, exc: Exception) -> None:
         """Returns if the interrupted transaction committed; raises `StoreUnavailable` if not."""
@@ -860,7 +888,7 @@ class RedisMemoryStore(MemoryStore):
             (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
-        async with _transaction(client) as transaction:
+        async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
             await pipe.watch(bank_key, *insert_keys, *set_keys)
             state = await pipe.eval(

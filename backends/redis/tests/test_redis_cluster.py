@@ -349,7 +349,11 @@ async def test_a_bank_whose_slot_moves_to_another_primary_answers_as_before(
         before = await answers()
         assert len(before[0]) == 20 and len(before[1]) == 150
         _move_slot(topology, topology.keyslot(f"{{{prefix}:{bank_id}}}"), source, target)
+        # The first call after the move is a write: its transaction meets MOVED on the old owner.
+        late = memory("late", unit(3), scope={"user_id": "u3"})
+        await store.apply(bank_id, WriteBatch(inserts=(late,)))
         assert await answers() == before
+        assert [r.memory_id for r in await store.get_memories(bank_id, ["late"], T)] == ["late"]
         fresh = RedisMemoryStore.from_uri(redis_cluster.url, key_prefix=prefix)
         try:
             await fresh.apply(bank_id, WriteBatch(deletes=("m003",)))
