@@ -9,14 +9,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from adk_memory import Client
-from adk_memory.testing.servers import (
-    chroma_http_url,
-    redis_cluster,
-    redis_cluster_url,
-    redis_url,
-)
+from adk_memory.testing.servers import chroma_http_url, redis_url
 
-__all__ = ["chroma_http_url", "redis_cluster", "redis_cluster_url", "redis_url"]
+__all__ = ["chroma_http_url", "redis_url"]
 
 BACKENDS = ["memory", "chroma", "chroma_http", "redis"]
 
