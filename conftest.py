@@ -1,5 +1,6 @@
-"""Fixtures shared by every test tree (`tests/`, `backends/*/tests/`), declared once here so that
-a session-scoped server is started once per test run, whichever trees are selected.
+"""Fixtures shared by every test tree (`tests/`, `backends/*/tests/`), declared once.
+
+Declared here, a session-scoped server starts once per test run, whichever trees are selected.
 
 `redis_cluster` / `redis_cluster_url`: one 3-primary Valkey cluster (or `REDIS_CLUSTER_URL`),
 started only when a selected test uses it.
