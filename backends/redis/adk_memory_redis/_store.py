@@ -428,9 +428,10 @@ class RedisMemoryStore(MemoryStore):
         return self._client
 
     async def _ready(self, action: str) -> RedisClient:
-        """The client, once the query engine is checked (on every primary of a cluster).
+        """The client, once the query engine is checked.
 
-        A one-server client is also checked not to point at a cluster node.
+        On a cluster, every primary that answers is checked (one that is down fails the calls on
+        its own banks only). A one-server client is also checked not to point at a cluster node.
         """
         client = self._redis()
         if not self._search_checked:
@@ -438,7 +439,7 @@ class RedisMemoryStore(MemoryStore):
                 if not isinstance(client, RedisCluster):
                     await self._refuse_cluster_node(client)
                 try:
-                    await self._list_indexes(client)
+                    await self._list_indexes(client, reachable_only=True)
                 except redis.exceptions.ResponseError as exc:
                     if "unknown command" in str(exc).lower():
                         raise FailedPrecondition(
@@ -459,13 +460,26 @@ class RedisMemoryStore(MemoryStore):
             )
 
     @staticmethod
-    async def _list_indexes(client: RedisClient) -> list[str]:
-        """The names of the search indexes, of every primary of a cluster."""
+    async def _list_indexes(client: RedisClient, *, reachable_only: bool = False) -> list[str]:
+        """The names of the search indexes, of every primary of a cluster.
+
+        With `reachable_only`, primaries that cannot be reached are left out, as long as one
+        answers.
+        """
         if not isinstance(client, RedisCluster):
             return [_text(name) for name in await _command(client, "FT._LIST")]
         await client.initialize()
-        per_node = [await node.execute_command("FT._LIST") for node in client.get_primaries()]
-        return sorted({_text(name) for names in per_node for name in names})
+        primaries = client.get_primaries()
+        names: set[str] = set()
+        unreachable: list[Exception] = []
+        for node in primaries:
+            try:
+                names.update(_text(name) for name in await node.execute_command("FT._LIST"))
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                unreachable.append(exc)
+        if unreachable and (not reachable_only or len(unreachable) == len(primaries)):
+            raise unreachable[0]
+        return sorted(names)
 
     @asynccontextmanager
     async def _call(self, action: str) -> AsyncIterator[RedisClient]:

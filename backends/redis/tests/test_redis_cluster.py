@@ -273,6 +273,16 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
         await store.apply(survivor, WriteBatch(inserts=(memory("alive", unit(0)),)))
         hits = await store.nearest(survivor, NearestQuery(KEY, unit(0), 1, T))
         assert [hit.record.memory_id for hit in hits] == ["alive"]
+        # A process that starts now (its first call checks every primary it can reach).
+        latecomer = RedisMemoryStore.from_uri(redis_cluster.url, key_prefix=prefix)
+        try:
+            assert [r.memory_id for r in await latecomer.get_memories(survivor, ["alive"], T)] == [
+                "alive"
+            ]
+            with pytest.raises(StoreUnavailable):
+                await latecomer.get_bank(doomed)
+        finally:
+            await latecomer.aclose()
         redis_cluster.restart(victim_port)
         tried = [f"w{index}" for index in range(len(acked) + 1)]  # the last one may have landed
         stored = {record.memory_id for record in await store.get_memories(doomed, tried, T)}
