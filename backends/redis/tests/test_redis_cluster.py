@@ -91,6 +91,17 @@ def _banks_per_primary(
     return found
 
 
+def _replicated(topology: redis.cluster.RedisCluster) -> set[str]:
+    """The names of the primaries that have a replica."""
+    nodes = _node_client(topology, topology.get_primaries()[0].name).cluster("NODES")
+    names = {info["node_id"]: name for name, info in nodes.items()}
+    return {
+        names[info["master_id"]]
+        for info in nodes.values()
+        if "slave" in info["flags"] and info["master_id"] in names
+    }
+
+
 def _node_client(topology: redis.cluster.RedisCluster, name: str) -> redis.Redis:
     node = topology.get_node(node_name=name)
     assert node is not None and node.redis_connection is not None
@@ -253,9 +264,11 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
     store = RedisMemoryStore.from_uri(
         redis_cluster.url, key_prefix=prefix, socket_timeout=2, connection_retries=1
     )
-    (victim, [doomed]), (_other, [survivor]), *_rest = _banks_per_primary(
-        topology, prefix, 1
-    ).items()
+    placement = _banks_per_primary(topology, prefix, 1)
+    replicated = _replicated(topology)
+    victim = next(name for name in placement if name not in replicated)  # no failover here
+    doomed = placement[victim][0]
+    survivor = next(ids[0] for name, ids in placement.items() if name != victim)
     victim_port = int(victim.rsplit(":", 1)[1])
     try:
         for bank_id in (doomed, survivor):
@@ -297,6 +310,68 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
         assert [hit.record.memory_id for hit in hits] == ["w0"]
     finally:
         redis_cluster.restart(victim_port)
+        await store.drop_all()
+        await store.aclose()
+
+
+async def test_a_primary_with_a_replica_fails_over_and_its_bank_comes_back_whole(
+    redis_cluster: ValkeyCluster | None, topology: redis.cluster.RedisCluster
+) -> None:
+    """Kill the primary that has a replica while a writer hammers its bank: the bank is
+    StoreUnavailable until the replica takes over, a bank elsewhere keeps working, and after the
+    failover the bank answers with no write half there (a memory and its revision, both or
+    neither), what had reached the replica included, and takes new writes."""
+    if redis_cluster is None:
+        pytest.skip("kills a node: needs the test's own cluster, not REDIS_CLUSTER_URL")
+    prefix = f"rf-{uuid.uuid4().hex[:8]}"
+    store = RedisMemoryStore.from_uri(
+        redis_cluster.url, key_prefix=prefix, socket_timeout=2, connection_retries=1
+    )
+    placement = _banks_per_primary(topology, prefix, 1)
+    victim = next(iter(_replicated(topology)))
+    doomed = placement[victim][0]
+    survivor = next(ids[0] for name, ids in placement.items() if name != victim)
+    victim_port = int(victim.rsplit(":", 1)[1])
+    try:
+        for bank_id in (doomed, survivor):
+            await store.create_bank(bank_record(bank_id))
+        first = WriteBatch(
+            inserts=(memory("first", unit(0)),), revisions=(revision("first", "r1"),)
+        )
+        await store.apply(doomed, first)
+        victim_client = _node_client(topology, victim)
+        assert await asyncio.to_thread(victim_client.execute_command, "WAIT", 1, 5000) == 1
+        acked: list[str] = []
+        writer = asyncio.create_task(_write_until_refused(store, doomed, acked))
+        while len(acked) < 20:
+            await asyncio.sleep(0.01)
+        redis_cluster.kill(victim_port)
+        await asyncio.wait_for(writer, timeout=60)
+        with pytest.raises(StoreUnavailable):
+            await store.get_memories(doomed, ["first"], T)
+        await store.apply(survivor, WriteBatch(inserts=(memory("alive", unit(0)),)))
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:  # the replica takes over after the node timeout (3 s) and an election
+            try:
+                found = await store.get_memories(doomed, ["first"], T)
+                break
+            except StoreUnavailable:
+                assert asyncio.get_running_loop().time() < deadline, "no failover in 30 s"
+                await asyncio.sleep(0.2)
+        assert [record.memory_id for record in found] == ["first"]
+        tried = [f"w{index}" for index in range(len(acked) + 1)]
+        stored = {record.memory_id for record in await store.get_memories(doomed, tried, T)}
+        revised = {
+            memory_id
+            for memory_id, revisions in (await store.list_revisions_many(doomed, tried, T)).items()
+            if revisions
+        }
+        assert stored == revised
+        await store.apply(doomed, WriteBatch(inserts=(memory("after", unit(5)),)))
+        hits = await store.nearest(doomed, NearestQuery(KEY, unit(5), 1, T))
+        assert [hit.record.memory_id for hit in hits] == ["after"]
+    finally:
+        redis_cluster.restart(victim_port)  # it comes back as the new primary's replica
         await store.drop_all()
         await store.aclose()
 
