@@ -34,10 +34,10 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[ValkeyCluster | None]:
-    """A 3-primary Valkey cluster (one primary with a replica) with the query engine, or None
-    when `REDIS_CLUSTER_URL` is set.
+    """A 3-primary Valkey cluster with the query engine, or None with `REDIS_CLUSTER_URL`.
 
-    Started only by a session that selects a test using it, once for the whole session.
+    One primary has a replica. Started only by a session that selects a test using it, once for
+    the whole session.
     """
     if os.environ.get("REDIS_CLUSTER_URL"):
         yield None
