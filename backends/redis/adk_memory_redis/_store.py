@@ -131,14 +131,15 @@ _SWEEP_CHUNK = 500
 _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
 _TIE_SLACK = 8
+"""Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
 _INDEXING_WAIT_SECONDS = 120.0
+"""How long a call waits for a rebuilt index to take in the bank's stored memories."""
 _SLOT_MOVED = (
     redis.exceptions.MovedError,
     redis.exceptions.AskError,
     redis.exceptions.TryAgainError,
 )
-"""A cluster answer to a transaction sent to a primary that no longer owns the bank's slot."""
-"""Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
+"""A cluster's answer to a transaction sent to a primary that no longer owns the bank's slot."""
 
 # KEYS: bank key, inserted memory keys..., revision sets...
 # ARGV: number of inserted keys. Returns the epoch, each inserted key's live_until (false when
@@ -886,7 +887,7 @@ class RedisMemoryStore(MemoryStore):
         ) from exc
 
     async def _try_apply(
-        self, client: RedisClient, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
+        self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
     ) -> bool:
         """One optimistic attempt; False when the bank's epoch changed."""
         insert_keys = [bank.memory(record.memory_id) for record in batch.inserts]
