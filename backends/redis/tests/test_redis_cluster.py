@@ -230,6 +230,18 @@ def test_cluster_uris_name_nodes_and_refuse_what_a_cluster_lacks() -> None:
         split_uri("cluster://a:7000", {})
 
 
+async def test_names_cannot_break_out_of_the_bank_hash_tag() -> None:
+    """A bank id or key prefix with a brace (or empty) could move keys of one bank to other slots;
+    both are refused before any I/O."""
+    store = RedisMemoryStore.from_uri("redis+cluster://127.0.0.1:1")
+    for bank_id in ["a}b", "{a}", "a{", "", "}"]:
+        with pytest.raises(InvalidArgument):
+            await store.get_bank(bank_id)
+    for prefix in ["p}", "{p", ""]:
+        with pytest.raises(InvalidArgument):
+            RedisMemoryStore.from_uri("redis+cluster://127.0.0.1:1", key_prefix=prefix)
+
+
 def test_the_backend_is_registered_for_the_cluster_schemes() -> None:
     assert store_class_for("redis+cluster://a:7000,b:7001") is RedisMemoryStore
     assert store_class_for("rediss+cluster://a:7000") is RedisMemoryStore
