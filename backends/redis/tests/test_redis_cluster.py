@@ -1,6 +1,7 @@
 """The Redis store on a Redis Cluster (`redis+cluster://`): conformance, layout, failures.
 
-The session's cluster has three primaries started from the pip wheels, or is `REDIS_CLUSTER_URL`.
+The session's cluster has three primaries (one with a replica) started from the pip wheels, or is
+`REDIS_CLUSTER_URL`.
 The Redis-specific tests that apply to a cluster run on it from `test_redis_cluster_specific.py`.
 """
 
