@@ -615,7 +615,8 @@ class RedisMemoryStore(MemoryStore):
         delay = 0.005
         while True:
             info = await client.ft(name).info()  # type: ignore[no-untyped-call]
-            if not float(_text(info.get("indexing", 0))):
+            indexing = {_text(key): value for key, value in info.items()}.get("indexing", 0)
+            if not float(_text(indexing)):  # RESP2 names the fields in str, RESP3 in bytes
                 return
             if time.monotonic() > deadline:
                 raise StoreUnavailable(
