@@ -153,7 +153,9 @@ def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConf
     """Splits a store URI into the connection URL and the store configuration.
 
     Args:
-        uri: `redis://[[user]:password@]host[:port][/db][?param=value&…]` or `rediss://…`.
+        uri: `redis://[[user]:password@]host[:port][/db][?param=value&…]`, `rediss://…`, or
+            `redis+cluster://[[user]:password@]host[:port][,host[:port]…][?…]` (TLS:
+            `rediss+cluster://…`).
         options: Keyword overrides of `RedisStoreConfig` fields.
 
     Returns:
@@ -314,6 +316,8 @@ def adapt_cluster_client(client: RedisCluster) -> RedisCluster:
     down the client could not re-initialise and even the live slots would fail; here the table
     comes from the first node that answers. redis-py has no public setter for the resolver.
     """
+    if isinstance(client.commands_parser, _LiveNodeCommandsParser):
+        return client  # adapted already (a client shared by several stores)
     keyed = CommandPolicies(
         request_policy=RequestPolicy.DEFAULT_KEYED, response_policy=ResponsePolicy.DEFAULT_KEYED
     )
