@@ -839,8 +839,9 @@ class RedisMemoryStore(MemoryStore):
                     return
                 self._banks.pop(bank_id, None)  # the epoch changed: reload and retry
             raise FailedPrecondition(
-                f"Writes to memory bank {bank_id!r} kept colliding with concurrent writers "
-                f"({self.config.write_retries} attempts); retry the request."
+                f"Writes to memory bank {bank_id!r} kept colliding with concurrent writers, or "
+                f"with its cluster slot being moved ({self.config.write_retries} attempts); "
+                "retry the request."
             )
 
     async def _writer(self, client: RedisClient, bank_key: str) -> aredis.Redis:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -392,9 +392,18 @@ async def test_a_primary_with_a_replica_fails_over_and_its_bank_comes_back_whole
 # Resharding: a bank's slot moves to another primary
 
 
-def _move_slot(topology: redis.cluster.RedisCluster, slot: int, source: str, target: str) -> None:
-    """Moves one slot and its keys from `source` to `target`, as `valkey-cli --cluster reshard`
-    does: IMPORTING/MIGRATING, MIGRATE in batches, then the new owner announced to every node."""
+def _move_slot(
+    topology: redis.cluster.RedisCluster,
+    slot: int,
+    source: str,
+    target: str,
+    *,
+    first_keys: list[str] | None = None,
+) -> Callable[[], None]:
+    """Starts moving one slot from `source` to `target` as `valkey-cli --cluster reshard` does
+    (IMPORTING/MIGRATING, then MIGRATE in batches) and returns the step that finishes it (the
+    rest of the keys, then the new owner announced to every node). With `first_keys`, only those
+    are migrated now, leaving the slot half moved; without, every key is."""
     source_client, target_client = _node_client(topology, source), _node_client(topology, target)
     source_id, target_id = (
         _text(c.execute_command("CLUSTER MYID")) for c in (source_client, target_client)
@@ -402,12 +411,23 @@ def _move_slot(topology: redis.cluster.RedisCluster, slot: int, source: str, tar
     target_client.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
     source_client.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
     host, port = target.rsplit(":", 1)
-    while keys := source_client.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+
+    def migrate(keys: list[Any]) -> None:
         source_client.execute_command("MIGRATE", host, int(port), "", 0, 5000, "KEYS", *keys)
-    for node in topology.get_primaries():
-        _node_client(topology, node.name).execute_command(
-            "CLUSTER SETSLOT", slot, "NODE", target_id
-        )
+
+    def finish() -> None:
+        while keys := source_client.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+            migrate(keys)
+        for node in topology.get_primaries():
+            _node_client(topology, node.name).execute_command(
+                "CLUSTER SETSLOT", slot, "NODE", target_id
+            )
+
+    if first_keys is None:
+        finish()
+    else:
+        migrate(first_keys)
+    return finish
 
 
 def _text(value: Any) -> str:
@@ -470,6 +490,38 @@ async def test_a_bank_whose_slot_moves_to_another_primary_answers_as_before(
     for name, expected in ((target, 0), (source, 1)):  # the old owner keeps an empty definition
         listed = _node_client(topology, name).execute_command("FT._LIST")
         assert sum(_text(index).startswith(f"{{{prefix}:") for index in listed) == expected
+
+
+async def test_a_write_during_a_half_moved_slot_is_refused_whole_then_lands(
+    redis_cluster: ValkeyCluster | None, topology: redis.cluster.RedisCluster
+) -> None:
+    """While a bank's slot is half moved (its bank key already on the new owner, its memories
+    still on the old one), a write is refused with a typed error and leaves nothing behind; once
+    the move is finished, the same write lands and the bank answers whole."""
+    if redis_cluster is None:
+        pytest.skip("reshards slots: needs the test's own cluster, not REDIS_CLUSTER_URL")
+    prefix = f"hm-{uuid.uuid4().hex[:8]}"
+    store = RedisMemoryStore.from_uri(redis_cluster.url, key_prefix=prefix, write_retries=3)
+    (source, [bank_id]), (target, _ids), *_rest = _banks_per_primary(topology, prefix, 1).items()
+    bank_key = f"{{{prefix}:{bank_id}}}:bank"
+    try:
+        await store.create_bank(bank_record(bank_id))
+        await store.apply(bank_id, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        finish = _move_slot(
+            topology, topology.keyslot(bank_key), source, target, first_keys=[bank_key]
+        )
+        batch = WriteBatch(inserts=(memory("m2", unit(1)),), revisions=(revision("m2", "r1"),))
+        with pytest.raises(FailedPrecondition, match="slot"):
+            await store.apply(bank_id, batch)
+        finish()
+        assert await store.get_memories(bank_id, ["m2"], T) == []
+        assert await store.list_revisions(bank_id, "m2", T) == []
+        await store.apply(bank_id, batch)
+        hits = await store.nearest(bank_id, NearestQuery(KEY, unit(1), 5, T))
+        assert [hit.record.memory_id for hit in hits] == ["m2", "m1"]
+    finally:
+        await store.drop_all()
+        await store.aclose()
 
 
 # Acceptance: five banks spread over the primaries give exactly the single-node results
