@@ -23,7 +23,8 @@ from adk_memory.engine import MemoryEngine
 from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
 from adk_memory.engine.convert import built, parse_model, to_memory, to_revision
 from adk_memory.engine.generate import events_from_session
-from adk_memory.engine.paging import decode_page_token, encode_page_token
+from adk_memory.engine.paging import Position, page_after
+from adk_memory.engine.retrieval import RETRIEVE_ALL_LIMIT
 from adk_memory.errors import InvalidArgument, Unimplemented
 from adk_memory.extensions import BankExtensions
 from adk_memory.names import Names
@@ -176,7 +177,7 @@ class AsyncMemories:
         simple_retrieval_params: Any = None,
         config: Any = None,
     ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
-        """Memories of exactly `scope`: the nearest `top_k`, all of them, or pages."""
+        """Memories of exactly `scope`: the nearest `top_k`, or pages (of all, 100 a page)."""
         checked = parse_model(types.RetrieveMemoriesConfig, config, field="config")
         similarity = _optional(
             types.RetrieveMemoriesRequestSimilaritySearchParams,
@@ -193,7 +194,13 @@ class AsyncMemories:
         async def fetch(
             token: str | None,
         ) -> tuple[list[types.RetrieveMemoriesResponseRetrievedMemory], str | None]:
-            params = simple.model_copy(update={"page_token": token}) if simple is not None else None
+            params = simple
+            if simple is not None:
+                params = simple.model_copy(update={"page_token": token})
+            elif token:  # a later page of retrieve-all: its token continues as simple retrieval
+                params = types.RetrieveMemoriesRequestSimpleRetrievalParams(
+                    page_size=RETRIEVE_ALL_LIMIT, page_token=token
+                )
             page = await self._engine.retrieval.retrieve(
                 bank_id,
                 scope=scope,
@@ -401,13 +408,21 @@ class AsyncMemoryBanks:
     async def list(self, *, config: Any = None) -> AsyncPager[types.MemoryBank]:
         """Every bank, oldest first, in pages."""
         checked = parse_model(types.ListMemoryBanksConfig, config, field="config")
+        if checked.page_size is not None and checked.page_size < 0:
+            raise InvalidArgument(
+                "config.page_size must not be negative.", field="config.page_size"
+            )
 
         async def fetch(token: str | None) -> tuple[list[types.MemoryBank], str | None]:
-            banks = [
-                to_memory_bank(record, self._engine.names)
-                for record in await self._engine.banks.list()
-            ]
-            return _slice(banks, checked.page_size, token, "memory_banks")
+            page = page_after(
+                await self._engine.banks.list(),
+                page_size=checked.page_size or 100,
+                token=token,
+                fingerprint="memory_banks",
+                position_of=lambda bank: Position((bank.create_time,), bank.bank_id),
+            )
+            names = self._engine.names
+            return [to_memory_bank(record, names) for record in page.items], page.next_page_token
 
         return await _first_page(fetch, checked.page_token)
 
@@ -582,6 +597,18 @@ class AsyncOperations:
     def __init__(self, engine: MemoryEngine) -> None:
         self._engine = engine
 
+    async def record_bank(self, bank: types.MemoryBank) -> types.MemoryBankOperation:
+        """A done operation for a bank create or update, recorded so that `get` finds it.
+
+        The REST server answers a bank create or update with one, as Agent Platform does; the
+        SDK may then get it by name (reference §2.12).
+        """
+        operation = types.MemoryBankOperation(done=True, response=bank)
+        operation.name = await self._engine.context.record_operation(
+            Names.parse_bank(bank.name or ""), "", "bank", operation
+        )
+        return operation
+
     async def get(self, name: str) -> Any:
         """The operation, typed by what produced it (e.g. `PurgeMemoriesOperation`)."""
         record = await self._engine.get_operation(name)
@@ -670,19 +697,6 @@ async def _first_page(fetch: Any, token: str | None) -> AsyncPager[Any]:
 
 def _optional(model: type[BaseModel], value: Any, field: str) -> Any:
     return None if value is None else parse_model(model, value, field=field)
-
-
-def _slice(
-    items: list[Any], page_size: int | None, token: str | None, fingerprint: str
-) -> tuple[list[Any], str | None]:
-    if page_size is not None and page_size < 0:
-        raise InvalidArgument("config.page_size must not be negative.", field="config.page_size")
-    size = page_size or 100
-    start = decode_page_token(token, fingerprint)
-    more = start + size < len(items)
-    return items[start : start + size], encode_page_token(
-        start + size, fingerprint
-    ) if more else None
 
 
 def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None]:

@@ -134,6 +134,7 @@ class Operations(_Resource):
     """`operations`."""
 
     get = _blocking(aio.AsyncOperations.get)
+    record_bank = _blocking(aio.AsyncOperations.record_bank)
 
 
 class Client:

@@ -80,7 +80,7 @@ FilterOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-_SCOPE_KEY = re.compile(r"^[A-Za-z0-9_.:+-]+$")
+_SCOPE_KEY = re.compile(r"[A-Za-z0-9_.:+-]+")
 
 _err = Console(stderr=True, highlight=False)
 _PIPE_WIDTH = 200  # tables written to a file or a pipe are not cut to 80 columns
@@ -110,7 +110,7 @@ def _errors(*, interrupt_ok: bool = False) -> Iterator[None]:
     except (typer.Exit, typer.Abort):
         raise
     except AdkMemoryError as exc:
-        _fail(f"{exc.code}: {exc}")
+        _fail(f"{exc.status}: {exc}")
     except KeyboardInterrupt:
         if interrupt_ok:
             return
@@ -229,7 +229,7 @@ def _scope_filter(scope: dict[str, str], user_filter: str | None) -> str | None:
     """`user_filter` AND `scope.KEY = "VALUE"` for each entry (list and purge)."""
     clauses = [f"({user_filter})"] if user_filter and user_filter.strip() else []
     for key, value in scope.items():
-        if not _SCOPE_KEY.match(key):
+        if not _SCOPE_KEY.fullmatch(key):
             raise InvalidArgument(
                 f"The scope key {key[:40]!r} cannot be used in a filter (letters, digits and "
                 "'_.:+-' only); use --filter on other fields instead.",
@@ -388,6 +388,17 @@ def serve(
             "--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
         ),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A Host name the server answers to (repeatable; '*' for any). Default: "
+            "loopback names without --keys, any with --keys."
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(help="An origin whose web pages may call the API (repeatable; CORS)."),
+    ] = None,
 ) -> None:
     """Serve the REST API for the official SDK and ADK, and the memory browser at /ui."""
     try:
@@ -403,7 +414,14 @@ def serve(
     with _errors():
         keys_path = keys or api_keys_file()
         api_keys = ApiKeys.from_file(keys_path) if keys_path else None
-        run_server(uri or default_uri(), host=host, port=port, api_keys=api_keys)
+        run_server(
+            uri or default_uri(),
+            host=host,
+            port=port,
+            api_keys=api_keys,
+            allowed_hosts=allowed_host or None,
+            cors_origins=cors_origin or (),
+        )
 
 
 @app.command()
@@ -683,7 +701,7 @@ def memories_retrieve(
             similarity_search_params=params,
             config={"filter": filter} if filter else None,
         )
-        return list(pager.page)
+        return [hit async for hit in pager]  # every page of a retrieve-all
 
     hits = _run(uri, work)
     if as_json:

@@ -95,12 +95,12 @@ _GEMINI_MODEL_RE = re.compile(
 )
 _VERTEX_ONLY_MODEL_RE = re.compile(r"^(?:text-embedding-|text-multilingual-embedding-)")
 _RESOURCE_NAME_RE = re.compile(
-    r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
-    r"/publishers/google/models/(?P<model>[^/]+)$"
+    r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+    r"/publishers/google/models/(?P<model>[^/]+)"
 )
-_PUBLISHER_NAME_RE = re.compile(r"^publishers/google/models/(?P<model>[^/]+)$")
-_GEMINI_API_NAME_RE = re.compile(r"^models/(?P<model>[^/]+)$")
-_HASH_MODEL_RE = re.compile(r"^hash-(?P<dimension>[1-9][0-9]*)$")
+_PUBLISHER_NAME_RE = re.compile(r"publishers/google/models/(?P<model>[^/]+)")
+_GEMINI_API_NAME_RE = re.compile(r"models/(?P<model>[^/]+)")
+_HASH_MODEL_RE = re.compile(r"hash-(?P<dimension>[1-9][0-9]*)")
 
 _GEMINI_DIMENSIONS = {
     "gemini-embedding-001": 3072,
@@ -156,9 +156,9 @@ def canonical_model_name(model: str | None) -> str:
     if not name or name in _DEFAULT_MODEL_ALIASES:
         return DEFAULT_EMBEDDING_MODEL
     for pattern in (_RESOURCE_NAME_RE, _PUBLISHER_NAME_RE):
-        if match := pattern.match(name):
+        if match := pattern.fullmatch(name):
             return match["model"]
-    if (match := _GEMINI_API_NAME_RE.match(name)) and _GEMINI_MODEL_RE.match(match["model"]):
+    if (match := _GEMINI_API_NAME_RE.fullmatch(name)) and _GEMINI_MODEL_RE.match(match["model"]):
         return match["model"]
     return name
 
@@ -198,7 +198,7 @@ def embedder_for(model: str | None, *, genai_client: Any | None = None) -> Embed
     """
     canonical = canonical_model_name(model)
     key: tuple[str, ...]
-    if match := _HASH_MODEL_RE.match(canonical):
+    if match := _HASH_MODEL_RE.fullmatch(canonical):
         key = ("hash", canonical)
     elif _is_gemini_model(canonical):
         # The cached embedder holds the client, so its id cannot be reused while cached.
@@ -687,7 +687,7 @@ class GeminiEmbedder(_CachingEmbedder):
             )
         self.dimension: int = output_dimensionality or native or 0
         self._output_dimensionality = output_dimensionality
-        self._resource = _RESOURCE_NAME_RE.match(raw)
+        self._resource = _RESOURCE_NAME_RE.fullmatch(raw)
         self._http_options = _http_options_model(http_options)
         self._client = client
         self._owns_client = client is None

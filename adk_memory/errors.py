@@ -1,28 +1,33 @@
 """Typed errors: every error adk-memory raises on purpose.
 
 ```
-AdkMemoryError                (INTERNAL, 500)
- ├── InvalidArgument          (INVALID_ARGUMENT, 400)   malformed request; `field` names the part
- ├── Unauthenticated          (UNAUTHENTICATED, 401)
- ├── PermissionDenied         (PERMISSION_DENIED, 403)
- ├── NotFound                 (NOT_FOUND, 404)
- ├── AlreadyExists            (ALREADY_EXISTS, 409)
- ├── FailedPrecondition       (FAILED_PRECONDITION, 400) the system is not in a state to do it
- ├── Aborted                  (ABORTED, 409)            a concurrent write changed what was read
- ├── ResourceExhausted        (RESOURCE_EXHAUSTED, 429) a documented limit was reached
- ├── Unimplemented            (UNIMPLEMENTED, 501)
- ├── StoreUnavailable         (UNAVAILABLE, 503)        the storage backend could not be reached
- └── ModelUnavailable         (UNAVAILABLE, 503)        the model failed or gave no valid answer
+google.genai.errors.APIError
+ └── AdkMemoryError              (INTERNAL, 500)
+      ├── InvalidArgument        (INVALID_ARGUMENT, 400)   malformed request; `field` names the part
+      ├── Unauthenticated        (UNAUTHENTICATED, 401)
+      ├── PermissionDenied       (PERMISSION_DENIED, 403)
+      ├── NotFound               (NOT_FOUND, 404)
+      ├── AlreadyExists          (ALREADY_EXISTS, 409)
+      ├── FailedPrecondition     (FAILED_PRECONDITION, 400) the system is not in a state to do it
+      ├── Aborted                (ABORTED, 409)            a concurrent write changed what was read
+      ├── ResourceExhausted      (RESOURCE_EXHAUSTED, 429) a documented limit was reached
+      ├── Unimplemented          (UNIMPLEMENTED, 501)
+      ├── StoreUnavailable       (UNAVAILABLE, 503)        the storage backend could not be reached
+      └── ModelUnavailable       (UNAVAILABLE, 503)        the model failed or gave no valid answer
 ```
 
-Each error carries its google.rpc code and HTTP status, so the REST layer needs no mapping table.
-Messages say what was wrong and how to fix it; they never contain a fact, a scope value or a
-password.
+Every 4xx error is also a `google.genai.errors.ClientError` and every 5xx one a `ServerError`,
+with `code` (the HTTP status), `status` (the google.rpc code) and `message` set as the SDK sets
+them, so code written against the SDK (`except genai_errors.ClientError`) catches ours too. The
+REST layer needs no mapping table. `str(error)` is the message alone. Messages say what was
+wrong and how to fix it; they never contain a fact, a scope value or a password.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any
+
+from google.genai.errors import APIError, ClientError, ServerError
 
 __all__ = [
     "Aborted",
@@ -40,93 +45,105 @@ __all__ = [
 ]
 
 
-class AdkMemoryError(Exception):
+class AdkMemoryError(APIError):
     """Root of every error adk-memory raises on purpose."""
 
-    code: ClassVar[str] = "INTERNAL"
-    http_status: ClassVar[int] = 500
+    code = 500
+    """The HTTP status (a class constant of each error, set on the instance as the SDK does)."""
+    status: str = "INTERNAL"
+    """The google.rpc code."""
+    message: str
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+        code, status = type(self).code, type(self).status
+        super().__init__(code, {"error": {"code": code, "message": message, "status": status}})
+        Exception.__init__(self, message)
         self.field = field  # the request field at fault, e.g. "scope.user_id" or "filter"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # APIError's own __reduce__ rebuilds a plain APIError, losing the class and `field`.
+        return (_rebuild, (type(self), self.message, self.field))
 
-class InvalidArgument(AdkMemoryError):
+
+def _rebuild(cls: type[AdkMemoryError], message: str, field: str | None) -> AdkMemoryError:
+    return cls(message, field=field)
+
+
+class InvalidArgument(AdkMemoryError, ClientError):
     """The request is malformed; `field` names the part to fix."""
 
-    code = "INVALID_ARGUMENT"
-    http_status = 400
+    code = 400
+    status = "INVALID_ARGUMENT"
 
 
-class Unauthenticated(AdkMemoryError):
+class Unauthenticated(AdkMemoryError, ClientError):
     """The request carries no valid credentials."""
 
-    code = "UNAUTHENTICATED"
-    http_status = 401
+    code = 401
+    status = "UNAUTHENTICATED"
 
 
-class PermissionDenied(AdkMemoryError):
+class PermissionDenied(AdkMemoryError, ClientError):
     """The credentials are valid but lack the permission or the bank."""
 
-    code = "PERMISSION_DENIED"
-    http_status = 403
+    code = 403
+    status = "PERMISSION_DENIED"
 
 
-class NotFound(AdkMemoryError):
+class NotFound(AdkMemoryError, ClientError):
     """The named resource does not exist (or has expired)."""
 
-    code = "NOT_FOUND"
-    http_status = 404
+    code = 404
+    status = "NOT_FOUND"
 
 
-class AlreadyExists(AdkMemoryError):
+class AlreadyExists(AdkMemoryError, ClientError):
     """A resource with that name exists already."""
 
-    code = "ALREADY_EXISTS"
-    http_status = 409
+    code = 409
+    status = "ALREADY_EXISTS"
 
 
-class FailedPrecondition(AdkMemoryError):
+class FailedPrecondition(AdkMemoryError, ClientError):
     """The request is valid but the system is not in a state to carry it out."""
 
-    code = "FAILED_PRECONDITION"
-    http_status = 400
+    code = 400
+    status = "FAILED_PRECONDITION"
 
 
-class Aborted(AdkMemoryError):
+class Aborted(AdkMemoryError, ClientError):
     """A concurrent write changed or removed what this request read; nothing was changed.
 
     Read again and retry: the message says what changed.
     """
 
-    code = "ABORTED"
-    http_status = 409
+    code = 409
+    status = "ABORTED"
 
 
-class ResourceExhausted(AdkMemoryError):
+class ResourceExhausted(AdkMemoryError, ClientError):
     """A documented size or count limit was reached."""
 
-    code = "RESOURCE_EXHAUSTED"
-    http_status = 429
+    code = 429
+    status = "RESOURCE_EXHAUSTED"
 
 
-class Unimplemented(AdkMemoryError):
+class Unimplemented(AdkMemoryError, ServerError):
     """The feature exists in the managed service but not here."""
 
-    code = "UNIMPLEMENTED"
-    http_status = 501
+    code = 501
+    status = "UNIMPLEMENTED"
 
 
-class StoreUnavailable(AdkMemoryError):
+class StoreUnavailable(AdkMemoryError, ServerError):
     """The storage backend could not be reached or failed mid-call; nothing was changed."""
 
-    code = "UNAVAILABLE"
-    http_status = 503
+    code = 503
+    status = "UNAVAILABLE"
 
 
-class ModelUnavailable(AdkMemoryError):
+class ModelUnavailable(AdkMemoryError, ServerError):
     """The memory model could not be called, timed out, or gave no valid answer; nothing changed."""
 
-    code = "UNAVAILABLE"
-    http_status = 503
+    code = 503
+    status = "UNAVAILABLE"

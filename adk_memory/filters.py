@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import re2  # google-re2 ships no type information (see [tool.mypy] overrides)
 
+from adk_memory.bounds import TIME_RANGE, bounded_time
 from adk_memory.errors import InvalidArgument
 from adk_memory.types import MANAGED_TOPIC_NAMES
 
@@ -571,7 +572,7 @@ class _Parser:
                     value_pos,
                     f"{_clip(raw)} is not a time",
                     'Write an RFC 3339 time such as "2025-01-01T00:00:00Z" or an integer of '
-                    "microseconds since the epoch.",
+                    f"microseconds since the epoch, within {TIME_RANGE}.",
                 )
             return Condition(name, op, when)
         if name == _MANAGED:
@@ -805,12 +806,12 @@ def _metadata_value(
         return value
     if kind == "timestamp_value":
         if isinstance(value, datetime):
-            return _as_utc(value)
+            return bounded_time(value, field=field)
         if isinstance(value, str) and (when := _parse_time(value, micros=False)) is not None:
             return when
         raise InvalidArgument(
             f"{where}.value.timestamp_value must be an RFC 3339 time such as "
-            '"2025-01-01T00:00:00Z".',
+            f'"2025-01-01T00:00:00Z", within {TIME_RANGE}.',
             field=field,
         )
     expected = {"string_value": "a string", "double_value": "a number", "bool_value": "a bool"}

@@ -5,6 +5,13 @@ read-decide-write. Each store names the provider that fits it: in-process for `m
 lock for embedded Chroma on one host, Redis for Redis and for a Chroma server shared by several
 hosts (`adk_memory_redis.RedisLockProvider`). A lock has a lease, so a holder that dies does not
 block the scope forever; waiting is bounded and ends in `ResourceExhausted`.
+
+Fencing: `lock()` yields a `Lease`. A write decided under the lock carries it
+(`WriteBatch.fence`), and the store refuses the write with `Aborted` once the lease is no longer
+held, checked inside the same atomic write where the lock lives in the store (Redis: the lock
+key is WATCHed and compared in the write's transaction), else just before the write. In-process
+and file locks end only with their holder (or its block), so their lease fails only when used
+after the block.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -19,12 +27,25 @@ from typing import Protocol, runtime_checkable
 
 import filelock
 
-from adk_memory.errors import ResourceExhausted
+from adk_memory.errors import Aborted, ResourceExhausted
 
-__all__ = ["FileLockProvider", "InProcessLockProvider", "LockProvider"]
+__all__ = ["FileLockProvider", "HeldLock", "InProcessLockProvider", "Lease", "LockProvider"]
 
 DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_WAIT_SECONDS = 60.0
+
+
+@runtime_checkable
+class Lease(Protocol):
+    """One holding of a lock: the fencing token a write carries (`WriteBatch.fence`)."""
+
+    name: str
+    token: str
+    """Unique to this holding."""
+
+    async def verify(self) -> None:
+        """Raises `Aborted` if this holding has ended (lease lapsed, lock released)."""
+        ...
 
 
 @runtime_checkable
@@ -37,9 +58,31 @@ class LockProvider(Protocol):
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
-    ) -> AbstractAsyncContextManager[None]:
+    ) -> AbstractAsyncContextManager[Lease]:
         """Holds `name` for the block; `ResourceExhausted` if not acquired within `wait_seconds`."""
         ...
+
+
+class HeldLock:
+    """The lease of an in-process or file lock: held from acquisition to the end of the block."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.token = uuid.uuid4().hex
+        self.released = False
+
+    async def verify(self) -> None:
+        """Raises `Aborted` once the block holding the lock has ended."""
+        if self.released:
+            raise lease_lapsed(self.name)
+
+
+def lease_lapsed(name: str) -> Aborted:
+    """The error of a write whose lock lease ended before it committed."""
+    return Aborted(
+        f"The lock {name[:80]!r} this write was decided under is no longer held (its lease "
+        "ran out, and another request may have written since); nothing was written. Retry."
+    )
 
 
 def _timed_out(name: str, wait_seconds: float) -> ResourceExhausted:
@@ -65,16 +108,18 @@ class InProcessLockProvider:
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[HeldLock]:
         """Holds `name` for the block."""
         held = self._locks.setdefault(name, asyncio.Lock())
         try:
             await asyncio.wait_for(held.acquire(), timeout=wait_seconds)
         except TimeoutError:
             raise _timed_out(name, wait_seconds) from None
+        lease = HeldLock(name)
         try:
-            yield
+            yield lease
         finally:
+            lease.released = True
             held.release()
 
 
@@ -94,7 +139,7 @@ class FileLockProvider:
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[HeldLock]:
         """Holds `name` for the block (polling the file lock without blocking the loop)."""
         self._directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
@@ -108,7 +153,9 @@ class FileLockProvider:
                 if time.monotonic() >= deadline:
                     raise _timed_out(name, wait_seconds) from None
                 await asyncio.sleep(0.02)
+        lease = HeldLock(name)
         try:
-            yield
+            yield lease
         finally:
+            lease.released = True
             file_lock.release()

@@ -2,7 +2,12 @@
 
 Parsing accepts full names with any project and location, and the short forms that start at
 `reasoningEngines/` (SPEC §2). Formatting always uses the client's prefix. Ids are validated
-here, so a malformed name is an `InvalidArgument` that quotes the expected format.
+here, so a malformed name is an `InvalidArgument` that quotes the expected format. Every rule
+matches the whole string (`fullmatch`): `re.match` with `$` would let a trailing newline through,
+making `note` plus a newline a memory distinct from `note`.
+
+A memory id chosen at create starts with a letter; a memory id inside a name may also be
+numeric, as Memory Bank generates them (`…/memories/3858070028511346688`).
 """
 
 from __future__ import annotations
@@ -15,17 +20,18 @@ from adk_memory.errors import InvalidArgument
 
 __all__ = ["MEMORY_ID_PATTERN", "Names", "new_bank_id", "new_memory_id", "validate_memory_id"]
 
-MEMORY_ID_PATTERN = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
-_BANK_ID_PATTERN = re.compile(r"^(\d{1,30}|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)$")
-_REVISION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+MEMORY_ID_PATTERN = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+_NAMED_MEMORY_ID_PATTERN = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_BANK_ID_PATTERN = re.compile(r"\d{1,30}|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_REVISION_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _OPERATION_ID_PATTERN = _REVISION_ID_PATTERN
-_PREFIX = re.compile(r"^(?:projects/[^/]+/locations/[^/]+/)?(?:reasoningEngines|memoryBanks)/")
+_PREFIX = re.compile(r"(?:projects/[^/\n]+/locations/[^/\n]+/)?(?:reasoningEngines|memoryBanks)/")
 _BANK_FORMAT = "projects/{project}/locations/{location}/reasoningEngines/{bank}"
 
 
 def validate_memory_id(memory_id: str, *, field: str = "memory_id") -> str:
     """Returns the id if it matches Memory Bank's memory-id rule, else raises InvalidArgument."""
-    if not isinstance(memory_id, str) or not MEMORY_ID_PATTERN.match(memory_id):
+    if not isinstance(memory_id, str) or not MEMORY_ID_PATTERN.fullmatch(memory_id):
         raise InvalidArgument(
             f"{field} must be 1-63 characters of lowercase letters, digits and '-', starting "
             "with a letter and ending with a letter or digit (e.g. 'my-memory-1').",
@@ -94,7 +100,7 @@ class Names:
         shapes = (["operations", "*"], ["memories", "*", "operations", "*"])
         if not any(_shape_matches(segments, shape) for shape in shapes):
             raise _bad_name(name, field, "…/reasoningEngines/{bank}[/memories/{m}]/operations/{id}")
-        if not _OPERATION_ID_PATTERN.match(segments[-1]):
+        if not _OPERATION_ID_PATTERN.fullmatch(segments[-1]):
             raise _bad_name(name, field, "an operation id of letters, digits, '-' and '_'")
         return bank_id, path
 
@@ -112,7 +118,7 @@ def _strip_prefix(name: str, field: str) -> str:
 
 
 def _check_bank_id(bank_id: str, name: str, field: str) -> None:
-    if not _BANK_ID_PATTERN.match(bank_id):
+    if not _BANK_ID_PATTERN.fullmatch(bank_id):
         raise _bad_name(name, field, "a bank id that is numeric or [a-z0-9-]")
 
 
@@ -131,9 +137,13 @@ def _parse(name: str, field: str, kinds: tuple[str, ...]) -> list[str]:
             raise _bad_name(name, field, expected)
         ids.append(value)
     _check_bank_id(ids[0], name, field)
-    if len(ids) > 1:
-        validate_memory_id(ids[1], field=f"the memory id in {field}")
-    if len(ids) > 2 and not _REVISION_ID_PATTERN.match(ids[2]):
+    if len(ids) > 1 and not _NAMED_MEMORY_ID_PATTERN.fullmatch(ids[1]):
+        raise _bad_name(
+            name,
+            field,
+            "a memory id of 1-63 lowercase letters, digits and '-' (or Memory Bank's numeric ids)",
+        )
+    if len(ids) > 2 and not _REVISION_ID_PATTERN.fullmatch(ids[2]):
         raise _bad_name(name, field, expected)
     return ids
 

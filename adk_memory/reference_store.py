@@ -30,7 +30,9 @@ from adk_memory.store import (
     ScoredRecord,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
     check_dimensions,
+    check_expectations,
     sort_records,
 )
 
@@ -101,6 +103,11 @@ class _Bank:
         return self.scopes[key]
 
 
+def _live_update_time(bank: _Bank, memory_id: str, now: datetime) -> datetime | None:
+    record = bank.memories.get(memory_id)
+    return record.update_time if record is not None and record.is_live(now) else None
+
+
 _SHARED: dict[str, dict[str, _Bank]] = {}
 _SHARED_LOCKS: dict[str, InProcessLockProvider] = {}
 
@@ -164,9 +171,21 @@ class ReferenceMemoryStore(MemoryStore):
         self._banks.pop(bank_id, None)
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch, or raises and changes nothing."""
+        """Applies the whole batch, or raises and changes nothing.
+
+        Atomic because nothing below the fence checks awaits: no other task runs in between.
+        """
+        for lease in batch.fences:
+            await lease.verify()
         bank = self._bank(bank_id)
         check_dimensions(batch, bank.record.embedding_dimension)
+        check_expectations(
+            batch.expect,
+            {
+                expected.memory_id: _live_update_time(bank, expected.memory_id, expected.now)
+                for expected in batch.expect
+            },
+        )
         documents = {
             (document.kind, document.key): json.loads(json.dumps(dict(document.body)))
             for document in batch.documents
@@ -212,17 +231,16 @@ class ReferenceMemoryStore(MemoryStore):
             pool *= 4
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit."""
-        found = [
+        """Live memories matching the query in its order, after its cursor, up to its limit."""
+        check_cursor(query)
+        found = (
             record
             for record in self._bank(bank_id).memories.values()
             if (query.scope_key is None or record.scope_key == query.scope_key)
             and record.is_live(query.now)
             and matches(query.filter, record)
-        ]
-        ordered = sort_records(found, query)
-        end = None if query.limit is None else query.offset + query.limit
-        return ordered[query.offset : end]
+        )
+        return sort_records(found, query)
 
     async def list_revisions(
         self, bank_id: str, memory_id: str, now: datetime

@@ -68,7 +68,7 @@ class IngestScheduler:
             try:
                 keys = await self._engine.ingest.due_streams(bank.bank_id)
             except AdkMemoryError as exc:
-                logger.warning("Listing due streams of a bank failed: %s", exc.code)
+                logger.warning("Listing due streams of a bank failed: %s", exc.status)
                 continue
             for key in keys:
                 changed += await self._flush(bank.bank_id, key)
@@ -111,7 +111,7 @@ class IngestScheduler:
         try:
             removed = await self._engine.store.sweep_expired(bank_id, self._engine.context.clock())
         except AdkMemoryError as exc:
-            logger.warning("Sweeping expired memories failed: %s", exc.code)
+            logger.warning("Sweeping expired memories failed: %s", exc.status)
             return
         if removed:
             logger.info("Swept %d expired records from a bank", removed)
@@ -122,7 +122,7 @@ class IngestScheduler:
         except ResourceExhausted:
             return 0  # another flush holds the stream; it will take these events too
         except AdkMemoryError as exc:
-            logger.warning("Ingest flush failed: %s", exc.code)
+            logger.warning("Ingest flush failed: %s", exc.status)
             return 0
 
     def _track(self, task: asyncio.Task[None] | asyncio.Task[int]) -> None:

@@ -2,8 +2,8 @@
 
 The engine validates every request, computes embeddings, expiry and revisions, and hands the
 store finished records. A store persists them and answers three kinds of reads: by id, nearest
-neighbours within one scope, and ordered scans (of memories, and keyset pages of the ids that
-have revisions). It never sees scope text in a query (only the
+neighbours within one scope, and ordered keyset scans (of memories, resuming strictly after a
+`ScanCursor`; and of the ids that have revisions). It never sees scope text in a query (only the
 `ScopeKey` digest), never reads the wall clock (`now` is passed in) and never calls a model.
 
 Filters arrive as `adk_memory.filters.FilterExpr` trees. A store declares in
@@ -16,36 +16,44 @@ The contract is tested by `adk_memory.testing.conformance.MemoryStoreConformance
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
-from adk_memory.errors import InvalidArgument
+from adk_memory.errors import Aborted, InvalidArgument
 from adk_memory.scope import ScopeKey
 
 if TYPE_CHECKING:
     from adk_memory.filters import FilterExpr
-    from adk_memory.locks import LockProvider
+    from adk_memory.locks import Lease, LockProvider
 
 __all__ = [
     "BankRecord",
     "DocumentRecord",
+    "Expectation",
     "MemoryRecord",
     "MemoryStore",
     "MetadataValue",
     "NearestQuery",
     "OperationRecord",
     "RevisionRecord",
+    "ScanCursor",
     "ScanQuery",
     "ScoredRecord",
     "SortKey",
     "StoreCapabilities",
     "TopicRef",
     "WriteBatch",
+    "check_cursor",
     "check_dimensions",
+    "check_expectations",
+    "cursor_of",
     "sort_records",
 ]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 MetadataValue = str | float | bool | datetime
 """A metadata value: Memory Bank's string, double, bool or timestamp (test `bool` first)."""
@@ -157,6 +165,20 @@ class DocumentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Expectation:
+    """A precondition of a batch, checked by the store atomically with the batch's writes.
+
+    `update_time` set: a live memory `memory_id` must exist with exactly that update time (the
+    engine makes a memory's update time grow with every write, so it is its version). None: no
+    live memory may have the id. Liveness is judged at `now`.
+    """
+
+    memory_id: str
+    now: datetime
+    update_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WriteBatch:
     """One logical write: every part is applied, or none is."""
 
@@ -170,6 +192,13 @@ class WriteBatch:
     documents: tuple[DocumentRecord, ...] = ()
     """Documents created or replaced together with the memories (a later one of the same kind
     and key wins); a batch that fails writes none of them."""
+    expect: tuple[Expectation, ...] = ()
+    """Checked atomically with the writes; one that does not hold fails the whole batch with
+    `Aborted` (see `check_expectations`), and nothing is written."""
+    fences: tuple[Lease, ...] = ()
+    """The leases of the locks the batch was decided under: a batch one of whose leases lapsed
+    (another holder may have taken the lock) fails with `Aborted`, checked atomically with the
+    writes where the lock lives in the store itself (Redis), else just before them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +231,31 @@ class SortKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ScanCursor:
+    """A keyset position in a scan's order: just after the memory with these sort values and id.
+
+    A scan resuming from a cursor returns only memories that sort strictly after it, whether or
+    not that memory still exists, so writes between two pages neither repeat nor skip a memory
+    that sorts after the cursor (a memory written meanwhile before it is simply not seen).
+    """
+
+    values: tuple[datetime, ...]
+    """The memory's value of each `ScanQuery.order_by` field, in that order."""
+    memory_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ScanQuery:
-    """Live memories in a stable order, optionally of one scope and filtered, as one slice."""
+    """Live memories in a stable order, optionally of one scope and filtered, as one keyset page."""
 
     now: datetime
     scope_key: ScopeKey | None = None
     filter: FilterExpr | None = None
     order_by: tuple[SortKey, ...] = (SortKey("create_time"),)
-    offset: int = 0
+    after: ScanCursor | None = None
+    """Only memories sorting strictly after this position; it has one value per `order_by` key."""
     limit: int | None = None
+    """At most this many, the first in order (None: all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,12 +268,55 @@ class StoreCapabilities:
     """True when the backend reclaims expired memories itself (Redis key expiry)."""
 
 
-def sort_records(records: Sequence[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
-    """Orders records by the query's sort keys, then memory id ascending (a stable total order)."""
-    ordered = sorted(records, key=lambda record: record.memory_id)
-    for key in reversed(query.order_by):
-        ordered.sort(key=lambda record: getattr(record, key.field), reverse=key.descending)
-    return ordered
+def _position(values: Sequence[datetime], memory_id: str, order_by: Sequence[SortKey]) -> Any:
+    """A tuple that sorts in the scan's order: each field (negated when descending), then id."""
+    terms = [
+        _EPOCH - value if key.descending else value - _EPOCH
+        for value, key in zip(values, order_by, strict=True)
+    ]
+    return (*terms, memory_id)
+
+
+def cursor_of(record: MemoryRecord, order_by: Sequence[SortKey]) -> ScanCursor:
+    """The cursor that resumes a scan in `order_by` just after `record`."""
+    return ScanCursor(tuple(getattr(record, key.field) for key in order_by), record.memory_id)
+
+
+def cursor_key(cursor: ScanCursor, order_by: Sequence[SortKey]) -> Any:
+    """A value that compares as cursors sort in `order_by` (greater: later in the scan)."""
+    return _position(cursor.values, cursor.memory_id, order_by)
+
+
+def _record_key(order_by: Sequence[SortKey]) -> Callable[[MemoryRecord], Any]:
+    def key(record: MemoryRecord) -> Any:
+        values = [getattr(record, sort.field) for sort in order_by]
+        return _position(values, record.memory_id, order_by)
+
+    return key
+
+
+def sort_records(records: Iterable[MemoryRecord], query: ScanQuery) -> list[MemoryRecord]:
+    """The first `query.limit` records after `query.after`, in the query's order.
+
+    The order is total: the sort keys, then memory id ascending.
+    """
+    key = _record_key(query.order_by)
+    if query.after is not None:
+        start = cursor_key(query.after, query.order_by)
+        records = (record for record in records if key(record) > start)
+    if query.limit is None:
+        return sorted(records, key=key)
+    return heapq.nsmallest(query.limit, records, key=key)
+
+
+def check_cursor(query: ScanQuery) -> None:
+    """Refuses a cursor whose values do not match the query's sort keys (a store's first check)."""
+    if query.after is not None and len(query.after.values) != len(query.order_by):
+        raise InvalidArgument(
+            f"A scan cursor has {len(query.after.values)} sort values for "
+            f"{len(query.order_by)} order_by keys.",
+            field="page_token",
+        )
 
 
 def check_dimensions(batch: WriteBatch, dimension: int) -> None:
@@ -239,6 +327,40 @@ def check_dimensions(batch: WriteBatch, dimension: int) -> None:
                 f"Memory {record.memory_id!r} has a {len(record.embedding)}-dimensional embedding; "
                 f"its bank holds {dimension}-dimensional ones. Re-embed with the bank's model.",
                 field="embedding",
+            )
+
+
+def _utc(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def check_expectations(
+    expectations: Sequence[Expectation], found: Mapping[str, datetime | None]
+) -> None:
+    """Raises `Aborted` for the first expectation `found` breaks.
+
+    `found` maps each expected id to the update time of its memory live at the expectation's
+    `now` (None when there is none), as read by the store inside its atomic write.
+    """
+    for expected in expectations:
+        current = found.get(expected.memory_id)
+        if expected.update_time is None:
+            if current is not None:
+                raise Aborted(
+                    f"Memory {expected.memory_id!r} was created by a concurrent write while this "
+                    "request ran; nothing was written. Read it and retry."
+                )
+        elif current is None:
+            raise Aborted(
+                f"Memory {expected.memory_id!r} was deleted (or expired) by a concurrent write "
+                "after this request read it; nothing was written."
+            )
+        elif _utc(current) != _utc(expected.update_time):
+            raise Aborted(
+                f"Memory {expected.memory_id!r} was changed by a concurrent write after this "
+                f"request read it (its update_time is now {_utc(current).isoformat()}, was "
+                f"{_utc(expected.update_time).isoformat()}); nothing was written. Read it again "
+                "and retry."
             )
 
 
@@ -294,7 +416,12 @@ class MemoryStore(Protocol):
         ...
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit."""
+        """Up to `limit` live memories matching the query, in its order, after `query.after`.
+
+        A keyset page: the order is total (sort keys, then memory id ascending) and a page
+        resumes strictly after its cursor, with no offset and no cap on how deep a scan goes.
+        Fewer than `limit` memories means none is left: callers end a listing on a short page.
+        """
         ...
 
     # Revisions

@@ -82,7 +82,7 @@ RESULTS = "adk_memory.results"
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.36.0"
 # Only a well-formed bank id is recorded (a malformed name is the caller's text, kept out).
 _BANK_IN_NAME = re.compile(
-    r"(?:^|/)(?:reasoningEngines|memoryBanks)/(\d{1,30}|[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:/|$)"
+    r"(?:^|/)(?:reasoningEngines|memoryBanks)/(\d{1,30}|[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:/|\Z)"
 )
 _T = TypeVar("_T")
 _C = TypeVar("_C", bound=type)
@@ -103,7 +103,7 @@ def _tracer() -> trace.Tracer:
 
 
 def _error_type(exc: BaseException) -> str:
-    return exc.code if isinstance(exc, AdkMemoryError) else type(exc).__name__
+    return exc.status if isinstance(exc, AdkMemoryError) else type(exc).__name__
 
 
 @contextlib.contextmanager

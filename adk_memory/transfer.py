@@ -43,6 +43,7 @@ import numpy as np
 
 from adk_memory.embeddings import canonical_model_name
 from adk_memory.engine.ingest import STREAM_KIND
+from adk_memory.engine.memories import owner_scopes
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from adk_memory.filters import Condition, Op, partition
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
@@ -714,6 +715,7 @@ class _Importer:
             for index, vector in zip(missing, vectors, strict=True):
                 self.memories[index] = replace(self.memories[index], embedding=vector)
             self.counts["reembedded"] += len(missing)
+        await self._check_one_scope_per_id(bank.bank_id)
         batch = WriteBatch(upserts=tuple(self.memories), revisions=tuple(self.revisions))
         await self.store.apply(bank.bank_id, batch)
         self.counts["memory"] += len(self.memories)
@@ -721,6 +723,30 @@ class _Importer:
         self.memories, self.revisions = [], []
         if self.progress is not None:
             self.progress(self.counts["memory"], None)
+
+    async def _check_one_scope_per_id(self, bank_id: str) -> None:
+        """Refuses a batch that would give one memory id records of two scopes.
+
+        A memory's revisions belong to its one scope (as for `memories.create`): a merge must not
+        add another scope's memory or revisions to an id whose history the bank holds.
+        """
+        incoming: dict[str, set[ScopeKey]] = {}
+        items: list[MemoryRecord | RevisionRecord] = [*self.memories, *self.revisions]
+        for item in items:
+            incoming.setdefault(item.memory_id, set()).add(item.scope_key)
+        now = self.engine.context.clock()
+        owners = await owner_scopes(self.store, bank_id, list(incoming), now)
+        for memory_id, scopes in incoming.items():
+            if memory_id in owners:
+                scopes = scopes | {owners[memory_id][0]}
+            if len(scopes) > 1:
+                raise AlreadyExists(
+                    f"Memory id {memory_id!r} would hold records of {len(scopes)} scopes (the "
+                    "file's, or the file's and the bank's); a memory and its revisions belong "
+                    "to one scope. Nothing of this batch was written; import into another bank "
+                    "or remove that memory from the file.",
+                    field="file",
+                )
 
     def summary(self) -> TransferSummary:
         assert self.bank is not None

@@ -50,6 +50,13 @@ def validate_bank_config(config: types.ReasoningEngineContextSpecMemoryBankConfi
                 parse_duration(
                     getattr(granular, name), field=f"ttl_config.granular_ttl_config.{name}"
                 )
+    generation = config.generation_config
+    trigger = generation.generation_trigger_config if generation else None
+    rule = trigger.generation_rule if trigger else None
+    if rule is not None:
+        where = "generation_config.generation_trigger_config.generation_rule"
+        parse_duration(rule.fixed_interval, field=f"{where}.fixed_interval")
+        parse_duration(rule.idle_duration, field=f"{where}.idle_duration")
 
 
 def _check_generation_model(

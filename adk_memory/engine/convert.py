@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from adk_memory import types
+from adk_memory.bounds import bounded_duration, bounded_time
 from adk_memory.errors import InvalidArgument
 from adk_memory.names import Names
 from adk_memory.store import MemoryRecord, MetadataValue, RevisionRecord, TopicRef
@@ -38,7 +40,7 @@ MAX_FACT_LENGTH = 100_000
 MAX_METADATA_ENTRIES = 100
 """Most metadata keys on one memory (a documented limit)."""
 M = TypeVar("M", bound=BaseModel)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d{1,9})?)s\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d{1,9})?)s\s*")
 
 
 _WRONG_TYPE = (
@@ -95,22 +97,21 @@ def check_unicode(value: Any, *, field: str) -> None:
 
 
 def parse_duration(value: Any, *, field: str) -> timedelta | None:
-    """A protobuf JSON duration (`"86400s"`, `"1.5s"`) or a timedelta; None stays None."""
+    """A protobuf JSON duration (`"86400s"`, `"1.5s"`) or a timedelta, bounded; None stays None.
+
+    The bound is `adk_memory.bounds.MAX_DURATION`.
+    """
     if value is None:
         return None
     if isinstance(value, timedelta):
-        duration = value
-    else:
-        match = _DURATION.match(str(value)) if isinstance(value, str) else None
-        if match is None:
-            raise InvalidArgument(
-                f"{field} must be a duration in seconds such as '86400s', not {str(value)[:40]!r}.",
-                field=field,
-            )
-        duration = timedelta(seconds=float(match.group(1)))
-    if duration <= timedelta(0):
-        raise InvalidArgument(f"{field} must be positive.", field=field)
-    return duration
+        return bounded_duration(value, field=field)
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise InvalidArgument(
+            f"{field} must be a duration in seconds such as '86400s', not {str(value)[:40]!r}.",
+            field=field,
+        )
+    return bounded_duration(Decimal(match.group(1)), field=field)
 
 
 def to_utc(value: datetime | None, *, field: str = "time") -> datetime | None:
@@ -119,7 +120,7 @@ def to_utc(value: datetime | None, *, field: str = "time") -> datetime | None:
         return None
     if not isinstance(value, datetime):
         raise InvalidArgument(f"{field} must be a timestamp.", field=field)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return bounded_time(value, field=field)
 
 
 def topics_from_request(

@@ -28,7 +28,12 @@ from adk_memory import types
 from adk_memory.engine.context import EngineContext, LoadedBank
 from adk_memory.engine.convert import metadata_from_request, to_utc, topics_from_request
 from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
-from adk_memory.engine.memories import new_revision_id, validate_fact
+from adk_memory.engine.memories import (
+    new_revision_id,
+    next_update_time,
+    unchanged,
+    validate_fact,
+)
 from adk_memory.engine.profiles import (
     PROFILE_TYPE,
     ProfileSchema,
@@ -37,7 +42,7 @@ from adk_memory.engine.profiles import (
     schemas_for,
     validate_profile,
 )
-from adk_memory.errors import FailedPrecondition, InvalidArgument, NotFound
+from adk_memory.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from adk_memory.generation import (
     CallStats,
     ConsolidationOutput,
@@ -57,10 +62,12 @@ from adk_memory.generation.prompts import (
     render_conversation,
 )
 from adk_memory.generation.schemas import extraction_wire_schema
+from adk_memory.locks import Lease
 from adk_memory.names import new_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
     DocumentRecord,
+    Expectation,
     MemoryRecord,
     MetadataValue,
     NearestQuery,
@@ -81,9 +88,11 @@ MAX_DIRECT_MEMORIES = 5
 CANDIDATES_PER_FACT = 5
 MAX_CANDIDATES = 25
 MAX_CONVERSATION_CHARS = 500_000
+_WRITE_ATTEMPTS = 3
+"""Attempts of a request's batch whose targets a concurrent write changed (each drops them)."""
 _T = TypeVar("_T")
 _SESSION_NAME = re.compile(
-    r"^(?:projects/[^/]+/locations/[^/]+/)?reasoningEngines/(?P<app>[^/]+)/sessions/(?P<session>[^/]+)$"
+    r"(?:projects/[^/]+/locations/[^/]+/)?reasoningEngines/(?P<app>[^/]+)/sessions/(?P<session>[^/]+)"
 )
 
 
@@ -94,6 +103,8 @@ class GeneratedAction:
     action: str
     record: MemoryRecord
     previous_revision_id: str | None = None
+    expect: Expectation | None = None
+    """What the write needs of the store: the target as read (UPDATED, DELETED) or a free id."""
 
 
 @dataclass(slots=True)
@@ -136,12 +147,15 @@ class GenerateOps:
         config: types.GenerateMemoriesConfig,
         model: Any = None,
         documents: Sequence[DocumentRecord] = (),
+        fences: Sequence[Lease] = (),
     ) -> GenerateResult:
         """Extracts facts from `events` (or takes `direct_memories`) and consolidates them.
 
         `documents` are written in the same atomic `WriteBatch` as the memories (ingest's
         stream), or alone when the request changes no memory: once this returns they are
-        stored, and if it raises, none of the request's writes are.
+        stored, and if it raises, none of the request's writes are. `fences` are leases of
+        the caller's locks (ingest's stream lock) that the batch must still hold, besides the
+        scope lock's own.
         """
         if (events is None) == (direct_memories is None):
             raise InvalidArgument(
@@ -157,13 +171,13 @@ class GenerateOps:
         )
         profiles = request.profiles if events is not None else []
         if not natural_language and not profiles:
-            await self._put_documents(bank_id, documents)
+            await self._put_documents(bank_id, documents, fences)
             return result
         conversation = ""
         if events is not None:
             conversation = render_conversation(events)
             if not conversation.strip():
-                await self._put_documents(bank_id, documents)
+                await self._put_documents(bank_id, documents, fences)
                 return result
             if len(conversation) > MAX_CONVERSATION_CHARS:
                 raise InvalidArgument(
@@ -177,7 +191,7 @@ class GenerateOps:
         lock_name = f"generate:{bank_id}:{request.scope_key}"
         async with (
             self._context.store.lock_provider().lock(lock_name) if needs_lock else _no_lock()
-        ):
+        ) as lease:
             current = await self._current_profiles(request, profiles)
             if direct_memories is not None:
                 facts = _direct_facts(direct_memories)
@@ -191,16 +205,20 @@ class GenerateOps:
             elif facts:
                 result.actions = await self._consolidate(llm, facts, request, result.stats)
             result.actions += await self._profile_actions(request, current, updates)
+            held = (*fences, *([lease] if lease is not None else []))
             if result.actions:
-                await self._apply(request, result.actions, facts, documents)
+                result.actions = await self._apply(request, result.actions, facts, documents, held)
             else:
-                await self._put_documents(bank_id, documents)
+                await self._put_documents(bank_id, documents, held)
         return result
 
-    async def _put_documents(self, bank_id: str, documents: Sequence[DocumentRecord]) -> None:
+    async def _put_documents(
+        self, bank_id: str, documents: Sequence[DocumentRecord], fences: Sequence[Lease]
+    ) -> None:
         """Writes the documents of a request that changes no memory (in one atomic batch)."""
         if documents:
-            await self._context.store.apply(bank_id, WriteBatch(documents=tuple(documents)))
+            batch = WriteBatch(documents=tuple(documents), fences=tuple(fences))
+            await self._context.store.apply(bank_id, batch)
 
     # Request and config
 
@@ -297,6 +315,18 @@ class GenerateOps:
         ids = [profile_memory_id(request.scope, schema.schema_id) for schema in schemas]
         found = await self._context.store.get_memories(request.bank.bank_id, ids, request.now)
         by_id = {record.memory_id: record for record in found}
+        for schema, memory_id in zip(schemas, ids, strict=True):
+            record = by_id.get(memory_id)
+            if record is not None and (
+                record.scope_key != profile_scope_key(request.scope)
+                or record.memory_type != PROFILE_TYPE
+                or record.schema_id != schema.schema_id
+            ):
+                raise FailedPrecondition(  # only a crafted import can put one there
+                    f"The record under the id of this scope's {schema.schema_id!r} profile is "
+                    "not that profile; nothing was written. Delete that memory (it came from an "
+                    "import) and retry."
+                )
         return {
             schema.schema_id: (schema, by_id.get(memory_id))
             for schema, memory_id in zip(schemas, ids, strict=True)
@@ -329,16 +359,22 @@ class GenerateOps:
                     schema_id=schema_id,
                     structured_data=merged,
                 )
-                actions.append(GeneratedAction("CREATED", created))
+                expect = Expectation(created.memory_id, request.now)
+                actions.append(GeneratedAction("CREATED", created, expect=expect))
                 continue
             revisions = await self._context.store.list_revisions(
                 request.bank.bank_id, record.memory_id, request.now
             )
             updated = replace(
-                record, fact=text, embedding=(), update_time=request.now, structured_data=merged
+                record,
+                fact=text,
+                embedding=(),
+                update_time=next_update_time(request.now, record),
+                structured_data=merged,
             )
             previous = revisions[0].revision_id if revisions else None
-            actions.append(GeneratedAction("UPDATED", updated, previous))
+            expect = unchanged(record, request.now)
+            actions.append(GeneratedAction("UPDATED", updated, previous, expect))
         return actions
 
     # Consolidation
@@ -347,7 +383,7 @@ class GenerateOps:
         self, facts: Sequence[ExtractedFact], request: _Request
     ) -> list[GeneratedAction]:
         return [
-            GeneratedAction("CREATED", self._new_record(fact.fact, fact, request, {}))
+            _created(self._new_record(fact.fact, fact, request, {}), request.now)
             for fact in facts
             if not fact.forget
         ]
@@ -385,17 +421,18 @@ class GenerateOps:
             fact = facts[decision.fact_index]
             if decision.action == "CREATE":
                 record = self._new_record(decision.fact or fact.fact, fact, request, known)
-                actions.append(GeneratedAction("CREATED", record))
+                actions.append(_created(record, request.now))
             elif decision.action in ("UPDATE", "DELETE"):
                 current = candidates[decision.memory_id or ""]
                 history = revisions[current.memory_id]
                 latest = history[0].revision_id if history else None
+                expect = unchanged(current, request.now)
                 if decision.action == "DELETE":
-                    actions.append(GeneratedAction("DELETED", current, latest))
+                    actions.append(GeneratedAction("DELETED", current, latest, expect))
                 else:
                     text = decision.fact or current.fact
                     updated = self._updated_record(current, text, fact, request, known)
-                    actions.append(GeneratedAction("UPDATED", updated, latest))
+                    actions.append(GeneratedAction("UPDATED", updated, latest, expect))
         return actions
 
     async def _candidates(
@@ -486,7 +523,7 @@ class GenerateOps:
             current,
             fact=validate_fact(text, field="model answer fact"),
             embedding=current.embedding if text == current.fact else known.get(text, ()),
-            update_time=request.now,
+            update_time=next_update_time(request.now, current),
             topics=tuple(dict.fromkeys((*current.topics, *_topic_refs(fact.topics)))),
             metadata=metadata,
             expire_time=current.expire_time if expiry is UNCHANGED else expiry,  # type: ignore[arg-type]
@@ -497,9 +534,17 @@ class GenerateOps:
         request: _Request,
         actions: list[GeneratedAction],
         facts: Sequence[ExtractedFact],
-        documents: Sequence[DocumentRecord] = (),
-    ) -> None:
-        """Embeds changed facts in one batch; writes every action and `documents` in one batch."""
+        documents: Sequence[DocumentRecord],
+        fences: tuple[Lease, ...],
+    ) -> list[GeneratedAction]:
+        """Embeds changed facts in one batch; writes every action and `documents` in one batch.
+
+        The batch expects each action's target as read and carries the scope lock's lease. When
+        a concurrent write (an update or delete outside generate) changed a target, the actions
+        on changed targets are dropped (nothing resurrected, nothing overwritten blind) and the
+        rest written; a lapsed lease is `Aborted` (another request may be deciding meanwhile).
+        Returns the actions written.
+        """
         needs_vector = [
             index
             for index, action in enumerate(actions)
@@ -514,6 +559,41 @@ class GenerateOps:
             {"fact": fact.fact, "context": fact.context} if fact.context else {"fact": fact.fact}
             for fact in facts
         )
+        for attempt in range(_WRITE_ATTEMPTS):
+            batch = self._batch(request, actions, extracted, documents, fences)
+            try:
+                await self._context.store.apply(request.bank.bank_id, batch)
+                return actions
+            except Aborted:
+                for lease in fences:
+                    await lease.verify()
+                if attempt + 1 == _WRITE_ATTEMPTS:
+                    raise
+            actions = await self._still_applicable(request, actions)
+        raise AssertionError("unreachable")
+
+    async def _still_applicable(
+        self, request: _Request, actions: list[GeneratedAction]
+    ) -> list[GeneratedAction]:
+        """The actions whose targets are still as read (a created id still free)."""
+        ids = [action.expect.memory_id for action in actions if action.expect is not None]
+        found = await self._context.store.get_memories(request.bank.bank_id, ids, request.now)
+        current = {record.memory_id: record.update_time for record in found}
+        return [
+            action
+            for action in actions
+            if action.expect is None
+            or current.get(action.expect.memory_id) == action.expect.update_time
+        ]
+
+    def _batch(
+        self,
+        request: _Request,
+        actions: Sequence[GeneratedAction],
+        extracted: tuple[dict[str, Any], ...],
+        documents: Sequence[DocumentRecord],
+        fences: tuple[Lease, ...],
+    ) -> WriteBatch:
         upserts = tuple(action.record for action in actions if action.action != "DELETED")
         deletes = tuple(action.record.memory_id for action in actions if action.action == "DELETED")
         revisions = (
@@ -524,14 +604,13 @@ class GenerateOps:
             )
             else ()
         )
-        await self._context.store.apply(
-            request.bank.bank_id,
-            WriteBatch(
-                upserts=upserts,
-                deletes=deletes,
-                revisions=revisions,
-                documents=tuple(documents),
-            ),
+        return WriteBatch(
+            upserts=upserts,
+            deletes=deletes,
+            revisions=revisions,
+            documents=tuple(documents),
+            expect=tuple(action.expect for action in actions if action.expect is not None),
+            fences=fences,
         )
 
     def _revision(
@@ -561,8 +640,13 @@ class GenerateOps:
 
 
 @contextlib.asynccontextmanager
-async def _no_lock() -> AsyncIterator[None]:
-    yield
+async def _no_lock() -> AsyncIterator[Lease | None]:
+    yield None
+
+
+def _created(record: MemoryRecord, now: datetime) -> GeneratedAction:
+    """A CREATED action, which expects its (fresh) id to be free."""
+    return GeneratedAction("CREATED", record, expect=Expectation(record.memory_id, now))
 
 
 async def _concurrently(calls: Iterable[Awaitable[_T]]) -> list[_T]:
@@ -753,7 +837,7 @@ async def events_from_session(
             "BaseSessionService) to the Client.",
             field="vertex_session_source",
         )
-    match = _SESSION_NAME.match(source.session or "")
+    match = _SESSION_NAME.fullmatch(source.session or "")
     if match is None:
         raise InvalidArgument(
             "vertex_session_source.session must be "

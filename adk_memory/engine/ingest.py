@@ -37,7 +37,7 @@ from adk_memory import types
 from adk_memory.engine.context import EngineContext
 from adk_memory.engine.convert import parse_duration, parse_model, to_utc
 from adk_memory.engine.generate import GenerateOps
-from adk_memory.errors import AdkMemoryError, InvalidArgument, StoreUnavailable
+from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
 from adk_memory.store import DocumentRecord, OperationRecord
 
@@ -255,7 +255,7 @@ class IngestOps:
         bank = await self._context.load_bank(bank_id)
         async with self._context.store.lock_provider().lock(
             f"stream:{bank_id}:{key}", wait_seconds=wait_seconds
-        ):
+        ) as lease:
             document = await self._context.store.get_document(bank_id, STREAM_KIND, key)
             if document is None:
                 return 0
@@ -293,7 +293,13 @@ class IngestOps:
                     config=config,
                     model=self._context.generation_model,
                     documents=(DocumentRecord(STREAM_KIND, key, flushed),),
+                    fences=(lease,),
                 )
+            except Aborted:
+                # Nothing was written; the events stay pending. Recording a failure could
+                # overwrite the stream of a flush that took over a lapsed lock.
+                logger.warning("An ingest flush lost a race and wrote nothing; it will be retried.")
+                return 0
             except AdkMemoryError as exc:
                 if isinstance(exc, StoreUnavailable) and await self._committed(
                     bank_id, key, flushed
@@ -338,11 +344,11 @@ class IngestOps:
         failures = int(stream.get("failures", 0)) + 1
         stream["failures"] = failures
         stream["retry_after"] = (now + timedelta(seconds=min(2**failures, 300))).isoformat()
-        logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.code, failures)
+        logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.status, failures)
         if failures >= MAX_FLUSH_FAILURES:
             error = {
                 "code": 14,
-                "message": f"Generation failed {failures} times ({exc.code}); events are kept. "
+                "message": f"Generation failed {failures} times ({exc.status}); events are kept. "
                 "Ingest again or force_flush to retry.",
             }
             for path in stream["operations"]:

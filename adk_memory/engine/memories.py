@@ -3,6 +3,15 @@
 Every write is one `WriteBatch` (the memory and its revision together), so a failure midway
 leaves the store as it was. Facts are embedded once per write; an update that keeps the fact
 reuses the stored vector.
+
+Writes are conditional: each batch expects the memory it changes to be exactly as read (its
+`update_time`, which grows with every write of it) or absent, so a write that raced another
+never resurrects a deleted memory or overwrites a newer one blind. Update and delete re-read and
+try again while the memory is still there; otherwise the store's `Aborted` says what changed.
+
+Revisions belong to one incarnation of a memory in one scope: a memory id whose revisions live
+cannot name a new memory (`AlreadyExists` until they expire), and reads and rollback only ever
+see revisions of the scope the memory has (a live memory's scope, else its newest revision's).
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ import itertools
 import secrets
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from adk_memory import types
@@ -24,25 +33,52 @@ from adk_memory.engine.convert import (
     topics_from_request,
 )
 from adk_memory.engine.expiry import UNCHANGED, Action, memory_expiry, revision_expiry
-from adk_memory.engine.paging import Page, decode_page_token, encode_page_token
-from adk_memory.errors import InvalidArgument, NotFound
+from adk_memory.engine.paging import (
+    Page,
+    Position,
+    decode_page_token,
+    encode_page_token,
+    page_after,
+)
+from adk_memory.engine.profiles import PROFILE_ID_PREFIX, PROFILE_TYPE
+from adk_memory.errors import (
+    Aborted,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from adk_memory.filters import combine, from_filter_groups, matches, parse_filter, partition
 from adk_memory.names import new_memory_id, validate_memory_id
-from adk_memory.scope import profile_scope_key, scope_key, validate_scope
+from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
+    Expectation,
     MemoryRecord,
+    MemoryStore,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     SortKey,
     WriteBatch,
+    cursor_of,
     sort_records,
 )
 
-__all__ = ["MemoryOps", "new_revision_id", "validate_fact"]
+__all__ = [
+    "MemoryOps",
+    "next_update_time",
+    "owner_scopes",
+    "new_revision_id",
+    "unchanged",
+    "validate_fact",
+]
 
 DEFAULT_LIST_PAGE_SIZE = 100
 MAX_LIST_PAGE_SIZE = 1000
 _PURGE_BATCH = 500
+_RESIDUAL_CHUNK = 500
+_WRITE_ATTEMPTS = 3
+"""Attempts of an update, delete or purge batch whose memories a concurrent write changed."""
 _UPDATABLE = frozenset(
     {"fact", "display_name", "description", "topics", "metadata", "ttl", "expire_time", "scope"}
 )
@@ -53,6 +89,40 @@ def new_revision_id(now: datetime) -> str:
     """A revision id that sorts after every earlier revision written by this process."""
     micros = int(now.timestamp() * 1_000_000)
     return f"{micros:017d}{next(_revision_counter) % 10_000:04d}{secrets.randbelow(100):02d}"
+
+
+def next_update_time(now: datetime, current: MemoryRecord) -> datetime:
+    """The update time of a new write of `current`: `now`, but always after the one it replaces.
+
+    So a memory's update time is its version, even under a clock that stands still.
+    """
+    return max(now, current.update_time + timedelta(microseconds=1))
+
+
+def unchanged(record: MemoryRecord, now: datetime) -> Expectation:
+    """The expectation that `record`, as read, is still the live memory of its id."""
+    return Expectation(record.memory_id, now, update_time=record.update_time)
+
+
+async def owner_scopes(
+    store: MemoryStore, bank_id: str, memory_ids: Sequence[str], now: datetime
+) -> dict[str, tuple[ScopeKey, builtins.list[RevisionRecord]]]:
+    """The scope each id's history belongs to, with its live revisions (newest first).
+
+    That is the live memory's scope, else the newest live revision's; an id with neither is
+    left out.
+    """
+    found = await store.get_memories(bank_id, memory_ids, now)
+    live = {record.memory_id: record for record in found}
+    histories = await store.list_revisions_many(bank_id, memory_ids, now)
+    owners: dict[str, tuple[ScopeKey, builtins.list[RevisionRecord]]] = {}
+    for memory_id in dict.fromkeys(memory_ids):
+        history = histories.get(memory_id, [])
+        if memory_id in live:
+            owners[memory_id] = (live[memory_id].scope_key, history)
+        elif history:
+            owners[memory_id] = (history[0].scope_key, history)
+    return owners
 
 
 def validate_fact(fact: object, *, field: str = "fact") -> str:
@@ -109,6 +179,12 @@ class MemoryOps:
         fact = validate_fact(fact)
         checked_scope = validate_scope(scope)
         memory_id = validate_memory_id(config.memory_id) if config.memory_id else new_memory_id()
+        if memory_id.startswith(PROFILE_ID_PREFIX):
+            raise InvalidArgument(
+                f"Memory ids starting with {PROFILE_ID_PREFIX!r} are reserved for structured "
+                "profiles; choose another config.memory_id.",
+                field="config.memory_id",
+            )
         topics = topics_from_request(config.topics, field="config.topics")
         metadata = metadata_from_request(config.metadata, field="config.metadata")
         bank = await self._context.load_bank(bank_id)
@@ -136,8 +212,45 @@ class MemoryOps:
             description=config.description,
         )
         revisions = self._revision_for(bank, record, now, config)
-        await self._context.store.apply(bank_id, WriteBatch(inserts=(record,), revisions=revisions))
+        batch = WriteBatch(inserts=(record,), revisions=revisions)
+        if not config.memory_id:  # a fresh random id has no past
+            await self._context.store.apply(bank_id, batch)
+            return record
+        # Creates of one chosen id take turns, so none can slip in between another's check of
+        # the id's past and its insert (the insert itself refuses only a live memory).
+        locks = self._context.store.lock_provider()
+        async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
+            await self._check_id_is_free(bank_id, memory_id, now)
+            await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
         return record
+
+    async def _check_id_is_free(self, bank_id: str, memory_id: str, now: datetime) -> None:
+        """Refuses a caller-chosen id of a live memory, or whose earlier memory's revisions live.
+
+        They are kept for rollback, and a new memory under the id would inherit that history
+        (another scope's facts, perhaps). Checked under the id's lock: a memory live now may be
+        deleted before the insert, which would then see a free id.
+        """
+        if await self._context.store.get_memories(bank_id, [memory_id], now):
+            raise AlreadyExists(
+                f"A memory with id {memory_id!r} already exists.", field="config.memory_id"
+            )
+        history = await self._context.store.list_revisions(bank_id, memory_id, now)
+        if not history:
+            return
+        expiries = [revision.expire_time for revision in history]
+        frees = (
+            "never frees up, as some of them never expire"
+            if None in expiries
+            else f"frees up at {max(e for e in expiries if e is not None).isoformat()}, when "
+            "the last of them expires"
+        )
+        raise AlreadyExists(
+            f"Memory id {memory_id!r} belonged to a deleted memory whose revisions are kept for "
+            f"rollback, so it cannot name a new memory: the id {frees}. Use another id (or roll "
+            "the deleted memory back to restore it).",
+            field="config.memory_id",
+        )
 
     async def get(self, bank_id: str, memory_id: str) -> MemoryRecord:
         """The live memory; `NotFound` if missing or expired."""
@@ -161,29 +274,43 @@ class MemoryOps:
         page_size: int,
         page_token: str | None,
     ) -> Page[MemoryRecord]:
-        """One page of a filtered scan (of several scopes merged in order, when given several).
+        """One keyset page of a filtered scan (of several scopes merged in order, if several).
 
-        The filter part the store cannot run is run here, over the whole result.
+        The token is the last item's position; every page resumes strictly after it, so a
+        write between two pages never repeats or skips a memory. The filter part the store
+        cannot run is run here, on keyset chunks read until the page is full.
         """
         queries = [query] if isinstance(query, ScanQuery) else list(query)
-        fingerprint = repr(([(q.scope_key, q.order_by) for q in queries], expr))
-        offset = decode_page_token(page_token, fingerprint)
+        order = queries[0].order_by
+        fingerprint = repr((bank_id, [(q.scope_key, q.order_by) for q in queries], expr))
+        position = decode_page_token(page_token, fingerprint, len(order))
+        after = None if position is None else ScanCursor(position.values, position.item_id)
         pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
-        if residual is None and len(queries) == 1:
-            sliced = replace(queries[0], filter=pushed, offset=offset, limit=page_size + 1)
-            found = await self._context.store.scan(bank_id, sliced)
-        else:
-            everything = [
-                record
-                for part in queries
-                for record in await self._context.store.scan(bank_id, replace(part, filter=pushed))
-                if matches(residual, record)
-            ]
-            ordered = sort_records(everything, queries[0]) if len(queries) > 1 else everything
-            found = ordered[offset : offset + page_size + 1]
-        more = len(found) > page_size
-        token = encode_page_token(offset + page_size, fingerprint) if more else None
+        found: list[MemoryRecord] = []
+        for part in queries:
+            part = replace(part, filter=pushed, after=after)
+            found += await self._scan_matching(bank_id, part, residual, page_size + 1)
+        found = sort_records(found, queries[0])[: page_size + 1]
+        if len(found) <= page_size:
+            return Page(found, None)
+        last = cursor_of(found[page_size - 1], order)
+        token = encode_page_token(Position(last.values, last.memory_id), fingerprint)
         return Page(found[:page_size], token)
+
+    async def _scan_matching(
+        self, bank_id: str, query: ScanQuery, residual: Any, want: int
+    ) -> builtins.list[MemoryRecord]:
+        """The first `want` memories of a scan that also match the residual filter."""
+        if residual is None:
+            return await self._context.store.scan(bank_id, replace(query, limit=want))
+        chunk = max(want, _RESIDUAL_CHUNK)
+        kept: builtins.list[MemoryRecord] = []
+        while True:
+            found = await self._context.store.scan(bank_id, replace(query, limit=chunk))
+            kept += [record for record in found if matches(residual, record)]
+            if len(kept) >= want or len(found) < chunk:
+                return kept[:want]
+            query = replace(query, after=cursor_of(found[-1], query.order_by))
 
     # Update / delete / rollback
 
@@ -201,7 +328,33 @@ class MemoryOps:
         given = _given_fields(fact, scope, config)
         fields = mask if mask is not None else given
         bank = await self._context.load_bank(bank_id)
-        current = await self._get_live(bank_id, memory_id)
+        for attempt in range(_WRITE_ATTEMPTS):
+            current = await self._get_live(bank_id, memory_id)
+            updated, revisions = await self._updated(bank, current, fields, fact, scope, config)
+            batch = WriteBatch(
+                upserts=(updated,),
+                revisions=revisions,
+                expect=(unchanged(current, updated.update_time),),
+            )
+            try:
+                await self._context.store.apply(bank_id, batch)
+            except Aborted:
+                if attempt + 1 == _WRITE_ATTEMPTS or not await self._is_live(bank_id, memory_id):
+                    raise  # deleted meanwhile: an update never brings it back
+                continue
+            return updated
+        raise AssertionError("unreachable")
+
+    async def _updated(
+        self,
+        bank: LoadedBank,
+        current: MemoryRecord,
+        fields: frozenset[str],
+        fact: str | None,
+        scope: Any,
+        config: types.UpdateMemoryConfig,
+    ) -> tuple[MemoryRecord, tuple[RevisionRecord, ...]]:
+        """`current` with the update applied, and the revision it writes."""
         if "scope" in fields or scope is not None:
             if scope is not None and validate_scope(scope) != dict(current.scope):
                 raise InvalidArgument(
@@ -209,7 +362,7 @@ class MemoryOps:
                     "new memory in the other scope instead.",
                     field="scope",
                 )
-        now = self._context.clock()
+        now = next_update_time(self._context.clock(), current)
         changes: dict[str, Any] = {"update_time": now}
         if "fact" in fields:
             new_fact = validate_fact(fact)
@@ -237,16 +390,26 @@ class MemoryOps:
             changes["expire_time"] = None
         updated = replace(current, **changes)
         revisions = self._revision_for(bank, updated, now, config) if "fact" in changes else ()
-        await self._context.store.apply(
-            bank_id, WriteBatch(upserts=(updated,), revisions=revisions)
-        )
-        return updated
+        return updated, revisions
 
     async def delete(self, bank_id: str, memory_id: str) -> None:
-        """Deletes a live memory; its revisions stay until they expire."""
+        """Deletes a live memory; its revisions stay until they expire.
+
+        A memory changed since it was read is read again and deleted (the caller asked for it
+        gone); one deleted meanwhile is `Aborted`.
+        """
         await self._context.load_bank(bank_id)
-        await self._get_live(bank_id, memory_id)
-        await self._context.store.apply(bank_id, WriteBatch(deletes=(memory_id,)))
+        for attempt in range(_WRITE_ATTEMPTS):
+            current = await self._get_live(bank_id, memory_id)
+            expected = unchanged(current, self._context.clock())
+            batch = WriteBatch(deletes=(memory_id,), expect=(expected,))
+            try:
+                await self._context.store.apply(bank_id, batch)
+            except Aborted:
+                if attempt + 1 == _WRITE_ATTEMPTS or not await self._is_live(bank_id, memory_id):
+                    raise
+                continue
+            return
 
     async def rollback(self, bank_id: str, memory_id: str, target_revision_id: str) -> MemoryRecord:
         """Restores a revision's fact, topics and metadata (recreating a deleted memory)."""
@@ -256,7 +419,7 @@ class MemoryOps:
             )
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()
-        target = await self._context.store.get_revision(bank_id, memory_id, target_revision_id, now)
+        target = await self._own_revision(bank_id, memory_id, target_revision_id, now)
         if target is None:
             raise NotFound(
                 f"Revision {target_revision_id[:40]!r} of memory {memory_id!r} does not exist or "
@@ -271,6 +434,19 @@ class MemoryOps:
         [embedding] = await bank.embedder.embed_documents([target.fact])
         found = await self._context.store.get_memories(bank_id, [memory_id], now)
         current: MemoryRecord | None = found[0] if found else None
+        if current is not None and current.scope_key != target.scope_key:
+            raise NotFound(  # re-created in another scope meanwhile: not this memory's revision
+                f"Revision {target_revision_id[:40]!r} of memory {memory_id!r} does not exist or "
+                "has expired; list them with memories.revisions.list().",
+                field="target_revision_id",
+            )
+        expected = Expectation(memory_id, now) if current is None else unchanged(current, now)
+        if current is None and memory_id.startswith(PROFILE_ID_PREFIX):
+            raise FailedPrecondition(
+                "A deleted structured profile cannot be rolled back (its schema is not in its "
+                "revisions); the next generate request for its scope creates it again.",
+                field="name",
+            )
         if current is None:
             created = memory_expiry(now=now, action=Action.CREATE, bank_ttl=bank.config.ttl_config)
             current = MemoryRecord(
@@ -283,17 +459,23 @@ class MemoryOps:
                 update_time=now,
                 expire_time=None if created is UNCHANGED else created,  # type: ignore[arg-type]
             )
+        written = next_update_time(now, current) if found else now
         restored = replace(
             current,
             fact=target.fact,
             embedding=embedding,
             topics=target.topics,
             metadata=target.metadata,
-            update_time=now,
+            update_time=written,
+            structured_data=(
+                target.structured_data
+                if current.memory_type == PROFILE_TYPE
+                else current.structured_data
+            ),
         )
-        revisions = self._revision_for(bank, restored, now, types.MemoryConfig())
+        revisions = self._revision_for(bank, restored, written, types.MemoryConfig())
         await self._context.store.apply(
-            bank_id, WriteBatch(upserts=(restored,), revisions=revisions)
+            bank_id, WriteBatch(upserts=(restored,), revisions=revisions, expect=(expected,))
         )
         return restored
 
@@ -320,12 +502,33 @@ class MemoryOps:
             for record in await self._context.store.scan(bank_id, replace(query, filter=pushed))
             if matches(residual, record)
         ]
-        if force:
-            ids = [record.memory_id for record in selected]
-            for start in range(0, len(ids), _PURGE_BATCH):
-                batch = WriteBatch(deletes=tuple(ids[start : start + _PURGE_BATCH]))
-                await self._context.store.apply(bank_id, batch)
-        return len(selected)
+        if not force:
+            return len(selected)
+        deleted = 0
+        for start in range(0, len(selected), _PURGE_BATCH):
+            chunk = selected[start : start + _PURGE_BATCH]
+            deleted += await self._purge_batch(bank_id, chunk, expr)
+        return deleted
+
+    async def _purge_batch(self, bank_id: str, chosen: Sequence[MemoryRecord], expr: Any) -> int:
+        """Deletes `chosen` as read; memories changed meanwhile are re-read and re-filtered."""
+        for attempt in range(_WRITE_ATTEMPTS):
+            now = self._context.clock()
+            batch = WriteBatch(
+                deletes=tuple(record.memory_id for record in chosen),
+                expect=tuple(unchanged(record, now) for record in chosen),
+            )
+            try:
+                if chosen:
+                    await self._context.store.apply(bank_id, batch)
+                return len(chosen)
+            except Aborted:
+                if attempt + 1 == _WRITE_ATTEMPTS:
+                    raise
+            ids = [record.memory_id for record in chosen]
+            found = await self._context.store.get_memories(bank_id, ids, self._context.clock())
+            chosen = [record for record in found if matches(expr, record)]
+        raise AssertionError("unreachable")
 
     async def profiles(self, bank_id: str, scope: Any) -> builtins.list[MemoryRecord]:
         """The live structured profiles of exactly `scope` (one per schema id)."""
@@ -343,22 +546,21 @@ class MemoryOps:
         page_size = _page_size(config.page_size, DEFAULT_LIST_PAGE_SIZE, MAX_LIST_PAGE_SIZE)
         expr = parse_filter(config.filter or "")
         await self._context.load_bank(bank_id)
-        revisions = await self._context.store.list_revisions(
-            bank_id, memory_id, self._context.clock()
-        )
+        revisions = await self._own_revisions(bank_id, memory_id, self._context.clock())
         kept = [revision for revision in revisions if matches(expr, _revision_view(revision))]
-        fingerprint = repr((memory_id, expr))
-        offset = decode_page_token(config.page_token, fingerprint)
-        chunk = kept[offset : offset + page_size]
-        more = offset + page_size < len(kept)
-        return Page(chunk, encode_page_token(offset + page_size, fingerprint) if more else None)
+        return page_after(
+            kept,
+            page_size=page_size,
+            token=config.page_token,
+            fingerprint=repr((bank_id, memory_id, expr)),
+            position_of=lambda revision: Position((revision.create_time,), revision.revision_id),
+            descending=True,
+        )
 
     async def get_revision(self, bank_id: str, memory_id: str, revision_id: str) -> RevisionRecord:
         """One live revision; `NotFound` if missing or expired."""
         await self._context.load_bank(bank_id)
-        found = await self._context.store.get_revision(
-            bank_id, memory_id, revision_id, self._context.clock()
-        )
+        found = await self._own_revision(bank_id, memory_id, revision_id, self._context.clock())
         if found is None:
             raise NotFound(
                 f"Revision {revision_id[:40]!r} of memory {memory_id!r} does not exist or has "
@@ -368,6 +570,31 @@ class MemoryOps:
         return found
 
     # Helpers
+
+    async def _own_revisions(
+        self, bank_id: str, memory_id: str, now: datetime
+    ) -> builtins.list[RevisionRecord]:
+        """The live revisions of the memory's own scope, newest first (never another scope's)."""
+        owner = (await owner_scopes(self._context.store, bank_id, [memory_id], now)).get(memory_id)
+        if owner is None:
+            return []
+        scope, history = owner
+        return [revision for revision in history if revision.scope_key == scope]
+
+    async def _own_revision(
+        self, bank_id: str, memory_id: str, revision_id: str, now: datetime
+    ) -> RevisionRecord | None:
+        """One live revision, if it belongs to the memory's own scope."""
+        found = await self._context.store.get_revision(bank_id, memory_id, revision_id, now)
+        if found is None:
+            return None
+        owner = (await owner_scopes(self._context.store, bank_id, [memory_id], now)).get(memory_id)
+        return found if owner is not None and owner[0] == found.scope_key else None
+
+    async def _is_live(self, bank_id: str, memory_id: str) -> bool:
+        return bool(
+            await self._context.store.get_memories(bank_id, [memory_id], self._context.clock())
+        )
 
     async def _get_live(self, bank_id: str, memory_id: str) -> MemoryRecord:
         found = await self._context.store.get_memories(bank_id, [memory_id], self._context.clock())
@@ -412,6 +639,7 @@ class MemoryOps:
                 labels=labels or {},
                 extracted_memories=tuple(extracted),
                 deleted=deleted,
+                structured_data=record.structured_data,
             ),
         )
 

@@ -4,8 +4,8 @@ A bank's `structured_memory_configs` hold schema configs (`id`, a google-genai `
 `memory_schema`, `memory_type` STRUCTURED_PROFILE), selected for a request by `scope_keys` like
 customization configs: the config whose keys equal the scope's keys exactly, else the default
 config. A profile is one JSON object per (bank, scope, schema id), kept as a memory of type
-`STRUCTURED_PROFILE` with a deterministic id, under the scope's profile key
-(`adk_memory.scope.profile_scope_key`), with revisions carrying `structured_data`.
+`STRUCTURED_PROFILE` with a deterministic id that no public id can equal, under the scope's
+profile key (`adk_memory.scope.profile_scope_key`), with revisions carrying `structured_data`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from adk_memory.errors import InvalidArgument
 from adk_memory.scope import scope_key
 
 __all__ = [
+    "PROFILE_ID_PREFIX",
     "PROFILE_TYPE",
     "ProfileSchema",
     "canonical_json",
@@ -35,7 +36,9 @@ __all__ = [
 ]
 
 PROFILE_TYPE = "STRUCTURED_PROFILE"
-_SCHEMA_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+PROFILE_ID_PREFIX = "profile--"
+"""Reserved: the memory ids of profiles, and no caller-chosen id, start with it."""
+_SCHEMA_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,7 @@ def validate_structured_configs(configs: Sequence[types.StructuredMemoryConfig] 
         for position, schema_config in enumerate(config.schema_configs):
             at = f"{where}.schema_configs[{position}]"
             schema_id = schema_config.id or ""
-            if not _SCHEMA_ID.match(schema_id):
+            if not _SCHEMA_ID.fullmatch(schema_id):
                 raise InvalidArgument(
                     f"{at}.id must be 1-63 lowercase letters, digits or '-', "
                     "starting with a letter.",
@@ -141,8 +144,13 @@ def validate_profile(data: Any, schema: ProfileSchema) -> None:
 
 
 def profile_memory_id(scope: Mapping[str, str], schema_id: str) -> str:
-    """The deterministic memory id of a scope's profile for one schema."""
-    return "p" + hashlib.sha256(f"{scope_key(scope)}\x1f{schema_id}".encode()).hexdigest()[:30]
+    """The deterministic memory id of a scope's profile for one schema.
+
+    It starts with `PROFILE_ID_PREFIX`, which `memories.create` (and so ADK's `add_memory`)
+    refuses in a caller-chosen id, so nobody can take a profile's id before its first write.
+    """
+    digest = hashlib.sha256(f"{scope_key(scope)}\x1f{schema_id}".encode()).hexdigest()[:32]
+    return f"{PROFILE_ID_PREFIX}{digest}"
 
 
 def canonical_json(data: Mapping[str, Any]) -> str:

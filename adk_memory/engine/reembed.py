@@ -47,7 +47,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from adk_memory.embeddings import Embedder, canonical_model_name
-from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from adk_memory.engine.memories import unchanged
+from adk_memory.errors import Aborted, FailedPrecondition, InvalidArgument, ResourceExhausted
 from adk_memory.store import BankRecord, MemoryRecord, ScanQuery, WriteBatch
 from adk_memory.transfer import (
     memory_from_json,
@@ -74,6 +75,8 @@ logger = logging.getLogger(__name__)
 REEMBED_KIND = "reembed"
 """The document kind of re-embedding state (progress, parked vectors, staged records)."""
 DEFAULT_BATCH_SIZE = 256
+_WRITE_ATTEMPTS = 5
+"""Attempts of an in-place chunk that concurrent writers keep changing (each re-reads it)."""
 _PROGRESS = "progress"
 _LOCK_WAIT_SECONDS = 1.0
 _COMPUTING, _COMPUTED, _SWITCHING, _SWAPPING, _DONE = (
@@ -385,11 +388,10 @@ class Reembedder:
                 items = list((chunk or {}).get("items") or ())
                 done_ids.update(item["id"] for item in items)
                 if index >= int(state["switched_chunks"]):
-                    records = await self._refreshed(bank_id, items, embedder)
                     if state["in_place"]:
-                        if records:
-                            await self._store.apply(bank_id, WriteBatch(upserts=tuple(records)))
+                        await self._write_in_place(bank_id, items, embedder)
                     else:
+                        records = await self._refreshed(bank_id, items, embedder)
                         staged = {"records": [memory_to_json(record) for record in records]}
                         await self._store.put_document(
                             bank_id, REEMBED_KIND, _staged_key(index), staged
@@ -412,6 +414,28 @@ class Reembedder:
                     added = True
             if not added:
                 return
+
+    async def _write_in_place(
+        self, bank_id: str, items: Sequence[Mapping[str, Any]], embedder: Embedder
+    ) -> None:
+        """Writes a chunk's new vectors over its memories as they are now.
+
+        Each record expects its memory unchanged since `_refreshed` read it, so a write or a
+        delete made meanwhile (writers are not locked out) is never overwritten or undone; the
+        chunk is then read again and retried.
+        """
+        for attempt in range(_WRITE_ATTEMPTS):
+            now = self._engine.context.clock()
+            records = await self._refreshed(bank_id, items, embedder)
+            if not records:
+                return
+            expect = tuple(unchanged(record, now) for record in records)
+            try:
+                await self._store.apply(bank_id, WriteBatch(upserts=tuple(records), expect=expect))
+                return
+            except Aborted:
+                if attempt + 1 == _WRITE_ATTEMPTS:
+                    raise
 
     async def _refreshed(
         self, bank_id: str, items: Sequence[Mapping[str, Any]], embedder: Embedder

@@ -110,10 +110,11 @@ class Retrieval:
                 )
             page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
             token = simple_retrieval_params.page_token
+        # Retrieve-all and simple retrieval share one listing: a retrieve-all token continues
+        # as simple_retrieval_params.page_token (the request has no other place for it).
         queries = [ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER) for key in keys]
         page = await self._memories.scan_page(bank_id, queries, expr, page_size, token)
-        next_token = page.next_page_token if simple_retrieval_params is not None else None
-        return Page([Retrieved(record, None) for record in page.items], next_token)
+        return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
 
     async def _hybrid(
         self,

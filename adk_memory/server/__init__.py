@@ -8,8 +8,9 @@ app = create_app("chroma:///var/lib/adk-memory",
                                                                       "memories.retrieve"])])
 ```
 
-`adk-memory serve --uri URI --host H --port P [--keys FILE]` runs it with uvicorn. `app` holds
-the routes, `auth` the API keys and their permissions, `wire` the request and response formats.
+`adk-memory serve --uri URI --host H --port P [--keys FILE] [--allowed-host NAME]
+[--cors-origin ORIGIN]` runs it with uvicorn. `app` holds the routes, `auth` the API keys, their
+permissions and the Host/Origin guard, `wire` the request and response formats.
 """
 
 from __future__ import annotations

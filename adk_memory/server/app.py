@@ -1,10 +1,14 @@
-"""The Memory Bank REST API over an `AsyncClient` (FastAPI, served by uvicorn).
+"""The Memory Bank REST API over an `AsyncClient`, on FastAPI's own machinery (served by uvicorn).
 
 Every path of reference §2 is served under `/v1beta1/projects/{p}/locations/{l}/…` and, for the
 SDK's API-key ("express") mode, under `/v1beta1/…` without the project and location. Each route
-checks the caller's key (401, 403), parses the body (`wire`), calls one `AsyncClient` method and
-returns its result as camelCase JSON with HTTP 200; every failure is the Google error envelope
-with the error's own status. Memory Bank's rules live in the engine, never here.
+declares its body and query parameters as `wire` models, its permission as a security scope of
+`auth.authorize`, calls one `AsyncClient` method and returns camelCase JSON with HTTP 200; every
+failure is the Google error envelope with the error's own status. FastAPI validates requests and
+generates `/openapi.json` from these declarations. Memory Bank's rules live in the engine.
+
+Bodies must be JSON (415 otherwise; a body without a content type is read as JSON). Every request
+passes `auth.guard` (Host allow-list; without keys, same-origin or a configured CORS origin).
 
 Resource names in responses carry the client's project and location (`local` by default); the
 project and location in a request path may be anything, as with the client's short names.
@@ -13,20 +17,21 @@ project and location in a request path may be anything, as with the client's sho
 from __future__ import annotations
 
 import copy
+import email.message
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.types import DecoratedCallable
+from google.genai.errors import ClientError
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -41,7 +46,15 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.server import wire
-from adk_memory.server.auth import ApiKey, ApiKeys, Principal, authenticate, is_loopback
+from adk_memory.server.auth import (
+    ApiKey,
+    ApiKeys,
+    Principal,
+    RequestGuard,
+    authorize,
+    guard,
+    is_loopback,
+)
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "serve"]
 
@@ -51,493 +64,363 @@ DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 """The largest request body accepted by default (10 MiB): far above any real request (a fact is
 at most 100,000 characters, an ingest request at most 1,000 events), far below what would hurt."""
 
-_PREFIXES = ("/v1beta1/projects/{project}/locations/{location}/", "/v1beta1/")
+
+def _client(request: Request) -> AsyncClient:
+    client: AsyncClient = request.app.state.client
+    return client
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One request, authenticated, as the handlers see it."""
-
-    request: Request
-    principal: Principal
-    client: AsyncClient
-
-    def param(self, name: str) -> str:
-        value: str = self.request.path_params[name]
-        return value
-
-    @property
-    def query(self) -> Any:
-        return self.request.query_params
-
-    async def body(self, model: type[wire.M]) -> wire.M:
-        return wire.parse_body(model, await self.request.body())
-
-    @property
-    def bank(self) -> str:
-        return f"reasoningEngines/{self.param('bank')}"
-
-    @property
-    def memory(self) -> str:
-        return f"{self.bank}/memories/{self.param('memory')}"
+def _bank_name(bank: str) -> str:
+    return f"reasoningEngines/{bank}"
 
 
-Handler = Callable[[_Call], Awaitable[Any]]
+def _memory_name(bank: str, memory: str) -> str:
+    return f"reasoningEngines/{bank}/memories/{memory}"
 
 
-@dataclass(frozen=True, slots=True)
-class _Route:
-    """One REST method: where it lives, what it needs, what it takes and returns."""
-
-    method: str
-    path: str
-    permission: str | None
-    handler: Handler
-    operation_id: str
-    summary: str
-    body: type[BaseModel] | None = None
-    response: type[BaseModel] | None = None
-    query: tuple[str, ...] = ()
-
-
-# Handlers: parse, call one client method, shape the answer.
-
-
-async def _create_bank(call: _Call) -> dict[str, Any]:
-    body = await call.body(wire.ReasoningEngineBody)
-    body.refuse_unsupported()
-    bank = await call.client.memory_banks.create(
-        managed_semantic_memory_config=body.bank_config,
-        config={"display_name": body.display_name, "description": body.description},
-    )
-    return await _bank_operation(call.client, bank)
+def _json_only(request: Request) -> None:
+    """Refuses a body that is not JSON: a web page can send text/plain without a preflight."""
+    declared = request.headers.get("content-type")
+    if declared is None or request.method in ("GET", "HEAD"):
+        return
+    parsed = email.message.Message()
+    parsed["content-type"] = declared
+    subtype = parsed.get_content_subtype()
+    if parsed.get_content_maintype() != "application" or not (
+        subtype == "json" or subtype.endswith("+json")
+    ):
+        raise wire.UnsupportedMediaType(
+            f"The request body must be JSON (content-type: application/json), not "
+            f"{declared[:80]!r}.",
+            field="content-type",
+        )
 
 
-async def _get_bank(call: _Call) -> dict[str, Any]:
-    return wire.reasoning_engine_json(await call.client.memory_banks.get(name=call.bank))
+Client = Annotated[AsyncClient, Depends(_client)]
+Bank = Annotated[str, Depends(_bank_name)]
+"""The bank of the path, as `reasoningEngines/{bank}`."""
+Memory = Annotated[str, Depends(_memory_name)]
+"""The memory of the path, as `reasoningEngines/{bank}/memories/{memory}`."""
+Page = Annotated[wire.PageQuery, Query()]
+
+router = APIRouter(dependencies=[Depends(_json_only)], strict_content_type=False)
+_BANK = "/reasoningEngines/{bank}"
+_MEMORIES = f"{_BANK}/memories"
+_MEMORY = f"{_MEMORIES}/{{memory}}"
+_REVISIONS = f"{_MEMORY}/revisions"
+_OPERATION = "/operations/{operation}"
 
 
-async def _list_banks(call: _Call) -> dict[str, Any]:
-    if wire.query_str(call.query, "filter"):
-        raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
-    pager = await call.client.memory_banks.list(
-        config={
-            "page_size": wire.query_int(call.query, "pageSize"),
-            "page_token": wire.query_str(call.query, "pageToken"),
-        }
-    )
-    banks = [
-        wire.reasoning_engine_json(bank)
-        for bank in pager.page
-        if call.principal.may_use_bank(Names.parse_bank(bank.name or ""))
-    ]
-    return _page("reasoningEngines", banks, pager.next_page_token)
+def _permission(name: str | None) -> Any:
+    return Security(authorize, scopes=[name] if name else [])
 
 
-async def _update_bank(call: _Call) -> dict[str, Any]:
-    body = await call.body(wire.ReasoningEngineBody)
-    body.refuse_unsupported()
-    body = wire.mask_bank_update(body, wire.query_str(call.query, "updateMask"))
-    bank = await call.client.memory_banks.update(
-        name=call.bank,
-        managed_semantic_memory_config=body.bank_config,
-        config={"display_name": body.display_name, "description": body.description},
-    )
-    return await _bank_operation(call.client, bank)
+def _route(
+    method: str,
+    path: str,
+    permission: str | None,
+    response: type[BaseModel],
+    operation_id: str | None = None,
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """Registers a handler on `router`.
 
-
-async def _delete_bank(call: _Call) -> dict[str, Any]:
-    body = await call.body(wire.DeleteBankBody)
-    force = body.force if body.force is not None else wire.query_bool(call.query, "force")
-    return wire.to_json(await call.client.memory_banks.delete(name=call.bank, force=force))
-
-
-async def _bank_operation(client: AsyncClient, bank: types.MemoryBank) -> dict[str, Any]:
-    """A done bank operation, recorded so that the SDK's follow-up GET finds it (§2.12)."""
-    operation = types.MemoryBankOperation(done=True, response=bank)
-    bank_id = Names.parse_bank(bank.name or "")
-    operation.name = await client.engine.context.record_operation(bank_id, "", "bank", operation)
-    return {"name": operation.name, "done": True, "response": wire.reasoning_engine_json(bank)}
-
-
-async def _create_memory(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.CreateMemoryBody)).model_dump(exclude_none=True)
-    fact, scope = values.pop("fact"), values.pop("scope")
-    values["memory_id"] = wire.query_str(call.query, "memoryId")
-    operation = await call.client.memory_banks.memories.create(
-        name=call.bank, fact=fact, scope=scope, config=values
-    )
-    return wire.to_json(operation)
-
-
-async def _get_memory(call: _Call) -> dict[str, Any]:
-    return wire.to_json(await call.client.memory_banks.memories.get(name=call.memory))
-
-
-async def _list_memories(call: _Call) -> dict[str, Any]:
-    config = {
-        "page_size": wire.query_int(call.query, "pageSize"),
-        "page_token": wire.query_str(call.query, "pageToken"),
-        "filter": wire.query_str(call.query, "filter"),
-        "order_by": wire.query_str(call.query, "orderBy"),
-    }
-    pager = await call.client.memory_banks.memories.list(name=call.bank, config=config)
-    return _page("memories", [wire.to_json(memory) for memory in pager.page], pager.next_page_token)
-
-
-async def _update_memory(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.UpdateMemoryBody)).model_dump(exclude_none=True)
-    fact, scope = values.pop("fact", None), values.pop("scope", None)
-    values["update_mask"] = wire.query_str(call.query, "updateMask")
-    values["memory_id"] = wire.query_str(call.query, "memoryId")
-    operation = await call.client.memory_banks.memories.update(
-        name=call.memory, fact=fact, scope=scope, config=values
-    )
-    return wire.to_json(operation)
-
-
-async def _delete_memory(call: _Call) -> dict[str, Any]:
-    return wire.to_json(await call.client.memory_banks.memories.delete(name=call.memory))
-
-
-async def _generate(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.GenerateMemoriesBody)).model_dump(exclude_none=True)
-    operation = await call.client.memory_banks.memories.generate(
-        name=call.bank,
-        vertex_session_source=values.pop("vertex_session_source", None),
-        direct_contents_source=values.pop("direct_contents_source", None),
-        direct_memories_source=values.pop("direct_memories_source", None),
-        scope=values.pop("scope", None),
-        config=values,
-    )
-    return wire.to_json(operation)
-
-
-async def _retrieve(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.RetrieveMemoriesBody)).model_dump(exclude_none=True)
-    pager = await call.client.memory_banks.memories.retrieve(
-        name=call.bank,
-        scope=values.pop("scope"),
-        similarity_search_params=values.pop("similarity_search_params", None),
-        simple_retrieval_params=values.pop("simple_retrieval_params", None),
-        config=values,
-    )
-    return _page(
-        "retrievedMemories", [wire.to_json(hit) for hit in pager.page], pager.next_page_token
+    Args:
+        method: The HTTP method.
+        path: The path under the `/v1beta1/…` prefixes.
+        permission: What the key needs on the bank (None: any permission on the bank).
+        response: The model the OpenAPI description gives for a 200.
+        operation_id: The OpenAPI operation id, also logged (default: the permission's name,
+            with `reasoningEngines` called `memoryBanks` as in the SDK).
+    """
+    operation_id = operation_id or str(permission).replace("reasoningEngines.", "memoryBanks.")
+    return router.api_route(
+        path,
+        methods=[method],
+        operation_id=operation_id,
+        tags=[operation_id.split(".")[0]],
+        dependencies=[_permission(permission)],
+        response_model=None,
+        responses={200: {"model": response}, "default": {"model": wire.ErrorEnvelope}},
+        openapi_extra={
+            "x-permission": f"aiplatform.{permission}"
+            if permission
+            else "any permission on the bank"
+        },
     )
 
 
-async def _retrieve_profiles(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.RetrieveProfilesBody)).model_dump(exclude_none=True)
-    scope = values.pop("scope")
-    response = await call.client.memory_banks.memories.retrieve_profiles(
-        name=call.bank, scope=scope, config=values
-    )
-    return wire.to_json(response)
+def _json(model: BaseModel) -> JSONResponse:
+    return JSONResponse(wire.to_json(model))
 
 
-async def _rollback(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.RollbackMemoryBody)).model_dump(exclude_none=True)
-    target = values.pop("target_revision_id")
-    operation = await call.client.memory_banks.memories.rollback(
-        name=call.memory, target_revision_id=target, config=values
-    )
-    return wire.to_json(operation)
+def _split(body: BaseModel, *own: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the method's own arguments, the rest as its config) of a body; None fields left out."""
+    values = body.model_dump(exclude_none=True)
+    return {name: values.pop(name) for name in own if name in values}, values
 
 
-async def _purge(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.PurgeMemoriesBody)).model_dump(exclude_none=True)
-    operation = await call.client.memory_banks.memories.purge(
-        name=call.bank,
-        filter=values.pop("filter", None),
-        filter_groups=values.pop("filter_groups", None),
-        force=bool(values.pop("force", False)),
-        config=values,
-    )
-    return wire.to_json(operation)
+async def _bank_operation(client: AsyncClient, bank: types.MemoryBank) -> JSONResponse:
+    operation = await client.operations.record_bank(bank)
+    payload = {"name": operation.name, "done": True}
+    return JSONResponse({**payload, "response": wire.reasoning_engine_json(bank)})
 
 
-async def _ingest_events(call: _Call) -> dict[str, Any]:
-    values = (await call.body(wire.IngestEventsBody)).model_dump(exclude_none=True)
-    operation = await call.client.memory_banks.ingest_events(
-        name=call.bank,
-        scope=values.pop("scope"),
-        stream_id=values.pop("stream_id", ""),
-        direct_contents_source=values.pop("direct_contents_source", None),
-        generation_trigger_config=values.pop("generation_trigger_config", None),
-        config=values,
-    )
-    return wire.to_json(operation)
-
-
-async def _list_revisions(call: _Call) -> dict[str, Any]:
-    config = {
-        "page_size": wire.query_int(call.query, "pageSize"),
-        "page_token": wire.query_str(call.query, "pageToken"),
-        "filter": wire.query_str(call.query, "filter"),
-    }
-    pager = await call.client.memory_banks.memories.revisions.list(name=call.memory, config=config)
-    return _page(
-        "memoryRevisions",
-        [wire.to_json(revision) for revision in pager.page],
-        pager.next_page_token,
-    )
-
-
-async def _get_revision(call: _Call) -> dict[str, Any]:
-    name = f"{call.memory}/revisions/{call.param('revision')}"
-    return wire.to_json(await call.client.memory_banks.memories.revisions.get(name=name))
-
-
-async def _get_bank_operation(call: _Call) -> dict[str, Any]:
-    return await _operation(call, f"{call.bank}/operations/{call.param('operation')}")
-
-
-async def _get_memory_operation(call: _Call) -> dict[str, Any]:
-    return await _operation(call, f"{call.memory}/operations/{call.param('operation')}")
-
-
-async def _operation(call: _Call, name: str) -> dict[str, Any]:
-    operation = await call.client.operations.get(name)
+async def _operation(client: AsyncClient, name: str) -> JSONResponse:
+    operation = await client.operations.get(name)
     payload = wire.to_json(operation)
     if isinstance(operation, types.MemoryBankOperation) and isinstance(
         operation.response, types.MemoryBank
     ):
         payload["response"] = wire.reasoning_engine_json(operation.response)
-    return payload
+    return JSONResponse(payload)
 
 
-def _page(key: str, items: list[Any], next_page_token: str | None) -> dict[str, Any]:
-    payload: dict[str, Any] = {key: items}
-    if next_page_token:
-        payload["nextPageToken"] = next_page_token
-    return payload
+@_route("POST", "/reasoningEngines", "reasoningEngines.create", wire.ReasoningEngineOperation)
+async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Response:
+    """Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig)."""
+    body.refuse_unsupported()
+    bank = await client.memory_banks.create(
+        managed_semantic_memory_config=body.bank_config,
+        config={"display_name": body.display_name, "description": body.description},
+    )
+    return await _bank_operation(client, bank)
 
 
-_BANK = "reasoningEngines/{bank}"
-_MEMORY = "reasoningEngines/{bank}/memories/{memory}"
-_LIST = ("pageSize", "pageToken")
+@_route("GET", "/reasoningEngines", "reasoningEngines.list", types.ListReasoningEnginesResponse)
+async def list_banks(
+    client: Client,
+    query: Page,
+    principal: Annotated[Principal, _permission("reasoningEngines.list")],
+) -> Response:
+    """List the memory banks the key may use."""
+    if query.filter:
+        raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
+    config = {"page_size": query.page_size, "page_token": query.page_token}
+    pager = await client.memory_banks.list(config=config)
+    banks = [b for b in pager.page if principal.may_use_bank(Names.parse_bank(b.name or ""))]
+    payload: dict[str, Any] = {"reasoningEngines": [wire.reasoning_engine_json(b) for b in banks]}
+    if pager.next_page_token:
+        payload["nextPageToken"] = pager.next_page_token
+    return JSONResponse(payload)
 
-_ROUTES: tuple[_Route, ...] = (
-    _Route(
-        "POST",
-        "reasoningEngines",
-        "reasoningEngines.create",
-        _create_bank,
-        "memoryBanks.create",
-        "Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig).",
-        wire.ReasoningEngineBody,
-        wire.ReasoningEngineOperation,
-    ),
-    _Route(
-        "GET",
-        "reasoningEngines",
-        "reasoningEngines.list",
-        _list_banks,
-        "memoryBanks.list",
-        "List memory banks.",
-        None,
-        wire.ListReasoningEnginesResponse,
-        _LIST,
-    ),
-    _Route(
-        "GET",
-        _BANK,
-        "reasoningEngines.get",
-        _get_bank,
-        "memoryBanks.get",
-        "Get a memory bank.",
-        None,
-        types.ReasoningEngine,
-    ),
-    _Route(
-        "PATCH",
-        _BANK,
-        "reasoningEngines.update",
-        _update_bank,
-        "memoryBanks.update",
-        "Update a memory bank; without updateMask the non-empty fields given are merged.",
-        wire.ReasoningEngineBody,
-        wire.ReasoningEngineOperation,
-        ("updateMask",),
-    ),
-    _Route(
-        "DELETE",
-        _BANK,
-        "reasoningEngines.delete",
-        _delete_bank,
-        "memoryBanks.delete",
-        "Delete a memory bank; one that holds memories needs force.",
-        wire.DeleteBankBody,
-        types.DeleteMemoryBankOperation,
-        ("force",),
-    ),
-    _Route(
-        "GET",
-        f"{_BANK}/operations/{{operation}}",
-        None,
-        _get_bank_operation,
-        "operations.getBank",
-        "Get an operation of a bank (generate, purge, ingestEvents, create, update).",
-        None,
-        types.MemoryBankOperation,
-    ),
-    _Route(
-        "POST",
-        f"{_BANK}/memories",
-        "memories.create",
-        _create_memory,
-        "memories.create",
-        "Create a memory.",
-        wire.CreateMemoryBody,
-        types.MemoryOperation,
-        ("memoryId",),
-    ),
-    _Route(
-        "GET",
-        f"{_BANK}/memories",
-        "memories.list",
-        _list_memories,
-        "memories.list",
-        "List the memories of a bank.",
-        None,
-        types.ListMemoriesResponse,
-        (*_LIST, "filter", "orderBy"),
-    ),
-    _Route(
-        "POST",
-        f"{_BANK}/memories:generate",
-        "memories.generate",
-        _generate,
-        "memories.generate",
-        "Generate memories from a conversation or direct facts.",
-        wire.GenerateMemoriesBody,
-        types.GenerateMemoriesOperation,
-    ),
-    _Route(
-        "POST",
-        f"{_BANK}/memories:retrieve",
-        "memories.retrieve",
-        _retrieve,
-        "memories.retrieve",
-        "Retrieve the memories of one scope (similarity search, or all, or pages).",
-        wire.RetrieveMemoriesBody,
-        types.RetrieveMemoriesResponse,
-    ),
-    _Route(
-        "POST",
-        f"{_BANK}/memories:retrieveProfiles",
-        "memories.retrieve",
-        _retrieve_profiles,
-        "memories.retrieveProfiles",
-        "Retrieve the structured profiles of one scope.",
-        wire.RetrieveProfilesBody,
-        types.RetrieveProfilesResponse,
-    ),
-    _Route(
-        "POST",
-        f"{_BANK}/memories:purge",
-        "memories.delete",
-        _purge,
-        "memories.purge",
-        "Count (force=false) or delete (force=true) the memories the filters select.",
-        wire.PurgeMemoriesBody,
-        types.PurgeMemoriesOperation,
-    ),
-    _Route(
-        "POST",
-        f"{_BANK}/memories:ingestEvents",
-        "memories.generate",
-        _ingest_events,
-        "memoryBanks.ingestEvents",
-        "Append events to a stream; memories are generated when its trigger fires.",
-        wire.IngestEventsBody,
-        types.MemoryBankIngestEventsOperation,
-    ),
-    _Route(
-        "GET",
-        _MEMORY,
-        "memories.get",
-        _get_memory,
-        "memories.get",
-        "Get a memory.",
-        None,
-        types.Memory,
-    ),
-    _Route(
-        "PATCH",
-        _MEMORY,
-        "memories.update",
-        _update_memory,
-        "memories.update",
-        "Update a memory (the masked fields, or every field given).",
-        wire.UpdateMemoryBody,
-        types.MemoryOperation,
-        ("updateMask", "memoryId"),
-    ),
-    _Route(
-        "DELETE",
-        _MEMORY,
-        "memories.delete",
-        _delete_memory,
-        "memories.delete",
-        "Delete a memory; its revisions remain until they expire.",
-        None,
-        types.DeleteMemoryOperation,
-    ),
-    _Route(
-        "POST",
-        f"{_MEMORY}:rollback",
-        "memoryRevisions.rollback",
-        _rollback,
-        "memories.rollback",
-        "Restore a revision of a memory (recreating a deleted one).",
-        wire.RollbackMemoryBody,
-        types.RollbackMemoryOperation,
-    ),
-    _Route(
-        "GET",
-        f"{_MEMORY}/operations/{{operation}}",
-        None,
-        _get_memory_operation,
-        "operations.getMemory",
-        "Get an operation of a memory (create, update, delete, rollback).",
-        None,
-        types.MemoryOperation,
-    ),
-    _Route(
-        "GET",
-        f"{_MEMORY}/revisions",
-        "memoryRevisions.list",
-        _list_revisions,
-        "memories.revisions.list",
-        "List the revisions of a memory, newest first.",
-        None,
-        types.ListMemoryRevisionsResponse,
-        (*_LIST, "filter"),
-    ),
-    _Route(
-        "GET",
-        f"{_MEMORY}/revisions/{{revision}}",
-        "memoryRevisions.get",
-        _get_revision,
-        "memories.revisions.get",
-        "Get a revision of a memory.",
-        None,
-        types.MemoryRevision,
-    ),
+
+@_route("GET", _BANK, "reasoningEngines.get", types.ReasoningEngine)
+async def get_bank(client: Client, bank: Bank) -> Response:
+    """Get a memory bank."""
+    return JSONResponse(wire.reasoning_engine_json(await client.memory_banks.get(name=bank)))
+
+
+@_route("PATCH", _BANK, "reasoningEngines.update", wire.ReasoningEngineOperation)
+async def update_bank(
+    client: Client,
+    bank: Bank,
+    body: wire.ReasoningEngineBody,
+    query: Annotated[wire.UpdateBankQuery, Query()],
+) -> Response:
+    """Update a memory bank; without updateMask the non-empty fields given are merged."""
+    body.refuse_unsupported()
+    body = wire.mask_bank_update(body, query.update_mask)
+    updated = await client.memory_banks.update(
+        name=bank,
+        managed_semantic_memory_config=body.bank_config,
+        config={"display_name": body.display_name, "description": body.description},
+    )
+    return await _bank_operation(client, updated)
+
+
+@_route("DELETE", _BANK, "reasoningEngines.delete", types.DeleteMemoryBankOperation)
+async def delete_bank(
+    client: Client,
+    bank: Bank,
+    query: Annotated[wire.DeleteBankQuery, Query()],
+    body: wire.DeleteBankBody | None = None,
+) -> Response:
+    """Delete a memory bank; one that holds memories needs force (in the body or the query)."""
+    force = body.force if body is not None and body.force is not None else query.force
+    return _json(await client.memory_banks.delete(name=bank, force=force))
+
+
+@_route("GET", _BANK + _OPERATION, None, types.MemoryBankOperation, "operations.getBank")
+async def get_bank_operation(client: Client, bank: Bank, operation: str) -> Response:
+    """Get an operation of a bank (generate, purge, ingestEvents, create, update)."""
+    return await _operation(client, f"{bank}/operations/{operation}")
+
+
+@_route("POST", _MEMORIES, "memories.create", types.MemoryOperation)
+async def create_memory(
+    client: Client,
+    bank: Bank,
+    body: wire.CreateMemoryBody,
+    query: Annotated[wire.CreateMemoryQuery, Query()],
+) -> Response:
+    """Create a memory."""
+    own, config = _split(body, "fact", "scope")
+    config["memory_id"] = query.memory_id
+    return _json(await client.memory_banks.memories.create(name=bank, **own, config=config))
+
+
+@_route("GET", _MEMORIES, "memories.list", types.ListMemoriesResponse)
+async def list_memories(client: Client, bank: Bank, query: Page) -> Response:
+    """List memories."""
+    config = query.model_dump(exclude_none=True)
+    pager = await client.memory_banks.memories.list(name=bank, config=config)
+    return JSONResponse(wire.page("memories", pager.page, pager.next_page_token))
+
+
+@_route("POST", _MEMORIES + ":generate", "memories.generate", types.GenerateMemoriesOperation)
+async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) -> Response:
+    """Generate memories from a session, contents or memories (a done operation)."""
+    own, config = _split(
+        body, "vertex_session_source", "direct_contents_source", "direct_memories_source", "scope"
+    )
+    return _json(await client.memory_banks.memories.generate(name=bank, **own, config=config))
+
+
+@_route("POST", _MEMORIES + ":retrieve", "memories.retrieve", types.RetrieveMemoriesResponse)
+async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) -> Response:
+    """Retrieve the memories of one scope (similarity search, or all, or pages)."""
+    own, config = _split(body, "scope", "similarity_search_params", "simple_retrieval_params")
+    pager = await client.memory_banks.memories.retrieve(name=bank, **own, config=config)
+    return JSONResponse(wire.page("retrievedMemories", pager.page, pager.next_page_token))
+
+
+@_route(
+    "POST",
+    _MEMORIES + ":retrieveProfiles",
+    "memories.retrieve",
+    types.RetrieveProfilesResponse,
+    "memories.retrieveProfiles",
 )
+async def retrieve_profiles(
+    client: Client, bank: Bank, body: wire.RetrieveProfilesBody
+) -> Response:
+    """Retrieve the structured profiles of one scope."""
+    own, config = _split(body, "scope")
+    memories = client.memory_banks.memories
+    return _json(await memories.retrieve_profiles(name=bank, **own, config=config))
 
 
-# Errors and the request-size limit
+@_route(
+    "POST",
+    _MEMORIES + ":purge",
+    "memories.delete",
+    types.PurgeMemoriesOperation,
+    "memories.purge",
+)
+async def purge(client: Client, bank: Bank, body: wire.PurgeMemoriesBody) -> Response:
+    """Count (force=false) or delete (force=true) the memories the filters select."""
+    own, config = _split(body, "filter", "filter_groups", "force")
+    own["force"] = bool(own.get("force", False))
+    return _json(await client.memory_banks.memories.purge(name=bank, **own, config=config))
+
+
+@_route(
+    "POST",
+    _MEMORIES + ":ingestEvents",
+    "memories.generate",
+    types.MemoryBankIngestEventsOperation,
+    "memoryBanks.ingestEvents",
+)
+async def ingest_events(client: Client, bank: Bank, body: wire.IngestEventsBody) -> Response:
+    """Append events to a stream; memories are generated when its trigger fires."""
+    own, config = _split(
+        body, "scope", "stream_id", "direct_contents_source", "generation_trigger_config"
+    )
+    return _json(await client.memory_banks.ingest_events(name=bank, **own, config=config))
+
+
+@_route("GET", _MEMORY, "memories.get", types.Memory)
+async def get_memory(client: Client, memory: Memory) -> Response:
+    """Get a memory."""
+    return _json(await client.memory_banks.memories.get(name=memory))
+
+
+@_route("PATCH", _MEMORY, "memories.update", types.MemoryOperation)
+async def update_memory(
+    client: Client,
+    memory: Memory,
+    body: wire.UpdateMemoryBody,
+    query: Annotated[wire.UpdateMemoryQuery, Query()],
+) -> Response:
+    """Update a memory (the masked fields, or every field given)."""
+    own, config = _split(body, "fact", "scope")
+    config.update(update_mask=query.update_mask, memory_id=query.memory_id)
+    return _json(await client.memory_banks.memories.update(name=memory, **own, config=config))
+
+
+@_route("DELETE", _MEMORY, "memories.delete", types.DeleteMemoryOperation)
+async def delete_memory(client: Client, memory: Memory) -> Response:
+    """Delete a memory; its revisions remain until they expire."""
+    return _json(await client.memory_banks.memories.delete(name=memory))
+
+
+@_route(
+    "POST",
+    _MEMORY + ":rollback",
+    "memoryRevisions.rollback",
+    types.RollbackMemoryOperation,
+    "memories.rollback",
+)
+async def rollback(client: Client, memory: Memory, body: wire.RollbackMemoryBody) -> Response:
+    """Restore a revision of a memory (recreating a deleted one)."""
+    own, config = _split(body, "target_revision_id")
+    return _json(await client.memory_banks.memories.rollback(name=memory, **own, config=config))
+
+
+@_route("GET", _MEMORY + _OPERATION, None, types.MemoryOperation, "operations.getMemory")
+async def get_memory_operation(client: Client, memory: Memory, operation: str) -> Response:
+    """Get an operation of a memory (create, update, delete, rollback)."""
+    return await _operation(client, f"{memory}/operations/{operation}")
+
+
+@_route(
+    "GET",
+    _REVISIONS,
+    "memoryRevisions.list",
+    types.ListMemoryRevisionsResponse,
+    "memories.revisions.list",
+)
+async def list_revisions(client: Client, memory: Memory, query: Page) -> Response:
+    """List the revisions of a memory, newest first."""
+    config = query.model_dump(exclude_none=True, exclude={"order_by"})
+    pager = await client.memory_banks.memories.revisions.list(name=memory, config=config)
+    return JSONResponse(wire.page("memoryRevisions", pager.page, pager.next_page_token))
+
+
+@_route(
+    "GET",
+    _REVISIONS + "/{revision}",
+    "memoryRevisions.get",
+    types.MemoryRevision,
+    "memories.revisions.get",
+)
+async def get_revision(client: Client, memory: Memory, revision: str) -> Response:
+    """Get a revision of a memory."""
+    revisions = client.memory_banks.memories.revisions
+    return _json(await revisions.get(name=f"{memory}/revisions/{revision}"))
+
+
+def _project_and_location(project: str, location: str) -> None:
+    """Declares the path parameters of the full prefix (any project and location is served)."""
+
+
+# Errors
+
+
+class _MethodNotAllowed(AdkMemoryError, ClientError):
+    code = 405
+    status = "UNIMPLEMENTED"
 
 
 def _error_response(error: AdkMemoryError) -> JSONResponse:
-    headers = {"www-authenticate": "Bearer"} if error.http_status == 401 else None
-    return JSONResponse(wire.error_envelope(error), status_code=error.http_status, headers=headers)
+    headers = {"www-authenticate": "Bearer"} if error.code == 401 else None
+    return JSONResponse(wire.error_envelope(error), status_code=error.code, headers=headers)
 
 
-def _internal_error() -> JSONResponse:
+async def _on_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, AdkMemoryError):
+        return _error_response(exc)
+    logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
     envelope = {
         "error": {
             "code": 500,
@@ -548,8 +431,43 @@ def _internal_error() -> JSONResponse:
     return JSONResponse(envelope, status_code=500)
 
 
-class _BodyLimit:
-    """Refuses request bodies over `max_bytes` with 413, before and while they are read."""
+async def _on_invalid(request: Request, exc: Exception) -> Response:
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    if not errors:
+        return _error_response(InvalidArgument("The request is malformed.", field="body"))
+    return _error_response(wire.invalid_request(errors))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 400)
+    where = f"{request.method} {request.url.path[:200]}"
+    error: AdkMemoryError
+    if status == 404:
+        error = NotFound(f"No method at {where}; see /openapi.json for the routes.")
+    elif status == 405:
+        error = _MethodNotAllowed(f"{request.method} is not supported on {request.url.path[:200]}.")
+    elif status == 413:
+        error = _too_large(request.app.state.max_body_bytes)
+    else:
+        detail = getattr(exc, "detail", "")
+        error = InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
+    return _error_response(error)
+
+
+def _too_large(max_bytes: int) -> wire.PayloadTooLarge:
+    return wire.PayloadTooLarge(
+        f"The request body exceeds this server's limit of {max_bytes} bytes; send less per "
+        "request (e.g. fewer events per ingestEvents call).",
+        field="body",
+    )
+
+
+class _Perimeter:
+    """Refuses bodies over `max_bytes` (413, before and while they are read); logs each request.
+
+    The log line holds method, operation id, status, time and key name, never the query string
+    (list filters can quote facts and scopes) or a body.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -559,69 +477,41 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            response = _error_response(self._too_large())
-            await response(scope, receive, send)
-            return
-        seen = 0
+        started, status, seen = time.perf_counter(), 500, 0
 
         async def limited() -> Message:
             nonlocal seen
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise self._too_large()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413)
             return message
 
-        await self.app(scope, limited, send)
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
 
-    def _too_large(self) -> wire.PayloadTooLarge:
-        return wire.PayloadTooLarge(
-            f"The request body exceeds this server's limit of {self.max_bytes} bytes; send less "
-            "per request (e.g. fewer events per ingestEvents call).",
-            field="body",
-        )
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        try:
+            if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+                await _error_response(_too_large(self.max_bytes))(scope, receive, sent)
+            else:
+                await self.app(scope, limited, sent)
+        finally:
+            route = scope.get("route")
+            logger.info(
+                "%s %s -> %d in %.1f ms (key %s)",
+                scope["method"],
+                getattr(route, "operation_id", None) or getattr(route, "path", "-"),
+                status,
+                (time.perf_counter() - started) * 1000,
+                scope.get("state", {}).get("key_label", "-"),
+            )
 
 
 # The app
-
-
-def _endpoint(
-    route: _Route, client: AsyncClient, keys: ApiKeys | None
-) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        started = time.perf_counter()
-        label = "-"
-        try:
-            principal = authenticate(
-                keys,
-                api_key=request.headers.get("x-goog-api-key"),
-                authorization=request.headers.get("authorization"),
-            )
-            label = principal.label
-            principal.require(route.permission, request.path_params.get("bank"))
-            response: Response = JSONResponse(
-                await route.handler(_Call(request, principal, client))
-            )
-        except AdkMemoryError as error:
-            response = _error_response(error)
-        except Exception:
-            logger.exception("Unhandled error in %s (key %s)", route.operation_id, label)
-            response = _internal_error()
-        logger.info(
-            "%s %s -> %d in %.1f ms (key %s)",
-            route.method,
-            route.operation_id,
-            response.status_code,
-            (time.perf_counter() - started) * 1000,
-            label,
-        )
-        return response
-
-    endpoint.__name__ = route.operation_id.replace(".", "_")
-    return endpoint
 
 
 def create_app(
@@ -629,6 +519,8 @@ def create_app(
     *,
     api_keys: ApiKeys | Sequence[ApiKey] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_hosts: Sequence[str] | None = None,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The Memory Bank REST API as an ASGI app.
 
@@ -638,6 +530,10 @@ def create_app(
         api_keys: The accepted keys with their permissions; None serves everyone (bind it to
             loopback only: `serve` refuses anything else).
         max_body_bytes: The largest request body accepted; larger ones get 413.
+        allowed_hosts: The `Host` names served (`*` for any). None: loopback names only without
+            keys (a web page cannot rebind a name of its own to this server), any with keys.
+        cors_origins: Origins whose web pages may call the API (CORS); none by default. Without
+            keys, requests from any other origin than the server's own are refused.
 
     Returns:
         A FastAPI app with the routes of reference §2, `/openapi.json` and `/healthz`.
@@ -658,10 +554,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The ingest scheduler runs for the server's whole life (SPEC §3 "Ingest events"), so
+        # that streams left due by an earlier process are flushed too, and stops before the
+        # server's event loop ends, letting running flushes finish.
+        client.ingest_scheduler.start()
         try:
-            async with _background_work(client):
-                yield
+            yield
         finally:
+            await client.ingest_scheduler.stop()
             if owned:
                 await client.aclose()
 
@@ -672,59 +572,39 @@ def create_app(
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
-        openapi_url="/openapi.json",
+        dependencies=[Depends(guard)],
         # A path with a trailing slash is a 404 in the error envelope, not a 307 to a Location
         # built from the request's Host header (`/ui/` has its own redirect below).
         redirect_slashes=False,
     )
-    for route in _ROUTES:
-        for prefix in _PREFIXES:
-            app.add_api_route(
-                prefix + route.path,
-                _endpoint(route, client, keys),
-                methods=[route.method],
-                summary=route.summary,
-                operation_id=f"{route.operation_id}{'' if 'projects' in prefix else '.express'}",
-                tags=[route.operation_id.split(".")[0]],
-                include_in_schema="projects" in prefix,
-                openapi_extra=_openapi_operation(route),
-            )
+    app.state.client = client
+    app.state.api_keys = keys
+    app.state.max_body_bytes = max_body_bytes
+    app.state.guard = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
+    app.include_router(
+        router,
+        prefix="/v1beta1/projects/{project}/locations/{location}",
+        dependencies=[Depends(_project_and_location)],
+    )
+    app.include_router(router, prefix="/v1beta1", include_in_schema=False)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     _add_browser(app)
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        status = getattr(exc, "status_code", 500)
-        if status == 404:
-            error: AdkMemoryError = NotFound(
-                f"No method at {request.method} {request.url.path[:200]}; "
-                "see /openapi.json for the routes.",
-            )
-        elif status == 405:
-            error = _MethodNotAllowed(
-                f"{request.method} is not supported on {request.url.path[:200]}."
-            )
-        else:
-            error = InvalidArgument(f"The request could not be served (HTTP {status}).")
-        return _error_response(error)
-
-    async def validation_error(request: Request, exc: Exception) -> Response:
-        return _error_response(InvalidArgument("The request is malformed.", field="body"))
-
-    async def unhandled(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, AdkMemoryError):
-            return _error_response(exc)
-        logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
-        return _internal_error()
-
-    app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(Exception, unhandled)
-    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
-    app.openapi = _openapi_builder(app, secured=keys is not None)  # type: ignore[method-assign]
+    app.add_exception_handler(AdkMemoryError, _on_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(RequestValidationError, _on_invalid)
+    app.add_exception_handler(Exception, _on_error)
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["content-type", "authorization", "x-goog-api-key"],
+        )
+    app.add_middleware(_Perimeter, max_bytes=max_body_bytes)
     return app
 
 
@@ -765,116 +645,10 @@ def _add_browser(app: FastAPI) -> None:
     app.add_api_route("/ui/", slash, methods=["GET"], include_in_schema=False)
 
 
-class _MethodNotAllowed(AdkMemoryError):
-    code = "UNIMPLEMENTED"
-    http_status = 405
-
-
-@asynccontextmanager
-async def _background_work(client: AsyncClient) -> AsyncIterator[None]:
-    """Runs the ingest scheduler for the server's whole life (SPEC §3 "Ingest events").
-
-    It starts with the server, not with the first `ingestEvents`, so that streams left due by
-    an earlier process (an idle trigger, a restart) are flushed too. Its tasks live on the
-    server's event loop, so it stops before that loop ends, letting running flushes finish.
-    """
-    client.ingest_scheduler.start()
-    try:
-        yield
-    finally:
-        await client.ingest_scheduler.stop()
-
-
 def _version() -> str:
     from adk_memory import __version__
 
     return __version__
-
-
-# OpenAPI
-
-
-def _openapi_operation(route: _Route) -> dict[str, Any]:
-    path_params = [
-        part[1:-1] for part in route.path.replace(":", "/").split("/") if part.startswith("{")
-    ]
-    parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in ("project", "location", *path_params)
-    ]
-    for name in route.query:
-        kind = "integer" if name == "pageSize" else "boolean" if name == "force" else "string"
-        parameters.append(
-            {"name": name, "in": "query", "required": False, "schema": {"type": kind}}
-        )
-    operation: dict[str, Any] = {
-        "parameters": parameters,
-        "responses": {
-            "200": {"description": "Success (every success is HTTP 200)."},
-            "default": {"description": "An error in the Google error envelope."},
-        },
-        "x-permission": f"aiplatform.{route.permission}"
-        if route.permission
-        else "any permission on the bank",
-    }
-    if route.body is not None:
-        operation["requestBody"] = {
-            "required": route.body is not wire.DeleteBankBody,
-            "content": {},
-        }
-    return operation
-
-
-def _openapi_builder(app: FastAPI, *, secured: bool) -> Callable[[], dict[str, Any]]:
-    def build() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = get_openapi(
-            title=app.title, version=app.version, summary=app.summary, routes=app.routes
-        )
-        models: list[type[BaseModel]] = [wire.ErrorEnvelope]
-        for route in _ROUTES:
-            models.extend(model for model in (route.body, route.response) if model is not None)
-        unique = list(dict.fromkeys(models))
-        refs, defs = models_json_schema(
-            [(model, "validation") for model in unique],
-            by_alias=True,
-            ref_template="#/components/schemas/{model}",
-        )
-        components = schema.setdefault("components", {})
-        components.setdefault("schemas", {}).update(defs.get("$defs", {}))
-
-        def ref(model: type[BaseModel]) -> dict[str, str]:
-            return {"$ref": refs[(model, "validation")]["$ref"]}
-
-        by_id = {route.operation_id: route for route in _ROUTES}
-        for path_item in schema.get("paths", {}).values():
-            for operation in path_item.values():
-                found = by_id.get(operation.get("operationId", ""))
-                if found is None:
-                    continue
-                route = found
-                operation["responses"]["default"]["content"] = {
-                    "application/json": {"schema": ref(wire.ErrorEnvelope)}
-                }
-                if route.response is not None:
-                    operation["responses"]["200"]["content"] = {
-                        "application/json": {"schema": ref(route.response)}
-                    }
-                if route.body is not None:
-                    operation["requestBody"]["content"] = {
-                        "application/json": {"schema": ref(route.body)}
-                    }
-        if secured:
-            components["securitySchemes"] = {
-                "apiKey": {"type": "apiKey", "in": "header", "name": "x-goog-api-key"},
-                "bearer": {"type": "http", "scheme": "bearer"},
-            }
-            schema["security"] = [{"apiKey": []}, {"bearer": []}]
-        app.openapi_schema = schema
-        return schema
-
-    return build
 
 
 # Serving
@@ -887,6 +661,8 @@ def serve(
     port: int = 8080,
     api_keys: ApiKeys | Sequence[ApiKey] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_hosts: Sequence[str] | None = None,
+    cors_origins: Sequence[str] = (),
     log_level: str = "info",
 ) -> None:
     """Serves the REST API with uvicorn until interrupted.
@@ -897,6 +673,8 @@ def serve(
         port: The TCP port.
         api_keys: The accepted keys; None serves everyone (loopback only).
         max_body_bytes: The largest request body accepted.
+        allowed_hosts: The `Host` names served (see `create_app`).
+        cors_origins: Origins whose web pages may call the API (see `create_app`).
         log_level: uvicorn's and adk-memory's log level (`info` logs one line per request).
 
     Raises:
@@ -912,7 +690,13 @@ def serve(
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
-    app = create_app(uri, api_keys=api_keys, max_body_bytes=max_body_bytes)
+    app = create_app(
+        uri,
+        api_keys=api_keys,
+        max_body_bytes=max_body_bytes,
+        allowed_hosts=allowed_hosts,
+        cors_origins=cors_origins,
+    )
     log_config = copy.deepcopy(LOGGING_CONFIG)
     log_config["loggers"]["adk_memory"] = {
         "handlers": ["default"],

@@ -20,7 +20,12 @@ Permissions may be spelled with or without the `aiplatform.` prefix; `*`, `memor
 error when the file is loaded, so a typo never silently grants nothing. The server checks the
 key this module finds, never the scope: a key limited to a bank sees every scope in it.
 
-This module only decides; the server turns its answers into 401 and 403 responses.
+A server without keys trusts whoever can reach it, so it must refuse what a web page can send
+it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
+rebinding) and, without keys, only requests from its own origin or a configured CORS origin.
+
+`authorize` and `guard` are FastAPI dependencies; the errors they raise become 401, 403 and 400
+responses in the Google envelope.
 """
 
 from __future__ import annotations
@@ -31,9 +36,17 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Request, Security
+from fastapi.security import (
+    APIKeyHeader,
+    HTTPAuthorizationCredentials,
+    HTTPBearer,
+    SecurityScopes,
+)
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -44,7 +57,12 @@ from pydantic import (
     model_validator,
 )
 
-from adk_memory.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from adk_memory.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+)
 from adk_memory.names import Names
 
 __all__ = [
@@ -52,7 +70,10 @@ __all__ = [
     "ApiKey",
     "ApiKeys",
     "Principal",
+    "RequestGuard",
     "authenticate",
+    "authorize",
+    "guard",
     "is_loopback",
     "normalize_permission",
 ]
@@ -84,7 +105,7 @@ the `aiplatform.` prefix. `memories:ingestEvents` needs `memories.generate`,
 _FAMILIES = frozenset(name.split(".")[0] for name in PERMISSIONS)
 _PREFIX = "aiplatform."
 _MIN_KEY_LENGTH = 16
-_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -166,7 +187,7 @@ class ApiKey(BaseModel):
             raise ValueError("set exactly one of key and key_sha256")
         if self.key is not None and len(self.key.get_secret_value()) < _MIN_KEY_LENGTH:
             raise ValueError(f"key must have at least {_MIN_KEY_LENGTH} characters")
-        if self.key_sha256 is not None and not _SHA256_HEX.match(self.key_sha256):
+        if self.key_sha256 is not None and not _SHA256_HEX.fullmatch(self.key_sha256):
             raise ValueError("key_sha256 must be 64 hexadecimal characters")
         return self
 
@@ -308,21 +329,15 @@ class Principal:
             )
 
 
-def authenticate(
-    keys: ApiKeys | None, *, api_key: str | None, authorization: str | None
-) -> Principal:
-    """The caller behind the `x-goog-api-key` or `Authorization: Bearer` header.
+def authenticate(keys: ApiKeys | None, *, api_key: str | None, bearer: str | None) -> Principal:
+    """The caller behind the `x-goog-api-key` header or the `Authorization: Bearer` token.
 
     Raises:
         Unauthenticated: Keys are configured and the request carries none, or an unknown one.
     """
     if keys is None:
         return Principal(None)
-    presented = api_key
-    if not presented and authorization:
-        scheme, _, token = authorization.strip().partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            presented = token.strip()
+    presented = api_key or bearer
     if not presented:
         raise Unauthenticated(
             "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
@@ -333,6 +348,119 @@ def authenticate(
     if key is None:
         raise Unauthenticated("The API key is not valid for this server.")
     return Principal(key)
+
+
+_API_KEY = APIKeyHeader(name="x-goog-api-key", scheme_name="apiKey", auto_error=False)
+_BEARER = HTTPBearer(scheme_name="bearer", auto_error=False)
+
+
+async def authorize(
+    request: Request,
+    required: SecurityScopes,
+    api_key: Annotated[str | None, Security(_API_KEY)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+) -> Principal:
+    """The caller, checked for the route's permission on the bank in the path.
+
+    The permission is the route's one security scope (none: any permission on the bank); the
+    keys are the app's `state.api_keys`.
+    """
+    keys: ApiKeys | None = request.app.state.api_keys
+    token = bearer.credentials.strip() if bearer is not None else None
+    principal = authenticate(keys, api_key=api_key, bearer=token or None)
+    request.state.key_label = principal.label
+    permission = required.scopes[0] if required.scopes else None
+    principal.require(permission, request.path_params.get("bank"))
+    return principal
+
+
+@dataclass(frozen=True, slots=True)
+class RequestGuard:
+    """Which `Host` names and browser origins the server answers."""
+
+    allowed_hosts: frozenset[str] | None
+    """Host names served (`*` for any); None: loopback names only without keys, any with keys."""
+    cors_origins: frozenset[str]
+    """Origins (`https://app.example`) whose pages may call the server."""
+    keyless: bool
+    """Whether the server has no keys, so that the origin of a request is all that tells a web
+    page from a local program."""
+
+    @classmethod
+    def of(
+        cls, allowed_hosts: Sequence[str] | None, cors_origins: Sequence[str], *, keyless: bool
+    ) -> RequestGuard:
+        """A checked guard.
+
+        Raises:
+            InvalidArgument: A host has a port or is not a host name, or an origin is not
+                `scheme://host[:port]`.
+            FailedPrecondition: CORS for every origin (`*`) on a server without keys.
+        """
+        hosts = [str(host).strip().lower() for host in allowed_hosts or ()]
+        for host in hosts:
+            if host != "*" and _hostname(host) != host.strip("[]"):
+                raise InvalidArgument(
+                    f"allowed_hosts needs host names without a port, e.g. 'memory.internal'; "
+                    f"{host[:100]!r} is not one.",
+                    field="allowed_hosts",
+                )
+        for origin in cors_origins:
+            if origin == "*" and keyless:
+                raise FailedPrecondition(
+                    "CORS for every origin on a server without API keys would let any web page "
+                    "read and change every memory; list the origins, or configure keys.",
+                    field="cors_origins",
+                )
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise InvalidArgument(
+                    f"cors_origins needs origins like 'https://app.example:8443' (scheme, host "
+                    f"and port, no path); {origin[:100]!r} is not one.",
+                    field="cors_origins",
+                )
+        return cls(
+            frozenset(h.strip("[]") for h in hosts) or None, frozenset(cors_origins), keyless
+        )
+
+    def check(self, host: str | None, origin: str | None) -> None:
+        """Raises PermissionDenied for a foreign `Host`, or a foreign `Origin` without keys."""
+        hostname = _hostname(host or "")
+        if self.allowed_hosts is None:
+            allowed = is_loopback(hostname) if self.keyless else True
+        else:
+            allowed = "*" in self.allowed_hosts or hostname in self.allowed_hosts
+        if not allowed:
+            raise PermissionDenied(
+                f"This server does not answer to the host name {hostname[:100]!r} (a page on "
+                "another site can point its own name at this machine). Call it as localhost, "
+                "or allow the name with --allowed-host.",
+                field="host",
+            )
+        if not self.keyless or origin is None or origin in self.cors_origins:
+            return
+        if origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower()):
+            raise PermissionDenied(
+                f"This server has no API keys, so it refuses requests from web pages of other "
+                f"origins ({origin[:100]!r}); allow the origin with --cors-origin, or configure "
+                "keys.",
+                field="origin",
+            )
+
+
+_ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
+
+
+def _hostname(host: str) -> str:
+    """`Host` without its port, lowercase (`[::1]:8080` is `::1`); "" when malformed."""
+    found = _HOST.fullmatch(host)
+    return found[1].strip("[]").lower() if found else ""
+
+
+async def guard(request: Request) -> None:
+    """Applies the app's `state.guard` to a request."""
+    policy: RequestGuard = request.app.state.guard
+    policy.check(request.headers.get("host"), request.headers.get("origin"))
 
 
 def is_loopback(host: str) -> bool:

@@ -1,36 +1,46 @@
 """The REST wire format: request bodies and query strings in, camelCase JSON and errors out.
 
-Bodies are proto3 JSON as the official SDK sends them (reference §1.2): top-level keys in
+FastAPI validates each request into these models (and documents them in `/openapi.json`). Bodies
+are proto3 JSON as the official SDK sends them (reference §1.2): top-level keys in
 camelCase, nested keys in snake_case, and, from older SDKs, camelCase at every level. Each body
 model here accepts both spellings at every level (the SDK's own nested types do, and these
 models use the same alias generator) and forbids unknown fields, so a typo is a 400 that names
 the field instead of a silent no-op. The body of each method is the SDK's config model for that
 method without its client-only fields (`http_options`, `wait_for_completion`) plus the method's
-own fields, so the server accepts exactly what the SDK can send. Nothing here calls the engine.
+own fields, so the server accepts exactly what the SDK can send. Query parameters are models
+too, in both casings. Nothing here calls the engine.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-from pydantic.alias_generators import to_camel
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel, to_snake
 
 from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
 
 __all__ = [
-    "BODY_MODELS",
     "CreateMemoryBody",
+    "CreateMemoryQuery",
     "DeleteBankBody",
+    "DeleteBankQuery",
     "ErrorEnvelope",
     "GenerateMemoriesBody",
     "IngestEventsBody",
-    "ListReasoningEnginesResponse",
+    "PageQuery",
     "PayloadTooLarge",
     "PurgeMemoriesBody",
     "ReasoningEngineBody",
@@ -38,18 +48,17 @@ __all__ = [
     "RetrieveMemoriesBody",
     "RetrieveProfilesBody",
     "RollbackMemoryBody",
+    "UnsupportedMediaType",
+    "UpdateBankQuery",
     "UpdateMemoryBody",
+    "UpdateMemoryQuery",
     "error_envelope",
+    "invalid_request",
     "mask_bank_update",
-    "parse_body",
-    "query_bool",
-    "query_int",
-    "query_str",
+    "page",
     "reasoning_engine_json",
     "to_json",
 ]
-
-M = TypeVar("M", bound=BaseModel)
 
 _CLIENT_ONLY = frozenset({"http_options", "wait_for_completion"})
 """Config fields the SDK keeps on the client and never sends (reference §1.2)."""
@@ -58,13 +67,42 @@ _CLIENT_ONLY = frozenset({"http_options", "wait_for_completion"})
 class PayloadTooLarge(InvalidArgument):
     """The request body is larger than the server accepts."""
 
-    http_status = 413
+    code = 413
+
+
+class UnsupportedMediaType(InvalidArgument):
+    """The request body is not JSON (a form, text/plain, …)."""
+
+    code = 415
 
 
 class _Wire(BaseModel):
-    """Both casings in at every level, unknown fields refused."""
+    """Both casings in at every level, unknown fields refused, only storable text."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _only_text(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        try:  # JSON may escape a lone surrogate ("\ud800"), which is not text anything can store
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a string is not valid Unicode (a lone surrogate such as \\ud800); send UTF-8 text"
+            ) from None
+        except RecursionError:
+            raise ValueError("the body is nested too deeply") from None
+        except (TypeError, ValueError):
+            pass  # not JSON data (a model instance): nothing came off the wire
+        try:
+            return handler(data)
+        except (AttributeError, TypeError):
+            # google-genai's enums look a non-string value up with `.upper()`; the AttributeError
+            # this raises is not turned into a ValidationError.
+            raise ValueError(
+                "a value has the wrong type: an enum field takes one of its names as a string, "
+                "and lists and objects go only where the API reference shows them"
+            ) from None
 
 
 def _body(
@@ -87,68 +125,78 @@ def _body(
 
 Scope = dict[str, str]
 
-CreateMemoryBody = _body(
-    "CreateMemoryBody",
-    "POST {bank}/memories: the Memory to create (`memoryId` travels in the query).",
-    types.MemoryConfig,
-    drop=frozenset({"memory_id"}),
-    fact=(str, Field(description="Required. The fact.")),
-    scope=(Scope, Field(description="Required. Immutable. 1-5 string pairs.")),
-)
-UpdateMemoryBody = _body(
-    "UpdateMemoryBody",
-    "PATCH {memory}: the fields to change (`updateMask` and `memoryId` travel in the query).",
-    types.UpdateMemoryConfig,
-    drop=frozenset({"memory_id", "update_mask"}),
-    fact=(str | None, None),
-    scope=(Scope | None, Field(None, description="Immutable: must equal the memory's scope.")),
-)
-GenerateMemoriesBody = _body(
-    "GenerateMemoriesBody",
-    "POST {bank}/memories:generate: exactly one source, the scope and generation options.",
-    types.GenerateMemoriesConfig,
-    vertex_session_source=(types.GenerateMemoriesRequestVertexSessionSource | None, None),
-    direct_contents_source=(types.GenerateMemoriesRequestDirectContentsSource | None, None),
-    direct_memories_source=(types.GenerateMemoriesRequestDirectMemoriesSource | None, None),
-    scope=(Scope | None, None),
-)
-RetrieveMemoriesBody = _body(
-    "RetrieveMemoriesBody",
-    "POST {bank}/memories:retrieve: the memories of exactly `scope`.",
-    types.RetrieveMemoriesConfig,
-    scope=(Scope, Field(description="Required. Only memories with exactly this scope match.")),
-    similarity_search_params=(types.RetrieveMemoriesRequestSimilaritySearchParams | None, None),
-    simple_retrieval_params=(types.RetrieveMemoriesRequestSimpleRetrievalParams | None, None),
-)
-RetrieveProfilesBody = _body(
-    "RetrieveProfilesBody",
-    "POST {bank}/memories:retrieveProfiles: the structured profiles of exactly `scope`.",
-    types.RetrieveMemoryProfilesConfig,
-    scope=(Scope, Field(description="Required.")),
-)
-RollbackMemoryBody = _body(
-    "RollbackMemoryBody",
-    "POST {memory}:rollback: the revision id (last segment of its name) to restore.",
-    types.RollbackMemoryConfig,
-    target_revision_id=(str, Field(description="Required. A revision id, not its full name.")),
-)
-PurgeMemoriesBody = _body(
-    "PurgeMemoriesBody",
-    "POST {bank}/memories:purge: `filter` and/or `filterGroups`; `force` deletes, else counts.",
-    types.PurgeMemoriesConfig,
-    filter=(str | None, None),
-    filter_groups=(list[types.MemoryConjunctionFilter] | None, None),
-    force=(bool | None, None),
-)
-IngestEventsBody = _body(
-    "IngestEventsBody",
-    "POST {bank}/memories:ingestEvents: events appended to a stream; generation when it triggers.",
-    types.IngestEventsConfig,
-    scope=(Scope, Field(description="Required.")),
-    stream_id=(str | None, Field(None, description='The stream; "" is the default stream.')),
-    direct_contents_source=(types.IngestionDirectContentsSource | None, None),
-    generation_trigger_config=(types.MemoryGenerationTriggerConfig | None, None),
-)
+if TYPE_CHECKING:  # mypy cannot see fields made at runtime: it checks these as their base
+    CreateMemoryBody = _Wire
+    UpdateMemoryBody = _Wire
+    GenerateMemoriesBody = _Wire
+    RetrieveMemoriesBody = _Wire
+    RetrieveProfilesBody = _Wire
+    RollbackMemoryBody = _Wire
+    PurgeMemoriesBody = _Wire
+    IngestEventsBody = _Wire
+else:
+    CreateMemoryBody = _body(
+        "CreateMemoryBody",
+        "POST {bank}/memories: the Memory to create (`memoryId` travels in the query).",
+        types.MemoryConfig,
+        drop=frozenset({"memory_id"}),
+        fact=(str, Field(description="Required. The fact.")),
+        scope=(Scope, Field(description="Required. Immutable. 1-5 string pairs.")),
+    )
+    UpdateMemoryBody = _body(
+        "UpdateMemoryBody",
+        "PATCH {memory}: the fields to change (`updateMask` and `memoryId` travel in the query).",
+        types.UpdateMemoryConfig,
+        drop=frozenset({"memory_id", "update_mask"}),
+        fact=(str | None, None),
+        scope=(Scope | None, Field(None, description="Immutable: must equal the memory's scope.")),
+    )
+    GenerateMemoriesBody = _body(
+        "GenerateMemoriesBody",
+        "POST {bank}/memories:generate: exactly one source, the scope and generation options.",
+        types.GenerateMemoriesConfig,
+        vertex_session_source=(types.GenerateMemoriesRequestVertexSessionSource | None, None),
+        direct_contents_source=(types.GenerateMemoriesRequestDirectContentsSource | None, None),
+        direct_memories_source=(types.GenerateMemoriesRequestDirectMemoriesSource | None, None),
+        scope=(Scope | None, None),
+    )
+    RetrieveMemoriesBody = _body(
+        "RetrieveMemoriesBody",
+        "POST {bank}/memories:retrieve: the memories of exactly `scope`.",
+        types.RetrieveMemoriesConfig,
+        scope=(Scope, Field(description="Required. Only memories with exactly this scope match.")),
+        similarity_search_params=(types.RetrieveMemoriesRequestSimilaritySearchParams | None, None),
+        simple_retrieval_params=(types.RetrieveMemoriesRequestSimpleRetrievalParams | None, None),
+    )
+    RetrieveProfilesBody = _body(
+        "RetrieveProfilesBody",
+        "POST {bank}/memories:retrieveProfiles: the structured profiles of exactly `scope`.",
+        types.RetrieveMemoryProfilesConfig,
+        scope=(Scope, Field(description="Required.")),
+    )
+    RollbackMemoryBody = _body(
+        "RollbackMemoryBody",
+        "POST {memory}:rollback: the revision id (last segment of its name) to restore.",
+        types.RollbackMemoryConfig,
+        target_revision_id=(str, Field(description="Required. A revision id, not its full name.")),
+    )
+    PurgeMemoriesBody = _body(
+        "PurgeMemoriesBody",
+        "POST {bank}/memories:purge: `filter` and/or `filterGroups`; `force` deletes, else counts.",
+        types.PurgeMemoriesConfig,
+        filter=(str | None, None),
+        filter_groups=(list[types.MemoryConjunctionFilter] | None, None),
+        force=(bool | None, None),
+    )
+    IngestEventsBody = _body(
+        "IngestEventsBody",
+        "POST {bank}/memories:ingestEvents: events for a stream; generation when it triggers.",
+        types.IngestEventsConfig,
+        scope=(Scope, Field(description="Required.")),
+        stream_id=(str | None, Field(None, description='The stream; "" is the default stream.')),
+        direct_contents_source=(types.IngestionDirectContentsSource | None, None),
+        generation_trigger_config=(types.MemoryGenerationTriggerConfig | None, None),
+    )
 
 
 class DeleteBankBody(_Wire):
@@ -205,20 +253,6 @@ class ReasoningEngineBody(_Wire):
         return self.context_spec.memory_bank_config if self.context_spec is not None else None
 
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (
-    CreateMemoryBody,
-    UpdateMemoryBody,
-    GenerateMemoriesBody,
-    RetrieveMemoriesBody,
-    RetrieveProfilesBody,
-    RollbackMemoryBody,
-    PurgeMemoriesBody,
-    IngestEventsBody,
-    DeleteBankBody,
-    ReasoningEngineBody,
-)
-
-
 # Responses that exist only on the wire (documented in the OpenAPI description).
 
 
@@ -230,13 +264,6 @@ class ReasoningEngineOperation(_Wire):
     metadata: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     response: types.ReasoningEngine | None = None
-
-
-class ListReasoningEnginesResponse(_Wire):
-    """GET reasoningEngines: one page of banks."""
-
-    reasoning_engines: list[types.ReasoningEngine] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
 class _Status(_Wire):
@@ -252,116 +279,83 @@ class ErrorEnvelope(_Wire):
     error: _Status
 
 
-# Parsing
+# Query parameters
 
 
-def parse_body(model: type[M], raw: bytes) -> M:
-    """The JSON object in `raw` validated into `model`; an empty body is `{}`.
+class _Query(BaseModel):
+    """Query parameters in camelCase or snake_case; an empty value is no value."""
 
-    Raises:
-        InvalidArgument: The body is not a JSON object of Unicode text, or a field is wrong; the
-            message and `field` name the field as the request spelled it.
-    """
-    data: Any = {}
-    if raw.strip():
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(
-                f"The request body is not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                f"{exc.msg}.",
-                field="body",
-            ) from None
-        except (RecursionError, UnicodeDecodeError):
-            raise InvalidArgument(
-                "The request body is not valid UTF-8 JSON.", field="body"
-            ) from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("The request body must be a JSON object.", field="body")
-    try:  # JSON may escape a lone surrogate ("\ud800"), which is not text anything can store
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument(
-            "The request body holds a string that is not valid Unicode (a lone surrogate such "
-            "as \\ud800); send UTF-8 text.",
-            field="body",
-        ) from None
-    except RecursionError:
-        raise InvalidArgument("The request body is nested too deeply.", field="body") from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise _invalid(exc) from None
-    except (AttributeError, TypeError):
-        # google-genai's enums look a non-string value up with `.upper()`; the AttributeError
-        # this raises is not turned into a ValidationError.
-        raise InvalidArgument(
-            "The request body holds a value of the wrong type: an enum field takes one of its "
-            "names as a string, and lists and objects go only where the API reference shows them.",
-            field="body",
-        ) from None
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
-def _invalid(exc: ValidationError) -> InvalidArgument:
-    first = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in first["loc"]) or "body"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
+class PageQuery(_Query):
+    """`pageSize`, `pageToken`, `filter` and `orderBy` of a list."""
+
+    page_size: int | None = None
+    page_token: str | None = None
+    filter: str | None = None
+    order_by: str | None = None
+
+
+class CreateMemoryQuery(_Query):
+    """`memoryId`: the id to give the new memory (a letter first)."""
+
+    memory_id: str | None = None
+
+
+class UpdateBankQuery(_Query):
+    """`updateMask`: the fields to change, comma-separated."""
+
+    update_mask: str | None = None
+
+
+class UpdateMemoryQuery(UpdateBankQuery):
+    """`updateMask` and `memoryId`."""
+
+    memory_id: str | None = None
+
+
+class DeleteBankQuery(_Query):
+    """`force`: delete the bank's memories too."""
+
+    force: bool | None = None
+
+
+def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
+    """The InvalidArgument for FastAPI's validation errors, naming the first bad field."""
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    where = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc) or "body"
+    kind, message = first.get("type"), first.get("msg", "invalid")
+    if kind == "json_invalid":
+        error = first.get("ctx", {}).get("error", "")
+        return InvalidArgument(f"The request body is not valid JSON: {error}.", field="body")
+    if kind == "extra_forbidden":
         message = "unknown field; check its spelling against the API reference"
-    elif first["type"] == "missing":
-        message = "this field is required"
-    more = exc.error_count() - 1
-    suffix = (
-        f" ({more} more problem{'s' if more > 1 else ''} after fixing this one)" if more > 0 else ""
-    )
+    elif kind == "missing":
+        message = "this field is required" if loc[1:] else "the request needs a JSON body"
+    elif kind == "model_attributes_type":
+        message = "expected a JSON object"
+    message = message.removeprefix("Value error, ")
+    more = len(errors) - 1
+    plural = "s" if more > 1 else ""
+    suffix = f" ({more} more problem{plural} after fixing this one)" if more else ""
     return InvalidArgument(f"Invalid value at '{where}': {message}.{suffix}", field=where)
 
 
-def _lookup(query: Mapping[str, str], name: str) -> str | None:
-    """A query parameter by its camelCase name, or its snake_case spelling."""
-    if name in query:
-        return query[name]
-    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-    return query.get(snake)
-
-
-def query_str(query: Mapping[str, str], name: str) -> str | None:
-    """A string query parameter (camelCase or snake_case), None when absent or empty."""
-    value = _lookup(query, name)
-    return value if value else None
-
-
-def query_int(query: Mapping[str, str], name: str) -> int | None:
-    """An integer query parameter; InvalidArgument naming it when it is not one."""
-    value = _lookup(query, name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgument(
-            f"Invalid value at '{name}': expected an integer.", field=name
-        ) from None
-
-
-def query_bool(query: Mapping[str, str], name: str) -> bool | None:
-    """A boolean query parameter (`true`/`false`/`1`/`0`)."""
-    value = _lookup(query, name)
-    if value is None or value == "":
-        return None
-    lowered = value.lower()
-    if lowered in ("true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise InvalidArgument(f"Invalid value at '{name}': expected true or false.", field=name)
-
-
-def _snake(path: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", path.strip()).lower()
-
-
-_BANK_CONFIG_FIELDS = frozenset(types.ReasoningEngineContextSpecMemoryBankConfig.model_fields)
+_CONFIG = "context_spec.memory_bank_config"
+_MASKABLE = frozenset(
+    {"display_name", "description"}
+    | {
+        f"{_CONFIG}.{name}"
+        for name in types.ReasoningEngineContextSpecMemoryBankConfig.model_fields
+    }
+)
 
 
 def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> ReasoningEngineBody:
@@ -370,55 +364,40 @@ def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> Reas
     The engine merges the non-empty fields it is given, so a masked field the body does not set
     would be a silent no-op; that is refused instead of pretending to clear it.
     """
-    if not update_mask or not update_mask.strip():
+    if update_mask is None or not update_mask.strip():
         return body
-    top: set[str] = set()
-    config_fields: set[str] = set()
-    whole_config = False
+    config = body.bank_config.model_dump(exclude_none=True) if body.bank_config else {}
+    given = {"display_name": body.display_name, "description": body.description}
+    given |= {f"{_CONFIG}.{name}": value for name, value in config.items()}
+    kept: dict[str, Any] = {}
     for raw in update_mask.split(","):
-        path = ".".join(_snake(part) for part in raw.split("."))
-        if path in ("display_name", "description"):
-            top.add(path)
-        elif path in ("context_spec", "context_spec.memory_bank_config"):
-            whole_config = True
-        elif (
-            path.startswith("context_spec.memory_bank_config.")
-            and path.split(".", 2)[2] in _BANK_CONFIG_FIELDS
-        ):
-            config_fields.add(path.split(".", 2)[2])
-        else:
+        path = ".".join(to_snake(part.strip()) for part in raw.split("."))
+        if path in ("context_spec", _CONFIG):
+            kept |= {name: value for name, value in given.items() if name.startswith(_CONFIG)}
+        elif path not in _MASKABLE:
             raise InvalidArgument(
                 f"updateMask names {raw.strip()[:60]!r}, which cannot be updated; use "
                 "displayName, description, contextSpec.memoryBankConfig or "
                 "contextSpec.memoryBankConfig.<field>.",
                 field="updateMask",
             )
-    config = body.bank_config
-    given_config = config.model_dump(exclude_none=True) if config is not None else {}
-    for name in sorted(top):
-        if getattr(body, name) is None:
-            raise _cannot_clear(name)
-    for name in sorted(config_fields):
-        if name not in given_config:
-            raise _cannot_clear(f"context_spec.memory_bank_config.{name}")
-    if whole_config:
-        kept = given_config
-    else:
-        kept = {name: value for name, value in given_config.items() if name in config_fields}
+        elif given.get(path) is None:
+            raise InvalidArgument(
+                f"updateMask names {path!r} but the body does not set it; clearing a field is "
+                "not supported. Send the new value, or leave the field out of the mask.",
+                field="updateMask",
+            )
+        else:
+            kept[path] = given[path]
+    masked = {name.removeprefix(f"{_CONFIG}."): v for name, v in kept.items() if "." in name}
     return ReasoningEngineBody(
-        display_name=body.display_name if "display_name" in top else None,
-        description=body.description if "description" in top else None,
+        display_name=kept.get("display_name"),
+        description=kept.get("description"),
         context_spec=ContextSpecBody(
-            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(kept)
+            memory_bank_config=types.ReasoningEngineContextSpecMemoryBankConfig.model_validate(
+                masked
+            )
         ),
-    )
-
-
-def _cannot_clear(name: str) -> InvalidArgument:
-    return InvalidArgument(
-        f"updateMask names {name!r} but the body does not set it; clearing a field is not "
-        "supported. Send the new value, or leave the field out of the mask.",
-        field="updateMask",
     )
 
 
@@ -431,11 +410,21 @@ def to_json(model: BaseModel) -> dict[str, Any]:
     return payload
 
 
+def page(key: str, items: Sequence[BaseModel], next_page_token: str | None) -> dict[str, Any]:
+    """One page of a list: `{key: [...], "nextPageToken": ...}`."""
+    payload: dict[str, Any] = {key: [to_json(item) for item in items]}
+    if next_page_token:
+        payload["nextPageToken"] = next_page_token
+    return payload
+
+
 def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
     """The ReasoningEngine JSON of a bank, as the REST API returns banks.
 
     `contextSpec.memoryBankConfig` is always present (the SDK crashes on a `contextSpec`
-    without it, reference §2.15), and the customization list is `customizationConfigs`.
+    without it, reference §2.15), the customization list is `customizationConfigs`, and a
+    schema config's schema is `schema`, the name the SDK reads (its model calls it
+    `memory_schema`, whose alias `memorySchema` the SDK's converter would drop).
     """
     managed = bank.managed_semantic_memory_config
     data = managed.model_dump(exclude_none=True) if managed is not None else {}
@@ -452,18 +441,18 @@ def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
         ),
     )
     payload = to_json(engine)
-    payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
+    config = payload.setdefault("contextSpec", {}).setdefault("memoryBankConfig", {})
+    for structured in config.get("structuredMemoryConfigs", []):
+        for schema_config in structured.get("schemaConfigs", []):
+            if "memorySchema" in schema_config:
+                schema_config["schema"] = schema_config.pop("memorySchema")
     return payload
 
 
 def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
     """The Google error envelope for an error, with a BadRequest field violation if it names one."""
-    status: dict[str, Any] = {
-        "code": error.http_status,
-        "message": error.message,
-        "status": error.code,
-    }
-    if error.field and error.http_status in (400, 413):
+    status: dict[str, Any] = {"code": error.code, "message": error.message, "status": error.status}
+    if error.field and error.code in (400, 413, 415):
         status["details"] = [
             {
                 "@type": "type.googleapis.com/google.rpc.BadRequest",

@@ -24,27 +24,31 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from adk_memory.errors import AlreadyExists, InvalidArgument
+from adk_memory.errors import Aborted, AlreadyExists, InvalidArgument
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import (
     BankRecord,
     DocumentRecord,
+    Expectation,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
     OperationRecord,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     SortKey,
     TopicRef,
     WriteBatch,
+    cursor_of,
 )
 
 __all__ = ["DIM", "T0", "MemoryStoreConformance", "bank_record", "memory", "revision", "unit"]
@@ -525,7 +529,7 @@ class MemoryStoreConformance:
     # Scan
 
     async def test_scan_orders_and_slices(self, store: MemoryStore, bank: str) -> None:
-        """Scan orders by the sort keys, then id; offset and limit slice that order."""
+        """Scan orders by the sort keys, then id; a cursor and a limit cut that order."""
         records = tuple(
             memory(
                 f"m{i}",
@@ -542,9 +546,115 @@ class MemoryStoreConformance:
             bank, ScanQuery(T0, order_by=(SortKey("update_time", descending=False),))
         )
         assert [r.memory_id for r in by_update] == ["m5", "m4", "m3", "m2", "m1", "m0"]
-        page = await store.scan(bank, ScanQuery(T0, offset=2, limit=3))
+        after_m5 = ScanCursor((T0 + timedelta(seconds=2),), "m5")
+        page = await store.scan(bank, ScanQuery(T0, after=after_m5, limit=3))
         assert [r.memory_id for r in page] == ["m2", "m3", "m0"]
-        assert await store.scan(bank, ScanQuery(T0, offset=6, limit=3)) == []
+        past_end = ScanCursor((T0,), "m1")
+        assert await store.scan(bank, ScanQuery(T0, after=past_end, limit=3)) == []
+
+    async def test_scan_cursor_resumes_between_ties(self, store: MemoryStore, bank: str) -> None:
+        """Memories sharing every sort value are cut at the cursor's id, in both directions."""
+        await store.apply(
+            bank, WriteBatch(inserts=tuple(memory(f"t{i}", unit(i)) for i in range(5)))
+        )
+        for descending in (True, False):
+            order = (SortKey("create_time", descending=descending),)
+            after = ScanCursor((T0,), "t1")
+            page = await store.scan(bank, ScanQuery(T0, order_by=order, after=after, limit=2))
+            assert [r.memory_id for r in page] == ["t2", "t3"], descending
+        two_keys = (SortKey("update_time"), SortKey("create_time", descending=False))
+        after = ScanCursor((T0, T0), "t3")
+        rest = await store.scan(bank, ScanQuery(T0, order_by=two_keys, after=after))
+        assert [r.memory_id for r in rest] == ["t4"]
+
+    async def test_scan_cursor_of_a_deleted_memory(self, store: MemoryStore, bank: str) -> None:
+        """A cursor needs no memory at its position: writes between pages repeat or skip none."""
+        records = tuple(
+            memory(f"k{i}", unit(i), create_time=T0 + timedelta(seconds=i)) for i in range(6)
+        )
+        await store.apply(bank, WriteBatch(inserts=records))
+        order = (SortKey("create_time", descending=False),)
+        first = await store.scan(bank, ScanQuery(T0, order_by=order, limit=3))
+        assert [r.memory_id for r in first] == ["k0", "k1", "k2"]
+        before = memory("a-new", unit(0), create_time=T0 - timedelta(seconds=1))
+        between = memory("k2b", unit(1), create_time=T0 + timedelta(seconds=2))
+        await store.apply(bank, WriteBatch(inserts=(before, between), deletes=("k2",)))
+        after = cursor_of(first[-1], order)
+        second = await store.scan(bank, ScanQuery(T0, order_by=order, after=after))
+        assert [r.memory_id for r in second] == ["k2b", "k3", "k4", "k5"]
+
+    async def test_scan_cursor_at_unusual_ids(self, store: MemoryStore, bank: str) -> None:
+        """Tied ids with quotes, backslashes, capitals or non-ASCII are cut exactly at a cursor.
+
+        An import can hold any id, so a store must page past any of them.
+        """
+        ids = ["a", "b'c", "b\\c", "b\\'c", 'b"c', "b c", "b\u00e9", "B", "c|d", "b\\"]
+        await store.apply(bank, WriteBatch(inserts=tuple(memory(i, unit(0)) for i in ids)))
+        for order in ((SortKey("create_time"),), (SortKey("update_time", descending=False),)):
+            whole = [r.memory_id for r in await store.scan(bank, ScanQuery(T0, order_by=order))]
+            assert whole == sorted(ids)
+            walked: list[str] = []
+            cursor = None
+            while True:
+                query = ScanQuery(T0, order_by=order, after=cursor, limit=2)
+                page = await store.scan(bank, query)
+                walked += [r.memory_id for r in page]
+                if len(page) < 2:
+                    break
+                cursor = cursor_of(page[-1], order)
+            assert walked == whole, order
+
+    async def test_scan_hostile_cursors(self, store: MemoryStore, bank: str) -> None:
+        """A cursor of any id and any time the engine accepts selects by position, nothing else.
+
+        Page tokens reach the store as cursors; one hand-made with an id that looks like query
+        syntax or a time at the ends of the range must neither fail nor widen the scan.
+        """
+        records = tuple(
+            memory(f"h{i}", unit(i), create_time=T0 + timedelta(seconds=i)) for i in range(4)
+        )
+        other = memory("x", unit(0), scope={"user_id": "other"})
+        await store.apply(bank, WriteBatch(inserts=(*records, other)))
+        first, last = datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC)
+        hostile = ["' || 1 == 1 || '", "*", "@memory_id", "}{)(", "\\' || '", "h1\x00", "é" * 200]
+        for memory_id in hostile:
+            for when, everything in ((first, False), (last, True)):
+                for descending in (True, False):
+                    order = (SortKey("create_time", descending=descending),)
+                    query = ScanQuery(
+                        T0, scope_key=KEY, order_by=order, after=ScanCursor((when,), memory_id)
+                    )
+                    found = {r.memory_id for r in await store.scan(bank, query)}
+                    expected = {r.memory_id for r in records} if everything == descending else set()
+                    assert found == expected, (memory_id, when, descending)
+
+    async def test_scan_keyset_walks_the_whole_scan(self, store: MemoryStore, bank: str) -> None:
+        """Pages chained by cursors return exactly the unpaged scan (filtered and scoped)."""
+        other = {"user_id": "u2"}
+        records = tuple(
+            memory(
+                f"w{i:02d}",
+                unit(i),
+                scope=SCOPE if i % 3 else other,
+                create_time=T0 + timedelta(seconds=i // 4),
+                update_time=T0 + timedelta(seconds=i % 5),
+            )
+            for i in range(40)
+        )
+        await store.apply(bank, WriteBatch(inserts=records))
+        order = (SortKey("update_time"), SortKey("create_time", descending=False))
+        query = ScanQuery(T0, scope_key=KEY, order_by=order)
+        whole = [r.memory_id for r in await store.scan(bank, query)]
+        assert len(whole) == len([i for i in range(40) if i % 3])
+        walked: list[str] = []
+        cursor = None
+        while True:
+            page = await store.scan(bank, replace(query, after=cursor, limit=4))
+            walked += [r.memory_id for r in page]
+            if len(page) < 4:
+                break
+            cursor = cursor_of(page[-1], order)
+        assert walked == whole
 
     async def test_scan_by_scope_and_across_scopes(self, store: MemoryStore, bank: str) -> None:
         """A scan with a scope key sees only that scope; without one it sees the bank."""
@@ -812,6 +922,115 @@ class MemoryStoreConformance:
         assert await store.get_document(bank, "stream", "s1") == {"pending": []}
         await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s1", {"n": 9}),)))
         assert await store.list_documents(bank, "stream") == [("s1", {"n": 9})]
+
+    # Conditional writes
+
+    async def test_a_changed_memory_aborts_a_batch_that_expected_it_unchanged(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """An expectation of an older update time fails the whole batch with `Aborted`."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        changed = memory("m1", unit(1), fact="changed", update_time=T0 + timedelta(seconds=1))
+        await store.apply(bank, WriteBatch(upserts=(changed,)))
+        stale = WriteBatch(
+            inserts=(memory("m2", unit(2)),),
+            upserts=(memory("m1", unit(3), fact="blind", update_time=T0 + timedelta(seconds=2)),),
+            revisions=(revision("m1", "r9"),),
+            documents=(DocumentRecord("stream", "s1", {"n": 1}),),
+            expect=(Expectation("m1", T0, update_time=T0),),
+        )
+        with pytest.raises(Aborted, match="changed"):
+            await store.apply(bank, stale)
+        assert await store.get_memories(bank, ["m1", "m2"], T0) == [changed]
+        assert await store.list_revisions(bank, "m1", T0) == []
+        assert await store.get_document(bank, "stream", "s1") is None
+
+    async def test_a_deleted_memory_is_not_resurrected_by_an_expecting_upsert(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """An upsert expecting a memory that was deleted since is `Aborted`; it stays deleted."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        await store.apply(bank, WriteBatch(deletes=("m1",)))
+        revive = WriteBatch(
+            upserts=(memory("m1", unit(0), fact="revived", update_time=T0 + timedelta(seconds=1)),),
+            expect=(Expectation("m1", T0, update_time=T0),),
+        )
+        with pytest.raises(Aborted, match="deleted"):
+            await store.apply(bank, revive)
+        assert await store.get_memories(bank, ["m1"], T0) == []
+
+    async def test_an_expected_absence_holds_only_while_no_live_memory_has_the_id(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """`update_time=None` fails on a live memory; an expired one counts as absent."""
+        await store.apply(
+            bank,
+            WriteBatch(inserts=(memory("m1", unit(0), expire_time=T0 + timedelta(seconds=5)),)),
+        )
+        fresh = memory("m1", unit(1), fact="fresh", update_time=T0 + timedelta(seconds=9))
+        with pytest.raises(Aborted, match="created"):
+            await store.apply(bank, WriteBatch(upserts=(fresh,), expect=(Expectation("m1", T0),)))
+        later = T0 + timedelta(seconds=9)
+        await store.apply(bank, WriteBatch(upserts=(fresh,), expect=(Expectation("m1", later),)))
+        assert await store.get_memories(bank, ["m1"], later) == [fresh]
+
+    async def test_expectations_that_hold_let_the_whole_batch_through(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Expectations of an unchanged memory and of a free id both hold: everything is written."""
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        updated = memory("m1", unit(1), fact="updated", update_time=T0 + timedelta(seconds=1))
+        await store.apply(
+            bank,
+            WriteBatch(
+                upserts=(updated, memory("m2", unit(2))),
+                revisions=(revision("m1", "r1"),),
+                expect=(Expectation("m1", T0, update_time=T0), Expectation("m2", T0)),
+            ),
+        )
+        assert await store.get_memories(bank, ["m1", "m2"], T0) == [updated, memory("m2", unit(2))]
+        unchanged = Expectation("m1", T0, update_time=updated.update_time)
+        await store.apply(bank, WriteBatch(deletes=("m1",), expect=(unchanged,)))
+        assert await store.get_memories(bank, ["m1"], T0) == []
+
+    async def test_racing_conditional_writes_of_one_version_let_exactly_one_through(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Concurrent batches expecting the same version: one commits, the others are `Aborted`."""
+        import asyncio
+
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+
+        async def write(index: int) -> MemoryRecord:
+            record = memory(
+                "m1", unit(index), fact=f"writer {index}", update_time=T0 + timedelta(seconds=index)
+            )
+            delete = index % 2 == 0
+            batch = WriteBatch(
+                upserts=() if delete else (record,),
+                deletes=("m1",) if delete else (),
+                expect=(Expectation("m1", T0, update_time=T0),),
+            )
+            await store.apply(bank, batch)
+            return record
+
+        outcomes = await asyncio.gather(*(write(i) for i in range(1, 6)), return_exceptions=True)
+        winners = [o for o in outcomes if isinstance(o, MemoryRecord)]
+        assert len(winners) == 1, outcomes
+        assert all(isinstance(o, Aborted) for o in outcomes if o not in winners)
+        found = await store.get_memories(bank, ["m1"], T0)
+        won = outcomes.index(winners[0]) + 1
+        assert found == ([] if won % 2 == 0 else [winners[0]])
+
+    async def test_a_write_fenced_by_a_lock_no_longer_held_is_aborted(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A batch carrying the lease of a lock it no longer holds writes nothing."""
+        async with store.lock_provider().lock("fenced", wait_seconds=5) as lease:
+            await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),), fences=(lease,)))
+        with pytest.raises(Aborted, match="no longer held"):
+            await store.apply(bank, WriteBatch(inserts=(memory("m2", unit(1)),), fences=(lease,)))
+        assert [r.memory_id for r in await store.get_memories(bank, ["m1", "m2"], T0)] == ["m1"]
 
     async def test_lock_provider_excludes_concurrent_holders(self, store: MemoryStore) -> None:
         """Two holders of the same lock name never overlap; different names do not wait."""

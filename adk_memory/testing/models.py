@@ -20,7 +20,7 @@ is reported as characters / 4.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from google.adk.models import BaseLlm
@@ -46,6 +46,9 @@ class ScriptedMemoryModel(BaseLlm):
     consolidations: list[Any] = Field(default_factory=list)
     consolidate: Callable[[LlmRequest], Answer] | None = None
     """Optional: computes each consolidation answer from the request instead of the script."""
+    on_call: Callable[[str], Awaitable[None]] | None = None
+    """Optional: awaited with the call's kind (`extraction`, `consolidation`) before it answers,
+    so a test can act while the model "thinks" (write concurrently, let a lock lease lapse)."""
     requests: list[LlmRequest] = Field(default_factory=list)
 
     @classmethod
@@ -79,6 +82,8 @@ class ScriptedMemoryModel(BaseLlm):
         """Yields the next scripted answer for the kind of call."""
         self.requests.append(llm_request)
         kind = self.kind_of(llm_request)
+        if self.on_call is not None:
+            await self.on_call(kind)
         if kind == "consolidation" and self.consolidate is not None:
             answer: Answer = self.consolidate(llm_request)
         else:

@@ -31,6 +31,18 @@ def cli_json(uri: str, *args: str) -> Any:
     return json.loads(cli(uri, *args, "--json"))
 
 
+def test_retrieve_without_a_query_prints_every_page(cli_uri: str, hash_embeddings: None) -> None:
+    """105 memories in a scope: the command prints all of them, not the first page of 100."""
+    cli(cli_uri, "banks", "create", "--id", BANK)
+    with Client(cli_uri) as client:
+        for i in range(105):
+            client.memory_banks.memories.create(
+                name=f"reasoningEngines/{BANK}", fact=f"fact {i}", scope={"user_id": "alice"}
+            )
+    hits = cli_json(cli_uri, "memories", "retrieve", "-b", BANK, *ALICE)
+    assert sorted(hit["memory"]["fact"] for hit in hits) == sorted(f"fact {i}" for i in range(105))
+
+
 def test_every_command_on_a_store(cli_uri: str, hash_embeddings: None, tmp_path: Path) -> None:
     created = cli_json(cli_uri, "banks", "create", "--id", BANK, "--display-name", "Ops")
     assert created["name"].endswith(f"reasoningEngines/{BANK}")

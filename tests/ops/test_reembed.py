@@ -249,3 +249,37 @@ async def test_two_reembeddings_of_one_bank_never_run_at_once() -> None:
             with pytest.raises(FailedPrecondition, match="Another re-embedding"):
                 await reembed(client.engine, BANK, "hash-32")
         assert (await reembed(client.engine, BANK, "hash-32")).phase == "done"
+
+
+async def test_an_in_place_switch_never_revives_a_memory_deleted_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Writers are not locked out of a switch: a memory deleted while the switch re-embeds its
+    changed fact stays deleted (the in-place write expects each memory as it read it)."""
+    reached, release = asyncio.Event(), asyncio.Event()
+
+    class Pausing(ReversedHash):
+        async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+            if any("CHANGED" in text for text in texts):
+                reached.set()
+                await release.wait()
+            return await super().embed_documents(texts)
+
+    real = engine_context.embedder_for
+
+    def embedder_for(model: str | None, **options: Any) -> Any:
+        return Pausing() if model == "reversed-hash-64" else real(model, **options)
+
+    monkeypatch.setattr(engine_context, "embedder_for", embedder_for)
+    async with AsyncClient("memory://", run_scheduler=False) as client:
+        await seeded(client, FACTS[:6])
+        await reembed(client.engine, BANK, "reversed-hash-64", batch_size=4, switch=False)
+        memories = client.memory_banks.memories
+        await memories.update(name=f"{NAME}/memories/m01", fact="A CHANGED fact.")
+        switching = asyncio.ensure_future(reembed(client.engine, BANK, "reversed-hash-64"))
+        await asyncio.wait_for(reached.wait(), 30)
+        await memories.delete(name=f"{NAME}/memories/m01")
+        release.set()
+        assert (await switching).phase == "done"
+        stored = await records(client)
+        assert "m01" not in stored and len(stored) == 5

@@ -442,6 +442,12 @@ def _ensure_targets(rest: Rest) -> None:
     try:
         rest.run(memories.get(name=TARGET))
     except NotFound:
+        # A deleted memory's id stays taken while its revisions live: restore it instead.
+        pager = rest.run(memories.revisions.list(name=TARGET))
+        if pager.page:
+            revision = pager.page[0].name.rsplit("/", 1)[-1]
+            rest.run(memories.rollback(name=TARGET, target_revision_id=revision))
+            return
         rest.run(
             memories.create(
                 name=FUZZ_BANK,

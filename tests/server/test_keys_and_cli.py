@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -177,3 +178,21 @@ def test_the_server_package_exports_are_pinned() -> None:
         "serve",
     ]
     assert all(hasattr(adk_memory.server, name) for name in adk_memory.server.__all__)
+
+
+def test_serve_passes_allowed_hosts_and_cors_origins(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adk_memory.server
+
+    monkeypatch.delenv("ADK_MEMORY_API_KEYS_FILE", raising=False)
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(adk_memory.server, "serve", lambda uri, **options: calls.append(options))
+    arguments = ["serve", "--uri", "memory://", "--allowed-host", "memory.internal"]
+    arguments += ["--allowed-host", "localhost", "--cors-origin", "https://app.example"]
+
+    result = CliRunner().invoke(app, arguments)
+    default = CliRunner().invoke(app, ["serve", "--uri", "memory://"])
+
+    assert result.exit_code == 0 and default.exit_code == 0, result.output + default.output
+    assert calls[0]["allowed_hosts"] == ["memory.internal", "localhost"]
+    assert calls[0]["cors_origins"] == ["https://app.example"]
+    assert (calls[1]["allowed_hosts"], calls[1]["cors_origins"]) == (None, ())

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,35 @@ def test_scope_digest_ignores_order_and_respects_case() -> None:
     assert scope_key({"user": "A"}) != scope_key({"user": "a"})
     assert scope_key({"a": '1","b":"2'}) != scope_key({"a": "1", "b": "2"})
     assert validate_scope({"user_id": "ü🙂"}) == {"user_id": "ü🙂"}
+
+
+@pytest.mark.parametrize("memory_id", ["note\n", "note\r", "note ", "\nnote", "note\n\n"])
+def test_a_memory_id_with_a_trailing_newline_is_not_another_memory(memory_id: str) -> None:
+    """`re.match` with `$` accepted "note\\n", a memory distinct from "note" (issue 14, case 4)."""
+    with pytest.raises(InvalidArgument):
+        validate_memory_id(memory_id)
+
+
+@pytest.mark.parametrize(
+    ("parse", "name"),
+    [
+        (Names.parse_bank, "reasoningEngines/123\n"),
+        (Names.parse_bank, "projects/p\n/locations/l/reasoningEngines/123"),
+        (Names.parse_memory, "reasoningEngines/1/memories/note\n"),
+        (Names.parse_revision, "reasoningEngines/1/memories/note/revisions/r1\n"),
+        (Names.parse_operation, "reasoningEngines/1/operations/op\n"),
+    ],
+)
+def test_names_with_a_newline_resolve_to_nothing(parse: Any, name: str) -> None:
+    """`reasoningEngines/123\n` resolved to bank 123 (issue 14, case 4)."""
+    with pytest.raises(InvalidArgument):
+        parse(name)
+
+
+def test_memory_bank_numeric_ids_are_valid_in_names_but_not_chosen_at_create() -> None:
+    assert Names.parse_memory("reasoningEngines/1/memories/3858070028511346688") == (
+        "1",
+        "3858070028511346688",
+    )
+    with pytest.raises(InvalidArgument):
+        validate_memory_id("3858070028511346688")

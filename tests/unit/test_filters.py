@@ -376,7 +376,7 @@ def test_invalid_filters_name_the_column_of_the_first_bad_token(
     assert f"at column {column}:" in error.message
     assert fragment in error.message
     assert error.field == "filter"
-    assert error.code == "INVALID_ARGUMENT"
+    assert error.status == "INVALID_ARGUMENT"
 
 
 def test_scope_filters_are_refused_unless_allowed() -> None:

@@ -104,7 +104,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar, cast
 
@@ -132,6 +132,7 @@ from adk_memory.errors import (
 from adk_memory.locks import FileLockProvider, LockProvider
 from adk_memory.store import (
     BankRecord,
+    Expectation,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
@@ -139,8 +140,11 @@ from adk_memory.store import (
     RevisionRecord,
     ScanQuery,
     ScoredRecord,
+    SortKey,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
+    check_expectations,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -156,6 +160,7 @@ _MEM = "mem"
 _AUX = "aux"
 _REGISTRY = "banks"
 _SORT_FIELDS = {"create_time": codec.CREATE_US, "update_time": codec.UPDATE_US}
+
 _DEFAULT_BATCH = 1000
 _REQUEST_BYTES = 16 * 2**20
 """Upper bound of one write request to a Chroma server, which refuses larger bodies ("Payload too
@@ -175,6 +180,16 @@ _RERANK_MARGIN = 1e-3
 _IN_CHUNK = 1000
 """Distinct ids per `$in` list. Chroma documents no bound, but the embedded store binds one SQLite
 variable per value and fails past SQLite's limit (32766) with 'too many SQL variables'."""
+
+
+def _sort_field(key: SortKey) -> str:
+    """The metadata field holding a sort key's microseconds."""
+    field = _SORT_FIELDS.get(key.field)
+    if field is None:
+        raise InvalidArgument(
+            f"Cannot order by {key.field!r}; use create_time or update_time.", field="order_by"
+        )
+    return field
 
 
 class _Gone(Exception):
@@ -665,10 +680,14 @@ class ChromaMemoryStore(MemoryStore):
                 await self._replay(bank_id, memories, aux)
                 if batch.inserts:
                     await self._check_inserts(memories, batch.inserts)
+                if batch.expect:
+                    await self._check_expectations(memories, batch.expect)
                 if dimensions:
                     memories = await self._check_dimension(
                         bank_id, memories, next(iter(dimensions))
                     )
+                for lease in batch.fences:  # the last check: as close to the commit as can be
+                    await lease.verify()
                 # From the first journal row to the journal's removal nothing may stop half-way
                 # in this process: a cancelled caller waits for the end of the batch.
                 await _uncancellable(self._commit(bank_id, memories, aux, plan))
@@ -952,6 +971,24 @@ class ChromaMemoryStore(MemoryStore):
                     "batch was written. Use another id or update the memory."
                 )
 
+    async def _check_expectations(self, memories: Any, expectations: Sequence[Expectation]) -> None:
+        """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
+        ids = list(dict.fromkeys(expected.memory_id for expected in expectations))
+        found = await self._call(
+            "check memories a write expects", memories.get, ids=ids, include=["metadatas"]
+        )
+        stored = {
+            memory_id: (int(meta[codec.LIVE_US]), int(meta[codec.UPDATE_US]))
+            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
+        }
+        live: dict[str, datetime | None] = {}
+        for expected in expectations:
+            until, updated = stored.get(expected.memory_id, (0, 0))
+            alive = expected.memory_id in stored and until > codec.micros(expected.now)
+            at = codec.EPOCH + timedelta(microseconds=updated) if alive else None
+            live[expected.memory_id] = at
+        check_expectations(expectations, live)
+
     async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:
         """Refuses vectors whose dimension differs from the bank's memories' (before any write).
 
@@ -1077,15 +1114,28 @@ class ChromaMemoryStore(MemoryStore):
         return await self._on_bank(bank_id, _MEM, work)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit.
+        """Live memories matching the query in its order, after its cursor, up to its limit.
 
-        Chroma has no ORDER BY: the ids and metadata of every match are read and sorted here.
+        Chroma has no ORDER BY and cannot compare strings: the where clause bounds the first sort
+        key (inclusively, so every memory sharing the cursor's time is read), and the ids and
+        metadata of the matches are sorted and cut at the cursor here.
         """
+        check_cursor(query)
+        fields = [_sort_field(key) for key in query.order_by]
         clauses: list[Compiled] = [{codec.LIVE_US: {"$gt": codec.micros(query.now)}}]
         if query.scope_key is not None:
             clauses.append({codec.SCOPE_KEY: query.scope_key})
+        if query.after is not None:
+            bound = "$lte" if query.order_by[0].descending else "$gte"
+            clauses.append({fields[0]: {bound: codec.micros(query.after.values[0])}})
         clauses.append(compile_filter(query.filter))
         where = all_of(clauses)
+
+        def position(memory_id: str, values: Sequence[int]) -> tuple[Any, ...]:
+            terms = (
+                -v if key.descending else v for v, key in zip(values, query.order_by, strict=True)
+            )
+            return (*terms, memory_id)
 
         async def work(memories: Any) -> list[MemoryRecord]:
             if where is False:
@@ -1093,22 +1143,18 @@ class ChromaMemoryStore(MemoryStore):
             found = await self._call(
                 "scan memories", memories.get, where=where, include=["metadatas", "documents"]
             )
-            rows = sorted(
-                zip(found["ids"], found["metadatas"], found["documents"], strict=True),
-                key=lambda row: row[0],
-            )
-            for key in reversed(query.order_by):
-                field = _SORT_FIELDS.get(key.field)
-                if field is None:
-                    raise InvalidArgument(
-                        f"Cannot order by {key.field!r}; use create_time or update_time.",
-                        field="order_by",
-                    )
-                rows.sort(key=lambda row: int(row[1][field]), reverse=key.descending)
-            end = None if query.limit is None else query.offset + query.limit
+            rows = [
+                (position(row[0], [int(row[1][field]) for field in fields]), row)
+                for row in zip(found["ids"], found["metadatas"], found["documents"], strict=True)
+            ]
+            rows.sort(key=lambda pair: pair[0])
+            if query.after is not None:
+                cursor = [codec.micros(value) for value in query.after.values]
+                start = position(query.after.memory_id, cursor)
+                rows = [pair for pair in rows if pair[0] > start]
             return [
                 codec.decode_memory(memory_id, document, meta)
-                for memory_id, meta, document in rows[query.offset : end]
+                for _, (memory_id, meta, document) in rows[: query.limit]
             ]
 
         return await self._on_bank(bank_id, _MEM, work)

@@ -122,8 +122,9 @@ class RedisStoreConfig(BaseModel):
     """Seconds a pooled connection may idle before it is checked with PING when next used."""
 
     query_timeout_ms: int = Field(default=0, ge=0)
-    """Server-side limit for one search in milliseconds, 0 for none. RediSearch answers a timed
-    out query with partial results, so a limit here trades completeness for latency."""
+    """Server-side limit for one search in milliseconds, 0 for none. A search that reaches it
+    raises `StoreUnavailable`, never a partial answer: RediSearch flags a timed-out (partial)
+    reply only in RESP3, so a limit needs a client speaking RESP3 (the store's own always does)."""
 
     connection_retries: int = Field(default=2, ge=0, le=10)
     """Times a command is sent again on a fresh connection after a connection error (a pooled
@@ -283,6 +284,7 @@ def connect(url: str, config: RedisStoreConfig) -> RedisClient:
         "health_check_interval": config.health_check_interval,
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), config.connection_retries),
         "decode_responses": False,
+        "protocol": 3,  # RediSearch reports a timed-out, partial result only in RESP3
     }
     if urlsplit(url).scheme in _TLS_SCHEMES:
         kwargs.update(

@@ -21,6 +21,8 @@ P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still
 {P:B}:E:doc:<kind>         HASH   documents of one kind: key -> JSON
 {P:B}:E:tx:<id>            STRING commit marker of one write, kept for 5 minutes (see `apply`)
 P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
+{P:B}:lock:<kind>:B[:…]    STRING the same, on a cluster, for the engine's locks of bank B (in
+                                  the bank's slot, so its writes can check them as fences)
 ```
 
 Cluster: the index name carries the bank's hash tag too, so open-source RediSearch (one index
@@ -71,15 +73,19 @@ import redis.asyncio as aredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.search.index_definition import IndexDefinition, IndexType
+from redis.crc import key_slot
+from redis.utils import DEFAULT_RESP_VERSION
 from redisvl.schema import IndexSchema
 
 from adk_memory.errors import (
+    Aborted,
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     StoreUnavailable,
 )
+from adk_memory.locks import lease_lapsed
 from adk_memory.store import (
     BankRecord,
     MemoryRecord,
@@ -87,11 +93,16 @@ from adk_memory.store import (
     NearestQuery,
     OperationRecord,
     RevisionRecord,
+    ScanCursor,
     ScanQuery,
     ScoredRecord,
+    SortKey,
     StoreCapabilities,
     WriteBatch,
+    check_cursor,
     check_dimensions,
+    check_expectations,
+    cursor_key,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -103,6 +114,7 @@ from adk_memory_redis._codec import (
     decode_revision,
     encode_memory,
     encode_revision,
+    from_us,
     operation_from_json,
     operation_to_json,
     to_us,
@@ -118,7 +130,7 @@ from adk_memory_redis._config import (
 )
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
 from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
-from adk_memory_redis.lock import RedisLockProvider
+from adk_memory_redis.lock import RedisLock, RedisLockProvider
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +139,8 @@ __all__ = ["RedisMemoryStore"]
 _BANK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _SORT_FIELDS = {"create_time": "create_us", "update_time": "update_us"}
 _SCAN_CHUNK = 1000
+_SPELLABLE_ID = re.compile(r"[^\\\x00-\x1f\x7f]+")
+"""Ids a quoted RediSearch expression string holds exactly (its escapes garble backslashes)."""
 _SWEEP_CHUNK = 500
 _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
@@ -141,14 +155,22 @@ _SLOT_MOVED = (
 )
 """A cluster's answer to a transaction sent to a primary that no longer owns the bank's slot."""
 
-# KEYS: bank key, inserted memory keys..., revision sets...
-# ARGV: number of inserted keys. Returns the epoch, each inserted key's live_until (false when
-# absent) and each revision set's absolute expiry in ms (-1 persistent, -2 absent).
+# KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., fencing
+# lock keys... ARGV: the number of inserted keys, of expected keys, of revision sets. Returns the
+# epoch, each inserted key's live_until (false when absent), each expected key's live_until and
+# update_us, each revision set's absolute expiry in ms (-1 persistent, -2 absent) and each lock's
+# token.
 _CHECK_SCRIPT = """
-local n = tonumber(ARGV[1])
+local n, e, r = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {redis.call('HGET', KEYS[1], 'epoch')}
 for i = 2, n + 1 do out[#out + 1] = redis.call('HGET', KEYS[i], 'live_until') end
-for i = n + 2, #KEYS do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+for i = n + 2, n + e + 1 do
+  local found = redis.call('HMGET', KEYS[i], 'live_until', 'update_us')
+  out[#out + 1] = found[1]
+  out[#out + 1] = found[2]
+end
+for i = n + e + 2, n + e + r + 1 do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+for i = n + e + r + 2, #KEYS do out[#out + 1] = redis.call('GET', KEYS[i]) end
 return out
 """
 
@@ -288,6 +310,35 @@ class _Bank:
         return f"{self.base}doc:{kind}"
 
 
+def _after_expression(order_by: Sequence[SortKey], after: ScanCursor, *, exact: bool) -> str:
+    """A FILTER expression for rows sorting after the cursor.
+
+    Strictly after it when `exact` (keys, then id); else after or tied with its sort values, and
+    the caller compares the id.
+    """
+    expression = f"@memory_id > '{_quoted(after.memory_id)}'" if exact else "1"
+    for key, value in reversed(list(zip(order_by, after.values, strict=True))):
+        name, micros = f"@{_SORT_FIELDS[key.field]}", to_us(value)
+        beyond = "<" if key.descending else ">"
+        expression = f"({name} {beyond} {micros} || ({name} == {micros} && {expression}))"
+    return expression
+
+
+def _quoted(memory_id: str) -> str:
+    return memory_id.replace("'", "\\'")
+
+
+def _row_cursor(row: Mapping[str, Any], query: ScanQuery) -> ScanCursor:
+    """The cursor just after an aggregate row (its sort values come from the index)."""
+    values = tuple(from_us(int(_text(row[_SORT_FIELDS[key.field]]))) for key in query.order_by)
+    return ScanCursor(values, _text(row["memory_id"]))
+
+
+def _speaks_resp3(client: RedisClient) -> bool:
+    protocol = connection_kwargs(client).get("protocol")
+    return int(protocol or DEFAULT_RESP_VERSION) == 3
+
+
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
@@ -394,6 +445,13 @@ class RedisMemoryStore(MemoryStore):
             if isinstance(client, RedisCluster):
                 adapt_cluster_client(client)
         self.config = config or RedisStoreConfig()
+        if client is not None and self.config.query_timeout_ms and not _speaks_resp3(client):
+            raise InvalidArgument(
+                "query_timeout_ms needs a client speaking RESP3 (redis.asyncio.Redis(..., "
+                "protocol=3)): over RESP2 RediSearch returns a timed-out search's partial result "
+                "without saying so. Pass a RESP3 client or leave query_timeout_ms at 0.",
+                field="uri.query_timeout_ms",
+            )
         self._url = url
         self._client = client
         self._owns_client = client is None
@@ -844,6 +902,12 @@ class RedisMemoryStore(MemoryStore):
                 "retry the request."
             )
 
+    def _in_slot_of(self, key: str, bank_key: str) -> bool:
+        """Whether a transaction of the bank may include `key` (always, on one server)."""
+        if not isinstance(self._client, RedisCluster):
+            return True
+        return key_slot(key.encode()) == key_slot(bank_key.encode())
+
     async def _writer(self, client: RedisClient, bank_key: str) -> aredis.Redis:
         """The client a bank's transaction runs on.
 
@@ -891,12 +955,32 @@ class RedisMemoryStore(MemoryStore):
     async def _try_apply(
         self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
     ) -> bool:
-        """One optimistic attempt; False when the bank's epoch changed."""
+        """One optimistic attempt; False when the bank's epoch changed.
+
+        Everything checked (bank epoch, free insert ids, expectations, the fencing lock's token)
+        is WATCHed, so a change between the check and EXEC discards the transaction (and `apply`
+        tries again, re-checking).
+        """
         insert_keys = [bank.memory(record.memory_id) for record in batch.inserts]
+        expect_keys = [bank.memory(expected.memory_id) for expected in batch.expect]
         by_memory: dict[str, list[RevisionRecord]] = {}
         for revision in batch.revisions:
             by_memory.setdefault(revision.memory_id, []).append(revision)
         set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
+        # A lock of this store's provider is checked inside the transaction; another (on
+        # another server, or not a Redis lock, or on a cluster outside the bank's slot) cannot
+        # join it and is checked just before.
+        fences = [
+            lease
+            for lease in batch.fences
+            if isinstance(lease, RedisLock)
+            and lease.provider is self._locks
+            and self._in_slot_of(lease.key, bank_key)
+        ]
+        for lease in batch.fences:
+            if lease not in fences:
+                await lease.verify()
+        fence_keys = [lease.key for lease in fences]
         encoded = [
             (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
             for r in (*batch.inserts, *batch.upserts)
@@ -905,16 +989,12 @@ class RedisMemoryStore(MemoryStore):
             (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
+        keys = [bank_key, *insert_keys, *expect_keys, *set_keys, *fence_keys]
         async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
-            await pipe.watch(bank_key, *insert_keys, *set_keys)
+            await pipe.watch(*keys)
             state = await pipe.eval(
-                _CHECK_SCRIPT,
-                1 + len(insert_keys) + len(set_keys),
-                bank_key,
-                *insert_keys,
-                *set_keys,
-                len(insert_keys),
+                _CHECK_SCRIPT, len(keys), *keys, len(insert_keys), len(expect_keys), len(set_keys)
             )
             epoch = state[0]
             if epoch is None:
@@ -923,14 +1003,11 @@ class RedisMemoryStore(MemoryStore):
             if _text(epoch) != bank.epoch:
                 await pipe.unwatch()
                 return False
-            lives = state[1 : 1 + len(insert_keys)]
-            for record, live in zip(batch.inserts, lives, strict=True):
-                if live is not None and (
-                    _text(live) == LIVE_FOREVER or int(live) > to_us(record.create_time)
-                ):
-                    await pipe.unwatch()
-                    raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
-            set_expiry = dict(zip(by_memory, state[1 + len(insert_keys) :], strict=True))
+            try:
+                set_expiry = self._check(batch, state[1:], len(set_keys), fences)
+            except (AlreadyExists, Aborted):
+                await pipe.unwatch()
+                raise
             pipe.multi()
             pipe.set(marker, b"1", px=_MARKER_TTL_MS)
             for key, fields, expire_time in encoded:
@@ -949,6 +1026,29 @@ class RedisMemoryStore(MemoryStore):
                 pipe.hset(hash_key, document_key, encoded_document)
             await pipe.execute()
         return True
+
+    @staticmethod
+    def _check(
+        batch: WriteBatch, state: Sequence[Any], set_count: int, fences: Sequence[RedisLock]
+    ) -> dict[str, Any]:
+        """Checks the script's answer against the batch; returns each revision set's expiry."""
+        inserted = len(batch.inserts)
+        for record, live in zip(batch.inserts, state[:inserted], strict=True):
+            if _live_at(live, to_us(record.create_time)):
+                raise AlreadyExists(f"A memory with id {record.memory_id!r} already exists.")
+        pairs = state[inserted : inserted + 2 * len(batch.expect)]
+        found: dict[str, datetime | None] = {}
+        for index, expected in enumerate(batch.expect):
+            live, update_us = pairs[2 * index], pairs[2 * index + 1]
+            alive = update_us is not None and _live_at(live, to_us(expected.now))
+            found[expected.memory_id] = from_us(int(update_us)) if alive else None
+        check_expectations(batch.expect, found)
+        rest = state[inserted + len(pairs) :]
+        for lease, token in zip(fences, rest[set_count:], strict=True):
+            if token is None or _text(token) != lease.token:
+                raise lease_lapsed(lease.name)
+        by_memory = dict.fromkeys(revision.memory_id for revision in batch.revisions)
+        return dict(zip(by_memory, rest[:set_count], strict=True))
 
     @staticmethod
     def _queue_revisions(
@@ -1142,14 +1242,20 @@ class RedisMemoryStore(MemoryStore):
     def _check_warnings(self, warnings: list[str]) -> None:
         for warning in warnings:
             if "timeout" in warning.lower():
-                raise FailedPrecondition(
-                    "A Redis search hit the query time limit and would have returned partial "
-                    "results; raise query_timeout_ms (0 disables the limit)."
+                raise StoreUnavailable(
+                    f"A search on Redis at {self._where} reached query_timeout_ms "
+                    f"({self.config.query_timeout_ms} ms) and would have returned partial "
+                    "results; retry, or raise query_timeout_ms (0 disables the limit)."
                 )
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
-        """Live memories matching the query in its order, sliced by offset and limit."""
-        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        """Live memories matching the query in its order, after its cursor, up to its limit.
+
+        Keyset chunks of FT.AGGREGATE: each resumes after the last row of the one before (the
+        first sort key bounds the query text, a FILTER compares the rest and the id), so no
+        LIMIT offset grows with depth and RediSearch's offset cap is never reached.
+        """
+        check_cursor(query)
         sort: list[str] = []
         for key in query.order_by:
             if key.field not in _SORT_FIELDS:
@@ -1159,47 +1265,93 @@ class RedisMemoryStore(MemoryStore):
                 )
             sort += [f"@{_SORT_FIELDS[key.field]}", "DESC" if key.descending else "ASC"]
         sort += ["@memory_id", "ASC"]  # SPEC §3: ties break by name
-        load = [f"@{name}" for name in MEMORY_FIELDS]
         found: list[MemoryRecord] = []
-        offset, remaining = query.offset, query.limit
+        after = query.after
         async with self._call("list memories") as client:
-            if base is None:
+            if self._base_query(0, query.scope_key, query.filter) is None:
                 await self._bank(client, bank_id)
                 return []
-            while remaining is None or remaining > 0:
-                chunk = _SCAN_CHUNK if remaining is None else min(remaining, _SCAN_CHUNK)
-
-                def queue(pipe: Any, bank: _Bank, offset: int = offset, chunk: int = chunk) -> None:
-                    pipe.execute_command(
-                        "FT.AGGREGATE",
-                        bank.index_name,
-                        base,
-                        "SORTBY",
-                        len(sort),
-                        *sort,
-                        "LIMIT",
-                        offset,
-                        chunk,
-                        "LOAD",
-                        len(load),
-                        *load,
-                        *self._search_args(),
-                    )
-
-                bank, replies = await self._with_bank(client, bank_id, queue)
-                rows, warnings = parse_aggregate(replies[0])
-                self._check_warnings(warnings)
+            while query.limit is None or len(found) < query.limit:
+                wanted = _SCAN_CHUNK if query.limit is None else query.limit - len(found)
+                chunk = min(wanted, _SCAN_CHUNK)
+                rows, exhausted, bank = await self._scan_chunk(
+                    client, bank_id, query, after, sort, chunk
+                )
                 for row in rows:
-                    if "doc" in row:  # not a key that expired between sort and load
-                        found.append(
-                            decode_memory(row["doc"], row["fact"], embedding=None, dtype=bank.dtype)
-                        )
-                if len(rows) < chunk:
+                    if "doc" not in row:  # a key that expired between sort and load
+                        continue
+                    record = decode_memory(
+                        row["doc"], row["fact"], embedding=None, dtype=bank.dtype
+                    )
+                    if record.is_live(query.now):
+                        found.append(record)
+                if exhausted:
                     break
-                offset += chunk
-                if remaining is not None:
-                    remaining -= chunk
-        return [record for record in found if record.is_live(query.now)]
+                after = _row_cursor(rows[-1], query)
+        return found[: query.limit]
+
+    async def _scan_chunk(
+        self,
+        client: RedisClient,
+        bank_id: str,
+        query: ScanQuery,
+        after: ScanCursor | None,
+        sort: list[str],
+        chunk: int,
+    ) -> tuple[list[dict[str, Any]], bool, _Bank]:
+        """Rows sorting after `after`, at least one unless none is left, and whether none is.
+
+        The query text bounds the first sort key; a FILTER compares the rest and the id. An id
+        RediSearch's expression strings cannot spell (a backslash or control character, which
+        only an imported memory can have) is compared here instead: the FILTER then keeps
+        the rows tied with the cursor, and the read widens until it gets past them.
+        """
+        base = self._base_query(to_us(query.now), query.scope_key, query.filter)
+        assert base is not None
+        keyset: list[Any] = []
+        exact = True
+        if after is not None:
+            first, value = query.order_by[0], to_us(after.values[0])
+            bound = f"[-inf {value}]" if first.descending else f"[{value} +inf]"
+            base = f"({base} @{_SORT_FIELDS[first.field]}:{bound})"
+            exact = _SPELLABLE_ID.fullmatch(after.memory_id) is not None
+            keyset = ["FILTER", _after_expression(query.order_by, after, exact=exact)]
+        load = [f"@{name}" for name in MEMORY_FIELDS]
+        while True:
+
+            def queue(pipe: Any, bank: _Bank, size: int = chunk) -> None:
+                pipe.execute_command(
+                    "FT.AGGREGATE",
+                    bank.index_name,
+                    base,
+                    *keyset,
+                    "SORTBY",
+                    len(sort),
+                    *sort,
+                    "LIMIT",
+                    0,
+                    size,
+                    "LOAD",
+                    len(load),
+                    *load,
+                    *self._search_args(),
+                )
+
+            bank, replies = await self._with_bank(client, bank_id, queue)
+            rows, warnings = parse_aggregate(replies[0])
+            self._check_warnings(warnings)
+            exhausted = len(rows) < chunk
+            if not exact:
+                assert after is not None
+                start = cursor_key(after, query.order_by)
+                rows = [
+                    row
+                    for row in rows
+                    if cursor_key(_row_cursor(row, query), query.order_by) > start
+                ]
+            if rows or exhausted:
+                return rows, exhausted, bank
+            chunk *= 2
 
     # Revisions
 

@@ -28,15 +28,25 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Self
 
+from redis.asyncio.cluster import RedisCluster
+
 from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS
-from adk_memory_redis._config import RedisClient, connect, describe, make_config, split_uri
+from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS, lease_lapsed
+from adk_memory_redis._config import (
+    RedisClient,
+    connect,
+    describe,
+    is_cluster,
+    make_config,
+    split_uri,
+)
 from adk_memory_redis._errors import redis_errors
 
 logger = logging.getLogger(__name__)
@@ -52,6 +62,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 _MAX_NAME = 1024
+_BANK_LOCK = re.compile(r"[a-z][a-z-]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?::|$)")
+"""The engine's lock names, `<kind>:<bank id>[:…]` (`generate:`, `stream:`, `memory-id:`, …)."""
 
 
 class RedisLock:
@@ -67,6 +79,16 @@ class RedisLock:
         self._released = False
 
     @property
+    def key(self) -> str:
+        """The Redis key holding the token while the lock is ours (a store fences on it)."""
+        return self._key
+
+    @property
+    def provider(self) -> RedisLockProvider:
+        """The provider that took the lock."""
+        return self._provider
+
+    @property
     def lost(self) -> bool:
         """True once renewal found that the lease had run out and someone else may hold it."""
         return self._lost
@@ -78,6 +100,16 @@ class RedisLock:
                 f"The lock {self.name!r} is no longer held (its lease ran out); redo the work "
                 "under a new lock."
             )
+
+    async def verify(self) -> None:
+        """Raises `Aborted` unless Redis still holds this lock's token (one round trip)."""
+        if not (self._lost or self._released):
+            client = self._provider._redis()
+            with redis_errors(self._provider._where, "check a lock"):
+                if await client.get(self._key) == self.token.encode():
+                    return
+            self._lost = True
+        raise lease_lapsed(self.name)
 
     async def extend(self, lease_seconds: float | None = None) -> bool:
         """Resets the lease to `lease_seconds` (default: the original lease) if still ours."""
@@ -131,7 +163,8 @@ class RedisLockProvider:
         url: `redis://…`, `rediss://…`, `redis+cluster://…` or `rediss+cluster://…` (query
             options as for the store: `key_prefix`, timeouts, TLS).
         client: A `redis.asyncio.Redis` or `RedisCluster` you built; never closed by the provider.
-        key_prefix: Namespace of the lock keys (`<prefix>:lock:<name>`).
+        key_prefix: Namespace of the lock keys (`<prefix>:lock:<name>`; on a cluster a name
+            `<kind>:<bank id>[:…]` is kept in the bank's slot, `{<prefix>:<bank id>}:lock:<name>`).
         renew: Renew the lease in the background while the lock is held.
     """
 
@@ -157,6 +190,7 @@ class RedisLockProvider:
         self._owns_client = client is None
         self.renew = renew
         self._where = describe(url, client)
+        self._cluster = is_cluster(url) if url is not None else isinstance(client, RedisCluster)
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -175,6 +209,11 @@ class RedisLockProvider:
                 f"A lock name must be a non-empty string of at most {_MAX_NAME} characters.",
                 field="name",
             )
+        bank = _BANK_LOCK.match(name) if self._cluster else None
+        if bank is not None:
+            # In the bank's slot, so that a write of the bank can check the lock inside its
+            # transaction (`WriteBatch.fences`): a transaction cannot span cluster slots.
+            return f"{{{self.config.key_prefix}:{bank.group(1)}}}:lock:{name}"
         return f"{self.config.key_prefix}:lock:{name}"
 
     async def acquire(
@@ -219,7 +258,7 @@ class RedisLockProvider:
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[RedisLock]:
         """Holds `name` for the block, renewing the lease in the background if `renew`.
 
         Raises:
@@ -229,7 +268,7 @@ class RedisLockProvider:
         held = await self.acquire(name, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
         renewer = asyncio.create_task(held._renew_forever()) if self.renew else None
         try:
-            yield
+            yield held
         finally:
             if renewer is not None:
                 renewer.cancel()

@@ -8,6 +8,7 @@ The Redis-specific tests that apply to a cluster run on it from `test_redis_clus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from adk_memory import AsyncClient
 from adk_memory._registry import store_class_for
-from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
+from adk_memory.errors import Aborted, FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key
 from adk_memory.store import DocumentRecord, NearestQuery, OperationRecord, ScanQuery, WriteBatch
 from adk_memory.testing._redis_server import ValkeyCluster
@@ -112,9 +113,10 @@ def _node_client(topology: redis.cluster.RedisCluster, name: str) -> redis.Redis
 async def test_every_key_and_index_of_a_bank_live_on_its_slot_owner(
     redis_cluster_url: str, topology: redis.cluster.RedisCluster
 ) -> None:
-    """A bank on each primary, with memories, revisions, a document and an operation: every key
-    of the bank hashes to the bank's slot and sits on the slot's owner, next to the bank's index;
-    the shared keys each sit alone on their own slot's owner."""
+    """A bank on each primary, with memories, revisions, a document, an operation and a held
+    engine lock (`generate:<bank>:…`): every key of the bank hashes to the bank's slot and sits on
+    the slot's owner, next to the bank's index; the shared keys (the registry, a lock whose name
+    names no bank) each sit alone on their own slot's owner."""
     prefix = f"lay-{uuid.uuid4().hex[:8]}"
     store = RedisMemoryStore.from_uri(redis_cluster_url, key_prefix=prefix)
     placement = {ids[0]: node for node, ids in _banks_per_primary(topology, prefix, 1).items()}
@@ -128,17 +130,22 @@ async def test_every_key_and_index_of_a_bank_live_on_its_slot_owner(
             )
             await store.apply(bank_id, batch)
             await store.put_operation(OperationRecord(bank_id, "operations/o1", True, {}, T))
-        async with store.lock_provider().lock("generate:x"):
+        locks = store.lock_provider()
+        async with contextlib.AsyncExitStack() as held:
+            await held.enter_async_context(locks.lock("shared-name"))
+            for bank_id in placement:
+                await held.enter_async_context(locks.lock(f"generate:{bank_id}:{KEY}"))
             for bank_id, owner in placement.items():
                 node = _node_client(topology, owner)
                 keys = [key.decode() for key in node.scan_iter(match=f"{{{prefix}:{bank_id}}}*")]
-                assert len(keys) >= 8  # bank, 2 memories, revision, its set, rids, doc, op
+                assert len(keys) >= 9  # bank, 2 memories, revision, its set, rids, doc, op, lock
+                assert f"{{{prefix}:{bank_id}}}:lock:generate:{bank_id}:{KEY}" in keys
                 slots = {topology.keyslot(key) for key in keys}
                 assert slots == {topology.keyslot(f"{{{prefix}:{bank_id}}}")}
                 indexes = [name.decode() for name in node.execute_command("FT._LIST")]
                 ours = [name for name in indexes if name.startswith(f"{{{prefix}:")]
                 assert ours == [f"{{{prefix}:{bank_id}}}:{store._banks[bank_id].epoch}:idx"]
-            for shared in (f"{prefix}:banks", f"{prefix}:lock:generate:x"):
+            for shared in (f"{prefix}:banks", f"{prefix}:lock:shared-name"):
                 owner = topology.get_node_from_key(shared).name
                 assert _node_client(topology, owner).exists(shared) == 1
         banks = await store.list_banks()
@@ -154,6 +161,29 @@ async def test_every_key_and_index_of_a_bank_live_on_its_slot_owner(
     for node in topology.get_primaries():
         leftovers = list(_node_client(topology, node.name).scan_iter(match=f"*{prefix}*"))
         assert leftovers == []
+
+
+async def test_an_engine_lock_fences_its_banks_writes_from_inside_the_transaction(
+    redis_cluster_url: str, topology: redis.cluster.RedisCluster
+) -> None:
+    """On a cluster the engine's lock of a bank lives in the bank's slot, so a write fenced by
+    it can check it within the bank's transaction: once another holder has the lock, the write
+    is Aborted and writes nothing."""
+    prefix = f"fe-{uuid.uuid4().hex[:8]}"
+    store = RedisMemoryStore.from_uri(redis_cluster_url, key_prefix=prefix)
+    try:
+        await store.create_bank(bank_record("b1"))
+        lease = await store.lock_provider().acquire("memory-id:b1:m1", lease_seconds=30)
+        assert topology.keyslot(lease.key) == topology.keyslot(f"{{{prefix}:b1}}:bank")
+        await store.apply("b1", WriteBatch(inserts=(memory("m1", unit(0)),), fences=(lease,)))
+        topology.set(lease.key, "another-holder")  # the lease ran out and was taken over
+        with pytest.raises(Aborted, match="no longer held"):
+            await store.apply("b1", WriteBatch(inserts=(memory("m2", unit(1)),), fences=(lease,)))
+        assert await store.get_memories("b1", ["m2"], T) == []
+        assert await lease.release() is False
+    finally:
+        await store.drop_all()
+        await store.aclose()
 
 
 # Connecting

@@ -28,6 +28,7 @@ from adk_memory_redis import RedisLockProvider, RedisMemoryStore
 
 from adk_memory._registry import store_class_for
 from adk_memory.errors import (
+    Aborted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -39,13 +40,14 @@ from adk_memory.scope import scope_key
 from adk_memory.store import (
     MemoryRecord,
     NearestQuery,
+    ScanCursor,
     ScanQuery,
     SortKey,
     TopicRef,
     WriteBatch,
 )
 from adk_memory.testing._redis_server import redis_server
-from adk_memory.testing.conformance import bank_record, memory, revision
+from adk_memory.testing.conformance import T0, bank_record, memory, revision
 
 BANK = "1234"
 SCOPE = {"user_id": "u1"}
@@ -328,7 +330,7 @@ async def test_hostile_text_in_filters_matches_exactly_like_the_engine(
 
 
 async def test_scan_pages_past_one_search_chunk(store: RedisMemoryStore) -> None:
-    """Scans without a limit, and offsets across internal chunks, keep the total order."""
+    """Scans without a limit, and cursors across internal chunks, keep the total order."""
     records = tuple(
         memory(
             f"m{i:04d}",
@@ -343,12 +345,54 @@ async def test_scan_pages_past_one_search_chunk(store: RedisMemoryStore) -> None
     order = sorted(records, key=lambda r: (-r.create_time.timestamp(), r.memory_id))
     everything = await store.scan(BANK, ScanQuery(now))
     assert [r.memory_id for r in everything] == [r.memory_id for r in order]
-    page = await store.scan(BANK, ScanQuery(now, offset=990, limit=1020))
+    after = ScanCursor((order[989].create_time,), order[989].memory_id)
+    page = await store.scan(BANK, ScanQuery(now, after=after, limit=1020))
     assert [r.memory_id for r in page] == [r.memory_id for r in order[990:2010]]
     ascending = await store.scan(
         BANK, ScanQuery(now, order_by=(SortKey("create_time", descending=False),), limit=4)
     )
     assert [r.memory_id for r in ascending] == ["m0000", "m0001", "m0002", "m0003"]
+
+
+class _RecordingRedis(aredis.Redis):
+    """A client that notes every command queued on its pipelines."""
+
+    sent: list[tuple[Any, ...]]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        queue = pipe.execute_command
+
+        def record(*args: Any, **options: Any) -> Any:
+            self.sent.append(args)
+            return queue(*args, **options)
+
+        pipe.execute_command = record  # type: ignore[method-assign]
+        return pipe
+
+
+async def test_deep_scans_send_no_offset(redis_url: str) -> None:
+    """Every chunk of a scan is LIMIT 0 n after a keyset bound: no offset grows with depth, so
+    RediSearch's offset cap (1,000,000) never limits how deep a listing goes."""
+    client = _RecordingRedis.from_url(redis_url)
+    client.sent = []
+    store = RedisMemoryStore.from_uri(redis_url, client=client, key_prefix=f"t-{uuid.uuid4().hex}")
+    try:
+        await _fill(store, 2500)
+        now = T_FILL + timedelta(days=1)
+        everything = await store.scan(BANK, ScanQuery(now))
+        deep = ScanCursor((everything[2200].create_time,), everything[2200].memory_id)
+        tail = await store.scan(BANK, ScanQuery(now, after=deep))
+        assert [r.memory_id for r in tail] == [r.memory_id for r in everything[2201:]]
+        aggregates = [args for args in client.sent if args[0] == "FT.AGGREGATE"]
+        assert len(aggregates) >= 4
+        for args in aggregates:
+            limit = args.index("LIMIT")
+            assert args[limit + 1] == 0, args
+    finally:
+        await store.drop_all()
+        await store.aclose()
+        await client.aclose()
 
 
 async def test_missing_bank_is_not_found(store: RedisMemoryStore) -> None:
@@ -413,6 +457,55 @@ async def test_resp2_client_gives_the_same_answers(redis_url: str) -> None:
         await store.drop_all()
         await store.aclose()
         assert await client.ping()
+    finally:
+        await client.aclose()
+
+
+async def _fill(store: RedisMemoryStore, count: int) -> None:
+    await store.create_bank(bank_record(BANK))
+    for start in range(0, count, 1000):
+        batch = tuple(
+            memory(f"m{i:05d}", (1.0,) + (0.0,) * 7, create_time=T_FILL + timedelta(microseconds=i))
+            for i in range(start, min(start + 1000, count))
+        )
+        await store.apply(BANK, WriteBatch(inserts=batch))
+
+
+T_FILL = datetime(2026, 1, 1, tzinfo=UTC)
+TIMEOUT_DOCS = 6000
+
+
+async def test_a_search_that_times_out_raises_instead_of_returning_less(redis_url: str) -> None:
+    """query_timeout_ms=1 over 6,000 memories: every scan is complete or StoreUnavailable."""
+    store = _store(redis_url, index_algorithm="FLAT", query_timeout_ms=1)
+    outcomes: list[str] = []
+    try:
+        await _fill(store, TIMEOUT_DOCS)
+        now = T_FILL + timedelta(days=1)
+        for _ in range(5):
+            try:
+                found = await store.scan(BANK, ScanQuery(now))
+            except StoreUnavailable as exc:
+                assert "query_timeout_ms" in str(exc)
+                outcomes.append("timed out")
+            else:
+                assert len(found) == TIMEOUT_DOCS, "a timed-out search returned partial results"
+                outcomes.append("complete")
+    finally:
+        await store.drop_all()
+        await store.aclose()
+    assert "timed out" in outcomes  # the limit was really reached, so the check was exercised
+
+
+async def test_a_resp2_client_cannot_take_a_query_time_limit(redis_url: str) -> None:
+    """Over RESP2 the server's timeout warning never arrives: such a store is refused."""
+    client = aredis.Redis.from_url(redis_url, protocol=2)
+    try:
+        with pytest.raises(InvalidArgument, match="RESP3"):
+            RedisMemoryStore.from_uri(redis_url, client=client, query_timeout_ms=1)
+        resp3 = aredis.Redis.from_url(redis_url, protocol=3)
+        RedisMemoryStore.from_uri(redis_url, client=resp3, query_timeout_ms=1)
+        await resp3.aclose()
     finally:
         await client.aclose()
 
@@ -891,3 +984,59 @@ async def test_lock_of_a_killed_process_frees_itself_after_the_lease(redis_url: 
         holder.kill()
         holder.wait()
         await locks.aclose()
+
+
+async def test_a_holder_whose_lease_lapsed_cannot_commit(
+    store: RedisMemoryStore, redis_url: str
+) -> None:
+    """The lease runs out (no renewal) and another process takes the lock: the first holder's
+    write is `Aborted`, checked inside its transaction, and the new holder's write goes through."""
+    locks = store.lock_provider()
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=store.config.key_prefix)
+    locks.renew = False
+    try:
+        async with locks.lock("scope-f", lease_seconds=0.2) as stale:
+            await asyncio.sleep(0.4)  # a long model call: the lease lapses meanwhile
+            async with other.lock("scope-f", wait_seconds=1) as current:
+                with pytest.raises(Aborted, match="no longer held"):
+                    late = memory("late", _unit_vector(random.Random(0), 8))
+                    await store.apply(BANK, WriteBatch(inserts=(late,), fences=(stale,)))
+                fresh = memory("fresh", _unit_vector(random.Random(1), 8))
+                await store.apply(BANK, WriteBatch(inserts=(fresh,), fences=(current,)))
+        found = await store.get_memories(BANK, ["late", "fresh"], T0)
+        assert [record.memory_id for record in found] == ["fresh"]
+    finally:
+        locks.renew = True
+        await other.aclose()
+
+
+async def test_a_lock_taken_over_between_check_and_commit_discards_the_transaction(
+    store: RedisMemoryStore, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock key is WATCHed: a takeover after the in-transaction check, before EXEC, makes
+    Redis discard the transaction, and the re-check refuses the write."""
+    import redis as sync_redis
+
+    original = RedisMemoryStore._check
+    takeover = sync_redis.Redis.from_url(redis_url)
+    taken: list[str] = []
+
+    def check_then_take_over(*args: Any) -> Any:
+        result = original(*args)
+        if not taken:
+            key = args[3][0].key
+            takeover.set(key, "someone-else")
+            taken.append(key)
+        return result
+
+    monkeypatch.setattr(RedisMemoryStore, "_check", staticmethod(check_then_take_over))
+    try:
+        async with store.lock_provider().lock("scope-g", lease_seconds=30) as lease:
+            with pytest.raises(Aborted, match="no longer held"):
+                vector = _unit_vector(random.Random(0), 8)
+                batch = WriteBatch(inserts=(memory("m", vector),), fences=(lease,))
+                await store.apply(BANK, batch)
+        assert taken
+        assert await store.get_memories(BANK, ["m"], T0) == []
+    finally:
+        takeover.close()
