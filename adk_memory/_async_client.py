@@ -30,7 +30,7 @@ from adk_memory.extensions import BankExtensions
 from adk_memory.names import Names
 from adk_memory.scheduler import IngestScheduler
 from adk_memory.settings import default_embedding_model, default_uri
-from adk_memory.store import MemoryStore
+from adk_memory.store import MemoryRecord, MemoryStore, OperationRecord
 from adk_memory.telemetry import instrument_engine_context, trace_store, traced_resource
 
 __all__ = [
@@ -97,14 +97,23 @@ class AsyncMemories:
         """Creates a memory in the bank `name`; the operation is done when it returns."""
         checked = parse_model(types.MemoryConfig, config, field="config")
         bank_id = Names.parse_bank(name)
-        record = await self._engine.memories.create(bank_id, fact=fact, scope=scope, config=checked)
-        memory = to_memory(record, bank_id, self._engine.names)
-        return await self._done(
-            bank_id,
-            f"memories/{record.memory_id}",
-            "memory",
-            types.MemoryOperation(done=True, response=memory),
+        recorded: list[tuple[types.MemoryOperation, OperationRecord]] = []
+
+        def operation_of(record: MemoryRecord) -> OperationRecord:
+            memory = to_memory(record, bank_id, self._engine.names)
+            operation = types.MemoryOperation(done=True, response=memory)
+            path = f"memories/{record.memory_id}"
+            stored = self._engine.context.operation_record(bank_id, path, "memory", operation)
+            recorded.append((operation, stored))
+            return stored
+
+        # The operation goes into the memory's own atomic write (one store call less).
+        await self._engine.memories.create(
+            bank_id, fact=fact, scope=scope, config=checked, operation=operation_of
         )
+        [(operation, stored)] = recorded
+        operation.name = self._engine.names.operation(bank_id, stored.operation_path)
+        return operation
 
     async def get(self, *, name: str, config: Any = None) -> types.Memory:
         """A live memory by its full or short name; `NotFound` if missing or expired."""
@@ -660,6 +669,8 @@ class AsyncClient:
         if store is not None and uri is not None:
             raise InvalidArgument("Pass either uri or store, not both.", field="uri")
         self.uri = uri or default_uri()
+        self.built_from_uri = store is None
+        """False when built on a store object: then `uri` does not say where the data is."""
         # Spans for every store round trip and embedding batch (adk_memory.telemetry).
         self._store = trace_store(store or store_from_uri(self.uri, **store_options))
         self.engine = MemoryEngine(

@@ -61,6 +61,11 @@ revisions_app = typer.Typer(help="Revisions of a memory.", **_APP_OPTIONS)
 app.add_typer(banks_app, name="banks")
 app.add_typer(memories_app, name="memories")
 app.add_typer(revisions_app, name="revisions")
+streams_app = typer.Typer(
+    help="Ingest streams holding events not yet generated from (failed ones with their error).",
+    **_APP_OPTIONS,
+)
+app.add_typer(streams_app, name="streams")
 
 UriOption = Annotated[
     str | None,
@@ -424,6 +429,60 @@ def serve(
         )
 
 
+@app.command("mcp")
+def mcp_command(
+    bank: BankOption,
+    uri: UriOption = None,
+    scope: ScopeOption = None,
+    transport: Annotated[
+        str, typer.Option(help="stdio (desktop and IDE clients) or http (streamable, at /mcp).")
+    ] = "stdio",
+    host: Annotated[
+        str, typer.Option(help="HTTP: address to bind; anything but loopback needs --keys.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP: TCP port.")] = 8765,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys", help="HTTP: API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A memory model for remember_conversation (offered only with --model or a bank "
+            "whose generation_config names one)."
+        ),
+    ] = None,
+) -> None:
+    """Serve the memories of one bank and scope to MCP clients (Claude Desktop, IDE agents)."""
+    try:
+        from adk_memory.server import ApiKeys
+        from adk_memory.server.mcp_server import McpBinding, serve_mcp
+    except ImportError as exc:
+        _fail(
+            f"the MCP server needs {exc.name or 'mcp'}. Install it with: "
+            "pip install 'adk-memory[mcp]'"
+        )
+    if transport not in ("stdio", "http"):
+        _fail("--transport is stdio or http")
+
+    with _errors():
+        bank_name = f"reasoningEngines/{_bank_id(_bank_name(bank))}"  # before the store opens
+        keys_path = keys or (api_keys_file() if transport == "http" else None)
+        binding = McpBinding(
+            bank_name,
+            _pairs(scope, "--scope"),
+            ApiKeys.from_file(keys_path) if keys_path else None,
+        )
+
+    async def run(client: AsyncClient) -> None:
+        await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
+
+    options: dict[str, Any] = {"generation_model": model} if model else {}
+    _run(uri, run, interrupt_ok=True, **options)
+
+
 @app.command()
 def worker(
     uri: UriOption = None,
@@ -743,6 +802,86 @@ def memories_purge(
 
 
 # Revisions and rollback
+
+
+@streams_app.command("list")
+def streams_list(
+    bank: BankOption,
+    uri: UriOption = None,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="Only streams whose last generation failed.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List a bank's streams with unflushed events: pending, failures, last error, next retry."""
+
+    async def work(client: AsyncClient) -> list[Any]:
+        return await client.engine.ingest.streams(_bank_id(_bank_name(bank)))
+
+    streams = [stream for stream in _run(uri, work) if stream.failures or not failed]
+    if as_json:
+        _print_json(
+            [
+                {
+                    "key": stream.key,
+                    "scope": stream.scope,
+                    "streamId": stream.stream_id,
+                    "pendingEvents": stream.pending_events,
+                    "failures": stream.failures,
+                    "lastError": stream.last_error,
+                    "retryAfter": stream.retry_after,
+                    "lastEventTime": stream.last_event_at,
+                }
+                for stream in streams
+            ]
+        )
+        return
+    if not streams:
+        _stdout().print("No streams hold unflushed events.")
+        return
+    table = Table()
+    for column in ("key", "scope", "stream", "pending", "failures", "next retry", "last error"):
+        table.add_column(column, no_wrap=column not in ("scope", "last error"))
+    for stream in streams:
+        table.add_row(
+            *(
+                escape(cell)
+                for cell in (
+                    stream.key[:12],
+                    _scope_text(stream.scope),
+                    stream.stream_id,
+                    str(stream.pending_events),
+                    str(stream.failures),
+                    stream.retry_after or "",
+                    stream.last_error or "",
+                )
+            )
+        )
+    _stdout().print(table)
+
+
+@streams_app.command("retry")
+def streams_retry(
+    key: Annotated[
+        str, typer.Argument(help="The stream's key (or its first characters), as listed.")
+    ],
+    bank: BankOption,
+    uri: UriOption = None,
+) -> None:
+    """Generate from a stream's events now, whatever its back-off; print the outcome."""
+
+    async def work(client: AsyncClient) -> int:
+        bank_id = _bank_id(_bank_name(bank))
+        keys = [stream.key for stream in await client.engine.ingest.streams(bank_id)]
+        matches = [found for found in keys if found.startswith(key)]
+        if len(matches) != 1:
+            _fail(f"{len(matches)} streams with unflushed events match {key!r}; give a longer key.")
+        return await client.engine.ingest.flush(
+            bank_id, matches[0], now_or_never=True, raise_failure=True
+        )
+
+    changed = _run(uri, work)
+    _stdout().print(f"Generated from the stream: {changed} memories created or changed.")
 
 
 @revisions_app.command("list")

@@ -4,6 +4,11 @@ Dense embeddings miss exact names, dates and rare words that a keyword match fin
 those and misses paraphrases. Hybrid retrieval (an opt-in bank extension) fuses both rankings.
 This module is pure Python over a list of texts: no index, no I/O. Tokenizing is a pure function
 of the text, so its results are cached per process (by the text itself, which cannot go stale).
+
+Each text is tokenized in its own language, guessed from the text alone (no configuration): German
+and Spanish words get their Snowball stemmer and stopwords, everything else English's; scripts
+written without spaces (Korean, Chinese, Japanese) become overlapping character bigrams, so a
+Korean word still matches with a particle attached ("강아지는" shares "강아", "아지" with "강아지").
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import snowballstemmer  # type: ignore[import-untyped]
 __all__ = ["bm25_scores", "tokenize"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
-_STOPWORDS = frozenset(
+_ENGLISH_STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
     being below between both but by can could did do does doing down during each few for from
     further had has have having he her here hers herself him himself his how i if in into is it
@@ -33,6 +38,44 @@ _STOPWORDS = frozenset(
     what when where which while who whom why will with would you your yours yourself
     yourselves""".split()
 )
+_GERMAN_STOPWORDS = frozenset(
+    """aber alle allem allen aller alles als also am an ander andere anderem anderen anderer
+    anderes auch auf aus bei bin bis bist da damit dann das dass dein deine deinem deinen deiner
+    dem den denn der des dessen dich die dies diese diesem diesen dieser dieses dir doch dort du
+    durch ein eine einem einen einer eines er es etwas euch euer eure für gegen gewesen hab habe
+    haben hat hatte hatten hier hin hinter ich ihm ihn ihnen ihr ihre ihrem ihren ihrer im in
+    ist ja jede jedem jeden jeder jedes jetzt kann kein keine keinem keinen keiner können man
+    manche mein meine meinem meinen meiner mich mir mit muss nach nicht nichts noch nun nur ob
+    oder ohne sehr sein seine seinem seinen seiner seit sich sie sind so solche soll sondern um
+    und uns unser unsere unter viel vom von vor war waren warum was weil welche welchem welchen
+    welcher welches wenn wer werde werden wie wieder will wir wird wo wurde würde zu zum zur
+    zwischen""".split()
+)
+_SPANISH_STOPWORDS = frozenset(
+    """a al algo algunas algunos ante antes como con contra cual cuando de del desde donde
+    durante e el ella ellas ellos en entre era eran es esa esas ese eso esos esta estaba estas
+    este esto estos estoy está están fue fueron ha han hasta hay la las le les lo los me mi mis
+    mucho muy más mí nada ni no nos nosotros o otra otras otro otros para pero poco por porque
+    que quien qué se sea ser si sin sobre son su sus también te tengo tiene tienen tu tus tú un
+    una uno unos y ya yo cómo cuál cuándo dónde cuántos cuántas él""".split()
+)
+_GERMAN_LETTERS = frozenset("äöüß")
+_SPANISH_LETTERS = frozenset("ñáéíóú¿¡")
+_STOPWORDS = {
+    "english": _ENGLISH_STOPWORDS,
+    "german": _GERMAN_STOPWORDS,
+    "spanish": _SPANISH_STOPWORDS,
+}
+_UNSPACED = re.compile(
+    r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]"
+)
+"""Hangul, kana and CJK ideographs: scripts that do not put spaces between words."""
+_KOREAN_STOP_BIGRAMS = frozenset(
+    """제 저 저는 저도 제가 저희 우리 나는 내가 뭐 뭐예 무엇 어디 언제 누구 예요 에요 이에 어요
+    아요 워요 져요 네요 해요 세요 니다 습니 있어 있습 있나 인가 나요 가요 까요 죠""".split()
+)
+"""Korean pronouns, question words and polite verb endings: in nearly every sentence, they
+would let a question match a fact it shares nothing else with."""
 _CACHED_TEXTS = 16_384
 _CACHED_TEXT_CHARS = 1_024
 """Longer texts are tokenized on every call, so the cache stays bounded though a fact may hold
@@ -42,18 +85,43 @@ _ORIGINAL_QUERY_WEIGHT = 0.5
 _local = threading.local()
 
 
-def _stemmer() -> Any:
-    # Snowball stemmers keep state while stemming a word: one per thread.
-    stemmer = getattr(_local, "stemmer", None)
+def _stemmer(language: str) -> Any:
+    # Snowball stemmers keep state while stemming a word: one per thread and language.
+    stemmers: dict[str, Any] | None = getattr(_local, "stemmers", None)
+    if stemmers is None:
+        stemmers = _local.stemmers = {}
+    stemmer = stemmers.get(language)
     if stemmer is None:
-        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
+        stemmer = stemmers[language] = snowballstemmer.stemmer(language)
     return stemmer
 
 
 @lru_cache(maxsize=65_536)
-def _stem(word: str) -> str:
-    """The Snowball (Porter2) English stem: "paint", "painted", "paintings" all give "paint"."""
-    return str(_stemmer().stemWord(word))
+def _stem(word: str, language: str) -> str:
+    """The Snowball stem: in English "paint", "painted", "paintings" all give "paint"."""
+    return str(_stemmer(language).stemWord(word))
+
+
+def _language(text: str, words: Sequence[str]) -> str:
+    """The Snowball language of a lower-cased text: "german", "spanish" or "english".
+
+    Each language scores its distinct stopwords in the text (German and Spanish also their
+    letters, "ß", "ñ", "é"...); German or Spanish needs a sign and a higher score than English,
+    which keeps every text without such signs, and every ordinary English sentence, English.
+    """
+    distinct = set(words)
+    english = len(distinct & _ENGLISH_STOPWORDS)
+    german = len(distinct & _GERMAN_STOPWORDS) + sum(letter in _GERMAN_LETTERS for letter in text)
+    spanish = len(distinct & _SPANISH_STOPWORDS) + sum(
+        letter in _SPANISH_LETTERS for letter in text
+    )
+    best, score = max(("german", german), ("spanish", spanish), key=lambda item: item[1])
+    return best if score > english else "english"
+
+
+def _bigrams(word: str) -> list[str]:
+    """Overlapping character pairs of a word in an unspaced script; the word if one character."""
+    return [word[i : i + 2] for i in range(len(word) - 1)] or [word]
 
 
 def _word(raw: str) -> str:
@@ -65,13 +133,26 @@ def _word(raw: str) -> str:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased, Snowball-stemmed word tokens without stopwords or possessives."""
+    """Lower-cased tokens without stopwords or possessives, in the text's language.
+
+    English, German and Spanish words are Snowball-stemmed; Korean, Chinese and Japanese words
+    become character bigrams.
+    """
     return list(_tokenize(text))
 
 
 def _tokenize(text: str) -> tuple[str, ...]:
-    words = (_word(raw) for raw in _WORD.findall(text.lower()))
-    return tuple(_stem(word) for word in words if word and word not in _STOPWORDS)
+    lowered = text.lower()
+    words = [word for word in map(_word, _WORD.findall(lowered)) if word]
+    language = _language(lowered, words)
+    stopwords = _STOPWORDS[language]
+    tokens: list[str] = []
+    for word in words:
+        if _UNSPACED.search(word):
+            tokens.extend(gram for gram in _bigrams(word) if gram not in _KOREAN_STOP_BIGRAMS)
+        elif word not in stopwords:
+            tokens.append(_stem(word, language))
+    return tuple(tokens)
 
 
 _Terms = tuple[int, Mapping[str, int]]

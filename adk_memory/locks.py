@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -92,14 +93,19 @@ def _timed_out(name: str, wait_seconds: float) -> ResourceExhausted:
     )
 
 
-class InProcessLockProvider:
-    """asyncio locks, for a store that lives in one process (`memory://`).
+_IN_PROCESS_POLL_SECONDS = 0.005
 
-    The lease is not enforced: a holder in the same process cannot die without its task ending.
+
+class InProcessLockProvider:
+    """Thread locks polled without blocking the loop, for a store in one process (`memory://`).
+
+    Not asyncio locks: one process may use the store from several event loops (ADK runs each
+    synchronous `Runner.run` on a new one), and an asyncio lock belongs to one loop. The lease
+    is not enforced: a holder in the same process cannot die without its task ending.
     """
 
     def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, threading.Lock] = {}
 
     @asynccontextmanager
     async def lock(
@@ -110,11 +116,12 @@ class InProcessLockProvider:
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
     ) -> AsyncIterator[HeldLock]:
         """Holds `name` for the block."""
-        held = self._locks.setdefault(name, asyncio.Lock())
-        try:
-            await asyncio.wait_for(held.acquire(), timeout=wait_seconds)
-        except TimeoutError:
-            raise _timed_out(name, wait_seconds) from None
+        held = self._locks.setdefault(name, threading.Lock())
+        deadline = time.monotonic() + wait_seconds
+        while not held.acquire(blocking=False):
+            if time.monotonic() >= deadline:
+                raise _timed_out(name, wait_seconds)
+            await asyncio.sleep(_IN_PROCESS_POLL_SECONDS)
         lease = HeldLock(name)
         try:
             yield lease

@@ -52,6 +52,10 @@ def run_quickstart(uri: str, *, console: Console | None = None, keep: bool = Fal
     out = console or Console()
     out.rule("[bold]adk-memory quickstart[/bold]")
     out.print(f"Store: [cyan]{uri}[/cyan]  (embeddings: all-MiniLM-L6-v2, offline)")
+    out.print(
+        "Memories not in English? Create the bank with "
+        '[cyan]embedding_model="multilingual-e5-small"[/cyan] (offline, about 100 languages).'
+    )
     with Client(uri=uri) as client:
         bank = client.memory_banks.create(
             config={"display_name": "quickstart"},

@@ -201,6 +201,7 @@ class ReferenceMemoryStore(MemoryStore):
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
         bank.documents.update(documents)
+        bank.operations.update((op.operation_path, op) for op in batch.operations)
 
     async def get_memories(
         self, bank_id: str, memory_ids: Sequence[str], now: datetime

@@ -199,6 +199,9 @@ class WriteBatch:
     """The leases of the locks the batch was decided under: a batch one of whose leases lapsed
     (another holder may have taken the lock) fails with `Aborted`, checked atomically with the
     writes where the lock lives in the store itself (Redis), else just before them."""
+    operations: tuple[OperationRecord, ...] = ()
+    """Operations recorded together with the memories (`put_operation` in the same atomic
+    write: a create's memory, revision and operation are all there or none is)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """Cached embeddings: compute each text's vector once per model, serve it to the real engine.
 
 Vectors live in `benchmarks/.cache/emb-<model>.npz` (gitignored), keyed by the sha256 of the
-text. `CachedEmbedder` implements `adk_memory.embeddings.Embedder` from that file, so retrieval
-benchmarks go through the real engine and stores without re-embedding thousands of texts on
+text; a model that embeds queries and documents differently (multilingual-e5-small's `query: ` /
+`passage: ` prefixes) has one file per kind, `emb-<model>-query.npz` and `-passage.npz`.
+`CachedEmbedder` implements `adk_memory.embeddings.Embedder` from those files, so benchmarks go
+through the real engine and stores without re-embedding thousands of texts on
 every run; a text that is not cached is embedded live (and counted in `misses`).
 """
 
@@ -24,16 +26,30 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def cache_file(model: str) -> Path:
-    return CACHE_DIR / f"emb-{re.sub(r'[^A-Za-z0-9._-]+', '_', model)}.npz"
+ASYMMETRIC_MODELS = frozenset({"multilingual-e5-small"})
+"""Models whose query and document vectors of one text differ."""
+
+
+def cache_file(model: str, kind: str = "passage") -> Path:
+    suffix = f"-{kind}" if model in ASYMMETRIC_MODELS else ""
+    return CACHE_DIR / f"emb-{re.sub(r'[^A-Za-z0-9._-]+', '_', model)}{suffix}.npz"
+
+
+def live_embedder(model: str, source: str):  # noqa: ANN201
+    """The product's embedder for `model` (sentence-transformers models from `source`)."""
+    from adk_memory.embeddings import LocalEmbedder, MultilingualE5Embedder, canonical_model_name
+
+    if canonical_model_name(model) == "multilingual-e5-small":
+        return MultilingualE5Embedder()
+    return LocalEmbedder(source)
 
 
 class VectorCache:
-    """An on-disk map text-hash -> float32 unit vector for one model."""
+    """An on-disk map text-hash -> float32 unit vector for one model (and kind: query/passage)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, kind: str = "passage") -> None:
         self.model = model
-        self.path = cache_file(model)
+        self.path = cache_file(model, kind)
         self._index: dict[str, int] = {}
         self._rows: list[np.ndarray] = []
         if self.path.is_file():
@@ -74,19 +90,26 @@ class VectorCache:
         return out
 
 
-def fill(model: str, source: str, texts: Sequence[str], *, log=print, batch: int = 256) -> float:
-    """Embeds the texts the cache lacks with `LocalEmbedder(source)`; returns seconds spent."""
-    from adk_memory.embeddings import LocalEmbedder
-
-    cache = VectorCache(model)
+def fill(
+    model: str,
+    source: str,
+    texts: Sequence[str],
+    *,
+    kind: str = "passage",
+    log=print,
+    batch: int = 256,
+) -> float:
+    """Embeds the texts the cache lacks with the product's embedder; returns seconds spent."""
+    cache = VectorCache(model, kind)
     todo = cache.missing(texts)
     if not todo:
         return 0.0
-    embedder = LocalEmbedder(source)
+    embedder = live_embedder(model, source)
     started = time.perf_counter()
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
-        cache.put_many(chunk, np.asarray(embedder._encode(chunk)))
+        vectors = asyncio.run(embedder._embed(chunk, query=kind == "query"))
+        cache.put_many(chunk, np.asarray(vectors))
         cache.save()
         log(
             f"  embedded {start + len(chunk)}/{len(todo)} texts with {model} "
@@ -102,32 +125,31 @@ class CachedEmbedder:
         self.model = model
         self.dimension = dimension
         self._source = source or model
-        self._cache = VectorCache(model)
+        self._caches = {kind: VectorCache(model, kind) for kind in ("query", "passage")}
         self.misses = 0
         self._live = None
 
-    def _lookup(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+    async def _lookup(self, texts: Sequence[str], kind: str) -> list[tuple[float, ...]]:
         out: list[tuple[float, ...] | None] = []
         todo = []
         for text in texts:
-            row = self._cache.get(text)
+            row = self._caches[kind].get(text)
             out.append(None if row is None else tuple(row.astype(np.float64).tolist()))
             if row is None:
                 todo.append(text)
         if todo:
-            from adk_memory.embeddings import LocalEmbedder
-
             self.misses += len(todo)
-            self._live = self._live or LocalEmbedder(self._source)
-            live = dict(zip(todo, self._live._encode(todo), strict=True))
+            self._live = self._live or live_embedder(self.model, self._source)
+            vectors = await self._live._embed(todo, query=kind == "query")
+            live = dict(zip(todo, vectors, strict=True))
             out = [row if row is not None else live[t] for row, t in zip(out, texts, strict=True)]
         return out  # type: ignore[return-value]
 
     async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
-        return self._lookup(list(texts))
+        return await self._lookup(list(texts), "passage")
 
     async def embed_query(self, text: str) -> tuple[float, ...]:
-        return self._lookup([text])[0]
+        return (await self._lookup([text], "query"))[0]
 
 
 def install(embedders: dict[str, CachedEmbedder]) -> None:

@@ -8,7 +8,8 @@ category). Questions whose evidence names no existing turn are dropped (the coun
 
 Modes, all computed in the same run on the same turns and questions:
 
-* `dense`  a default bank (all-MiniLM-L6-v2), `memories.retrieve(top_k=10)`;
+* `dense`  a bank of each model (all-MiniLM-L6-v2, the default; multilingual-e5-small),
+           `memories.retrieve(top_k=10)`;
 * `hybrid` a bank created with `extensions={"retrieval": {"mode": "hybrid"}}` (defaults: convex
            fusion, lexical_weight 0.5, 100+100 candidates, RM3 feedback from 3 documents with
            20 terms), the same without RM3, and (with --full) a few settings around it;
@@ -174,11 +175,13 @@ def run(
     for model, source, dimension in models:
         log(f"  locomo: caching {model} vectors for {len(turns) + len(questions)} texts")
         spent = _cache.fill(
-            model, source, [q.text for q in questions] + [t.text for t in turns], log=lambda m: None
-        )
+            model, source, [q.text for q in questions], kind="query", log=lambda m: None
+        ) + _cache.fill(model, source, [t.text for t in turns], kind="passage", log=lambda m: None)
         if spent:
             log(f"    embedded the missing texts in {spent:.0f} s")
-        short = "MiniLM" if "MiniLM" in model else model.split("/")[-1]
+        short = {"all-MiniLM-L6-v2": "MiniLM", "multilingual-e5-small": "e5"}.get(
+            model, model.split("/")[-1]
+        )
         chosen = HYBRID_VARIANTS if variants else HYBRID_VARIANTS[:2]
         for label, ext in [("dense", None), *chosen]:
             name = f"{label} ({short})"

@@ -253,6 +253,46 @@ def _locomo_md(results: dict) -> list[str]:
     return lines
 
 
+def _multilingual_md(results: dict) -> list[str]:
+    ml = results.get("multilingual")
+    if not ml:
+        return ["Not run."]
+    pairs = list(next(iter(ml["models"].values()))["dense"]["pairs"])
+    lines = [
+        f"{ml['items']} personal facts, each in English, German, Spanish and Korean, with a "
+        "question per language in other words (`benchmarks/multilingual_facts.jsonl`, written "
+        "for this benchmark). One scope per language; each question retrieves the top 10 of "
+        "its fact's scope through `AsyncClient('memory://')`. `xx/xx`: asked in the fact's "
+        "language; `en/xx`: the English question for a German, Spanish or Korean fact. "
+        "Recall@1 (R@5 in brackets); chance is 0.01.",
+        "",
+        "| model | mode | " + " | ".join(pairs) + " |",
+        "|---|---|" + "---:|" * len(pairs),
+    ]
+    for model, result in ml["models"].items():
+        for mode in ("dense", "hybrid"):
+            scores = result[mode]["pairs"]
+            lines.append(
+                f"| {model} | {mode} | "
+                + " | ".join(f"{scores[p]['R@1']:.2f} ({scores[p]['R@5']:.2f})" for p in pairs)
+                + " |"
+            )
+    lines += [
+        "",
+        "| model | query embed p50 (ms) | batch of 64 (ms per text) | peak RSS (MB) "
+        "| retrieve incl. embedding p50 (ms) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for model, result in ml["models"].items():
+        speed = result["speed"]
+        lines.append(
+            f"| {model} | {speed['query_ms_p50']} | "
+            f"{speed['batch_ms_per_text']} | {speed['peak_rss_mb']} | "
+            f"{ml.get('retrieve_ms_p50', {}).get(model, '–')} |"
+        )
+    return lines
+
+
 _SAME = "raw at the store's recall"
 
 
@@ -393,6 +433,10 @@ def write(results: dict, out: Path) -> None:
             if "recall_by_category.png" in plots
             else []
         ),
+        "## 5. Multilingual retrieval",
+        "",
+        *_multilingual_md(results),
+        "",
     ]
     notes = out / "NOTES.md"
     if notes.is_file():

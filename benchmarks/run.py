@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SECTIONS = ("latency", "write", "generate", "locomo")
+SECTIONS = ("latency", "write", "generate", "locomo", "multilingual")
 MPNET_DIR = HERE / ".cache" / "models" / "all-mpnet-base-v2"
 
 
@@ -108,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("The benchmarks draw plots with matplotlib: pip install -e '.[benchmarks]'", file=sys.stderr)
+        print(
+            "The benchmarks draw plots with matplotlib: pip install -e '.[benchmarks]'",
+            file=sys.stderr,
+        )
         return 2
     from benchmarks import report
 
@@ -151,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     timings = results.setdefault("section_seconds", {})
     need_redis = bool({"latency", "write"} & set(sections))
     with _common.backends(need_redis) as where:
-        results["redis"] = where.redis_url is not None
+        # An --only run without Redis keeps what the merged sections were measured on.
+        results["redis"] = where.redis_url is not None or bool(previous.get("redis"))
         if "latency" in sections:
             from benchmarks import latency
 
@@ -205,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
 
             started = time.perf_counter()
             log("== 4. LoCoMo retrieval quality")
-            models = [("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 384)]
+            models = [
+                ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 384),
+                ("multilingual-e5-small", "multilingual-e5-small", 384),
+            ]
             mpnet = Path(args.mpnet) if args.mpnet else MPNET_DIR
             if not args.no_mpnet and (mpnet / "modules.json").is_file():
                 from benchmarks import _cache, _locomo
@@ -226,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  (all-mpnet-base-v2 not found at {mpnet}; see README to add it)")
             results["locomo"] = locomo.run(where.tmp, models, plan["locomo_variants"], log)
             timings["locomo"] = round(time.perf_counter() - started)
+        if "multilingual" in sections:
+            from benchmarks import multilingual
+
+            started = time.perf_counter()
+            log("== 5. Multilingual retrieval")
+            results["multilingual"] = multilingual.run(log)
+            timings["multilingual"] = round(time.perf_counter() - started)
     results_path.write_text(json.dumps(results, indent=1))
     report.write(results, HERE)
     log(f"wrote {HERE / 'RESULTS.md'}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +27,20 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("adk-memory")
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1, and any attempt to open a network connection fails the test."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    real_connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            pytest.fail(f"network access from an offline model: {address!r}")
+        real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
 
 
 @pytest.fixture(params=BACKENDS)

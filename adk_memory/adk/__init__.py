@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_TOP_K",
     "SCHEMES",
     "EphemeralStoreWarning",
+    "MemoryBankEntry",
     "MemoryBankPlugin",
     "MemoryBankService",
     "MemoryServiceBuilder",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "MemoryBankEntry": "adk_memory.adk._service",
     "DEFAULT_TOP_K": "adk_memory.adk._service",
     "EphemeralStoreWarning": "adk_memory.adk._agent_runtime",
     "MemoryBankPlugin": "adk_memory.adk._plugin",

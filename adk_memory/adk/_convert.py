@@ -8,6 +8,8 @@ meaning. Where ADK logs a warning and drops a value it cannot send, these helper
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -70,11 +72,12 @@ def uses_generate(custom_metadata: Mapping[str, object]) -> bool:
 
 
 def stored_content(event: Event) -> genai_types.Content | None:
-    """The text of an event worth remembering, or None for events memory generation skips.
+    """The content of an event worth remembering, or None for events memory generation skips.
 
-    Empty events and ADK's credential requests are skipped, as ADK's Vertex service does. Only
-    non-thought text parts are kept: extraction reads text only, so images and tool payloads
-    would sit in the stream's storage for nothing.
+    As ADK's Vertex service sends them: text, tool calls and tool responses, code and its
+    results, file references. Empty events and ADK's credential requests are skipped. Thoughts
+    and inline bytes are dropped (extraction never reads them); a tool response is kept as
+    plain JSON.
     """
     content = event.content
     if content is None or not content.parts:
@@ -83,13 +86,49 @@ def stored_content(event: Event) -> genai_types.Content | None:
         call = part.function_call or part.function_response
         if call is not None and call.name in _AUTH_FUNCTION_NAMES:
             return None
-    texts = [
-        genai_types.Part(text=part.text) for part in content.parts if part.text and not part.thought
-    ]
-    if not texts:
+    kept = [_kept_part(part) for part in content.parts if not part.thought]
+    parts = [part for part in kept if part is not None]
+    if not parts:
         return None
     role = content.role or ("user" if event.author == "user" else "model")
-    return genai_types.Content(role=role, parts=texts)
+    return genai_types.Content(role=role, parts=parts)
+
+
+def _kept_part(part: genai_types.Part) -> genai_types.Part | None:
+    if part.text:
+        return genai_types.Part(text=part.text)
+    if part.function_call is not None:
+        call = part.function_call
+        return genai_types.Part(
+            function_call=genai_types.FunctionCall(
+                name=call.name, args=_plain(call.args or {}), id=call.id
+            )
+        )
+    if part.function_response is not None:
+        response = part.function_response
+        return genai_types.Part(
+            function_response=genai_types.FunctionResponse(
+                name=response.name, response=_plain(response.response or {}), id=response.id
+            )
+        )
+    if part.executable_code is not None or part.code_execution_result is not None:
+        return genai_types.Part(
+            executable_code=part.executable_code, code_execution_result=part.code_execution_result
+        )
+    if part.file_data is not None:
+        return genai_types.Part(file_data=part.file_data)
+    return None
+
+
+def _plain(value: dict[str, Any]) -> dict[str, Any]:
+    """A tool payload as plain JSON (tools may return pydantic models or other objects)."""
+    plain = json.loads(json.dumps(value, default=_jsonable))
+    return plain if isinstance(plain, dict) else {"result": plain}
+
+
+def _jsonable(value: object) -> object:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else str(value)
 
 
 def event_for_ingest(event: Event, content: genai_types.Content) -> dict[str, Any]:

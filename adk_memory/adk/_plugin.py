@@ -2,16 +2,17 @@
 
 Registered once (`Runner(plugins=[MemoryBankPlugin()])` or `App(plugins=[…])`), it
 
-- retrieves once per invocation, from the user's message, when the run starts, and adds the
-  memories to every model request of that invocation (after ADK's `PreloadMemoryTool`, so a fact
-  that tool already put in the request is not repeated);
-- after each run, sends the session's new events to the session's ingest stream with an idle
-  trigger, so memories are generated once the conversation pauses. That runs in the background:
-  the reply is never delayed.
+- when a run starts, generates what the user's other sessions left pending (waiting a bounded
+  time), then retrieves once, from the user's message, and adds the memories to every model
+  request of that invocation (after ADK's `PreloadMemoryTool`, so a fact that tool already put
+  in the request is not repeated);
+- after each run, stores the session's new events in the session's ingest stream before the run
+  returns (so a synchronous `Runner.run`, whose loop ends with the run, loses nothing); their
+  generation waits until the user's next session starts or the session has been idle.
 
 Nothing it does raises into the agent: a failed or slow search leaves the request without
-memories, a failed ingest is logged (and its events are sent again after the next run, since
-the stream ignores event ids it has seen). Logs carry counts and lengths, never facts or queries.
+memories, a failed store write is logged with its cause and retried. Logs carry counts,
+lengths and error causes, never facts or queries.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types as genai_types
 from typing_extensions import override
 
-from adk_memory.adk._service import MemoryBankService
+from adk_memory.adk._service import DEFAULT_IDLE_DURATION, MemoryBankService
 from adk_memory.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ MEMORY_BLOCK_TAG = "MEMORIES"
 _PRELOAD_TAG = "<PAST_CONVERSATIONS>"
 """Where ADK's `PreloadMemoryTool` puts the memories it adds."""
 
+_CLOSE_SECONDS = 4.0
+"""What `close()` waits at most: under ADK's 5 s plugin-close timeout (a clean `Runner.close()`)."""
+
 _MAX_OPEN_INVOCATIONS = 1_024
 """Invocations tracked at once; a run that ends without `after_run` must not leak its entry."""
 
@@ -59,6 +63,8 @@ class _Invocation:
 
     service: BaseMemoryService
     search: asyncio.Task[list[MemoryEntry]] | None
+    budget: float
+    """Seconds the first model request waits for the search."""
     facts: list[str] | None = None
     done: bool = field(default=False)
 
@@ -75,9 +81,10 @@ class MemoryBankPlugin(BasePlugin):
     ```
 
     The plugin uses the runner's memory service unless given `service=`. With a
-    `MemoryBankService` it asks for `top_k` memories and sends only events not sent before;
-    with another ADK memory service it keeps the first `top_k` results and sends the run's
-    events through `add_events_to_memory` with the same stream and trigger.
+    `MemoryBankService` it asks for `top_k` memories, sends only events not sent before and
+    generates the user's other sessions' pending memories before searching; with another ADK
+    memory service it keeps the first `top_k` results and sends the run's events through
+    `add_events_to_memory` with the same stream and trigger.
     """
 
     def __init__(
@@ -85,8 +92,10 @@ class MemoryBankPlugin(BasePlugin):
         *,
         service: BaseMemoryService | None = None,
         top_k: int = 5,
-        idle_duration: timedelta | str = timedelta(seconds=60),
+        idle_duration: timedelta | str | None = None,
         search_timeout: float = 5.0,
+        warmup_timeout: float = 30.0,
+        ingest_timeout: float = 10.0,
         retrieve: bool = True,
         ingest: bool = True,
         name: str = "adk_memory",
@@ -97,29 +106,45 @@ class MemoryBankPlugin(BasePlugin):
             service: The memory service to use; default: the runner's `memory_service`.
             top_k: Memories added to each model request (1-100).
             idle_duration: Generate a session's memories after it has been idle this long
-                (a `timedelta` or a duration string such as `"60s"`).
-            search_timeout: Seconds the first model request waits for the search; after that
-                the invocation goes on without memories.
+                (a `timedelta` or a duration string such as `"60s"`); default: the
+                `MemoryBankService`'s `idle_duration` (60 s).
+            search_timeout: Seconds the first model request waits for the search, on top of
+                the service's `generation_wait` for pending memories; after that the
+                invocation goes on without memories.
+            warmup_timeout: Extra seconds granted while the service still loads its local
+                embedding model (the first turn after a start).
+            ingest_timeout: Seconds the end of a run waits for a memory service other than
+                `MemoryBankService` to take the events (that one bounds its own writes);
+                after that the write goes on in the background.
             retrieve: Add memories to model requests.
             ingest: Send each run's events to memory.
             name: The plugin's name in the runner.
 
         Raises:
-            InvalidArgument: `top_k`, `idle_duration` or `search_timeout` out of range.
+            InvalidArgument: `top_k`, `idle_duration` or a timeout out of range.
         """
         super().__init__(name=name)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 100:
             raise InvalidArgument(
                 f"top_k must be a whole number from 1 to 100, not {top_k!r}.", field="top_k"
             )
-        if search_timeout <= 0:
-            raise InvalidArgument(
-                "search_timeout must be positive seconds.", field="search_timeout"
-            )
+        for field_name, seconds in (
+            ("search_timeout", search_timeout),
+            ("warmup_timeout", warmup_timeout),
+            ("ingest_timeout", ingest_timeout),
+        ):
+            if not seconds > 0:
+                raise InvalidArgument(f"{field_name} must be positive seconds.", field=field_name)
         self._service = service
         self._top_k = top_k
-        self._trigger = {"generation_rule": {"idle_duration": _duration(idle_duration)}}
+        self._trigger = (
+            {"generation_rule": {"idle_duration": _duration(idle_duration)}}
+            if idle_duration is not None
+            else None
+        )
         self._search_timeout = search_timeout
+        self._warmup_timeout = warmup_timeout
+        self._ingest_timeout = ingest_timeout
         self._retrieve = retrieve
         self._ingest = ingest
         self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
@@ -157,11 +182,17 @@ class MemoryBankPlugin(BasePlugin):
                 session = invocation_context.session
                 search = asyncio.get_running_loop().create_task(
                     self._search(
-                        service, app_name=session.app_name, user_id=session.user_id, query=query
+                        service,
+                        app_name=session.app_name,
+                        user_id=session.user_id,
+                        session_id=session.id,
+                        query=query,
                     )
                 )
                 search.add_done_callback(_retrieve_outcome)
-            self._invocations[invocation_context.invocation_id] = _Invocation(service, search)
+            self._invocations[invocation_context.invocation_id] = _Invocation(
+                service, search, self._budget(service)
+            )
             while len(self._invocations) > _MAX_OPEN_INVOCATIONS:
                 _, stale = self._invocations.popitem(last=False)
                 _cancel(stale)
@@ -179,7 +210,7 @@ class MemoryBankPlugin(BasePlugin):
             if invocation is None or invocation.search is None:
                 return None
             if invocation.facts is None:
-                invocation.facts = await self._facts(invocation.search)
+                invocation.facts = await self._facts(invocation.search, invocation.budget)
             present = _memory_texts(llm_request)
             facts = [fact for fact in invocation.facts if not any(fact in text for text in present)]
             if facts:
@@ -191,7 +222,7 @@ class MemoryBankPlugin(BasePlugin):
 
     @override
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
-        """Sends the run's events to memory in the background."""
+        """Stores the run's events before the run returns; generation comes later."""
         try:
             invocation = self._invocations.pop(invocation_context.invocation_id, None)
             if invocation is None:
@@ -201,28 +232,29 @@ class MemoryBankPlugin(BasePlugin):
                 return
             session = invocation_context.session
             if isinstance(invocation.service, MemoryBankService):
-                # The session object keeps changing after this run; send a snapshot of it.
+                # The session object keeps changing after this run; store a snapshot of it.
                 snapshot = session.model_copy(update={"events": list(session.events)})
-                work = invocation.service.ingest_session(
+                # Bounded and never raising: a failed write is logged and retried by the service.
+                await invocation.service.remember_session(
                     snapshot, generation_trigger_config=self._trigger
                 )
-            else:
-                events = [
-                    event
-                    for event in session.events
-                    if event.invocation_id == invocation_context.invocation_id
-                ]
-                work = _add_events(
-                    invocation.service,
-                    session.app_name,
-                    session.user_id,
-                    session.id,
-                    events,
-                    self._trigger,
-                )
-            self._spawn(work)
+                return
+            events = [
+                event
+                for event in session.events
+                if event.invocation_id == invocation_context.invocation_id
+            ]
+            work = _add_events(
+                invocation.service,
+                session.app_name,
+                session.user_id,
+                session.id,
+                events,
+                self._trigger or {"generation_rule": {"idle_duration": DEFAULT_IDLE_DURATION}},
+            )
+            await self._bounded(work)
         except Exception:  # never raise into the agent
-            logger.exception("MemoryBankPlugin could not schedule the memory ingest.")
+            logger.exception("MemoryBankPlugin could not store the run's events.")
 
     @override
     async def on_run_error_callback(
@@ -235,8 +267,19 @@ class MemoryBankPlugin(BasePlugin):
 
     @override
     async def close(self) -> None:
-        """Waits for the ingests started on this loop (called by `Runner.close()`)."""
-        await self.drain()
+        """Waits up to 4 s for the writes started on this loop (called by `Runner.close()`).
+
+        Events a write had not stored by then are retried by the service; generation is not
+        awaited (its events are in the store, and any process's scheduler generates them).
+        """
+        loop = asyncio.get_running_loop()
+        pending = [task for task in self._background if task.get_loop() is loop]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=_CLOSE_SECONDS)
+            if late:
+                logger.warning(
+                    "MemoryBankPlugin closed with %d memory writes still running.", len(late)
+                )
 
     async def drain(self) -> None:
         """Waits for the background ingests started on the running loop, and the service's work.
@@ -250,40 +293,69 @@ class MemoryBankPlugin(BasePlugin):
         if isinstance(self._service, MemoryBankService):
             await self._service.drain()
 
+    def _budget(self, service: BaseMemoryService) -> float:
+        if not isinstance(service, MemoryBankService):
+            return self._search_timeout
+        warming = self._warmup_timeout if service.warming else 0.0
+        return service.generation_wait + self._search_timeout + warming
+
     async def _search(
-        self, service: BaseMemoryService, *, app_name: str, user_id: str, query: str
+        self,
+        service: BaseMemoryService,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        query: str,
     ) -> list[MemoryEntry]:
         if isinstance(service, MemoryBankService):
+            try:
+                await service.generate_pending(
+                    app_name=app_name, user_id=user_id, except_session_id=session_id
+                )
+            except Exception as error:  # the search may still work
+                logger.warning(
+                    "Generating the user's pending memories failed (%s: %s); searching anyway.",
+                    type(error).__name__,
+                    getattr(error, "message", error),
+                )
             found = await service.search_memory(
-                app_name=app_name, user_id=user_id, query=query, top_k=self._top_k
+                app_name=app_name,
+                user_id=user_id,
+                query=query,
+                top_k=self._top_k,
+                wait_for_generation=False,
             )
         else:
             found = await service.search_memory(app_name=app_name, user_id=user_id, query=query)
         return list(found.memories[: self._top_k])
 
-    async def _facts(self, search: asyncio.Task[list[MemoryEntry]]) -> list[str]:
+    async def _facts(self, search: asyncio.Task[list[MemoryEntry]], budget: float) -> list[str]:
         try:
-            entries = await asyncio.wait_for(asyncio.shield(search), timeout=self._search_timeout)
+            entries = await asyncio.wait_for(asyncio.shield(search), timeout=budget)
         except TimeoutError:
             logger.warning(
                 "Memory search took over %.1f s; this invocation goes on without memories.",
-                self._search_timeout,
+                budget,
             )
             return []
         except Exception as error:  # the prompt path tolerates a failed search (SPEC §4)
             logger.warning(
-                "Memory search failed (%s); this invocation goes on without memories.",
+                "Memory search failed (%s); this invocation goes on without memories. Cause: %s",
                 type(error).__name__,
+                getattr(error, "message", error),
             )
             return []
         facts = [_text_of(entry.content) for entry in entries]
         return list(dict.fromkeys(fact for fact in facts if fact))
 
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+    async def _bounded(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Awaits `work` up to `ingest_timeout`; then leaves it running in the background."""
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(_log_ingest_failure)
+        await asyncio.wait({task}, timeout=self._ingest_timeout)
 
 
 async def _add_events(

@@ -9,12 +9,14 @@ for sessions, `memories.create` for `add_memory`, `memories.retrieve` for `searc
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from google.adk.memory.vertex_ai_memory_bank_service import VertexAiMemoryBankService
 from google.oauth2.credentials import Credentials
 
+from adk_memory.adk._loops import run_at_loop_shutdown
 from adk_memory.names import Names
 
 if TYPE_CHECKING:
@@ -68,7 +70,11 @@ class SelfHostedVertexMemoryBankService(VertexAiMemoryBankService):
         self._extra_http_options = dict(http_options or {})
 
     def _build_api_client(self) -> agentplatform.AsyncClient:
-        """The official SDK's async client with `base_url` set to the self-hosted endpoint."""
+        """The official SDK's async client with `base_url` set to the self-hosted endpoint.
+
+        ADK builds one per event loop and never closes it; built on a running loop, it is closed
+        when that loop shuts down, so its pooled connections are not left to the collector.
+        """
         import agentplatform
 
         options: dict[str, Any] = {**self._extra_http_options, "base_url": self._endpoint}
@@ -83,6 +89,11 @@ class SelfHostedVertexMemoryBankService(VertexAiMemoryBankService):
             credentials=Credentials(token=self._bearer_token or _NO_TOKEN),  # type: ignore[no-untyped-call]
             http_options=options,
         )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return client.aio
+        run_at_loop_shutdown(client.aio.aclose)
         return client.aio
 
     def __repr__(self) -> str:

@@ -8,9 +8,15 @@ The engine runs in this process, on the store the URI names; nothing here talks 
 
 Event loops: an async store client belongs to the loop that opened it (as ADK's
 `_get_api_client` notes), and ADK calls memory services from several loops (`Runner.run` runs
-each call on a new one), so the service keeps one `AsyncClient` per running loop. The bank is
-looked up, and created if absent, on first use; creation tolerates `AlreadyExists`, so several
-processes may start at once.
+each call on a new one), so the service keeps one `AsyncClient` per running loop
+(`adk_memory.adk._loops`). The bank is looked up, and created if absent, on first use; creation
+tolerates `AlreadyExists`, so several processes may start at once.
+
+The turn path (`remember_session`, `generate_pending`, `search_memory`) is bounded and guarded
+by a circuit breaker; storing events never raises a store failure into a turn (the events wait
+in this process and are re-sent). When memories are generated: at once after
+`add_session_to_memory`; before the user's next session searches (the plugin calls
+`generate_pending`); after `idle_duration` of quiet; or on `flush`.
 
 Incrementality: a session is one ingest stream (`stream_id` = session id) and every event is
 sent with its ADK event id, which the stream remembers; an event id already seen is ignored by
@@ -22,19 +28,21 @@ the events after it (a process-local saving; the store's dedup is what guarantee
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
+import threading
 import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types as genai_types
+from pydantic import Field
 from typing_extensions import override
 
 from adk_memory import types
@@ -52,30 +60,82 @@ from adk_memory.adk._convert import (
     stored_content,
     uses_generate,
 )
-from adk_memory.engine.convert import parse_model
+from adk_memory.adk._loops import CircuitBreaker, LoopClients, LoopState
+from adk_memory.adk._options import (
+    options_from_agents_dir,
+    parse_options,
+    split_service_parameters,
+)
+from adk_memory.embeddings import preload_embedder
+from adk_memory.engine.convert import parse_duration, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
-from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST
-from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
+from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
+from adk_memory.errors import (
+    AdkMemoryError,
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    StoreUnavailable,
+)
 from adk_memory.names import Names
-from adk_memory.scheduler import DEFAULT_POLL_SECONDS
-from adk_memory.settings import default_adk_bank_id, default_uri
+from adk_memory.settings import default_adk_bank_id, default_embedding_model, default_uri
 
 if TYPE_CHECKING:
     from google.adk.events.event import Event
     from google.adk.models import BaseLlm
     from google.adk.sessions.session import Session
 
-__all__ = ["DEFAULT_TOP_K", "MemoryBankService"]
+__all__ = [
+    "DEFAULT_GENERATION_WAIT",
+    "DEFAULT_IDLE_DURATION",
+    "DEFAULT_TOP_K",
+    "MemoryBankEntry",
+    "MemoryBankService",
+]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 3
 """Memories per search: Memory Bank's own default, which ADK's Vertex service relies on."""
 
+DEFAULT_IDLE_DURATION = "60s"
+"""A session's memories are generated after it has been quiet this long (if nothing came first)."""
+
+DEFAULT_GENERATION_WAIT = 10.0
+"""Seconds a search waits for the user's pending memories to be generated."""
+
+WRITE_TIMEOUT = 5.0
+"""Seconds the turn path waits for the store to take a run's events (or list the user's streams)
+before it counts a failure and, for events, retries later."""
+
 _MAX_TOP_K = 100
 _MAX_TRACKED_SESSIONS = 10_000
-_SERVICE_URI_PARAMETERS = ("bank", "top_k")
-"""URI query parameters the service reads itself; the rest belong to the store."""
+_TRANSIENT = (StoreUnavailable, TimeoutError, OSError)
+"""Failures the turn path retries later (and counts towards the circuit breaker)."""
+
+
+class MemoryBankEntry(MemoryEntry):
+    """A `MemoryEntry` with the memory's full resource name and its distance, for code only.
+
+    What ADK shows the model (`load_memory`'s response, a dump of `MemoryEntry`) holds the fact,
+    the short memory id, the author, the time and the memory's own metadata; `name` and
+    `distance` are left out of every dump.
+    """
+
+    name: str = Field(default="", exclude=True, repr=False)
+    """The memory's full resource name (`projects/…/reasoningEngines/…/memories/…`)."""
+    distance: float | None = Field(default=None, exclude=True, repr=False)
+    """The Euclidean distance of the memory's embedding to the query's."""
+
+
+@dataclass
+class _Unsent:
+    """A session whose latest events the store has not taken yet (retried in the background)."""
+
+    session: Session
+    generate_now: bool
+    trigger: dict[str, Any] | None
 
 
 class MemoryBankService(BaseMemoryService):
@@ -122,81 +182,100 @@ class MemoryBankService(BaseMemoryService):
         top_k: int | None = None,
         embedding_model: str | None = None,
         generation_model: str | BaseLlm | None = None,
-        run_scheduler: bool = True,
+        run_scheduler: bool | None = None,
+        idle_duration: str | None = None,
+        generation_wait: float | None = None,
         agents_dir: str | None = None,
         **bank_config: Any,
     ) -> None:
-        """Builds the service without I/O; the store connects and the bank is ensured on first use.
+        """Builds the service; the store connects and the bank is ensured on first use.
+
+        The only work started here is loading the local embedding model in a background thread,
+        so that the first search after a start does not wait for it from scratch.
 
         Args:
             uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
-                `memory://`. Query parameters configure the store, except `bank` and `top_k`,
-                which the service reads. Default: `ADK_MEMORY_URI`, else embedded Chroma in
-                `~/.adk-memory`.
+                `memory://`. Query parameters configure the store, except the service's own
+                options (`bank`, `top_k`, `embedding_model`, `generation_model`,
+                `idle_duration`, `generation_wait`, `run_scheduler`). Default:
+                `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
             bank: The bank id or name. Default: the URI's `bank`, `ADK_MEMORY_BANK`, or
                 `"adk-default"`.
-            client: An `AsyncClient` to use instead of building one per event loop (then `uri`,
-                `embedding_model` and `generation_model` must be None). Never closed here.
-            top_k: Memories returned per search (above 100 means 100). Default: the URI's
-                `top_k`, else 3.
+            client: An `AsyncClient` to use on the event loop the service is built on (or the
+                first loop that uses it); on other loops the service builds clients with the
+                same URI and models (and closes them with their loop). Then `uri`,
+                `embedding_model` and `generation_model` must be None. Never closed here.
+            top_k: Memories returned per search (above 100 means 100). Default: 3.
             embedding_model: The embedding model of a bank created without one.
             generation_model: A model name or `BaseLlm` instance for memory generation,
                 overriding the bank's `generation_config.model`.
-            run_scheduler: Flush due ingest streams in the background on each event loop the
-                service is used on.
-            agents_dir: Passed by ADK's service registry; ignored.
+            run_scheduler: Flush due ingest streams (and retry unstored events) in the
+                background on each event loop the service is used on. Default: True.
+            idle_duration: Generate a session's memories once it has been quiet this long,
+                e.g. `"30s"`. Default: `"60s"`.
+            generation_wait: Seconds a search waits for the user's memories still being
+                generated in this process. Default: 10.
+            agents_dir: ADK's agents folder (passed by ADK's service registry); options are
+                read from the `adk_memory:` section of its `services.yaml`.
             **bank_config: Memory Bank config fields for the bank (see the class docstring).
 
         Raises:
-            InvalidArgument: A malformed bank id, `top_k` or `bank_config`, or conflicting
+            InvalidArgument: A malformed bank id, option or `bank_config`, or conflicting
                 arguments.
         """
-        del agents_dir  # ADK's registry passes it to every factory; a store URI needs no folder
         if client is not None:
-            if not isinstance(client, AsyncClient):
-                raise InvalidArgument(
-                    f"client must be an adk_memory.AsyncClient, not {type(client).__name__}; "
-                    "a blocking Client runs on its own loop thread.",
-                    field="client",
-                )
-            given = [
-                name
-                for name, value in (
-                    ("uri", uri),
-                    ("embedding_model", embedding_model),
-                    ("generation_model", generation_model),
-                )
-                if value is not None
-            ]
-            if given:
-                raise InvalidArgument(
-                    f"Pass either client or {', '.join(given)}: a client you built already "
-                    "has its store and models.",
-                    field=given[0],
-                )
-        store_uri, parameters = _split_service_parameters(
+            _check_client(client, uri=uri, embedding_model=embedding_model, model=generation_model)
+        store_uri, from_uri = split_service_parameters(
             uri if uri is not None else (client.uri if client is not None else default_uri())
         )
+        given = parse_options(
+            {
+                "bank": bank,
+                "top_k": top_k,
+                "embedding_model": embedding_model,
+                "generation_model": generation_model if isinstance(generation_model, str) else None,
+                "idle_duration": idle_duration,
+                "generation_wait": generation_wait,
+                "run_scheduler": run_scheduler,
+            },
+            where="MemoryBankService",
+        )
+        options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
-        self._bank_id = _bank_id(bank or parameters.get("bank") or default_adk_bank_id())
+        self._bank_id = _bank_id(options.bank or default_adk_bank_id())
         self._top_k = _check_top_k(
-            top_k if top_k is not None else parameters.get("top_k", DEFAULT_TOP_K), field="top_k"
+            options.top_k if options.top_k is not None else DEFAULT_TOP_K, field="top_k"
+        )
+        self._idle_duration = _check_idle(options.idle_duration or DEFAULT_IDLE_DURATION)
+        self._generation_wait = (
+            options.generation_wait
+            if options.generation_wait is not None
+            else DEFAULT_GENERATION_WAIT
         )
         parse_model(
             types.ReasoningEngineContextSpecMemoryBankConfig, bank_config, field="bank_config"
         )
         self._bank_config = dict(bank_config)
         self._given_client = client
-        self._embedding_model = embedding_model
-        self._generation_model = generation_model
-        self._run_scheduler = run_scheduler
-        self._names = client.engine.names if client is not None else Names()
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
-            weakref.WeakKeyDictionary()
+        # The given client belongs to the loop the service is built on, if any, else to the
+        # first loop that uses the service; other loops get clients of their own.
+        self._given_loop = _running_loop()
+        self._embedding_model = options.embedding_model
+        self._generation_model = (
+            generation_model if generation_model is not None else options.generation_model
         )
+        if client is not None:
+            self._embedding_model = client.engine.context.default_embedding_model
+            self._generation_model = client.engine.context.generation_model
+        self._run_scheduler = options.run_scheduler is not False
+        self._names = client.engine.names if client is not None else Names()
+        self._loops = LoopClients(self._build_client)
         self._bank_ready = False
         self._background: set[asyncio.Task[Any]] = set()
         self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._unsent: OrderedDict[tuple[str, str, str], _Unsent] = OrderedDict()
+        self._breaker = CircuitBreaker()
+        self._warm = _warm_up(self._embedding_model or default_embedding_model())
 
     @property
     def bank_id(self) -> str:
@@ -213,16 +292,38 @@ class MemoryBankService(BaseMemoryService):
         """Memories per search when the caller names no `top_k`."""
         return self._top_k
 
+    @property
+    def idle_trigger(self) -> dict[str, Any]:
+        """The trigger stored on every stream: generate after `idle_duration` of quiet."""
+        return {"generation_rule": {"idle_duration": self._idle_duration}}
+
+    @property
+    def generation_model(self) -> str | BaseLlm | None:
+        """The model that generates memories, when set here (else each bank's own)."""
+        return self._generation_model
+
+    @property
+    def generation_wait(self) -> float:
+        """Seconds a search waits for the user's memories still being generated here."""
+        return self._generation_wait
+
+    @property
+    def warming(self) -> bool:
+        """True while the local embedding model is still loading in the background."""
+        return not self._warm.is_set()
+
     # BaseMemoryService
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
-        """Ingests the session's events not sent before into its stream (`stream_id` = session id).
+        """Stores the session's events not sent before, then generates from them in the background.
 
-        Generation follows the stream's trigger: the one set on it before (the plugin sets an
-        idle trigger), else the bank's `generation_trigger_config`, else at once.
+        Like ADK's Vertex service, generation starts at once (ADK's after-agent callback calls
+        this after each turn). The events are in the store when this returns; if the store
+        fails, the failure is logged at WARNING with its cause and the events are sent again
+        later: this never raises a store failure into the agent's turn.
         """
-        await self.ingest_session(session)
+        await self.remember_session(session, generate_now=True)
 
     @override
     async def add_events_to_memory(
@@ -343,40 +444,60 @@ class MemoryBankService(BaseMemoryService):
 
     @override
     async def search_memory(
-        self, *, app_name: str, user_id: str, query: str, top_k: int | None = None
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        query: str,
+        top_k: int | None = None,
+        wait_for_generation: bool = True,
     ) -> SearchMemoryResponse:
         """The memories of exactly this app and user nearest to `query`, nearest first.
 
-        Each `MemoryEntry` has `id` = the memory's full name (what `delete_memory` takes),
-        `author` = "user", the fact as its text, `timestamp` = its update time (ISO 8601), and
-        `custom_metadata` = its metadata as plain values plus `distance` (Euclidean; a metadata
-        key named `distance` is shadowed).
+        First generates what this user's sessions asked to generate now
+        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`, so
+        the session that just ended is seen. Each result is a
+        `MemoryBankEntry`: `id` = the memory id (what `delete_memory` takes), `author` =
+        "user", the fact as its text, `timestamp` = its update time (ISO 8601),
+        `custom_metadata` = the memory's metadata as plain values; `name` (the full resource
+        name) and `distance` (Euclidean) are attributes for code, never shown to the model.
 
         Args:
             app_name: The app, half of the scope.
             user_id: The user, the other half of the scope.
             query: The search text; an empty query finds nothing.
             top_k: Memories to return (above 100 means 100); default: the service's `top_k`.
+            wait_for_generation: False skips the wait (the plugin has waited already).
 
         Raises:
-            AdkMemoryError: The store or the embedding model failed; no partial results.
+            StoreUnavailable: The store failed, or failed repeatedly within the last 30 s.
+            AdkMemoryError: The embedding model failed; never partial results.
         """
         if not query or not query.strip():
             return SearchMemoryResponse()
         count = self._top_k if top_k is None else _check_top_k(top_k, field="top_k")
-        client = await self._client()
-        pager = await client.memory_banks.memories.retrieve(
-            name=self.bank_name,
-            scope=_scope(app_name, user_id),
-            similarity_search_params={"search_query": query, "top_k": count},
-        )
+        scope = _scope(app_name, user_id)
+        self._refuse_while_open()
+        try:
+            client = await self._client()
+            if wait_for_generation and self._generation_wait > 0:
+                await self._generate_pending_or_warn(scope)
+            pager = await client.memory_banks.memories.retrieve(
+                name=self.bank_name,
+                scope=scope,
+                similarity_search_params={"search_query": query, "top_k": count},
+            )
+        except _TRANSIENT:
+            self._store_failed()
+            raise
+        self._breaker.succeeded()
         found = [
             _memory_entry(hit) for hit in pager.page if hit.memory is not None and hit.memory.fact
         ]
         logger.debug(
             "Memory search: %d memories for a query of %d characters.", len(found), len(query)
         )
-        return SearchMemoryResponse(memories=found)
+        return SearchMemoryResponse(memories=list(found))
 
     @override
     async def delete_memory(
@@ -414,6 +535,61 @@ class MemoryBankService(BaseMemoryService):
 
     # Beyond BaseMemoryService
 
+    async def remember_session(
+        self,
+        session: Session,
+        *,
+        generate_now: bool = False,
+        generation_trigger_config: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Stores the session's new events for the turn path: never raises a store failure.
+
+        The events go to the session's stream with the idle trigger (or the one given); with
+        `generate_now` their generation starts in the background. A store that fails or takes
+        longer than 5 s is logged at WARNING with the cause, and the events are sent again by
+        the background poller and by the session's next call; after 3 failures in a row the
+        store is left alone for 30 s (the events wait in this process meanwhile).
+
+        Returns:
+            Whether the store holds the events now.
+        """
+        key = (session.app_name, session.user_id, session.id)
+        trigger = dict(generation_trigger_config or self.idle_trigger)
+        self._unsent.pop(key, None)
+        if not self._breaker.allows():
+            self._keep_unsent(key, _Unsent(session, generate_now, trigger))
+            logger.debug("Memory store circuit open; a session's events wait in this process.")
+            return False
+        try:
+            stream = await asyncio.wait_for(
+                self.ingest_session(
+                    session, generation_trigger_config=trigger, force_flush=generate_now
+                ),
+                timeout=WRITE_TIMEOUT,
+            )
+        except _TRANSIENT as error:
+            self._keep_unsent(key, _Unsent(session, generate_now, trigger))
+            opened = self._store_failed()
+            logger.warning(
+                "The memory store did not take a session's events (%s: %s); they are kept in "
+                "this process and sent again%s.",
+                type(error).__name__,
+                getattr(error, "message", error) or "timed out",
+                "; the store is skipped for 30 s" if opened else "",
+            )
+            return False
+        except AdkMemoryError as error:
+            logger.warning(
+                "A session's events were refused by the memory store (%s: %s); they are dropped.",
+                error.status,
+                error.message,
+            )
+            return False
+        self._breaker.succeeded()
+        if generate_now and stream is not None:
+            self._start_flush(stream)
+        return True
+
     async def ingest_session(
         self,
         session: Session,
@@ -422,7 +598,7 @@ class MemoryBankService(BaseMemoryService):
         | types.MemoryGenerationTriggerConfig
         | None = None,
         force_flush: bool = False,
-    ) -> None:
+    ) -> str | None:
         """Sends the session's events not sent before to its stream (`stream_id` = session id).
 
         Args:
@@ -430,6 +606,12 @@ class MemoryBankService(BaseMemoryService):
             generation_trigger_config: Stored on the stream, e.g.
                 `{"generation_rule": {"idle_duration": "60s"}}`; None keeps the stream's.
             force_flush: Generate from everything buffered now.
+
+        Returns:
+            The stream's key when events were sent, else None.
+
+        Raises:
+            AdkMemoryError: The store failed or refused the events (nothing is marked sent).
         """
         key = (session.app_name, session.user_id, session.id)
         kept = [
@@ -441,8 +623,11 @@ class MemoryBankService(BaseMemoryService):
         ids = [event.id for event, _ in kept]
         if last is not None and last in ids:
             kept = kept[ids.index(last) + 1 :]
+        if not kept and not force_flush:
+            return None
+        scope = _scope(session.app_name, session.user_id)
         await self._ingest(
-            _scope(session.app_name, session.user_id),
+            scope,
             stream_id=session.id,
             items=kept,
             trigger=generation_trigger_config,
@@ -453,15 +638,47 @@ class MemoryBankService(BaseMemoryService):
             self._last_sent.move_to_end(key)
             while len(self._last_sent) > _MAX_TRACKED_SESSIONS:
                 self._last_sent.popitem(last=False)
+        return stream_key(scope, session.id)
 
-    async def flush(self, *, app_name: str, user_id: str, session_id: str = "") -> None:
-        """Generates memories now from what a session's stream still buffers, and waits for it."""
+    async def generate_pending(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        except_session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Generates now from the user's streams holding events, and waits up to `timeout` s.
+
+        The plugin calls this before a run's search, except for the running session, so a new
+        session sees what the user's earlier sessions taught. A stream backing off after a
+        failed generation keeps its schedule. Generation goes on in the background past the
+        timeout. A stream backing off after failed generations is retried too, without
+        waiting for it. Store failures are raised (the plugin logs them).
+        """
+        self._refuse_while_open()
+        await self._generate_pending(
+            _scope(app_name, user_id),
+            except_session_id=except_session_id,
+            only_asked=False,
+            timeout=timeout,
+        )
+
+    async def flush(self, *, app_name: str, user_id: str, session_id: str = "") -> int:
+        """Generates memories now from what a session's stream buffers, and waits for it.
+
+        Returns:
+            How many memories were created or changed.
+
+        Raises:
+            AdkMemoryError: Generation failed (the events stay buffered and are retried with
+                back-off; the stream records the error), or the store failed.
+        """
         client = await self._client()
-        await client.memory_banks.ingest_events(
-            name=self.bank_name,
-            scope=_scope(app_name, user_id),
-            stream_id=session_id,
-            config={"force_flush": True, "wait_for_completion": True},
+        scope = _scope(app_name, user_id)
+        await self._retry_unsent()
+        return await client.engine.ingest.flush(
+            self._bank_id, stream_key(scope, session_id), now_or_never=True, raise_failure=True
         )
 
     async def drain(self) -> None:
@@ -472,56 +689,151 @@ class MemoryBankService(BaseMemoryService):
         loop = asyncio.get_running_loop()
         while pending := [task for task in self._background if task.get_loop() is loop]:
             await asyncio.gather(*pending, return_exceptions=True)
-        state = self._loops.get(loop)
-        client = self._given_client or (state.client if state is not None else None)
-        if client is not None:
-            await client.ingest_scheduler.drain()
+        state = self._loops.peek()
+        if state is not None:
+            while flushes := list(state.flushes.values()):
+                await asyncio.gather(*flushes, return_exceptions=True)
+            await state.client.ingest_scheduler.drain()
 
     async def aclose(self) -> None:
-        """Waits for background work, then closes the client this service built on this loop."""
+        """Waits for background work, then closes the client this service built on this loop.
+
+        Clients built on other loops close when their loop shuts down (`asyncio.run` does).
+        """
         await self.drain()
-        state = self._loops.pop(asyncio.get_running_loop(), None)
+        state = self._loops.pop()
         if state is not None:
-            await state.stop_polling()
-            await state.client.aclose()
-        # Clients of other loops cannot be closed from here; they close with their loop.
-        self._loops.clear()
+            await state.stop()
 
     # Internals
 
     async def _client(self) -> AsyncClient:
-        if self._given_client is not None:
-            state = None
-            client = self._given_client
-        else:
-            state = self._loop_state()
-            client = state.client
+        state = self._loops.current()
         if not self._bank_ready:
             # The first use connects the store. Embedded Chroma fails when several stores open
             # one folder at once in a process, so first uses of one URI take turns per loop.
             async with _first_use_lock(self._uri):
                 if not self._bank_ready:
-                    await self._ensure_bank(client)
-        if state is not None and self._run_scheduler:
+                    await self._ensure_bank(state.client)
+        if self._run_scheduler:
             # After the first use, which connected the store. Streams left due by an earlier
             # process get flushed even if this one only reads.
-            state.start_polling()
-        return client
+            state.start_polling(functools.partial(self._background_pass, state))
+        return state.client
 
-    def _loop_state(self) -> _LoopState:
-        loop = asyncio.get_running_loop()
-        state = self._loops.get(loop)
-        if state is None:
-            for stale in [other for other in self._loops if other.is_closed()]:
-                del self._loops[stale]
-            client = AsyncClient(
-                self._uri,
-                embedding_model=self._embedding_model,
-                generation_model=self._generation_model,
-                run_scheduler=False,  # polled by _LoopState instead, see there
+    def _build_client(self, loop: asyncio.AbstractEventLoop) -> tuple[AsyncClient, bool]:
+        """The client for a new loop, and whether the service owns it (called under a lock)."""
+        given = self._given_client
+        if given is not None and (self._given_loop is None or self._given_loop() is loop):
+            self._given_loop = weakref.ref(loop)
+            return given, False
+        names = given.engine.names if given is not None else Names()
+        client = AsyncClient(
+            self._uri,
+            project=names.project,
+            location=names.location,
+            embedding_model=self._embedding_model,
+            generation_model=self._generation_model,
+            run_scheduler=False,  # polled by the loop's state instead
+        )
+        return client, True
+
+    async def _background_pass(self, state: LoopState) -> None:
+        await self._retry_unsent()
+        await state.client.ingest_scheduler.run_once()
+
+    async def _retry_unsent(self) -> None:
+        for key, unsent in list(self._unsent.items()):
+            if not self._breaker.allows():
+                return
+            if self._unsent.get(key) is unsent:
+                await self.remember_session(
+                    unsent.session,
+                    generate_now=unsent.generate_now,
+                    generation_trigger_config=unsent.trigger,
+                )
+
+    def _keep_unsent(self, key: tuple[str, str, str], unsent: _Unsent) -> None:
+        self._unsent[key] = unsent
+        while len(self._unsent) > _MAX_TRACKED_SESSIONS:
+            self._unsent.popitem(last=False)
+
+    def _store_failed(self) -> bool:
+        opened = self._breaker.failed()
+        if opened:
+            logger.warning(
+                "The memory store failed 3 times in a row; searches and event writes of agent "
+                "turns skip it for 30 s (events wait in this process)."
             )
-            state = self._loops[loop] = _LoopState(client)
-        return state
+        return opened
+
+    def _refuse_while_open(self) -> None:
+        if not self._breaker.allows():
+            raise StoreUnavailable(
+                f"The memory store failed repeatedly; it is skipped for another "
+                f"{self._breaker.open_for:.0f} s."
+            )
+
+    def _start_flush(self, stream: str) -> asyncio.Task[None]:
+        """Generates from a stream now in the background (joined by later callers)."""
+        state = self._loops.current()
+        running = state.flushes.get(stream)
+        if running is not None and not running.done():
+            return running
+        task = asyncio.get_running_loop().create_task(self._flush_stream(state, stream))
+        state.flushes[stream] = task
+        task.add_done_callback(lambda done: _forget(state.flushes, stream, done))
+        return task
+
+    async def _flush_stream(self, state: LoopState, stream: str) -> None:
+        try:
+            await state.client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
+        except ResourceExhausted:
+            pass  # another flush held the stream past the wait; it takes these events too
+        except AdkMemoryError as error:
+            logger.warning("Memory generation failed (%s: %s).", error.status, error.message)
+
+    async def _generate_pending_or_warn(self, scope: dict[str, str]) -> None:
+        """The search's first step; a failure there must not fail the search itself."""
+        try:
+            await self._generate_pending(scope, except_session_id=None, only_asked=True)
+        except StoreUnavailable as error:
+            logger.warning("Searching without generating pending memories first: %s", error.message)
+
+    async def _generate_pending(
+        self,
+        scope: dict[str, str],
+        *,
+        except_session_id: str | None,
+        only_asked: bool,
+        timeout: float | None = None,
+    ) -> None:
+        client = await self._client()
+        now = client.engine.context.clock().isoformat()
+        try:
+            # Bounded like a write: a hung store must count towards the breaker, not stall turns.
+            streams = await asyncio.wait_for(
+                client.engine.ingest.streams(self._bank_id, scope=scope), timeout=WRITE_TIMEOUT
+            )
+        except _TRANSIENT as error:
+            self._store_failed()
+            if isinstance(error, StoreUnavailable):
+                raise
+            raise StoreUnavailable(
+                f"Listing the user's ingest streams failed or took over {WRITE_TIMEOUT:g} s "
+                f"({type(error).__name__})."
+            ) from error
+        waited = []
+        for stream in streams:
+            if stream.stream_id == except_session_id or (only_asked and not stream.generate_now):
+                continue
+            task = self._start_flush(stream.key)
+            # A stream backing off after failed generations is retried, but not waited for.
+            if (stream.retry_after or "") <= now:
+                waited.append(task)
+        budget = self._generation_wait if timeout is None else timeout
+        if waited and budget > 0:
+            await asyncio.wait(waited, timeout=budget)
 
     async def _ensure_bank(self, client: AsyncClient) -> None:
         try:
@@ -586,42 +898,6 @@ class MemoryBankService(BaseMemoryService):
         task.add_done_callback(functools.partial(_log_failure, bank_id=self._bank_id))
 
 
-class _LoopState:
-    """The client of one event loop and the loop's ingest poller.
-
-    The poller calls the client's `IngestScheduler.run_once()` until a stop event is set (or a
-    cancel was asked) rather than relying on cancellation alone: on Python 3.11 a cancel that
-    lands in redis-py's `asyncio.wait_for` can be swallowed, and `IngestScheduler.stop()` then
-    waits forever.
-    """
-
-    def __init__(self, client: AsyncClient) -> None:
-        self.client = client
-        self._stop = asyncio.Event()
-        self._poller: asyncio.Task[None] | None = None
-
-    def start_polling(self) -> None:
-        if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-
-    async def stop_polling(self) -> None:
-        self._stop.set()
-        if self._poller is not None:
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
-
-    async def _poll(self) -> None:
-        me = asyncio.current_task()
-        # `cancelling()` catches a cancel that a driver swallowed (asyncio.run's shutdown).
-        while not self._stop.is_set() and not (me is not None and me.cancelling()):
-            try:
-                await self.client.ingest_scheduler.run_once()
-            except Exception:  # the poller must outlive any one failure
-                logger.exception("Flushing due ingest streams failed; retrying.")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_POLL_SECONDS)
-
-
 _FIRST_USE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
     weakref.WeakKeyDictionary()
 )
@@ -650,19 +926,102 @@ def _scope(app_name: str, user_id: str) -> dict[str, str]:
     return {"app_name": app_name, "user_id": user_id}
 
 
-def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryEntry:
+def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryBankEntry:
     memory = hit.memory
-    assert memory is not None and memory.fact  # filtered by the caller
-    metadata = from_metadata_values(memory.metadata)
-    if hit.distance is not None:
-        metadata["distance"] = hit.distance
-    return MemoryEntry(
-        id=memory.name,
+    assert memory is not None and memory.fact and memory.name  # filtered by the caller
+    return MemoryBankEntry(
+        id=memory.name.rsplit("/", 1)[-1],
         author="user",
         content=genai_types.Content(role="user", parts=[genai_types.Part(text=memory.fact)]),
         timestamp=memory.update_time.isoformat() if memory.update_time else None,
-        custom_metadata=metadata,
+        custom_metadata=from_metadata_values(memory.metadata),
+        name=memory.name,
+        distance=hit.distance,
     )
+
+
+def _running_loop() -> weakref.ref[asyncio.AbstractEventLoop] | None:
+    try:
+        return weakref.ref(asyncio.get_running_loop())
+    except RuntimeError:
+        return None
+
+
+def _forget(
+    flushes: dict[str, asyncio.Task[None]], stream: str, task: asyncio.Task[None]
+) -> None:
+    if flushes.get(stream) is task:
+        del flushes[stream]
+
+
+def _check_client(
+    client: object, *, uri: str | None, embedding_model: str | None, model: object
+) -> None:
+    if not isinstance(client, AsyncClient):
+        raise InvalidArgument(
+            f"client must be an adk_memory.AsyncClient, not {type(client).__name__}; "
+            "a blocking Client runs on its own loop thread.",
+            field="client",
+        )
+    given = [
+        name
+        for name, value in (
+            ("uri", uri),
+            ("embedding_model", embedding_model),
+            ("generation_model", model),
+        )
+        if value is not None
+    ]
+    if given:
+        raise InvalidArgument(
+            f"Pass either client or {', '.join(given)}: a client you built already "
+            "has its store and models.",
+            field=given[0],
+        )
+    parts = urlsplit(client.uri)
+    unnamed_memory = parts.scheme == "memory" and not (parts.netloc + parts.path).strip("/")
+    if unnamed_memory or not client.built_from_uri:
+        raise InvalidArgument(
+            "client cannot be used on other event loops: it was built on a store object or on "
+            "an unnamed memory:// store, which a client built for another loop cannot reach "
+            "(ADK runs each synchronous Runner.run on a new loop). Build it from a URI (a named "
+            "one for memory://, e.g. AsyncClient('memory://my-app')), or pass uri= instead.",
+            field="client",
+        )
+
+
+def _check_idle(value: str) -> str:
+    duration = parse_duration(value, field="idle_duration")
+    if duration is None or duration.total_seconds() <= 0:
+        raise InvalidArgument(
+            f"idle_duration must be a positive duration like '60s', not {value!r}.",
+            field="idle_duration",
+        )
+    return f"{duration.total_seconds():g}s"
+
+
+_warm_lock = threading.Lock()
+_warm_models: dict[str, threading.Event] = {}
+
+
+def _warm_up(model: str | None) -> threading.Event:
+    """Loads a local embedding model in a daemon thread, once per process; set when done."""
+    key = model or ""
+    with _warm_lock:
+        ready = _warm_models.get(key)
+        if ready is None:
+            ready = _warm_models[key] = threading.Event()
+
+            def load() -> None:
+                try:
+                    preload_embedder(model)
+                except Exception as error:  # the first search reports it again, with the fix
+                    logger.warning("Preloading the embedding model failed: %s", error)
+                finally:
+                    ready.set()
+
+            threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
+    return ready
 
 
 def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
@@ -694,17 +1053,6 @@ def _check_top_k(value: object, *, field: str) -> int:
             f"{field} must be a positive whole number, not {str(value)[:20]!r}.", field=field
         )
     return min(count, _MAX_TOP_K)
-
-
-def _split_service_parameters(uri: str) -> tuple[str, dict[str, str]]:
-    """The store URI without the service's own query parameters, and those parameters."""
-    base, separator, query = uri.partition("?")
-    if not separator:
-        return uri, {}
-    pairs = parse_qsl(query, keep_blank_values=True)
-    mine = {key: value for key, value in pairs if key in _SERVICE_URI_PARAMETERS}
-    rest = [(key, value) for key, value in pairs if key not in _SERVICE_URI_PARAMETERS]
-    return (f"{base}?{urlencode(rest)}" if rest else base), mine
 
 
 def _shared_memory_uri(uri: str) -> str:

@@ -119,16 +119,21 @@ class EngineContext:
             kind: How `operations.get` should type it (see `adk_memory.engine.operations`).
             operation: The SDK operation model, without its name.
         """
+        record = self.operation_record(bank_id, parent_path, kind, operation)
+        await self.store.put_operation(record)
+        return self.names.operation(bank_id, record.operation_path)
+
+    def operation_record(
+        self, bank_id: str, parent_path: str, kind: str, operation: BaseModel
+    ) -> OperationRecord:
+        """The record `record_operation` stores, to write it in a batch instead (same args)."""
         path = f"{parent_path}/operations/{secrets.token_hex(8)}".lstrip("/")
         payload = operation.model_dump(mode="json", by_alias=True, exclude_none=True)
         payload.pop("name", None)
-        await self.store.put_operation(
-            OperationRecord(
-                bank_id=bank_id,
-                operation_path=path,
-                done=bool(payload.get("done")),
-                payload={"kind": kind, "operation": payload},
-                create_time=self.clock(),
-            )
+        return OperationRecord(
+            bank_id=bank_id,
+            operation_path=path,
+            done=bool(payload.get("done")),
+            payload={"kind": kind, "operation": payload},
+            create_time=self.clock(),
         )
-        return self.names.operation(bank_id, path)

@@ -17,6 +17,11 @@ together or not at all. When the batch's store call fails in a way that hides wh
 committed (`StoreUnavailable`), the flush re-reads the stream: if it carries the flush's
 `last_flush_id` the flush was stored, else the failure is recorded on the stream (if the store
 cannot be read, nothing is written and the next flush reads whichever state is stored).
+
+A failed flush keeps its events and is retried with back-off (2 s doubling to 5 min) for as long
+as the stream exists; its last error is recorded on the stream (`streams` lists it). After
+`MAX_FLUSH_FAILURES` failures the stream's pending operations are reported failed, so a caller
+waiting on one learns of it, but the retries go on.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUna
 from adk_memory.scope import scope_key, validate_scope
 from adk_memory.store import DocumentRecord, OperationRecord
 
-__all__ = ["STREAM_KIND", "IngestOps", "TriggerRule"]
+__all__ = ["STREAM_KIND", "IngestOps", "StreamStatus", "TriggerRule"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,7 @@ SEEN_ID_RETENTION = 10_000
 MAX_EVENTS_PER_REQUEST = 1_000
 MAX_PENDING_EVENTS = 10_000
 MAX_FLUSH_FAILURES = 5
+MAX_RETRY_SECONDS = 300
 _COMMIT_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0)
 """Pauses between attempts to complete the operations of a stored flush (7.4 s in all)."""
 _GENERATE_FIELDS = (
@@ -102,6 +108,22 @@ class TriggerRule:
         return (
             self.event_count is None and self.fixed_interval is None and self.idle_duration is None
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStatus:
+    """What an operator needs to know about one ingest stream."""
+
+    key: str
+    scope: dict[str, str]
+    stream_id: str
+    pending_events: int
+    failures: int
+    generate_now: bool
+    """Generation was asked for at once (`force_flush`)."""
+    last_error: str | None
+    retry_after: str | None
+    last_event_at: str | None
 
 
 def stream_key(scope: dict[str, str], stream_id: str) -> str:
@@ -212,12 +234,12 @@ class IngestOps:
         now: datetime,
     ) -> bool:
         """Whether the stream's trigger says to flush now."""
-        if not stream.get("pending") or stream.get("failures", 0) >= MAX_FLUSH_FAILURES:
+        if not stream.get("pending"):
+            return False
+        if stream.get("retry_after") and now < datetime.fromisoformat(stream["retry_after"]):
             return False
         if stream.get("force"):
             return True
-        if stream.get("retry_after") and now < datetime.fromisoformat(stream["retry_after"]):
-            return False
         rule = self._rule(stream, bank_config)
         if rule is None or rule.flushes_at_once:
             return True
@@ -250,8 +272,47 @@ class IngestOps:
         documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
         return [key for key, body in documents if self.is_due(dict(body), bank.config, now)]
 
-    async def flush(self, bank_id: str, key: str, *, wait_seconds: float = 60.0) -> int:
-        """Generates from the stream's pending events; returns how many memories changed."""
+    async def streams(
+        self, bank_id: str, *, scope: dict[str, str] | None = None
+    ) -> list[StreamStatus]:
+        """The bank's streams that hold unflushed events (of one scope when given), oldest first."""
+        documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
+        found = [
+            StreamStatus(
+                key=key,
+                scope=dict(body.get("scope") or {}),
+                stream_id=str(body.get("stream_id", "")),
+                pending_events=len(body.get("pending") or ()),
+                failures=int(body.get("failures", 0)),
+                generate_now=bool(body.get("force")),
+                last_error=body.get("last_error"),
+                retry_after=body.get("retry_after"),
+                last_event_at=body.get("last_event_at"),
+            )
+            for key, body in documents
+            if body.get("pending") and (scope is None or dict(body.get("scope") or {}) == scope)
+        ]
+        return sorted(found, key=lambda status: status.last_event_at or "")
+
+    async def flush(
+        self,
+        bank_id: str,
+        key: str,
+        *,
+        wait_seconds: float = 60.0,
+        now_or_never: bool = False,
+        raise_failure: bool = False,
+    ) -> int:
+        """Generates from the stream's pending events; returns how many memories changed.
+
+        Args:
+            bank_id: The bank.
+            key: The stream's key.
+            wait_seconds: How long to wait for the stream's lock.
+            now_or_never: Flush pending events whatever the trigger and back-off say.
+            raise_failure: Raise a failed generation's error (after recording it) instead of
+                returning 0.
+        """
         bank = await self._context.load_bank(bank_id)
         async with self._context.store.lock_provider().lock(
             f"stream:{bank_id}:{key}", wait_seconds=wait_seconds
@@ -261,7 +322,8 @@ class IngestOps:
                 return 0
             stream = dict(document)
             now = self._context.clock()
-            if not self.is_due(stream, bank.config, now):
+            due = stream.get("pending") if now_or_never else self.is_due(stream, bank.config, now)
+            if not due:
                 return 0
             rule = self._rule(stream, bank.config) or TriggerRule()
             overlap = (
@@ -278,6 +340,7 @@ class IngestOps:
             flushed["force"] = False
             flushed["failures"] = 0
             flushed.pop("retry_after", None)
+            flushed.pop("last_error", None)
             flushed["last_flush_at"] = now.isoformat()
             flushed["last_flush_id"] = secrets.token_hex(8)
             flushed["operations"] = []
@@ -307,7 +370,10 @@ class IngestOps:
                     logger.warning("An ingest flush whose store call failed was stored after all.")
                     await self._complete(bank_id, finished, {}, now)
                     return 0
-                return await self._record_failure(bank_id, key, stream, exc, now)
+                await self._record_failure(bank_id, key, stream, exc, now)
+                if raise_failure:
+                    raise
+                return 0
             metadata = {"generatedMemories": len(result.actions), **result.stats.as_metadata()}
             await self._complete(bank_id, finished, metadata, now)
             return len(result.actions)
@@ -340,16 +406,25 @@ class IngestOps:
 
     async def _record_failure(
         self, bank_id: str, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime
-    ) -> int:
+    ) -> None:
         failures = int(stream.get("failures", 0)) + 1
+        delay = min(2**failures, MAX_RETRY_SECONDS)
         stream["failures"] = failures
-        stream["retry_after"] = (now + timedelta(seconds=min(2**failures, 300))).isoformat()
-        logger.warning("Ingest flush failed (%s, attempt %d); events kept.", exc.status, failures)
-        if failures >= MAX_FLUSH_FAILURES:
+        stream["retry_after"] = (now + timedelta(seconds=delay)).isoformat()
+        stream["last_error"] = f"{exc.status}: {exc.message}"[:1_000]
+        # The message carries the cause and its hint (e.g. which credentials are missing).
+        logger.warning(
+            "Ingest flush failed (attempt %d; events kept, retried in %d s): %s: %s",
+            failures,
+            delay,
+            exc.status,
+            exc.message,
+        )
+        if failures == MAX_FLUSH_FAILURES:
             error = {
                 "code": 14,
-                "message": f"Generation failed {failures} times ({exc.status}); events are kept. "
-                "Ingest again or force_flush to retry.",
+                "message": f"Generation failed {failures} times ({exc.status}: {exc.message}"[:900]
+                + "); events are kept and retried with back-off.",
             }
             for path in stream["operations"]:
                 await self._context.store.put_operation(
@@ -363,7 +438,6 @@ class IngestOps:
                 )
             stream["operations"] = []
         await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
-        return 0
 
 
 async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:

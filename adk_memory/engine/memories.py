@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,6 +55,7 @@ from adk_memory.store import (
     Expectation,
     MemoryRecord,
     MemoryStore,
+    OperationRecord,
     RevisionRecord,
     ScanCursor,
     ScanQuery,
@@ -173,9 +174,18 @@ class MemoryOps:
     # Create / get / list
 
     async def create(
-        self, bank_id: str, *, fact: str, scope: Any, config: types.MemoryConfig
+        self,
+        bank_id: str,
+        *,
+        fact: str,
+        scope: Any,
+        config: types.MemoryConfig,
+        operation: Callable[[MemoryRecord], OperationRecord] | None = None,
     ) -> MemoryRecord:
-        """Creates a memory (and its first revision unless revisions are disabled)."""
+        """Creates a memory (and its first revision unless revisions are disabled).
+
+        `operation` builds the operation recorded in the same atomic write as the memory.
+        """
         fact = validate_fact(fact)
         checked_scope = validate_scope(scope)
         memory_id = validate_memory_id(config.memory_id) if config.memory_id else new_memory_id()
@@ -212,7 +222,11 @@ class MemoryOps:
             description=config.description,
         )
         revisions = self._revision_for(bank, record, now, config)
-        batch = WriteBatch(inserts=(record,), revisions=revisions)
+        batch = WriteBatch(
+            inserts=(record,),
+            revisions=revisions,
+            operations=(operation(record),) if operation else (),
+        )
         if not config.memory_id:  # a fresh random id has no past
             await self._context.store.apply(bank_id, batch)
             return record

@@ -161,20 +161,49 @@ class Candidate:
     revision_facts: tuple[str, ...] = field(default_factory=tuple)
 
 
+_TOOL_PAYLOAD_CHARS = 2_000
+"""A tool call's arguments or response beyond this many characters are cut (with a marker)."""
+
+
 def render_conversation(events: Sequence[genai_types.Content]) -> str:
-    """The conversation as `role: text` lines (non-text parts are named, not inlined)."""
+    """The conversation as `role: text` lines; tool calls and responses as compact JSON."""
     lines = []
     for content in events:
         role = content.role or "user"
-        texts = []
-        for part in content.parts or ():
-            if part.text and not part.thought:
-                texts.append(part.text)
-            elif part.inline_data is not None or part.file_data is not None:
-                texts.append("[attachment]")
+        texts = [text for part in content.parts or () if (text := _part_text(part))]
         if texts:
             lines.append(f"{role}: {' '.join(texts)}")
     return "\n".join(lines)
+
+
+def _part_text(part: genai_types.Part) -> str:
+    if part.thought:
+        return ""
+    if part.text:
+        return part.text
+    if part.function_call is not None:
+        call = part.function_call
+        return f"[tool call {call.name}: {_payload(call.args)}]"
+    if part.function_response is not None:
+        response = part.function_response
+        return f"[tool {response.name} returned: {_payload(response.response)}]"
+    if part.executable_code is not None:
+        return f"[code: {_cut(part.executable_code.code or '')}]"
+    if part.code_execution_result is not None:
+        return f"[code output: {_cut(part.code_execution_result.output or '')}]"
+    if part.inline_data is not None or part.file_data is not None:
+        return "[attachment]"
+    return ""
+
+
+def _payload(value: object) -> str:
+    return _cut(json.dumps(value or {}, ensure_ascii=False, default=str, sort_keys=True))
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _TOOL_PAYLOAD_CHARS:
+        return text
+    return text[:_TOOL_PAYLOAD_CHARS] + " …(cut)"
 
 
 def _example_block(

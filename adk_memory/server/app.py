@@ -42,6 +42,7 @@ from adk_memory.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     Unimplemented,
 )
 from adk_memory.names import Names
@@ -55,6 +56,7 @@ from adk_memory.server.auth import (
     guard,
     is_loopback,
 )
+from adk_memory.server.confine import load_in_scope
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "serve"]
 
@@ -74,8 +76,18 @@ def _bank_name(bank: str) -> str:
     return f"reasoningEngines/{bank}"
 
 
-def _memory_name(bank: str, memory: str) -> str:
-    return f"reasoningEngines/{bank}/memories/{memory}"
+def _caller(request: Request) -> Principal:
+    principal: Principal = request.state.principal  # set by `authorize`, which every route runs
+    return principal
+
+
+async def _memory_name(request: Request, bank: str, memory: str) -> str:
+    """The memory of the path; for a caller bound to a scope, only a live memory of that scope."""
+    name = f"reasoningEngines/{bank}/memories/{memory}"
+    principal = _caller(request)
+    if principal.scope is not None:
+        await load_in_scope(_client(request), name, principal.covers)
+    return name
 
 
 def _json_only(request: Request) -> None:
@@ -100,7 +112,9 @@ Client = Annotated[AsyncClient, Depends(_client)]
 Bank = Annotated[str, Depends(_bank_name)]
 """The bank of the path, as `reasoningEngines/{bank}`."""
 Memory = Annotated[str, Depends(_memory_name)]
-"""The memory of the path, as `reasoningEngines/{bank}/memories/{memory}`."""
+"""The memory of the path, as `reasoningEngines/{bank}/memories/{memory}`; for a caller bound to
+a scope, NotFound unless it is live and in that scope."""
+Caller = Annotated[Principal, Depends(_caller)]
 Page = Annotated[wire.PageQuery, Query()]
 
 router = APIRouter(dependencies=[Depends(_json_only)], strict_content_type=False)
@@ -151,6 +165,11 @@ def _route(
 
 def _json(model: BaseModel) -> JSONResponse:
     return JSONResponse(wire.to_json(model))
+
+
+def _scope_of(body: BaseModel) -> Any:
+    """The `scope` field of a request body (None when not given)."""
+    return body.model_dump(include={"scope"}).get("scope")
 
 
 def _split(body: BaseModel, *own: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -241,35 +260,52 @@ async def delete_bank(
 
 
 @_route("GET", _BANK + _OPERATION, None, types.MemoryBankOperation, "operations.getBank")
-async def get_bank_operation(client: Client, bank: Bank, operation: str) -> Response:
+async def get_bank_operation(
+    client: Client, caller: Caller, bank: Bank, operation: str
+) -> Response:
     """Get an operation of a bank (generate, purge, ingestEvents, create, update)."""
+    if caller.scope is not None:
+        raise PermissionDenied(
+            f"The API key {caller.label!r} is bound to a scope, and a bank's operations hold "
+            "memories of every scope; the generate, purge and ingestEvents answers are already "
+            "done operations with their results.",
+            field="name",
+        )
     return await _operation(client, f"{bank}/operations/{operation}")
 
 
 @_route("POST", _MEMORIES, "memories.create", types.MemoryOperation)
 async def create_memory(
     client: Client,
+    caller: Caller,
     bank: Bank,
     body: wire.CreateMemoryBody,
     query: Annotated[wire.CreateMemoryQuery, Query()],
 ) -> Response:
     """Create a memory."""
+    caller.check_scope(_scope_of(body))
     own, config = _split(body, "fact", "scope")
     config["memory_id"] = query.memory_id
     return _json(await client.memory_banks.memories.create(name=bank, **own, config=config))
 
 
 @_route("GET", _MEMORIES, "memories.list", types.ListMemoriesResponse)
-async def list_memories(client: Client, bank: Bank, query: Page) -> Response:
-    """List memories."""
+async def list_memories(client: Client, caller: Caller, bank: Bank, query: Page) -> Response:
+    """List memories (for a caller bound to a scope, of that scope only)."""
     config = query.model_dump(exclude_none=True)
+    confined = caller.confine_filter(query.filter)
+    if confined is not None:
+        config["filter"] = confined
     pager = await client.memory_banks.memories.list(name=bank, config=config)
     return JSONResponse(wire.page("memories", pager.page, pager.next_page_token))
 
 
 @_route("POST", _MEMORIES + ":generate", "memories.generate", types.GenerateMemoriesOperation)
-async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) -> Response:
+async def generate(
+    client: Client, caller: Caller, bank: Bank, body: wire.GenerateMemoriesBody
+) -> Response:
     """Generate memories from a session, contents or memories (a done operation)."""
+    caller.check_scope(_scope_of(body))
     own, config = _split(
         body, "vertex_session_source", "direct_contents_source", "direct_memories_source", "scope"
     )
@@ -277,8 +313,11 @@ async def generate(client: Client, bank: Bank, body: wire.GenerateMemoriesBody) 
 
 
 @_route("POST", _MEMORIES + ":retrieve", "memories.retrieve", types.RetrieveMemoriesResponse)
-async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) -> Response:
+async def retrieve(
+    client: Client, caller: Caller, bank: Bank, body: wire.RetrieveMemoriesBody
+) -> Response:
     """Retrieve the memories of one scope (similarity search, or all, or pages)."""
+    caller.check_scope(_scope_of(body))
     own, config = _split(body, "scope", "similarity_search_params", "simple_retrieval_params")
     pager = await client.memory_banks.memories.retrieve(name=bank, **own, config=config)
     return JSONResponse(wire.page("retrievedMemories", pager.page, pager.next_page_token))
@@ -292,9 +331,10 @@ async def retrieve(client: Client, bank: Bank, body: wire.RetrieveMemoriesBody) 
     "memories.retrieveProfiles",
 )
 async def retrieve_profiles(
-    client: Client, bank: Bank, body: wire.RetrieveProfilesBody
+    client: Client, caller: Caller, bank: Bank, body: wire.RetrieveProfilesBody
 ) -> Response:
     """Retrieve the structured profiles of one scope."""
+    caller.check_scope(_scope_of(body))
     own, config = _split(body, "scope")
     memories = client.memory_banks.memories
     return _json(await memories.retrieve_profiles(name=bank, **own, config=config))
@@ -307,9 +347,16 @@ async def retrieve_profiles(
     types.PurgeMemoriesOperation,
     "memories.purge",
 )
-async def purge(client: Client, bank: Bank, body: wire.PurgeMemoriesBody) -> Response:
-    """Count (force=false) or delete (force=true) the memories the filters select."""
+async def purge(
+    client: Client, caller: Caller, bank: Bank, body: wire.PurgeMemoriesBody
+) -> Response:
+    """Count (force=false) or delete (force=true) the memories the filters select.
+
+    For a caller bound to a scope, the filter is ANDed with that scope.
+    """
     own, config = _split(body, "filter", "filter_groups", "force")
+    if own.get("filter") or own.get("filter_groups"):  # else the engine refuses to purge all
+        own["filter"] = caller.confine_filter(own.get("filter"))
     own["force"] = bool(own.get("force", False))
     return _json(await client.memory_banks.memories.purge(name=bank, **own, config=config))
 
@@ -321,8 +368,11 @@ async def purge(client: Client, bank: Bank, body: wire.PurgeMemoriesBody) -> Res
     types.MemoryBankIngestEventsOperation,
     "memoryBanks.ingestEvents",
 )
-async def ingest_events(client: Client, bank: Bank, body: wire.IngestEventsBody) -> Response:
+async def ingest_events(
+    client: Client, caller: Caller, bank: Bank, body: wire.IngestEventsBody
+) -> Response:
     """Append events to a stream; memories are generated when its trigger fires."""
+    caller.check_scope(_scope_of(body))
     own, config = _split(
         body, "scope", "stream_id", "direct_contents_source", "generation_trigger_config"
     )
@@ -338,11 +388,14 @@ async def get_memory(client: Client, memory: Memory) -> Response:
 @_route("PATCH", _MEMORY, "memories.update", types.MemoryOperation)
 async def update_memory(
     client: Client,
+    caller: Caller,
     memory: Memory,
     body: wire.UpdateMemoryBody,
     query: Annotated[wire.UpdateMemoryQuery, Query()],
 ) -> Response:
     """Update a memory (the masked fields, or every field given)."""
+    if _scope_of(body) is not None:
+        caller.check_scope(_scope_of(body))
     own, config = _split(body, "fact", "scope")
     config.update(update_mask=query.update_mask, memory_id=query.memory_id)
     return _json(await client.memory_banks.memories.update(name=memory, **own, config=config))

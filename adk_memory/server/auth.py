@@ -17,8 +17,14 @@ keys:
 
 Permissions may be spelled with or without the `aiplatform.` prefix; `*`, `memories.*`,
 `memoryRevisions.*` and `reasoningEngines.*` grant a whole family. An unknown permission is an
-error when the file is loaded, so a typo never silently grants nothing. The server checks the
-key this module finds, never the scope: a key limited to a bank sees every scope in it.
+error when the file is loaded, so a typo never silently grants nothing.
+
+A key may also be bound to a scope: `scope: {user_id: "alice"}` fixes entries, and a token key
+(`token_secret`, an HS256 secret shared with the service that signs each end user's JWT) takes
+entries from the token's claims, e.g. `scope_claims: {user_id: sub}`. Every call with a bound key
+is confined to scopes that carry those entries (`Principal.check_scope`, `confine_filter`); the
+routes apply it. A wildcard permission never grants a bound key bank writes
+(`reasoningEngines.create`, `.update`, `.delete`): those must be listed by name.
 
 A server without keys trusts whoever can reach it, so it must refuse what a web page can send
 it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
@@ -47,6 +53,9 @@ from fastapi.security import (
     HTTPBearer,
     SecurityScopes,
 )
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import OctKey
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -63,7 +72,9 @@ from adk_memory.errors import (
     PermissionDenied,
     Unauthenticated,
 )
+from adk_memory.filters import parse_filter
 from adk_memory.names import Names
+from adk_memory.scope import MAX_SCOPE_PAIRS
 
 __all__ = [
     "PERMISSIONS",
@@ -106,6 +117,10 @@ _FAMILIES = frozenset(name.split(".")[0] for name in PERMISSIONS)
 _PREFIX = "aiplatform."
 _MIN_KEY_LENGTH = 16
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_SCOPE_ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_BANK_WRITES = frozenset(
+    {"reasoningEngines.create", "reasoningEngines.update", "reasoningEngines.delete"}
+)
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -151,6 +166,13 @@ class ApiKey(BaseModel):
     """Permissions (`memories.retrieve`, `aiplatform.memories.generate`, `memories.*`, `*`)."""
     banks: frozenset[str] | None = None
     """Bank ids (or full bank names) the key may use; None means every bank."""
+    token_secret: SecretStr | None = None
+    """An HS256 secret (32+ characters): the key is any signed token (JWT) with an `exp` that
+    verifies with it, instead of one fixed secret."""
+    scope: dict[str, str] | None = None
+    """Scope entries every call with the key is confined to."""
+    scope_claims: dict[str, str] | None = None
+    """Scope entries taken from a token's claims: scope key -> claim name (`{user_id: sub}`)."""
 
     @field_validator("permissions", mode="before")
     @classmethod
@@ -181,10 +203,35 @@ class ApiKey(BaseModel):
             raise ValueError("banks must not be empty; omit it to allow every bank")
         return frozenset(ids)
 
+    @field_validator("scope", "scope_claims")
+    @classmethod
+    def _scope_entries(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        for entry, text in value.items():
+            if not _SCOPE_ENTRY.fullmatch(entry) or not text:
+                raise ValueError(
+                    f"scope entries need a key of letters, digits and '_' and a non-empty value; "
+                    f"{entry[:40]!r} is not one"
+                )
+        if not value:
+            raise ValueError("a scope restriction must not be empty; omit it instead")
+        return value
+
     @model_validator(mode="after")
     def _one_secret(self) -> ApiKey:
-        if (self.key is None) == (self.key_sha256 is None):
-            raise ValueError("set exactly one of key and key_sha256")
+        secrets = (self.key, self.key_sha256, self.token_secret)
+        if sum(secret is not None for secret in secrets) != 1:
+            raise ValueError(
+                "set exactly one of key and key_sha256 (or token_secret for signed tokens)"
+            )
+        if self.token_secret is not None and len(self.token_secret.get_secret_value()) < 32:
+            raise ValueError("token_secret must have at least 32 characters (HS256)")
+        if self.scope_claims is not None and self.token_secret is None:
+            raise ValueError("scope_claims needs token_secret: only a signed token has claims")
+        bound = {**(self.scope or {}), **(self.scope_claims or {})}
+        if len(bound) > MAX_SCOPE_PAIRS:
+            raise ValueError(f"a scope has at most {MAX_SCOPE_PAIRS} entries")
         if self.key is not None and len(self.key.get_secret_value()) < _MIN_KEY_LENGTH:
             raise ValueError(f"key must have at least {_MIN_KEY_LENGTH} characters")
         if self.key_sha256 is not None and not _SHA256_HEX.fullmatch(self.key_sha256):
@@ -193,15 +240,46 @@ class ApiKey(BaseModel):
 
     @property
     def digest(self) -> bytes:
-        """The SHA-256 of the secret."""
+        """The SHA-256 of the secret (of the token secret for a token key)."""
         if self.key is not None:
             return _digest(self.key.get_secret_value())
+        if self.token_secret is not None:
+            return _digest(self.token_secret.get_secret_value())
         return bytes.fromhex(self.key_sha256 or "")
+
+    @property
+    def bound(self) -> bool:
+        """Whether the key is confined to a scope."""
+        return self.scope is not None or self.scope_claims is not None
 
     def grants(self, permission: str) -> bool:
         """Whether the permission set includes `permission` (directly or by wildcard)."""
+        if self.bound and permission in _BANK_WRITES:
+            return permission in self.permissions
         family = permission.split(".")[0]
         return bool({permission, f"{family}.*", "*"} & self.permissions)
+
+    def scope_of(self, token: str) -> dict[str, str] | None:
+        """The scope a signed token binds this token key to, or None if it does not verify.
+
+        A token must be HS256, signed with `token_secret`, unexpired (`exp` is required) and
+        carry every claim of `scope_claims` as a non-empty string.
+        """
+        if self.token_secret is None:
+            return None
+        try:
+            secret = OctKey.import_key(self.token_secret.get_secret_value())
+            claims = jwt.decode(token, secret, algorithms=["HS256"]).claims
+            jwt.JWTClaimsRegistry(exp={"essential": True}).validate(claims)
+        except (JoseError, ValueError):
+            return None
+        scope = dict(self.scope or {})
+        for entry, claim in (self.scope_claims or {}).items():
+            value = claims.get(claim)
+            if not isinstance(value, str) or not value:
+                return None
+            scope[entry] = value
+        return scope
 
 
 class ApiKeys(BaseModel):
@@ -273,16 +351,62 @@ class ApiKeys(BaseModel):
         digest = _digest(presented)
         found: ApiKey | None = None
         for key in self.keys:  # no early exit: the time does not depend on which key matched
-            if hmac.compare_digest(digest, key.digest):
+            if key.token_secret is None and hmac.compare_digest(digest, key.digest):
                 found = key
         return found
+
+    def identify(self, presented: str) -> Principal | None:
+        """The caller presenting a secret or a signed token; None if nothing accepts it."""
+        key = self.find(presented)
+        if key is not None:
+            return Principal(key, key.scope)
+        if presented.count(".") == 2:
+            for key in self.keys:
+                scope = key.scope_of(presented)
+                if scope is not None:
+                    return Principal(key, scope)
+        return None
 
 
 class Principal:
     """Who is calling: a configured key, or anyone when the server has no keys (loopback only)."""
 
-    def __init__(self, key: ApiKey | None) -> None:
+    def __init__(self, key: ApiKey | None, scope: Mapping[str, str] | None = None) -> None:
         self.key = key
+        self.scope: dict[str, str] | None = dict(scope) if scope is not None else None
+        """The scope entries every call is confined to; None: not confined."""
+
+    def covers(self, scope: object) -> bool:
+        """Whether `scope` carries every entry the caller is bound to."""
+        if self.scope is None:
+            return True
+        return isinstance(scope, Mapping) and all(
+            scope.get(entry) == value for entry, value in self.scope.items()
+        )
+
+    def check_scope(self, scope: object, *, field: str = "scope") -> None:
+        """Raises PermissionDenied unless `scope` carries every entry the caller is bound to."""
+        if not self.covers(scope):
+            raise PermissionDenied(
+                f"The API key {self.label!r} is bound to the scope {self.scope}; every request "
+                f"must name a scope carrying those entries in {field}.",
+                field=field,
+            )
+
+    def confine_filter(self, text: str | None) -> str | None:
+        """A list or purge filter ANDed with the caller's scope.
+
+        Raises:
+            InvalidArgument: `text` does not parse on its own. Only a complete expression is
+                wrapped, so that no unbalanced parenthesis or quote can take the appended
+                conditions apart.
+        """
+        if self.scope is None:
+            return text
+        conditions = [f"scope.{entry} = {_quote(value)}" for entry, value in self.scope.items()]
+        if text is not None and parse_filter(text, allow_scope=True) is not None:
+            conditions.insert(0, f"({text})")
+        return " AND ".join(conditions)
 
     @property
     def label(self) -> str:
@@ -344,10 +468,15 @@ def authenticate(keys: ApiKeys | None, *, api_key: str | None, bearer: str | Non
             "'Authorization: Bearer KEY' (the official SDK sends credentials.token as a "
             "bearer token).",
         )
-    key = keys.find(presented)
-    if key is None:
+    principal = keys.identify(presented)
+    if principal is None:
         raise Unauthenticated("The API key is not valid for this server.")
-    return Principal(key)
+    return principal
+
+
+def _quote(value: str) -> str:
+    """`value` as a filter string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 _API_KEY = APIKeyHeader(name="x-goog-api-key", scheme_name="apiKey", auto_error=False)
@@ -369,6 +498,7 @@ async def authorize(
     token = bearer.credentials.strip() if bearer is not None else None
     principal = authenticate(keys, api_key=api_key, bearer=token or None)
     request.state.key_label = principal.label
+    request.state.principal = principal
     permission = required.scopes[0] if required.scopes else None
     principal.require(permission, request.path_params.get("bank"))
     return principal

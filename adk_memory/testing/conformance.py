@@ -906,6 +906,37 @@ class MemoryStoreConformance:
         assert await store.get_document(bank, "stream", "new") is None
         assert await store.get_memories(bank, ["m2"], T0) == []
 
+    async def test_operations_in_a_batch_are_written_with_its_memories_or_not_at_all(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A create's memory, revision and operation: all there after `apply`, none after a
+        batch that failed."""
+        created = OperationRecord(
+            bank, "memories/m1/operations/o1", True, {"kind": "memory", "operation": {}}, T0
+        )
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("m1", unit(0)),),
+                revisions=(revision("m1", "r1"),),
+                operations=(created,),
+            ),
+        )
+        assert await store.get_operation(bank, created.operation_path) == created
+        assert [r.revision_id for r in await store.list_revisions(bank, "m1", T0)] == ["r1"]
+        refused = replace(created, operation_path="memories/m1/operations/o2")
+        with pytest.raises(AlreadyExists):
+            await store.apply(
+                bank,
+                WriteBatch(
+                    inserts=(memory("m1", unit(1), fact="again"),),
+                    revisions=(revision("m1", "r2"),),
+                    operations=(refused,),
+                ),
+            )
+        assert await store.get_operation(bank, refused.operation_path) is None
+        assert [r.revision_id for r in await store.list_revisions(bank, "m1", T0)] == ["r1"]
+
     async def test_a_batch_replaces_an_existing_document(
         self, store: MemoryStore, bank: str
     ) -> None:

@@ -13,6 +13,17 @@ client = Client("memory://", generation_model=model)
 
 Each extraction call takes the next scripted extraction answer, each consolidation call the next
 consolidation answer (a dict, a pydantic model, or a raw string to simulate a malformed answer).
+Or compute the answers from the prompt, so they do not depend on the order of the calls (two
+users' sessions generating at once, say):
+
+```python
+def extract(request: LlmRequest) -> dict[str, Any]:
+    prompt = ScriptedMemoryModel.prompt_text(request)
+    facts = ["I like tea."] if "tea" in prompt else []
+    return {"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]} for fact in facts]}
+
+model = ScriptedMemoryModel(extract=extract, consolidate=create_each_new_fact)
+```
 `requests` records every `LlmRequest` it received, so a test can read the prompts; token usage
 is reported as characters / 4.
 """
@@ -37,13 +48,15 @@ Answer = dict[str, Any] | BaseModel | str
 
 
 class ScriptedMemoryModel(BaseLlm):
-    """Answers extraction and consolidation calls from two scripts, in order."""
+    """Answers extraction and consolidation calls from two scripts, in order, or by functions."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model: str = "scripted-memory-model"
     extractions: list[Any] = Field(default_factory=list)
     consolidations: list[Any] = Field(default_factory=list)
+    extract: Callable[[LlmRequest], Answer] | None = None
+    """Optional: computes each extraction answer from the request instead of the script."""
     consolidate: Callable[[LlmRequest], Answer] | None = None
     """Optional: computes each consolidation answer from the request instead of the script."""
     on_call: Callable[[str], Awaitable[None]] | None = None
@@ -68,7 +81,8 @@ class ScriptedMemoryModel(BaseLlm):
             return "consolidation"
         raise AssertionError(f"unexpected response schema {schema!r}")
 
-    def prompt_text(self, request: LlmRequest) -> str:
+    @staticmethod
+    def prompt_text(request: LlmRequest) -> str:
         """The system instruction and every text part of a request, joined."""
         system = request.config.system_instruction if request.config else ""
         texts = [str(system or "")]
@@ -84,8 +98,9 @@ class ScriptedMemoryModel(BaseLlm):
         kind = self.kind_of(llm_request)
         if self.on_call is not None:
             await self.on_call(kind)
-        if kind == "consolidation" and self.consolidate is not None:
-            answer: Answer = self.consolidate(llm_request)
+        compute = self.extract if kind == "extraction" else self.consolidate
+        if compute is not None:
+            answer: Answer = compute(llm_request)
         else:
             script = self.extractions if kind == "extraction" else self.consolidations
             if not script:

@@ -13,6 +13,7 @@ def test_public_names_are_pinned() -> None:
         "DEFAULT_TOP_K",
         "SCHEMES",
         "EphemeralStoreWarning",
+        "MemoryBankEntry",
         "MemoryBankPlugin",
         "MemoryBankService",
         "MemoryServiceBuilder",

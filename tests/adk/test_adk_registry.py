@@ -98,6 +98,6 @@ async def test_a_service_built_by_the_registry_remembers(
         fact = genai_types.Content(role="user", parts=[genai_types.Part(text="I like green tea.")])
         await service.add_memory(app_name=APP, user_id="u1", memories=[MemoryEntry(content=fact)])
         found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
-        assert found.memories[0].id.startswith(service.bank_name)
+        assert found.memories[0].name.startswith(service.bank_name)  # type: ignore[attr-defined]
     finally:
         await service.aclose()

@@ -187,7 +187,7 @@ async def test_plugin_never_delays_the_reply_nor_raises_into_the_agent(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     memory = _SlowOrBrokenMemory()
-    plugin = MemoryBankPlugin(idle_duration="30s")
+    plugin = MemoryBankPlugin(idle_duration="30s", ingest_timeout=0.05)
     runner = runner_for(agent(ScriptedAgentModel()), memory, plugins=[plugin])
 
     with caplog.at_level(logging.WARNING, logger="adk_memory"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import pytest
@@ -10,10 +11,11 @@ from adk_helpers import APP, extraction
 from google.adk.events.event import Event
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session
+from google.adk.tools.load_memory_tool import LoadMemoryResponse
 from google.genai import types as genai_types
 
 from adk_memory import AsyncClient, InvalidArgument, NotFound
-from adk_memory.adk import MemoryBankService
+from adk_memory.adk import MemoryBankEntry, MemoryBankService
 from adk_memory.testing.models import ScriptedMemoryModel
 
 
@@ -89,13 +91,18 @@ async def test_search_returns_names_timestamps_metadata_and_distance(
     found = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
     assert len(found) == 1
     memory = found[0]
-    assert memory.id == f"{service.bank_name}/memories/tea-1"
+    assert isinstance(memory, MemoryBankEntry)
+    assert memory.id == "tea-1"
+    assert memory.name == f"{service.bank_name}/memories/tea-1"
     assert memory.author == "user"
     assert memory.content.parts[0].text == "I like green tea."
     assert memory.timestamp and memory.timestamp.startswith("20")
-    assert memory.custom_metadata["source"] == "profile"
-    assert memory.custom_metadata["weight"] == 2.0
-    assert isinstance(memory.custom_metadata["distance"], float)
+    assert memory.custom_metadata == {"source": "profile", "weight": 2.0}
+    assert isinstance(memory.distance, float)
+    # What ADK's load_memory shows the model: facts, no resource names, no distances.
+    shown = json.dumps(LoadMemoryResponse(memories=found).model_dump(mode="json"))
+    assert service.bank_name not in shown and "distance" not in shown
+    assert "I like green tea." in shown
 
 
 async def test_delete_memory_accepts_the_ids_search_returns(service: MemoryBankService) -> None:
@@ -109,8 +116,8 @@ async def test_delete_memory_accepts_the_ids_search_returns(service: MemoryBankS
     await service.delete_memory(app_name=APP, user_id="u1", memory_id=found[0].id)
     left = (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
     assert [memory.id for memory in left] == [found[1].id]
-    short_id = found[1].id.rsplit("/", 1)[-1]
-    await service.delete_memory(app_name=APP, user_id="u1", memory_id=short_id)
+    full_name = found[1].name  # type: ignore[attr-defined]
+    await service.delete_memory(app_name=APP, user_id="u1", memory_id=full_name)
     assert not (await service.search_memory(app_name=APP, user_id="u1", query="tea")).memories
 
 

@@ -374,3 +374,19 @@ def test_operations_are_recorded(client: Client, bank: str) -> None:
     assert fetched.done and fetched.response.fact == "I like blue."
     purge = client.memory_banks.memories.purge(name=bank, filter='fact="I like blue."', force=True)
     assert client.operations.get(purge.name).response.purge_count == 1
+
+
+def test_a_create_records_its_operation_in_the_memorys_own_atomic_write(
+    client: Client, bank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No separate `put_operation` a crash could fall between: memory and operation, or none."""
+    store = client.aio.engine.store
+
+    async def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("memories.create wrote its operation apart from its memory")
+
+    monkeypatch.setattr(store, "put_operation", refuse)
+    operation = client.memory_banks.memories.create(name=bank, fact="I like green.", scope=SCOPE)
+    fetched = client.operations.get(operation.name)
+    assert fetched.done and fetched.response.name == operation.response.name
+    assert client.memory_banks.memories.get(name=operation.response.name).fact == "I like green."

@@ -24,6 +24,7 @@ def test_quickstart_runs_offline_on_embedded_chroma(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert f"chroma://{tmp_path}/db" in out
+    assert 'embedding_model="multilingual-e5-small"' in out
     assert "Stored 12 memories for 2 users" in out
     alice = out.split("retrieve for alice")[1].split("retrieve for bob")[0]
     assert "I prefer window seats on flights." in alice and "aisle" not in alice

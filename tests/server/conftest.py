@@ -33,6 +33,7 @@ READER_KEY = "reader-key-0123456789abcdef"
 LIMITED_KEY = "limited-key-0123456789abcdef"
 LIMITED_BANK = "limited-bank"
 OTHER_BANK = "other-bank"
+TOKEN_SECRET = "users-token-secret-0123456789abcdef-0123"
 
 KEYS = [
     ApiKey(name="admin", key=ADMIN_KEY, permissions=["*"]),
@@ -51,6 +52,12 @@ KEYS = [
         key=LIMITED_KEY,
         permissions=["memories.*", "reasoningEngines.list"],
         banks=[LIMITED_BANK],
+    ),
+    ApiKey(
+        name="users",
+        token_secret=TOKEN_SECRET,
+        permissions=["memories.*"],
+        scope_claims={"user_id": "sub"},
     ),
 ]
 
@@ -184,6 +191,7 @@ def secrets() -> dict[str, str]:
         "limited": LIMITED_KEY,
         "limited_bank": LIMITED_BANK,
         "other_bank": OTHER_BANK,
+        "token_secret": TOKEN_SECRET,
     }
 
 

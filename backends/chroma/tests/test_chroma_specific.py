@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -10,8 +11,10 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import chromadb
 import numpy as np
@@ -40,6 +43,7 @@ from adk_memory.store import (
 from adk_memory.testing.conformance import revision
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+T1 = T0 + timedelta(hours=1)
 BANK = "42"
 
 
@@ -246,6 +250,141 @@ async def test_data_is_read_back_by_a_new_process(tmp_path: Path) -> None:
         "hits": [["m2", "zweiter ☕", 0.0], ["m1", "fact of m1", round(math.sqrt(2), 6)]],
         "metadata": {"lang": "de"},
     }
+
+
+def sqlite_mode(folder: Path) -> str:
+    """SQLite's journal kind as its file header records it (bytes 18-19: 1 rollback, 2 WAL)."""
+    header = (folder / "chroma.sqlite3").read_bytes()[:20]
+    return {b"\x01\x01": "rollback", b"\x02\x02": "wal"}[header[18:20]]
+
+
+async def write_and_read_back(path: Path) -> list[str]:
+    store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+    try:
+        if not await store.list_banks():
+            await store.create_bank(bank(3))
+        count = len(await store.scan(BANK, ScanQuery(T0)))
+        await store.apply(BANK, WriteBatch(inserts=(memory(f"m{count}", (1.0, 0.0, 0.0), {}),)))
+        return [record.memory_id for record in await store.scan(BANK, ScanQuery(T0))]
+    finally:
+        await store.aclose()
+
+
+async def test_a_new_folder_commits_through_sqlites_write_ahead_log(tmp_path: Path) -> None:
+    assert await write_and_read_back(tmp_path) == ["m0"]
+    assert sqlite_mode(tmp_path) == "wal"
+    assert await write_and_read_back(tmp_path) == ["m0", "m1"]  # reopened
+
+
+async def test_an_existing_rollback_journal_folder_is_switched_when_opened(tmp_path: Path) -> None:
+    chromadb.PersistentClient(path=str(tmp_path), settings=Settings(anonymized_telemetry=False))
+    chromadb.api.shared_system_client.SharedSystemClient.clear_system_cache()
+    assert sqlite_mode(tmp_path) == "rollback"
+    assert await write_and_read_back(tmp_path) == ["m0"]
+    assert sqlite_mode(tmp_path) == "wal"
+
+
+async def test_a_folder_a_chromadb_client_of_this_process_has_open_is_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """Switching it would open the file with a second SQLite library under chromadb's feet."""
+    theirs = chromadb.PersistentClient(
+        path=str(tmp_path), settings=Settings(anonymized_telemetry=False)
+    )
+    assert await write_and_read_back(tmp_path) == ["m0"]
+    assert await write_and_read_back(tmp_path) == ["m0", "m1"]
+    theirs.close()
+    assert sqlite_mode(tmp_path) == "rollback"
+
+
+# Bank records cached per embedded folder
+
+
+async def test_a_bank_changed_by_another_store_of_the_process_is_never_served_stale(
+    tmp_path: Path,
+) -> None:
+    reader = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    writer = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    try:
+        assert await reader.get_bank(BANK) is None  # "no such bank" is cached too
+        await writer.create_bank(bank(3))
+        assert await reader.get_bank(BANK) == bank(3)
+        changed = replace(bank(3), config={"ttl_config": {"default_ttl": "60s"}}, update_time=T1)
+        await writer.update_bank(changed)
+        assert await reader.get_bank(BANK) == changed
+        await writer.delete_bank(BANK)
+        assert await reader.get_bank(BANK) is None
+        with pytest.raises(NotFound):
+            await reader.nearest(BANK, NearestQuery(scope_key({"u": "1"}), (1.0, 0.0, 0.0), 3, T0))
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def test_a_bank_read_racing_an_update_is_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that fetched the old row before an update finished must not keep it."""
+    reader = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    writer = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await writer.create_bank(bank(3))
+    fetched, updated = asyncio.Event(), asyncio.Event()
+    plain_call = ChromaMemoryStore._call
+
+    async def slow_reader_call(
+        self: ChromaMemoryStore, action: str, method: Any, **kwargs: Any
+    ) -> Any:
+        found = await plain_call(self, action, method, **kwargs)
+        if self is reader and action == "read a bank" and not updated.is_set():
+            fetched.set()
+            await updated.wait()  # the old row is in hand; the update finishes meanwhile
+        return found
+
+    monkeypatch.setattr(ChromaMemoryStore, "_call", slow_reader_call)
+    changed = replace(bank(3), display_name="renamed", update_time=T1)
+    try:
+        racing = asyncio.create_task(reader.get_bank(BANK))
+        await fetched.wait()
+        await writer.update_bank(changed)
+        updated.set()
+        assert await racing == bank(3)  # concurrent with the update: either answer is right
+        assert await reader.get_bank(BANK) == changed
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def test_a_bank_changed_by_another_process_after_release_is_read_afresh(
+    tmp_path: Path,
+) -> None:
+    """The cache goes with this process's hold on the folder; another process may come next."""
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await first.create_bank(bank(3))
+    assert await first.get_bank(BANK) == bank(3)
+    await first.aclose()
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from adk_memory_chroma import ChromaMemoryStore
+
+        async def main():
+            store = ChromaMemoryStore.from_uri({f"chroma://{tmp_path}"!r})
+            await store.delete_bank({BANK!r})
+            await store.aclose()
+
+        asyncio.run(main())
+        """
+    )
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    try:
+        assert await again.get_bank(BANK) is None
+    finally:
+        await again.aclose()
 
 
 # Exact search

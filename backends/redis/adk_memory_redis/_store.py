@@ -989,6 +989,9 @@ class RedisMemoryStore(MemoryStore):
             (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
+        operations = [
+            (bank.operation(op.operation_path), operation_to_json(op)) for op in batch.operations
+        ]
         keys = [bank_key, *insert_keys, *expect_keys, *set_keys, *fence_keys]
         async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
@@ -1024,6 +1027,8 @@ class RedisMemoryStore(MemoryStore):
                 pipe.zremrangebyscore(bank.revision_expiry_native, "-inf", _now_ms() * 1000)
             for hash_key, document_key, encoded_document in documents:
                 pipe.hset(hash_key, document_key, encoded_document)
+            for operation_key, encoded_operation in operations:
+                pipe.set(operation_key, encoded_operation)
             await pipe.execute()
         return True
 

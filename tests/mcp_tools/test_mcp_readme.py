@@ -1,0 +1,226 @@
+"""The README's MCP and per-user key examples, run as written: the key file and `token_for`
+over REST, the Claude Desktop configuration and ADK's `McpToolset` on stdio (a real
+`adk-memory mcp` process), and the IDE configuration against `adk-memory mcp --transport http`.
+
+Only what a test machine needs differs: HOME is a temporary folder (so `chroma://~/.adk-memory`
+is fresh), the fast `hash-64` embedder replaces the default model, the HTTP port is a free one,
+and PYTHONPATH points the child process at this checkout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import yaml  # type: ignore[import-untyped]
+from mcp import Client, StdioServerParameters
+from mcp.client import stdio
+from mcp.client.streamable_http import streamable_http_client
+
+from adk_memory import AsyncClient
+from adk_memory.server import ApiKeys, create_app
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+TEXT = README.read_text(encoding="utf-8")
+CHILD_ENV = {"ADK_MEMORY_EMBEDDING_MODEL": "hash-64", "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def block(after: str, language: str) -> str:
+    """The first fenced block in `language` after the README text `after`."""
+    start = TEXT.index(after)
+    found = re.compile(rf"```{language}\n(.*?)```", re.S).search(TEXT, start)
+    assert found is not None, f"no {language} block after {after!r}"
+    return found.group(1)
+
+
+def executable(command: str) -> str:
+    """`command` as installed next to this Python (the venv's `bin`)."""
+    found = shutil.which(command, path=os.path.dirname(sys.executable))
+    assert found, f"{command} is not installed in {os.path.dirname(sys.executable)}"
+    return found
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh HOME, passed on to MCP server processes with the test's environment."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inherited = stdio.get_default_environment
+    monkeypatch.setattr(
+        stdio,
+        "get_default_environment",
+        lambda: {**inherited(), **CHILD_ENV, "HOME": str(tmp_path)},
+    )
+    return tmp_path
+
+
+def token_for(user_id: str, secret: str) -> str:
+    """The README's `token_for`, executed from its text."""
+    namespace: dict[str, Any] = {}
+    exec(block("**One key per end user.**", "python"), namespace)
+    made: str = namespace["token_for"](user_id, secret)
+    return made
+
+
+def readme_keys(tmp_path: Path) -> tuple[Path, ApiKeys, dict[str, Any]]:
+    text = block("**One key per end user.**", "yaml")
+    path = tmp_path / "keys.yaml"
+    path.write_text(text)
+    return path, ApiKeys.from_file(path), yaml.safe_load(text)
+
+
+async def test_the_readme_key_file_confines_each_user_over_rest(tmp_path: Path) -> None:
+    _, keys, entries = readme_keys(tmp_path)
+    by_name = {entry["name"]: entry for entry in entries["keys"]}
+    secret = by_name["end-users"]["token_secret"]
+    async with AsyncClient("memory://", embedding_model="hash-64") as client:
+        await client.memory_banks.create(memory_bank_id="1234567890")
+        bank = "reasoningEngines/1234567890"
+        for user in ("alice", "bob"):
+            await client.memory_banks.memories.create(
+                name=bank, fact=f"{user}'s fact", scope={"user_id": user}
+            )
+        app = create_app(client, api_keys=keys)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            url = f"/v1beta1/{bank}/memories"
+            alice_key = {"x-goog-api-key": by_name["alice-laptop"]["key"]}
+            bob_token = {"authorization": f"Bearer {token_for('bob', secret)}"}
+            for headers, user in ((alice_key, "alice"), (bob_token, "bob")):
+                mine = await http.post(
+                    f"{url}:retrieve", json={"scope": {"user_id": user}}, headers=headers
+                )
+                assert [h["memory"]["fact"] for h in mine.json()["retrievedMemories"]] == [
+                    f"{user}'s fact"
+                ]
+                other = "bob" if user == "alice" else "alice"
+                theirs = await http.post(
+                    f"{url}:retrieve", json={"scope": {"user_id": other}}, headers=headers
+                )
+                assert theirs.status_code == 403
+            # The token key also lists, and sees only bob.
+            listed = await http.get(url, headers=bob_token)
+            assert [m["fact"] for m in listed.json()["memories"]] == ["bob's fact"]
+
+
+async def _create_and_retrieve(session: Client) -> None:
+    names = {tool.name for tool in (await session.list_tools()).tools}
+    assert {"create_memory", "retrieve_memories"} <= names
+    made = await session.call_tool("create_memory", {"fact": "I keep bees."})
+    assert not made.is_error, made.content
+    found = await session.call_tool("retrieve_memories", {"query": "hobby"})
+    assert not found.is_error
+    assert [hit["fact"] for hit in found.structured_content["result"]] == ["I keep bees."]
+
+
+async def test_the_claude_desktop_configuration_serves_memories_on_stdio(home: Path) -> None:
+    server = json.loads(block("**Claude Desktop**", "json"))["mcpServers"]["memory"]
+    params = StdioServerParameters(
+        command=executable(server["command"]), args=server["args"], env=server.get("env")
+    )
+    async with Client(params) as session:
+        await _create_and_retrieve(session)
+    assert (home / ".adk-memory").is_dir()  # the store the configuration names
+
+
+async def test_adks_mcp_toolset_from_the_readme_stores_and_recalls(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    namespace: dict[str, Any] = {}
+    exec(block("**ADK's `McpToolset`**", "python"), namespace)
+    toolset = namespace["memory_tools"]
+    assert namespace["agent"].tools == [toolset]
+    try:
+        tools = {tool.name: tool for tool in await toolset.get_tools()}
+        made = await tools["create_memory"].run_async(
+            args={"fact": "I keep bees."}, tool_context=None
+        )
+        assert not made["isError"], made
+        found = await tools["retrieve_memories"].run_async(
+            args={"query": "hobby"}, tool_context=None
+        )
+        assert [hit["fact"] for hit in found["structuredContent"]["result"]] == ["I keep bees."]
+    finally:
+        await toolset.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def http_server(home: Path) -> Iterator[tuple[int, ApiKeys, dict[str, Any]]]:
+    """The README's `adk-memory mcp --transport http …` command with its key file."""
+    path, keys, entries = readme_keys(home)
+    port = _free_port()
+    words = shlex.split(block("**An IDE agent over HTTP**", "bash"))
+    assert words[:2] == ["adk-memory", "mcp"]
+    words = [str(path) if w == "keys.yaml" else str(port) if w == "8765" else w for w in words]
+    env = {**os.environ, **CHILD_ENV, "HOME": str(home), "ADK_MEMORY_URI": "memory://"}
+    process = subprocess.Popen(
+        [executable(words[0]), *words[1:]],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(600):
+            if process.poll() is not None:
+                raise AssertionError(process.stderr.read().decode() if process.stderr else "")
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            import time
+
+            time.sleep(0.05)
+        yield port, keys, entries
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+async def test_the_ide_configuration_reaches_only_the_users_memories(
+    http_server: tuple[int, ApiKeys, dict[str, Any]],
+) -> None:
+    port, _, entries = http_server
+    secret = {e["name"]: e for e in entries["keys"]}["end-users"]["token_secret"]
+    config = json.loads(block("**An IDE agent over HTTP**", "json"))
+    server = config["servers"]["memory"]
+    assert server["type"] == "http"
+    assert config["inputs"][0]["id"] == "memory-token"
+    url = server["url"].replace("8765", str(port))
+
+    async def session_of(user: str) -> Any:
+        headers = {
+            name: value.replace("${input:memory-token}", token_for(user, secret))
+            for name, value in server["headers"].items()
+        }
+        return httpx2.AsyncClient(headers=headers)
+
+    async with await session_of("alice") as http:
+        async with Client(streamable_http_client(url, http_client=http)) as session:
+            await _create_and_retrieve(session)
+    async with await session_of("bob") as http:
+        async with Client(streamable_http_client(url, http_client=http)) as session:
+            found = await session.call_tool("retrieve_memories", {"query": "hobby"})
+            assert found.structured_content["result"] == []
+    async with httpx2.AsyncClient() as http:
+        refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert refused.status_code == 401
+    await asyncio.sleep(0)
