@@ -20,6 +20,8 @@ BACKENDS_GROUP = "adk_memory.backends"
 _INSTALL_HINTS = {
     "redis": " Install it with: pip install 'adk-memory[redis]'",
     "rediss": " Install it with: pip install 'adk-memory[redis]'",
+    "redis+cluster": " Install it with: pip install 'adk-memory[redis]'",
+    "rediss+cluster": " Install it with: pip install 'adk-memory[redis]'",
     "chroma": " Install it with: pip install 'adk-memory[chroma]'",
     "chroma+http": " Install it with: pip install 'adk-memory[chroma]'",
     "chroma+https": " Install it with: pip install 'adk-memory[chroma]'",

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMES", "memory_service_factory", "register_services"]
 
-SCHEMES = ("redis", "rediss", "chroma", "chroma+http", "chroma+https")
+SCHEMES = (
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "chroma",
+    "chroma+http",
+    "chroma+https",
+)
 """The URI schemes adk-memory registers in ADK (never `memory://`: that one is ADK's)."""
 
 
@@ -28,7 +36,7 @@ def memory_service_factory(uri: str, **kwargs: Any) -> MemoryBankService:
 
 
 def register_services(registry: ServiceRegistry | None = None) -> None:
-    """Registers the memory service for `redis`, `rediss`, `chroma`, `chroma+http(s)` URIs.
+    """Registers the memory service for `redis(s)`, `redis(s)+cluster`, `chroma(+http(s))` URIs.
 
     Args:
         registry: The registry to fill; default: ADK's process-wide `get_service_registry()`.

@@ -37,6 +37,8 @@ def uris(tmp_path: Path) -> list[str]:
         "chroma+https://chroma.example.com",
         "redis://localhost:6379/0",
         "rediss://:secret@redis.example.com:6380/0?bank=prod",
+        "redis+cluster://node-a:7000,node-b:7001",
+        "rediss+cluster://:secret@node-a:7000",
     ]
 
 

@@ -10,13 +10,17 @@ from urllib.parse import quote
 import pytest
 from restartable import RestartableChroma, RestartableRedis
 
-SHARED = ["redis", "chroma_http_redis_lock"]
+SHARED = ["redis", "redis_cluster", "chroma_http_redis_lock"]
 
 
 @pytest.fixture(params=SHARED)
 def shared_uri(request: pytest.FixtureRequest) -> str:
-    """A store that several processes share: Redis, or a Chroma server with the Redis lock."""
+    """A store that several processes share: Redis, a Redis Cluster, or a Chroma server with the
+    Redis lock."""
     prefix = f"r{uuid.uuid4().hex[:10]}"
+    if request.param == "redis_cluster":
+        cluster_url = request.getfixturevalue("redis_cluster_url")
+        return f"{cluster_url}?key_prefix={prefix}&index_algorithm=FLAT"
     redis_url = request.getfixturevalue("redis_url")
     if request.param == "redis":
         return f"{redis_url}?key_prefix={prefix}&index_algorithm=FLAT"

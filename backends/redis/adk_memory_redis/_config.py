@@ -7,26 +7,60 @@ parameter must be a field of `RedisStoreConfig`, so a typo is an error instead o
 ```
 redis://:secret@cache.internal:6379/0?index_algorithm=HNSW&key_prefix=prod
 rediss://default:secret@redis.example.com:6380/0?ssl_ca_certs=/etc/ssl/ca.pem
+redis+cluster://:secret@node-a:6379,node-b:6379,node-c:6379?key_prefix=prod
 ```
+
+`redis+cluster://` and `rediss+cluster://` name one or more nodes of a Redis Cluster (any node
+will do: the client discovers the others and follows the slot map). A cluster has only database
+0, so the path must be empty or `/0`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any, Literal, TypeAlias
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis.asyncio as aredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis._parsers.commands import (
+    AsyncCommandsParser,
+    CommandPolicies,
+    RequestPolicy,
+    ResponsePolicy,
+)
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.commands.policies import AsyncDynamicPolicyResolver
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adk_memory.errors import InvalidArgument
 
-__all__ = ["RedisStoreConfig", "connect", "make_config", "split_uri"]
+__all__ = [
+    "RedisClient",
+    "RedisStoreConfig",
+    "adapt_cluster_client",
+    "cluster_nodes",
+    "connect",
+    "connection_kwargs",
+    "describe",
+    "is_cluster",
+    "make_config",
+    "split_uri",
+]
 
-_SCHEMES = ("redis", "rediss")
+RedisClient: TypeAlias = aredis.Redis | RedisCluster
+"""The clients the store and the lock work with: one server, or a cluster."""
+
+_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+_TLS_SCHEMES = ("rediss", "rediss+cluster")
+
+# RediSearch commands whose first argument is the index name, which open-source RediSearch treats
+# as a key (COMMAND INFO gives first key 1): routed to the owner of the index name's slot, where
+# the bank's documents live. redis-py's static policies send them to one default node instead.
+_SEARCH_BY_INDEX = ("create", "search", "aggregate", "dropindex", "info", "alter", "explain")
 
 
 class RedisStoreConfig(BaseModel):
@@ -120,7 +154,9 @@ def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConf
     """Splits a store URI into the connection URL and the store configuration.
 
     Args:
-        uri: `redis://[[user]:password@]host[:port][/db][?param=value&…]` or `rediss://…`.
+        uri: `redis://[[user]:password@]host[:port][/db][?param=value&…]`, `rediss://…`, or
+            `redis+cluster://[[user]:password@]host[:port][,host[:port]…][?…]` (TLS:
+            `rediss+cluster://…`).
         options: Keyword overrides of `RedisStoreConfig` fields.
 
     Returns:
@@ -132,11 +168,18 @@ def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConf
     parts = urlsplit(uri)
     if parts.scheme not in _SCHEMES:
         raise InvalidArgument(
-            f"The Redis store takes redis:// or rediss:// URIs, not {parts.scheme or 'no'!r} "
-            "scheme.",
+            "The Redis store takes redis://, rediss://, redis+cluster:// or rediss+cluster:// "
+            f"URIs, not {parts.scheme or 'no'!r} scheme.",
             field="uri",
         )
-    if not parts.hostname:
+    if is_cluster(uri):
+        cluster_nodes(uri)  # validates the host list
+        if parts.path not in ("", "/", "/0"):
+            raise InvalidArgument(
+                f"A Redis Cluster has only database 0; drop {parts.path!r} from the URI.",
+                field="uri",
+            )
+    elif not parts.hostname:
         raise InvalidArgument(
             "The Redis URI names no host; write redis://host:6379/0.", field="uri"
         )
@@ -154,11 +197,62 @@ def split_uri(uri: str, options: Mapping[str, Any]) -> tuple[str, RedisStoreConf
         "ssl_cert_reqs",
         "ssl_check_hostname",
     } & config.model_fields_set
-    if tls_options and parts.scheme != "rediss":
+    if tls_options and parts.scheme not in _TLS_SCHEMES:
         raise InvalidArgument(
-            f"TLS option(s) {', '.join(sorted(tls_options))} need a rediss:// URI.", field="uri"
+            f"TLS option(s) {', '.join(sorted(tls_options))} need a rediss:// or "
+            "rediss+cluster:// URI.",
+            field="uri",
         )
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), config
+
+
+def is_cluster(url: str) -> bool:
+    """Whether the URL names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`)."""
+    return urlsplit(url).scheme.endswith("+cluster")
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a cluster URL's comma-separated node list.
+
+    Raises:
+        InvalidArgument: The list is empty or a node has no host or a bad port.
+    """
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    nodes: list[tuple[str, int]] = []
+    for item in netloc.split(","):
+        try:
+            node = urlsplit(f"//{item}")
+            host, port = node.hostname, node.port or 6379
+        except ValueError:
+            host, port = None, 0
+        if not host:
+            raise InvalidArgument(
+                f"The Redis Cluster URI has a bad node {item[:60]!r}; write "
+                "redis+cluster://host:port[,host:port…].",
+                field="uri",
+            )
+        nodes.append((host, port))
+    return nodes
+
+
+def describe(url: str | None, client: RedisClient | None = None) -> str:
+    """`host:port` (or a cluster's nodes) of a URL or else a client, for messages; no password."""
+    if url is not None and is_cluster(url):
+        return ",".join(f"{host}:{port}" for host, port in cluster_nodes(url))
+    if url is not None:
+        parts = urlsplit(url)
+        return f"{parts.hostname}:{parts.port or 6379}"
+    if isinstance(client, RedisCluster):
+        return ",".join(client.nodes_manager.startup_nodes)
+    kwargs = connection_kwargs(client) if client is not None else {}
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def connection_kwargs(client: RedisClient) -> dict[str, Any]:
+    """The options the client opens its connections with (`decode_responses`, `host`, …)."""
+    if isinstance(client, RedisCluster):
+        return dict(client.get_connection_kwargs())
+    return dict(client.connection_pool.connection_kwargs)
 
 
 def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
@@ -181,7 +275,7 @@ def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
     return config
 
 
-def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
+def connect(url: str, config: RedisStoreConfig) -> RedisClient:
     """A client for `url` with the config's pool, timeouts, retries and TLS (connects lazily)."""
     kwargs: dict[str, Any] = {
         "max_connections": config.max_connections,
@@ -189,11 +283,10 @@ def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
         "socket_connect_timeout": config.socket_connect_timeout,
         "health_check_interval": config.health_check_interval,
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), config.connection_retries),
-        "retry_on_error": [RedisConnectionError],
         "decode_responses": False,
         "protocol": 3,  # RediSearch reports a timed-out, partial result only in RESP3
     }
-    if url.startswith("rediss://"):
+    if urlsplit(url).scheme in _TLS_SCHEMES:
         kwargs.update(
             ssl_ca_certs=config.ssl_ca_certs,
             ssl_certfile=config.ssl_certfile,
@@ -201,4 +294,57 @@ def connect(url: str, config: RedisStoreConfig) -> aredis.Redis:
             ssl_cert_reqs=config.ssl_cert_reqs,
             ssl_check_hostname=config.ssl_check_hostname,
         )
-    return aredis.Redis.from_url(url, **kwargs)
+    if not is_cluster(url):
+        return aredis.Redis.from_url(url, retry_on_error=[RedisConnectionError], **kwargs)
+    parts = urlsplit(url)
+    cluster = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        ssl=parts.scheme in _TLS_SCHEMES,
+        # A primary that is down takes only its own slots with it; the others keep answering.
+        require_full_coverage=False,
+        **kwargs,
+    )
+    return adapt_cluster_client(cluster)
+
+
+def adapt_cluster_client(client: RedisCluster) -> RedisCluster:
+    """Makes a cluster client route index commands by slot and survive a dead first primary.
+
+    redis-py's static policies send `FT.SEARCH` and friends to one default node; here they go to
+    the owner of the index name's slot, where the bank's documents are. And redis-py reads its
+    command table from the first primary on every re-initialisation, so while that one primary is
+    down the client could not re-initialise and even the live slots would fail; here the table
+    comes from the first node that answers. redis-py has no public setter for the resolver.
+    """
+    if isinstance(client.commands_parser, _LiveNodeCommandsParser):
+        return client  # adapted already (a client shared by several stores)
+    keyed = CommandPolicies(
+        request_policy=RequestPolicy.DEFAULT_KEYED, response_policy=ResponsePolicy.DEFAULT_KEYED
+    )
+    client._policy_resolver = AsyncDynamicPolicyResolver(
+        {"ft": {command: keyed for command in _SEARCH_BY_INDEX}}, client._policy_resolver
+    )
+    client.commands_parser = _LiveNodeCommandsParser(client)
+    return client
+
+
+class _LiveNodeCommandsParser(AsyncCommandsParser):
+    """A command table read from the first node that answers, the default node first."""
+
+    def __init__(self, client: RedisCluster) -> None:
+        super().__init__()
+        self._client = client
+
+    async def initialize(self, node: ClusterNode | None = None) -> None:
+        candidates = [node] if node is not None else []
+        candidates += [other for other in self._client.get_nodes() if other is not node]
+        failure: Exception = RedisConnectionError("No node of the Redis Cluster answered.")
+        for candidate in candidates:
+            try:
+                await super().initialize(candidate)
+                return
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                failure = exc
+        raise failure

@@ -8,7 +8,8 @@ slot and one MULTI/EXEC or script may touch any of them:
 P:banks                    SET    ids of the banks (for list_banks)
 P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still being removed
 {P:B}:bank                 HASH   record (JSON), epoch, dim, algorithm, dtype
-{P:B}:E:m:<memory>         HASH   a memory, indexed by the search index P:idx:B:E
+{P:B}:E:idx                       the bank's search index (RediSearch treats its name as a key)
+{P:B}:E:m:<memory>         HASH   a memory, indexed by the search index {P:B}:E:idx
 {P:B}:E:r:<memory>:<rev>   HASH   a revision (JSON document, live_until)
 {P:B}:E:rz:<memory>        ZSET   revision ids of a memory, scored by create time (µs)
 {P:B}:E:rids               ZSET   ids of the memories with a revision set, all scored 0 (so
@@ -20,7 +21,16 @@ P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still
 {P:B}:E:doc:<kind>         HASH   documents of one kind: key -> JSON
 {P:B}:E:tx:<id>            STRING commit marker of one write, kept for 5 minutes (see `apply`)
 P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
+{P:B}:lock:<kind>:B[:…]    STRING the same, on a cluster, for the engine's locks of bank B (in
+                                  the bank's slot, so its writes can check them as fences)
 ```
+
+Cluster: the index name carries the bank's hash tag too, so open-source RediSearch (one index
+per shard) builds it on the shard that owns the bank's documents, and the client routes every
+search of the bank there (`adapt_cluster_client`). The shared keys (`P:banks`, `P:garbage`,
+`P:lock:*`) are each read and written alone, never in a command with another key, so no command
+spans slots; SCAN and FT._LIST run on every primary. A bank indexed before this layout (index
+`P:idx:B:E`) gets its new index built from its documents on first use, and the old one dropped.
 
 Deleting a bank removes its `{P:B}:bank` key in one command, which makes the whole epoch
 unreachable at once; its keys are then removed (and, after a crash, by the next `delete_bank`).
@@ -45,6 +55,7 @@ write that re-creates the set is never undone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -56,13 +67,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Self, cast
-from urllib.parse import urlsplit
 
 import numpy as np
 import redis.asyncio as aredis
 import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.search.index_definition import IndexDefinition, IndexType
+from redis.crc import key_slot
 from redis.utils import DEFAULT_RESP_VERSION
-from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
 from adk_memory.errors import (
@@ -107,7 +119,15 @@ from adk_memory_redis._codec import (
     operation_to_json,
     to_us,
 )
-from adk_memory_redis._config import RedisStoreConfig, connect, split_uri
+from adk_memory_redis._config import (
+    RedisClient,
+    RedisStoreConfig,
+    adapt_cluster_client,
+    connect,
+    connection_kwargs,
+    describe,
+    split_uri,
+)
 from adk_memory_redis._errors import NO_SEARCH_MODULE, is_missing_index, redis_errors
 from adk_memory_redis._query import FALSE, PUSHDOWN, compile_filter, parse_aggregate, parse_search
 from adk_memory_redis.lock import RedisLock, RedisLockProvider
@@ -126,6 +146,14 @@ _MARKER_TTL_MS = 300_000
 """How long the commit marker of a write outlives it (to settle a lost connection)."""
 _TIE_SLACK = 8
 """Extra candidates fetched beyond k so that ties at the k-th place can be seen."""
+_INDEXING_WAIT_SECONDS = 120.0
+"""How long a call waits for a rebuilt index to take in the bank's stored memories."""
+_SLOT_MOVED = (
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+)
+"""A cluster's answer to a transaction sent to a primary that no longer owns the bank's slot."""
 
 # KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., fencing
 # lock keys... ARGV: the number of inserted keys, of expected keys, of revision sets. Returns the
@@ -247,6 +275,11 @@ class _Bank:
 
     @property
     def index_name(self) -> str:
+        return f"{self.base}idx"
+
+    @property
+    def legacy_index_name(self) -> str:
+        """The index name before it carried the hash tag (dropped once the new one exists)."""
         return f"{self.prefix}:idx:{self.bank_id}:{self.epoch}"
 
     def memory(self, memory_id: str) -> str:
@@ -301,8 +334,8 @@ def _row_cursor(row: Mapping[str, Any], query: ScanQuery) -> ScanCursor:
     return ScanCursor(values, _text(row["memory_id"]))
 
 
-def _speaks_resp3(client: aredis.Redis) -> bool:
-    protocol = client.connection_pool.connection_kwargs.get("protocol")
+def _speaks_resp3(client: RedisClient) -> bool:
+    protocol = connection_kwargs(client).get("protocol")
     return int(protocol or DEFAULT_RESP_VERSION) == 3
 
 
@@ -317,9 +350,10 @@ def _live_at(live_until: Any, now_us: int) -> bool:
     return _text(live_until) == LIVE_FOREVER or int(live_until) > now_us
 
 
-async def _command(client: aredis.Redis, *args: Any) -> Any:
+async def _command(client: RedisClient, *args: Any) -> Any:
     """A raw command (redis-py leaves `execute_command` unannotated)."""
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+    command: Callable[..., Any] = client.execute_command
+    return await command(*args)
 
 
 def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
@@ -329,9 +363,7 @@ def _connection_lost(exc: redis.exceptions.WatchError) -> bool:
     return isinstance(cause, lost) or "occurred while watching" in str(exc)
 
 
-async def _forget_revision_ids(
-    client: aredis.Redis, bank: _Bank, memory_ids: Sequence[str]
-) -> None:
+async def _forget_revision_ids(client: RedisClient, bank: _Bank, memory_ids: Sequence[str]) -> None:
     """Drops from the bank's `rids` those of `memory_ids` whose revision set is gone."""
     if memory_ids:
         keys = [bank.revision_ids, *(bank.revision_set(i) for i in memory_ids)]
@@ -395,21 +427,23 @@ class RedisMemoryStore(MemoryStore):
         url: str | None = None,
         *,
         config: RedisStoreConfig | None = None,
-        client: aredis.Redis | None = None,
+        client: RedisClient | None = None,
     ) -> None:
         if url is None and client is None:
             raise InvalidArgument("RedisMemoryStore needs a redis:// URL or a client.")
         if client is not None:
-            if not isinstance(client, aredis.Redis):
+            if not isinstance(client, aredis.Redis | RedisCluster):
                 raise InvalidArgument(
-                    "RedisMemoryStore takes a redis.asyncio.Redis client (not a sync or cluster "
-                    f"client); got {type(client).__name__}."
+                    "RedisMemoryStore takes a redis.asyncio.Redis or redis.asyncio.RedisCluster "
+                    f"client (not a sync one); got {type(client).__name__}."
                 )
-            if client.connection_pool.connection_kwargs.get("decode_responses"):
+            if connection_kwargs(client).get("decode_responses"):
                 raise InvalidArgument(
                     "The Redis client decodes responses, which would corrupt stored vectors; "
                     "build it with decode_responses=False."
                 )
+            if isinstance(client, RedisCluster):
+                adapt_cluster_client(client)
         self.config = config or RedisStoreConfig()
         if client is not None and self.config.query_timeout_ms and not _speaks_resp3(client):
             raise InvalidArgument(
@@ -425,8 +459,9 @@ class RedisMemoryStore(MemoryStore):
         self._indexes: set[str] = set()
         self._search_checked = False
         self._locks: RedisLockProvider | None = None
+        self._writers: dict[str, aredis.Redis] = {}
         self._scope_sizes: dict[tuple[str, str], tuple[int, float]] = {}
-        self._where = self._describe(url, client)
+        self._where = describe(url, client)
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -442,30 +477,28 @@ class RedisMemoryStore(MemoryStore):
     def __repr__(self) -> str:
         return f"RedisMemoryStore({self._where!r}, key_prefix={self.config.key_prefix!r})"
 
-    @staticmethod
-    def _describe(url: str | None, client: aredis.Redis | None) -> str:
-        if url is not None:
-            parts = urlsplit(url)
-            return f"{parts.hostname}:{parts.port or 6379}"
-        kwargs = client.connection_pool.connection_kwargs if client is not None else {}
-        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
     # Connection
 
-    def _redis(self) -> aredis.Redis:
+    def _redis(self) -> RedisClient:
         """The client, created (without connecting) on first use."""
         if self._client is None:
             assert self._url is not None
             self._client = connect(self._url, self.config)
         return self._client
 
-    async def _ready(self, action: str) -> aredis.Redis:
-        """The client, after checking once that the server has the query engine."""
+    async def _ready(self, action: str) -> RedisClient:
+        """The client, once the query engine is checked.
+
+        On a cluster, every primary that answers is checked (one that is down fails the calls on
+        its own banks only). A one-server client is also checked not to point at a cluster node.
+        """
         client = self._redis()
         if not self._search_checked:
             with redis_errors(self._where, action):
+                if not isinstance(client, RedisCluster):
+                    await self._refuse_cluster_node(client)
                 try:
-                    await _command(client, "FT._LIST")
+                    await self._list_indexes(client, reachable_only=True)
                 except redis.exceptions.ResponseError as exc:
                     if "unknown command" in str(exc).lower():
                         raise FailedPrecondition(
@@ -475,8 +508,40 @@ class RedisMemoryStore(MemoryStore):
             self._search_checked = True
         return client
 
+    async def _refuse_cluster_node(self, client: aredis.Redis) -> None:
+        """`FailedPrecondition` when a one-server client reaches a node of a Redis Cluster."""
+        info = await client.info("cluster")
+        if str(info.get("cluster_enabled", "0")) == "1":
+            raise FailedPrecondition(
+                f"Redis at {self._where} is a node of a Redis Cluster, which a redis:// URI "
+                "cannot use (the bank's keys may live on other nodes). Use "
+                "redis+cluster://host:port[,host:port…] (or rediss+cluster:// for TLS)."
+            )
+
+    @staticmethod
+    async def _list_indexes(client: RedisClient, *, reachable_only: bool = False) -> list[str]:
+        """The names of the search indexes, of every primary of a cluster.
+
+        With `reachable_only`, primaries that cannot be reached are left out, as long as one
+        answers.
+        """
+        if not isinstance(client, RedisCluster):
+            return [_text(name) for name in await _command(client, "FT._LIST")]
+        await client.initialize()
+        primaries = client.get_primaries()
+        names: set[str] = set()
+        unreachable: list[Exception] = []
+        for node in primaries:
+            try:
+                names.update(_text(name) for name in await node.execute_command("FT._LIST"))
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                unreachable.append(exc)
+        if unreachable and (not reachable_only or len(unreachable) == len(primaries)):
+            raise unreachable[0]
+        return sorted(names)
+
     @asynccontextmanager
-    async def _call(self, action: str) -> AsyncIterator[aredis.Redis]:
+    async def _call(self, action: str) -> AsyncIterator[RedisClient]:
         client = await self._ready(action)
         with redis_errors(self._where, action):
             yield client
@@ -484,6 +549,10 @@ class RedisMemoryStore(MemoryStore):
     async def aclose(self) -> None:
         """Closes the connection pool the store opened (never a client passed in)."""
         self._locks = None
+        writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            with redis_errors(self._where, "close the connection pool"):
+                await writer.aclose()
         if self._owns_client and self._client is not None:
             client, self._client = self._client, None
             with redis_errors(self._where, "close the connection pool"):
@@ -508,7 +577,7 @@ class RedisMemoryStore(MemoryStore):
             )
         return f"{{{self.config.key_prefix}:{bank_id}}}:bank"
 
-    async def _load_bank(self, client: aredis.Redis, bank_id: str) -> _Bank | None:
+    async def _load_bank(self, client: RedisClient, bank_id: str) -> _Bank | None:
         raw = await client.hmget(self._bank_key(bank_id), ["epoch", "dim", "algorithm", "dtype"])
         if raw[0] is None:
             self._banks.pop(bank_id, None)
@@ -524,7 +593,7 @@ class RedisMemoryStore(MemoryStore):
         self._banks[bank_id] = bank
         return bank
 
-    async def _bank(self, client: aredis.Redis, bank_id: str) -> _Bank:
+    async def _bank(self, client: RedisClient, bank_id: str) -> _Bank:
         """The bank's layout (cached; callers re-check the epoch with each read or write)."""
         bank = self._banks.get(bank_id)
         if bank is None:
@@ -573,18 +642,49 @@ class RedisMemoryStore(MemoryStore):
             }
         )
 
-    async def _ensure_index(self, client: aredis.Redis, bank: _Bank, *, known: bool = True) -> None:
+    async def _ensure_index(self, client: RedisClient, bank: _Bank, *, known: bool = True) -> None:
         if known and bank.index_name in self._indexes:
             return
-        index = AsyncSearchIndex(self._schema(bank), redis_client=client, owns_client=False)
+        # redis-py's create_index, not redisvl's create: on a cluster redisvl sends FT.CREATE to
+        # a default node, while the client routes it to the index name's slot owner.
+        definition = IndexDefinition(  # type: ignore[no-untyped-call]
+            prefix=[f"{bank.base}m:"], index_type=IndexType.HASH
+        )
         try:
-            await index.create(overwrite=False)
-        except Exception as exc:  # redisvl wraps the server's answer in RedisSearchError
+            await client.ft(bank.index_name).create_index(
+                self._schema(bank).redis_fields, definition=definition
+            )
+        except redis.exceptions.ResponseError as exc:
             if "already exists" not in str(exc).lower():
                 raise
+        else:
+            await self._wait_until_indexed(client, bank.index_name)
+            await self._drop_index(client, bank.legacy_index_name, documents=False)
         self._indexes.add(bank.index_name)
 
-    async def _drop_index(self, client: aredis.Redis, name: str, *, documents: bool) -> None:
+    async def _wait_until_indexed(self, client: RedisClient, name: str) -> None:
+        """Waits while a new index takes in documents already stored under its prefix.
+
+        An index is built afresh over existing documents when a bank's slot has moved to
+        another shard (open-source RediSearch keeps one index per shard) or when a bank indexed
+        under the old name is first used; until it has read them all it would answer partially.
+        """
+        deadline = time.monotonic() + _INDEXING_WAIT_SECONDS
+        delay = 0.005
+        while True:
+            info = await client.ft(name).info()  # type: ignore[no-untyped-call]
+            indexing = {_text(key): value for key, value in info.items()}.get("indexing", 0)
+            if not float(_text(indexing)):  # RESP2 names the fields in str, RESP3 in bytes
+                return
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(
+                    f"The search index of a memory bank on Redis at {self._where} is still being "
+                    f"built after {_INDEXING_WAIT_SECONDS:g} s; retry the request later."
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    async def _drop_index(self, client: RedisClient, name: str, *, documents: bool) -> None:
         try:
             args = ["FT.DROPINDEX", name] + (["DD"] if documents else [])
             await _command(client, *args)
@@ -674,7 +774,7 @@ class RedisMemoryStore(MemoryStore):
                 await client.srem(self._registry, bank_id)
             await self._collect_garbage(client)
 
-    async def _collect_garbage(self, client: aredis.Redis) -> None:
+    async def _collect_garbage(self, client: RedisClient) -> None:
         """Removes the keys of deleted bank epochs (idempotent; resumes after a crash)."""
         for member in await client.smembers(self._garbage):
             bank_id, epoch = _text(member).split("\x1f", 1)
@@ -684,15 +784,32 @@ class RedisMemoryStore(MemoryStore):
                 # bank key. Leave the entry for the delete that completes.
                 continue
             layout = _Bank(self.config.key_prefix, bank_id, epoch, 1, "FLAT", "float32")
-            await self._drop_index(client, layout.index_name, documents=True)
-            await self._unlink_matching(client, f"{layout.base}*")
+            try:
+                await self._drop_index(client, layout.index_name, documents=True)
+                await self._drop_index(client, layout.legacy_index_name, documents=False)
+                await self._unlink_matching(client, f"{layout.base}*", slot_of=layout.base)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                # Its shard is unreachable (a cluster primary is down): the entry stays for the
+                # next delete, and the delete that brought us here has completed all the same.
+                logger.warning("keys of deleted bank %s unreachable; kept for later", bank_id)
+                continue
             await client.srem(self._garbage, member)
             logger.debug("removed the keys of a deleted epoch of bank %s", bank_id)
 
-    async def _unlink_matching(self, client: aredis.Redis, pattern: str) -> int:
+    async def _unlink_matching(
+        self, client: RedisClient, pattern: str, *, slot_of: str | None = None
+    ) -> int:
+        """Unlinks the keys matching `pattern`.
+
+        When every match shares `slot_of`'s hash tag, a cluster scans only that slot's owner.
+        """
+        scan: dict[str, Any] = {}
+        if isinstance(client, RedisCluster) and slot_of is not None:
+            await client.initialize()
+            scan["target_nodes"] = client.get_node_from_key(slot_of)
         removed = 0
         batch: list[bytes] = []
-        async for key in client.scan_iter(match=pattern, count=1000):
+        async for key in client.scan_iter(match=pattern, count=1000, **scan):
             batch.append(key)
             if len(batch) >= 500:
                 removed += await client.unlink(*batch)
@@ -705,9 +822,9 @@ class RedisMemoryStore(MemoryStore):
         """Deletes every bank, index and key under this store's prefix (tests, resets)."""
         prefix = self.config.key_prefix
         async with self._call("drop all memory banks") as client:
-            for name in await _command(client, "FT._LIST"):
-                if _text(name).startswith(f"{prefix}:idx:"):
-                    await self._drop_index(client, _text(name), documents=True)
+            for name in await self._list_indexes(client):
+                if name.startswith((f"{{{prefix}:", f"{prefix}:idx:")):
+                    await self._drop_index(client, name, documents=True)
             await self._unlink_matching(client, f"{{{prefix}:*")
             await self._unlink_matching(client, f"{prefix}:lock:*")
             await client.unlink(self._registry, self._garbage)
@@ -718,7 +835,7 @@ class RedisMemoryStore(MemoryStore):
 
     async def _with_bank(
         self,
-        client: aredis.Redis,
+        client: RedisClient,
         bank_id: str,
         queue: Callable[[Any, _Bank], None],
     ) -> tuple[_Bank, list[Any]]:
@@ -762,8 +879,13 @@ class RedisMemoryStore(MemoryStore):
                 await self._ensure_index(client, bank)
                 marker = f"{bank.base}tx:{uuid.uuid4().hex}"
                 try:
-                    if await self._try_apply(client, bank_key, bank, batch, marker):
+                    writer = await self._writer(client, bank_key)
+                    if await self._try_apply(writer, bank_key, bank, batch, marker):
                         return
+                except _SLOT_MOVED:
+                    logger.debug("the slot of bank %s moved; reading the slot map again", bank_id)
+                    await cast(RedisCluster, client).nodes_manager.initialize()
+                    continue
                 except redis.exceptions.WatchError as exc:
                     if not _connection_lost(exc):
                         logger.debug("write to bank %s collided with another; retrying", bank_id)
@@ -775,11 +897,44 @@ class RedisMemoryStore(MemoryStore):
                     return
                 self._banks.pop(bank_id, None)  # the epoch changed: reload and retry
             raise FailedPrecondition(
-                f"Writes to memory bank {bank_id!r} kept colliding with concurrent writers "
-                f"({self.config.write_retries} attempts); retry the request."
+                f"Writes to memory bank {bank_id!r} kept colliding with concurrent writers, or "
+                f"with its cluster slot being moved ({self.config.write_retries} attempts); "
+                "retry the request."
             )
 
-    async def _settle(self, client: aredis.Redis, marker: str, exc: Exception) -> None:
+    def _in_slot_of(self, key: str, bank_key: str) -> bool:
+        """Whether a transaction of the bank may include `key` (always, on one server)."""
+        if not isinstance(self._client, RedisCluster):
+            return True
+        return key_slot(key.encode()) == key_slot(bank_key.encode())
+
+    async def _writer(self, client: RedisClient, bank_key: str) -> aredis.Redis:
+        """The client a bank's transaction runs on.
+
+        The store's own client, or on a cluster a plain client of the primary that owns the
+        bank's slot: redis-py's cluster transaction runs every queued command in a new thread and
+        event loop, which made a write ten times as long. A slot that has moved since answers
+        MOVED, and `apply` asks the cluster again.
+        """
+        if not isinstance(client, RedisCluster):
+            return client
+        await client.initialize()
+        node = client.get_node_from_key(bank_key)
+        if node is None:
+            raise StoreUnavailable(
+                f"No primary of the Redis Cluster at {self._where} serves the slot of this bank."
+            )
+        writer = self._writers.get(node.name)
+        if writer is None:
+            pool = aredis.ConnectionPool(
+                connection_class=node.connection_class,
+                max_connections=node.max_connections,
+                **node.connection_kwargs,
+            )
+            writer = self._writers[node.name] = aredis.Redis(connection_pool=pool)
+        return writer
+
+    async def _settle(self, client: RedisClient, marker: str, exc: Exception) -> None:
         """Returns if the interrupted transaction committed; raises `StoreUnavailable` if not."""
         try:
             committed = bool(await client.exists(marker))
@@ -813,11 +968,14 @@ class RedisMemoryStore(MemoryStore):
             by_memory.setdefault(revision.memory_id, []).append(revision)
         set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
         # A lock of this store's provider is checked inside the transaction; another (on
-        # another server, or not a Redis lock) cannot join it and is checked just before.
+        # another server, or not a Redis lock, or on a cluster outside the bank's slot) cannot
+        # join it and is checked just before.
         fences = [
             lease
             for lease in batch.fences
-            if isinstance(lease, RedisLock) and lease.provider is self._locks
+            if isinstance(lease, RedisLock)
+            and lease.provider is self._locks
+            and self._in_slot_of(lease.key, bank_key)
         ]
         for lease in batch.fences:
             if lease not in fences:
@@ -1006,7 +1164,7 @@ class RedisMemoryStore(MemoryStore):
             return True
         return ranked[k - 1][0] < ranked[-1][0] - 1e-6
 
-    async def _use_graph(self, client: aredis.Redis, bank: _Bank, scope_key: str) -> bool:
+    async def _use_graph(self, client: RedisClient, bank: _Bank, scope_key: str) -> bool:
         """Whether an HNSW search of this scope should walk the graph (a large scope)."""
         cache_key = (bank.index_name, scope_key)
         cached = self._scope_sizes.get(cache_key)
@@ -1029,7 +1187,7 @@ class RedisMemoryStore(MemoryStore):
 
     async def _knn(
         self,
-        client: aredis.Redis,
+        client: RedisClient,
         bank_id: str,
         base: str,
         vector: np.ndarray[Any, Any],
@@ -1139,7 +1297,7 @@ class RedisMemoryStore(MemoryStore):
 
     async def _scan_chunk(
         self,
-        client: aredis.Redis,
+        client: RedisClient,
         bank_id: str,
         query: ScanQuery,
         after: ScanCursor | None,
@@ -1276,7 +1434,7 @@ class RedisMemoryStore(MemoryStore):
 
     @staticmethod
     async def _with_live_revisions(
-        client: aredis.Redis, bank: _Bank, memory_ids: list[str], now_us: int
+        client: RedisClient, bank: _Bank, memory_ids: list[str], now_us: int
     ) -> list[str]:
         """The ids among `memory_ids` with a revision live at `now_us`; forgets those with none."""
         async with client.pipeline(transaction=False) as pipe:
@@ -1438,7 +1596,7 @@ class RedisMemoryStore(MemoryStore):
 
     @staticmethod
     async def _sweep_revisions(
-        client: aredis.Redis, bank: _Bank, expiry_set: str, now_us: int
+        client: RedisClient, bank: _Bank, expiry_set: str, now_us: int
     ) -> int:
         removed = 0
         while True:

@@ -28,18 +28,25 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Self
-from urllib.parse import urlsplit
 
-import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from adk_memory.locks import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS, lease_lapsed
-from adk_memory_redis._config import connect, make_config, split_uri
+from adk_memory_redis._config import (
+    RedisClient,
+    connect,
+    describe,
+    is_cluster,
+    make_config,
+    split_uri,
+)
 from adk_memory_redis._errors import redis_errors
 
 logger = logging.getLogger(__name__)
@@ -55,6 +62,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 _MAX_NAME = 1024
+_BANK_LOCK = re.compile(r"[a-z][a-z-]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?::|$)")
+"""The engine's lock names, `<kind>:<bank id>[:…]` (`generate:`, `stream:`, `memory-id:`, …)."""
 
 
 class RedisLock:
@@ -151,10 +160,11 @@ class RedisLockProvider:
     """Named locks in one Redis, shared by every process and host that uses it.
 
     Args:
-        url: `redis://…` or `rediss://…` (query options as for the store: `key_prefix`,
-            timeouts, TLS).
-        client: A `redis.asyncio.Redis` you built; never closed by the provider.
-        key_prefix: Namespace of the lock keys (`<prefix>:lock:<name>`).
+        url: `redis://…`, `rediss://…`, `redis+cluster://…` or `rediss+cluster://…` (query
+            options as for the store: `key_prefix`, timeouts, TLS).
+        client: A `redis.asyncio.Redis` or `RedisCluster` you built; never closed by the provider.
+        key_prefix: Namespace of the lock keys (`<prefix>:lock:<name>`; on a cluster a name
+            `<kind>:<bank id>[:…]` is kept in the bank's slot, `{<prefix>:<bank id>}:lock:<name>`).
         renew: Renew the lease in the background while the lock is held.
     """
 
@@ -162,7 +172,7 @@ class RedisLockProvider:
         self,
         url: str | None = None,
         *,
-        client: aredis.Redis | None = None,
+        client: RedisClient | None = None,
         key_prefix: str | None = None,
         renew: bool = True,
         **options: Any,
@@ -179,20 +189,15 @@ class RedisLockProvider:
         self._client = client
         self._owns_client = client is None
         self.renew = renew
-        kwargs = client.connection_pool.connection_kwargs if client is not None else {}
-        parts = urlsplit(url) if url else None
-        self._where = (
-            f"{parts.hostname}:{parts.port or 6379}"
-            if parts
-            else f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-        )
+        self._where = describe(url, client)
+        self._cluster = is_cluster(url) if url is not None else isinstance(client, RedisCluster)
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
         """Builds the provider from a Redis URI without connecting."""
         return cls(uri, **options)
 
-    def _redis(self) -> aredis.Redis:
+    def _redis(self) -> RedisClient:
         if self._client is None:
             assert self._url is not None
             self._client = connect(self._url, self.config)
@@ -204,6 +209,11 @@ class RedisLockProvider:
                 f"A lock name must be a non-empty string of at most {_MAX_NAME} characters.",
                 field="name",
             )
+        bank = _BANK_LOCK.match(name) if self._cluster else None
+        if bank is not None:
+            # In the bank's slot, so that a write of the bank can check the lock inside its
+            # transaction (`WriteBatch.fences`): a transaction cannot span cluster slots.
+            return f"{{{self.config.key_prefix}:{bank.group(1)}}}:lock:{name}"
         return f"{self.config.key_prefix}:lock:{name}"
 
     async def acquire(
