@@ -9,7 +9,6 @@ meaning. Where ADK logs a warning and drops a value it cannot send, these helper
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any

@@ -909,8 +909,10 @@ class MemoryStoreConformance:
     async def test_operations_in_a_batch_are_written_with_its_memories_or_not_at_all(
         self, store: MemoryStore, bank: str
     ) -> None:
-        """A create's memory, revision and operation: all there after `apply`, none after a
-        batch that failed."""
+        """A create's memory, revision and operation are all stored, or none of them is.
+
+        All three are there after `apply`; none is after a batch that failed.
+        """
         created = OperationRecord(
             bank, "memories/m1/operations/o1", True, {"kind": "memory", "operation": {}}, T0
         )

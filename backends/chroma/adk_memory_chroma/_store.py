@@ -26,7 +26,8 @@ batch with ONE call that carries a journal of what the later calls will write (`
 rows"), writes the rest with idempotent calls, and closes the journal:
 
 Documents and operations in a batch (`WriteBatch.documents`, `.operations`) are aux rows written
-with the revisions: below, "revisions" means all three, and they share the revisions' journal entries and replay.
+with the revisions: below, "revisions" means all three, and they share the revisions' journal
+entries and replay.
 
 * memories and revisions (every engine write but purges): call 1 upserts the memories together
   with the bank's journal slot `j:slot` in the memory collection, which holds the revisions and
