@@ -70,7 +70,7 @@ app.add_typer(streams_app, name="streams")
 UriOption = Annotated[
     str | None,
     typer.Option(
-        "--uri", help="Store URI (default: $ADK_MEMORY_URI, else chroma://~/.adk-memory)."
+        "--uri", help="Store URI (default: $ADK_MEMORY_URI, else embedded Chroma in ~/.adk-memory)."
     ),
 ]
 BankOption = Annotated[
