@@ -40,6 +40,24 @@ def validate_memory_id(memory_id: str, *, field: str = "memory_id") -> str:
     return memory_id
 
 
+def validate_stored_memory_id(memory_id: object, *, field: str = "memory_id") -> str:
+    """The id if a stored memory may carry it (as in a name: generated, numeric, profile ids)."""
+    if not isinstance(memory_id, str) or not _NAMED_MEMORY_ID_PATTERN.fullmatch(memory_id):
+        raise InvalidArgument(
+            f"{field} must be 1-63 characters of lowercase letters, digits and '-', starting "
+            "and ending with a letter or digit.",
+            field=field,
+        )
+    return memory_id
+
+
+def validate_revision_id(revision_id: object, *, field: str = "revision_id") -> str:
+    """The id if it is a revision id (1-128 letters, digits, '_' and '-')."""
+    if not isinstance(revision_id, str) or not _REVISION_ID_PATTERN.fullmatch(revision_id):
+        raise InvalidArgument(f"{field} must be 1-128 letters, digits, '_' or '-'.", field=field)
+    return revision_id
+
+
 def new_memory_id() -> str:
     """A generated memory id (letter first, 20 chars)."""
     return "m" + secrets.token_hex(10)[:19]

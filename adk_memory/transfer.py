@@ -44,8 +44,10 @@ import numpy as np
 from adk_memory.embeddings import canonical_model_name
 from adk_memory.engine.ingest import STREAM_KIND
 from adk_memory.engine.memories import owner_scopes
+from adk_memory.engine.profiles import PROFILE_ID_PREFIX, profile_memory_id
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from adk_memory.filters import Condition, Op, partition
+from adk_memory.names import validate_revision_id, validate_stored_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
     BankRecord,
@@ -229,6 +231,39 @@ def bank_from_json(data: Mapping[str, Any]) -> BankRecord:
     )
 
 
+def _checked_id(
+    data: Mapping[str, Any],
+    scope: Mapping[str, str],
+    digest: ScopeKey,
+    where: str,
+    *,
+    revision: bool,
+) -> str:
+    """The line's memory id, if it fits the line's kind.
+
+    A profile's id is the one generate derives from its scope and schema, so a file cannot plant
+    a record where a profile will be looked for; no other memory may take that form, and it
+    carries the plain scope digest. A revision carries its memory's digest.
+    """
+    memory_id = validate_stored_memory_id(data.get("memory_id"), field=f"{where}.memory_id")
+    profile_id = memory_id.startswith(PROFILE_ID_PREFIX)
+    if revision:
+        fits = digest == (profile_scope_key(scope) if profile_id else scope_key(scope))
+    elif data.get("memory_type") == _PROFILE:
+        fits = memory_id == profile_memory_id(scope, str(data.get("schema_id")))
+        fits = fits and digest == profile_scope_key(scope)
+    else:
+        fits = not profile_id and digest == scope_key(scope)
+    if not fits:
+        raise InvalidArgument(
+            f"{where}: memory_id {memory_id!r} does not fit its memory type and scope (a "
+            "profile's id is derived from its scope and schema; no other id may take that "
+            "form); the file was altered.",
+            field=f"{where}.memory_id",
+        )
+    return memory_id
+
+
 def _checked_scope(data: Mapping[str, Any], where: str) -> tuple[dict[str, str], ScopeKey]:
     """The scope and its digest; a profile's digest is `profile_scope_key` of the same scope."""
     scope = validate_scope(data["scope"])
@@ -273,7 +308,7 @@ def memory_from_json(data: Mapping[str, Any], *, where: str = "memory") -> Memor
     scope, digest = _checked_scope(data, where)
     raw_vector = data.get("embedding_f64")
     return MemoryRecord(
-        memory_id=str(data["memory_id"]),
+        memory_id=_checked_id(data, scope, digest, where, revision=False),
         scope_key=digest,
         scope=scope,
         fact=str(data["fact"]),
@@ -314,8 +349,8 @@ def revision_from_json(data: Mapping[str, Any], *, where: str = "revision") -> R
     """The revision record of a `revision` line."""
     scope, digest = _checked_scope(data, where)
     return RevisionRecord(
-        memory_id=str(data["memory_id"]),
-        revision_id=str(data["revision_id"]),
+        memory_id=_checked_id(data, scope, digest, where, revision=True),
+        revision_id=validate_revision_id(data.get("revision_id"), field=f"{where}.revision_id"),
         scope_key=digest,
         scope=scope,
         fact=str(data["fact"]),

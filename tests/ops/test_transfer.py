@@ -366,3 +366,97 @@ def test_export_and_import_commands_round_trip(tmp_path: Path, hash_embeddings: 
     assert json.loads(restored.stdout)["fact"] == "I drive a blue car."
     again = runner.invoke(app, ["import", str(exported), "--uri", target])
     assert again.exit_code == 1 and again.stderr.startswith("error: ALREADY_EXISTS")
+
+
+PROFILE_BANK_CONFIG = {
+    "similarity_search_config": {"embedding_model": "hash-64"},
+    "structured_memory_configs": [
+        {
+            "scope_keys": ["user_id"],
+            "schema_configs": [
+                {
+                    "id": "user-profile",
+                    "schema": {"type": "OBJECT", "properties": {"name": {"type": "STRING"}}},
+                }
+            ],
+        }
+    ],
+}
+
+
+async def exported_profile_bank() -> list[dict[str, Any]]:
+    """The export lines of a bank holding one memory and one profile of ALICE."""
+    model = ScriptedMemoryModel()
+    model.extractions.append(
+        {
+            "memories": [{"fact": "I am Ada.", "topics": ["USER_PERSONAL_INFO"]}],
+            "profiles": {"user-profile": {"name": "Ada"}},
+        }
+    )
+    model.consolidations.append({"actions": [{"fact_index": 0, "action": "CREATE"}]})
+    async with AsyncClient("memory://", generation_model=model, run_scheduler=False) as source:
+        bank = await source.memory_banks.create(
+            memory_bank_id="profiles", managed_semantic_memory_config=PROFILE_BANK_CONFIG
+        )
+        await source.memory_banks.memories.generate(
+            name=bank.name, scope=ALICE, direct_contents_source=CELLO
+        )
+        buffer = io.StringIO()
+        await export_bank(source.engine, "profiles", buffer.write)
+    return [json.loads(line) for line in buffer.getvalue().splitlines()]
+
+
+async def test_a_profile_moves_between_stores_and_is_found_as_a_profile() -> None:
+    lines = await exported_profile_bank()
+    assert any(line.get("memory_type") == "STRUCTURED_PROFILE" for line in lines)
+    async with AsyncClient("memory://", run_scheduler=False) as target:
+        await import_bank(target.engine, [json.dumps(line) for line in lines], bank_id="moved")
+        found = await target.memory_banks.memories.retrieve_profiles(
+            name="reasoningEngines/moved", scope=ALICE
+        )
+    assert {key: value.profile for key, value in (found.profiles or {}).items()} == {
+        "user-profile": {"name": "Ada"}
+    }
+
+
+def _altered(lines: list[dict[str, Any]], kind: str, **changes: Any) -> list[str]:
+    """The lines with the first line of `kind` changed (and the profile one for "profile")."""
+    altered = json.loads(json.dumps(lines))
+    if kind == "profile":
+        target = next(line for line in altered if line.get("memory_type") == "STRUCTURED_PROFILE")
+    else:
+        target = next(
+            line
+            for line in altered
+            if line["kind"] == kind and line.get("memory_type") != "STRUCTURED_PROFILE"
+        )
+    target.update(changes)
+    return [json.dumps(line) for line in altered]
+
+
+async def test_an_import_cannot_plant_an_id_no_export_could_hold() -> None:
+    """A crafted file: ids that split into several on a store (`,`), a plain memory at a
+    profile's id (where generate would look for the profile), a profile at an id its scope and
+    schema do not give, bad revision ids. Each is refused naming the line, and nothing lands."""
+    from adk_memory.engine.profiles import profile_memory_id
+
+    lines = await exported_profile_bank()
+    squatted_id = profile_memory_id({"user_id": "bob"}, "user-profile")
+    crafted = {
+        "a list-like id": _altered(lines, "memory", memory_id="tea,profile"),
+        "a plain memory at a profile's id": _altered(lines, "memory", memory_id=squatted_id),
+        "a profile at another id": _altered(lines, "profile", memory_id="ada"),
+        "a profile of another schema": _altered(lines, "profile", schema_id="other"),
+        "a revision id with a slash": _altered(lines, "revision", revision_id="../x"),
+        "a revision of a list-like id": _altered(lines, "revision", memory_id="a,b"),
+    }
+    async with AsyncClient("memory://", run_scheduler=False) as target:
+        for number, (case, file) in enumerate(crafted.items()):
+            bank_id = f"planted-{number}"
+            with pytest.raises(
+                InvalidArgument, match=r"line \d+(: |\.)(memory|revision)_id"
+            ) as caught:
+                await import_bank(target.engine, file, bank_id=bank_id)
+            assert "altered" in str(caught.value) or "must be" in str(caught.value), case
+            now = datetime.now(UTC)
+            assert await target.engine.store.scan(bank_id, ScanQuery(now)) == [], case
