@@ -234,7 +234,7 @@ def bank_from_json(data: Mapping[str, Any]) -> BankRecord:
 def _checked_id(
     data: Mapping[str, Any],
     scope: Mapping[str, str],
-    digest: ScopeKey,
+    profile_digest: bool,
     where: str,
     *,
     revision: bool,
@@ -248,12 +248,11 @@ def _checked_id(
     memory_id = validate_stored_memory_id(data.get("memory_id"), field=f"{where}.memory_id")
     profile_id = memory_id.startswith(PROFILE_ID_PREFIX)
     if revision:
-        fits = digest == (profile_scope_key(scope) if profile_id else scope_key(scope))
+        fits = profile_digest == profile_id
     elif data.get("memory_type") == _PROFILE:
-        fits = memory_id == profile_memory_id(scope, str(data.get("schema_id")))
-        fits = fits and digest == profile_scope_key(scope)
+        fits = profile_digest and memory_id == profile_memory_id(scope, str(data.get("schema_id")))
     else:
-        fits = not profile_id and digest == scope_key(scope)
+        fits = not profile_id and not profile_digest
     if not fits:
         raise InvalidArgument(
             f"{where}: memory_id {memory_id!r} does not fit its memory type and scope (a "
@@ -264,20 +263,20 @@ def _checked_id(
     return memory_id
 
 
-def _checked_scope(data: Mapping[str, Any], where: str) -> tuple[dict[str, str], ScopeKey]:
-    """The scope and its digest; a profile's digest is `profile_scope_key` of the same scope."""
+def _checked_scope(data: Mapping[str, Any], where: str) -> tuple[dict[str, str], ScopeKey, bool]:
+    """The scope, its digest, and whether that digest is the profile one of the same scope."""
     scope = validate_scope(data["scope"])
-    digests = {scope_key(scope), profile_scope_key(scope)}
+    plain, profile = scope_key(scope), profile_scope_key(scope)
     given = data.get("scope_key")
     if given is None:
-        profile = data.get("memory_type") == _PROFILE
-        return scope, profile_scope_key(scope) if profile else scope_key(scope)
-    if given not in digests:
+        is_profile = data.get("memory_type") == _PROFILE
+        return scope, profile if is_profile else plain, is_profile
+    if given not in (plain, profile):
         raise InvalidArgument(
             f"{where}: scope_key does not match its scope; the file was altered.",
             field=f"{where}.scope_key",
         )
-    return scope, ScopeKey(given)
+    return scope, ScopeKey(given), given == profile
 
 
 def memory_to_json(record: MemoryRecord, *, vector: bool = True) -> dict[str, Any]:
@@ -305,10 +304,10 @@ def memory_to_json(record: MemoryRecord, *, vector: bool = True) -> dict[str, An
 
 def memory_from_json(data: Mapping[str, Any], *, where: str = "memory") -> MemoryRecord:
     """The memory record of a `memory` line (an empty embedding when it has none)."""
-    scope, digest = _checked_scope(data, where)
+    scope, digest, profile_digest = _checked_scope(data, where)
     raw_vector = data.get("embedding_f64")
     return MemoryRecord(
-        memory_id=_checked_id(data, scope, digest, where, revision=False),
+        memory_id=_checked_id(data, scope, profile_digest, where, revision=False),
         scope_key=digest,
         scope=scope,
         fact=str(data["fact"]),
@@ -347,9 +346,9 @@ def revision_to_json(revision: RevisionRecord) -> dict[str, Any]:
 
 def revision_from_json(data: Mapping[str, Any], *, where: str = "revision") -> RevisionRecord:
     """The revision record of a `revision` line."""
-    scope, digest = _checked_scope(data, where)
+    scope, digest, profile_digest = _checked_scope(data, where)
     return RevisionRecord(
-        memory_id=_checked_id(data, scope, digest, where, revision=True),
+        memory_id=_checked_id(data, scope, profile_digest, where, revision=True),
         revision_id=validate_revision_id(data.get("revision_id"), field=f"{where}.revision_id"),
         scope_key=digest,
         scope=scope,
