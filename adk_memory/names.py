@@ -31,31 +31,36 @@ _BANK_FORMAT = "projects/{project}/locations/{location}/reasoningEngines/{bank}"
 
 def validate_memory_id(memory_id: str, *, field: str = "memory_id") -> str:
     """Returns the id if it matches Memory Bank's memory-id rule, else raises InvalidArgument."""
-    if not isinstance(memory_id, str) or not MEMORY_ID_PATTERN.fullmatch(memory_id):
-        raise InvalidArgument(
-            f"{field} must be 1-63 characters of lowercase letters, digits and '-', starting "
-            "with a letter and ending with a letter or digit (e.g. 'my-memory-1').",
-            field=field,
-        )
-    return memory_id
+    return _matching(
+        MEMORY_ID_PATTERN,
+        memory_id,
+        field,
+        "1-63 characters of lowercase letters, digits and '-', starting with a letter and ending "
+        "with a letter or digit (e.g. 'my-memory-1')",
+    )
 
 
 def validate_stored_memory_id(memory_id: object, *, field: str = "memory_id") -> str:
     """The id if a stored memory may carry it (as in a name: generated, numeric, profile ids)."""
-    if not isinstance(memory_id, str) or not _NAMED_MEMORY_ID_PATTERN.fullmatch(memory_id):
-        raise InvalidArgument(
-            f"{field} must be 1-63 characters of lowercase letters, digits and '-', starting "
-            "and ending with a letter or digit.",
-            field=field,
-        )
-    return memory_id
+    return _matching(
+        _NAMED_MEMORY_ID_PATTERN,
+        memory_id,
+        field,
+        "1-63 characters of lowercase letters, digits and '-', starting and ending with a letter "
+        "or digit",
+    )
 
 
 def validate_revision_id(revision_id: object, *, field: str = "revision_id") -> str:
     """The id if it is a revision id (1-128 letters, digits, '_' and '-')."""
-    if not isinstance(revision_id, str) or not _REVISION_ID_PATTERN.fullmatch(revision_id):
-        raise InvalidArgument(f"{field} must be 1-128 letters, digits, '_' or '-'.", field=field)
-    return revision_id
+    return _matching(_REVISION_ID_PATTERN, revision_id, field, "1-128 letters, digits, '_' or '-'")
+
+
+def _matching(pattern: re.Pattern[str], value: object, field: str, rule: str) -> str:
+    """`value` if it is a string the whole of which `pattern` matches, else `InvalidArgument`."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InvalidArgument(f"{field} must be {rule}.", field=field)
+    return value
 
 
 def new_memory_id() -> str:
