@@ -1,16 +1,34 @@
-"""Fixtures of the reliability suite: URIs of stores that several processes share, and servers
-that a test may kill and start again (`restartable.py`)."""
+"""Fixtures of the reliability suite.
+
+An async client and a bank on each backend, URIs of stores that several processes share, and
+servers that a test may kill and start again (`restartable.py`).
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import quote
 
 import pytest
 from restartable import RestartableChroma, RestartableRedis
 
+from adk_memory import AsyncClient
+
 SHARED = ["redis", "redis_cluster", "chroma_http_redis_lock"]
+
+
+@pytest.fixture
+async def aclient(store_uri: str) -> AsyncIterator[AsyncClient]:
+    """An async client on each backend in turn, with the fast test embedder."""
+    async with AsyncClient(uri=store_uri, embedding_model="hash-64") as made:
+        yield made
+
+
+@pytest.fixture
+async def bank(aclient: AsyncClient) -> str:
+    """A new bank's name."""
+    return (await aclient.memory_banks.create()).name
 
 
 @pytest.fixture(params=SHARED)

@@ -9,7 +9,6 @@ the bounds are stored and read back.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -24,17 +23,6 @@ SCOPE = {"user_id": "bounds"}
 HUGE_DURATIONS = ["300000000000s", "3155760001s", "9" * 400 + "s", "1" + "0" * 30 + ".5s"]
 AHEAD_OF_UTC = timezone(timedelta(hours=1))
 BEHIND_UTC = timezone(timedelta(hours=-1))
-
-
-@pytest.fixture
-async def aclient(store_uri: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(uri=store_uri, embedding_model="hash-64") as made:
-        yield made
-
-
-@pytest.fixture
-async def bank(aclient: AsyncClient) -> str:
-    return (await aclient.memory_banks.create()).name
 
 
 async def _refused(call: Any, field: str, bound: str) -> None:

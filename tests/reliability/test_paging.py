@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,17 +20,6 @@ from adk_memory.server import create_app
 
 SCOPE = {"user_id": "pager"}
 OTHER = {"user_id": "someone-else"}
-
-
-@pytest.fixture
-async def aclient(store_uri: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(uri=store_uri, embedding_model="hash-64") as made:
-        yield made
-
-
-@pytest.fixture
-async def bank(aclient: AsyncClient) -> str:
-    return (await aclient.memory_banks.create()).name
 
 
 async def _create(
