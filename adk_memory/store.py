@@ -418,6 +418,16 @@ class MemoryStore(Protocol):
         """Up to `query.k` live memories of one scope by true L2 distance, ties by memory id."""
         ...
 
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
+        """An opaque version of one scope's memories, for caches kept outside the store.
+
+        Two equal values read at two moments guarantee that no memory of the scope was inserted,
+        replaced or deleted in between, by any process (expiry need not change it: a cache
+        filters by `expire_time` itself). None (the default): the store keeps no version, and
+        callers must read the scope again.
+        """
+        return None
+
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Up to `limit` live memories matching the query, in its order, after `query.after`.
 
