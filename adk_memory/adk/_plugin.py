@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,8 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types as genai_types
 from typing_extensions import override
 
+from adk_memory.adk._loops import BackgroundTasks
+from adk_memory.adk._options import idle_duration_text
 from adk_memory.adk._service import DEFAULT_IDLE_DURATION, MemoryBankService
 from adk_memory.errors import InvalidArgument
 
@@ -66,7 +68,6 @@ class _Invocation:
     budget: float
     """Seconds the first model request waits for the search."""
     facts: list[str] | None = None
-    done: bool = field(default=False)
 
 
 class MemoryBankPlugin(BasePlugin):
@@ -138,7 +139,7 @@ class MemoryBankPlugin(BasePlugin):
         self._service = service
         self._top_k = top_k
         self._trigger = (
-            {"generation_rule": {"idle_duration": _duration(idle_duration)}}
+            {"generation_rule": {"idle_duration": idle_duration_text(idle_duration)}}
             if idle_duration is not None
             else None
         )
@@ -148,7 +149,7 @@ class MemoryBankPlugin(BasePlugin):
         self._retrieve = retrieve
         self._ingest = ingest
         self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundTasks("memory ingest")
         self._warned_no_service = False
         self._warned_in_memory = False
 
@@ -272,8 +273,7 @@ class MemoryBankPlugin(BasePlugin):
         Events a write had not stored by then are retried by the service; generation is not
         awaited (its events are in the store, and any process's scheduler generates them).
         """
-        loop = asyncio.get_running_loop()
-        pending = [task for task in self._background if task.get_loop() is loop]
+        pending = self._background.on_this_loop()
         if pending:
             _, late = await asyncio.wait(pending, timeout=_CLOSE_SECONDS)
             if late:
@@ -287,9 +287,7 @@ class MemoryBankPlugin(BasePlugin):
         Generation waiting for a stream's idle trigger is not awaited; see
         `MemoryBankService.flush`.
         """
-        loop = asyncio.get_running_loop()
-        while pending := [task for task in self._background if task.get_loop() is loop]:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._background.drain()
         if isinstance(self._service, MemoryBankService):
             await self._service.drain()
 
@@ -351,11 +349,7 @@ class MemoryBankPlugin(BasePlugin):
 
     async def _bounded(self, work: Coroutine[Any, Any, Any]) -> None:
         """Awaits `work` up to `ingest_timeout`; then leaves it running in the background."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        task.add_done_callback(_log_ingest_failure)
-        await asyncio.wait({task}, timeout=self._ingest_timeout)
+        await asyncio.wait({self._background.start(work)}, timeout=self._ingest_timeout)
 
 
 async def _add_events(
@@ -377,15 +371,6 @@ async def _add_events(
         )
     except NotImplementedError:
         logger.debug("%s takes no event deltas; skipping the ingest.", type(service).__name__)
-
-
-def _log_ingest_failure(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        logger.debug("A background memory ingest was cancelled; the next run sends its events.")
-        return
-    error = task.exception()
-    if error is not None:
-        logger.error("Background memory ingest failed: %s: %s", type(error).__name__, error)
 
 
 def _cancel(invocation: _Invocation) -> None:
@@ -435,20 +420,3 @@ def _insert_memories(llm_request: LlmRequest, facts: list[str]) -> None:
     while index > 0 and llm_request.contents[index - 1].role == "user":
         index -= 1
     llm_request.contents.insert(index, content)
-
-
-def _duration(value: timedelta | str) -> str:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    else:
-        text = str(value).strip()
-        try:
-            seconds = float(text[:-1]) if text.endswith("s") else float("nan")
-        except ValueError:
-            seconds = float("nan")
-    if not seconds > 0:
-        raise InvalidArgument(
-            f"idle_duration must be a positive timedelta or a duration like '60s', not {value!r}.",
-            field="idle_duration",
-        )
-    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
