@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -33,6 +33,7 @@ from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
 
 __all__ = [
+    "Body",
     "CreateMemoryBody",
     "CreateMemoryQuery",
     "DeleteBankBody",
@@ -105,6 +106,13 @@ class _Wire(BaseModel):
             ) from None
 
 
+class Body(_Wire):
+    """The body of a method that takes the SDK's config model for it."""
+
+    own_fields: ClassVar[tuple[str, ...]] = ()
+    """The method's own arguments; every other field belongs to its config."""
+
+
 def _body(
     name: str,
     doc: str,
@@ -112,28 +120,29 @@ def _body(
     *,
     drop: frozenset[str] = frozenset(),
     **fields: Any,
-) -> type[_Wire]:
+) -> type[Body]:
     """A body model: the method's own `fields` plus `config`'s fields the SDK sends in the body."""
     inherited: dict[str, Any] = {
         field_name: (info.annotation, copy.deepcopy(info))
         for field_name, info in config.model_fields.items()
         if field_name not in _CLIENT_ONLY | drop
     }
-    model: type[_Wire] = create_model(name, __base__=_Wire, __doc__=doc, **inherited, **fields)
+    model: type[Body] = create_model(name, __base__=Body, __doc__=doc, **inherited, **fields)
+    model.own_fields = tuple(fields)
     return model
 
 
 Scope = dict[str, str]
 
 if TYPE_CHECKING:  # mypy cannot see fields made at runtime: it checks these as their base
-    CreateMemoryBody = _Wire
-    UpdateMemoryBody = _Wire
-    GenerateMemoriesBody = _Wire
-    RetrieveMemoriesBody = _Wire
-    RetrieveProfilesBody = _Wire
-    RollbackMemoryBody = _Wire
-    PurgeMemoriesBody = _Wire
-    IngestEventsBody = _Wire
+    CreateMemoryBody = Body
+    UpdateMemoryBody = Body
+    GenerateMemoriesBody = Body
+    RetrieveMemoriesBody = Body
+    RetrieveProfilesBody = Body
+    RollbackMemoryBody = Body
+    PurgeMemoriesBody = Body
+    IngestEventsBody = Body
 else:
     CreateMemoryBody = _body(
         "CreateMemoryBody",
