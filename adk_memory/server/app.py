@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import email.message
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -641,6 +642,8 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    if keys is None:
+        app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
     _add_browser(app)
     app.add_exception_handler(AdkMemoryError, _on_error)
     app.add_exception_handler(HTTPException, _on_http_error)
@@ -655,6 +658,17 @@ def create_app(
         )
     app.add_middleware(_Perimeter, max_bytes=max_body_bytes)
     return app
+
+
+def _keyless_openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI description without the API-key schemes, which a keyless server ignores."""
+    if app.openapi_schema is None:
+        described = FastAPI.openapi(app)
+        described.get("components", {}).pop("securitySchemes", None)
+        for operations in described["paths"].values():
+            for operation in operations.values():
+                operation.pop("security", None)
+    return app.openapi_schema or {}
 
 
 # The memory browser (/ui): one static page that calls the REST API above with the caller's key.
