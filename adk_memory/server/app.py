@@ -462,14 +462,9 @@ class _MethodNotAllowed(AdkMemoryError, ClientError):
     status = "UNIMPLEMENTED"
 
 
-def _error_response(error: AdkMemoryError) -> JSONResponse:
-    headers = {"www-authenticate": "Bearer"} if error.code == 401 else None
-    return JSONResponse(wire.error_envelope(error), status_code=error.code, headers=headers)
-
-
 async def _on_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, AdkMemoryError):
-        return _error_response(exc)
+        return wire.error_response(exc)
     logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
     envelope = {
         "error": {
@@ -484,8 +479,8 @@ async def _on_error(request: Request, exc: Exception) -> Response:
 async def _on_invalid(request: Request, exc: Exception) -> Response:
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
     if not errors:
-        return _error_response(InvalidArgument("The request is malformed.", field="body"))
-    return _error_response(wire.invalid_request(errors))
+        return wire.error_response(InvalidArgument("The request is malformed.", field="body"))
+    return wire.error_response(wire.invalid_request(errors))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -501,7 +496,7 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     else:
         detail = getattr(exc, "detail", "")
         error = InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
-    return _error_response(error)
+    return wire.error_response(error)
 
 
 def _too_large(max_bytes: int) -> wire.PayloadTooLarge:
@@ -546,7 +541,7 @@ class _Perimeter:
         declared = dict(scope.get("headers") or ()).get(b"content-length")
         try:
             if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-                await _error_response(_too_large(self.max_bytes))(scope, receive, sent)
+                await wire.error_response(_too_large(self.max_bytes))(scope, receive, sent)
             else:
                 await self.app(scope, limited, sent)
         finally:

@@ -130,15 +130,9 @@ def normalize_permission(name: str) -> str:
     Raises:
         ValueError: The name is not a known permission or wildcard.
     """
-    bare = name.strip()
-    if bare.startswith(_PREFIX):
-        bare = bare[len(_PREFIX) :]
-    if bare in PERMISSIONS or bare in ("*", ""):
-        if not bare:
-            raise ValueError("a permission must not be empty")
-        return bare
+    bare = name.strip().removeprefix(_PREFIX)
     family, _, rest = bare.partition(".")
-    if rest == "*" and family in _FAMILIES:
+    if bare in PERMISSIONS or bare == "*" or (rest == "*" and family in _FAMILIES):
         return bare
     raise ValueError(
         f"unknown permission {name[:60]!r}; use one of {', '.join(sorted(PERMISSIONS))}, "
@@ -417,11 +411,6 @@ class Principal:
         """Whether the key is not limited to other banks."""
         return self.key is None or self.key.banks is None or bank_id in self.key.banks
 
-    @property
-    def all_banks(self) -> bool:
-        """Whether the key may use every bank (including ones not created yet)."""
-        return self.key is None or self.key.banks is None
-
     def require(self, permission: str | None, bank_id: str | None) -> None:
         """Raises PermissionDenied unless the key has `permission` on `bank_id`.
 
@@ -445,7 +434,7 @@ class Principal:
                 f"(aiplatform.{permission}); add it to the key's `permissions`.",
                 field="permissions",
             )
-        if permission == "reasoningEngines.create" and not self.all_banks:
+        if permission == "reasoningEngines.create" and self.key.banks is not None:
             raise PermissionDenied(
                 f"The API key {self.key.name!r} is limited to some banks, so it cannot create "
                 "new ones; use a key without `banks`.",

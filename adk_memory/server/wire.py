@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel, to_snake
+from starlette.responses import JSONResponse
 
 from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
@@ -54,6 +55,7 @@ __all__ = [
     "UpdateMemoryBody",
     "UpdateMemoryQuery",
     "error_envelope",
+    "error_response",
     "invalid_request",
     "mask_bank_update",
     "page",
@@ -469,3 +471,9 @@ def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
             }
         ]
     return {"error": status}
+
+
+def error_response(error: AdkMemoryError) -> JSONResponse:
+    """The HTTP response of an error: its envelope, its status, and a 401's challenge."""
+    headers = {"www-authenticate": "Bearer"} if error.code == 401 else None
+    return JSONResponse(error_envelope(error), status_code=error.code, headers=headers)
