@@ -644,10 +644,9 @@ class MemoryBankService(BaseMemoryService):
         """Generates now from the user's streams holding events, and waits up to `timeout` s.
 
         The plugin calls this before a run's search, except for the running session, so a new
-        session sees what the user's earlier sessions taught. A stream backing off after a
-        failed generation keeps its schedule. Generation goes on in the background past the
-        timeout. A stream backing off after failed generations is retried too, without
-        waiting for it. Store failures are raised (the plugin logs them).
+        session sees what the user's earlier sessions taught. Generation goes on in the
+        background past the timeout. A stream backing off after failed generations is retried
+        too, without waiting for it. Store failures are raised (the plugin logs them).
         """
         self._refuse_while_open()
         await self._generate_pending(

@@ -566,8 +566,8 @@ class RequestGuard:
             )
 
 
-_ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
+_ORIGIN = re.compile(r"https?://" + _HOST.pattern)
 
 
 def _hostname(host: str) -> str:
