@@ -179,11 +179,9 @@ async def test_a_fact_only_in_a_tool_response_is_remembered(
     assert SHOES in last_request(model)
     prompt = ScriptedMemoryModel.prompt_text(memory_model.requests[0])
     assert "[tool call lookup_profile: {}]" in prompt
-    assert (
-        '[tool lookup_profile returned: {"result": {"newsletter": false, "shoe_size": 44}}]'
-        in (prompt)
-        or '[tool lookup_profile returned: {"newsletter": false, "shoe_size": 44}]' in prompt
-    )
+    assert '[tool lookup_profile returned: {"result": {"newsletter": false, "shoe_size": 44}}]' in (
+        prompt
+    ) or '[tool lookup_profile returned: {"newsletter": false, "shoe_size": 44}]' in prompt
 
 
 # Cases 4 and 7: a down store never fails nor stalls the turn
