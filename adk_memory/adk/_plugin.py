@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from google.adk.memory import InMemoryMemoryService
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types as genai_types
 from typing_extensions import override
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from google.adk.memory.memory_entry import MemoryEntry
     from google.adk.models.llm_request import LlmRequest
     from google.adk.models.llm_response import LlmResponse
+    from google.adk.sessions.session import Session
 
 __all__ = ["MEMORY_BLOCK_TAG", "MemoryBankPlugin"]
 
@@ -150,8 +152,7 @@ class MemoryBankPlugin(BasePlugin):
         self._ingest = ingest
         self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
         self._background = BackgroundTasks("memory ingest")
-        self._warned_no_service = False
-        self._warned_in_memory = False
+        self._warned: set[str] = set()
 
     @override
     async def before_run_callback(
@@ -161,34 +162,21 @@ class MemoryBankPlugin(BasePlugin):
         try:
             service = self._service or invocation_context.memory_service
             if service is None:
-                if not self._warned_no_service:
-                    logger.warning(
-                        "MemoryBankPlugin: the runner has no memory_service; memory is off."
-                    )
-                    self._warned_no_service = True
+                self._warn_once(
+                    "MemoryBankPlugin: the runner has no memory_service; memory is off."
+                )
                 return None
-            if self._service is None and not self._warned_in_memory:
-                from google.adk.memory import InMemoryMemoryService
-
-                if isinstance(service, InMemoryMemoryService):
-                    logger.warning(
-                        "MemoryBankPlugin: the runner's memory service is ADK's in-memory one; "
-                        "memories last only as long as this process. Pass a MemoryBankService "
-                        "(or --memory_service_uri=chroma://… / redis://… with services.py)."
-                    )
-                    self._warned_in_memory = True
+            if self._service is None and isinstance(service, InMemoryMemoryService):
+                self._warn_once(
+                    "MemoryBankPlugin: the runner's memory service is ADK's in-memory one; "
+                    "memories last only as long as this process. Pass a MemoryBankService "
+                    "(or --memory_service_uri=chroma://… / redis://… with services.py)."
+                )
             query = _text_of(invocation_context.user_content) if self._retrieve else ""
             search = None
             if query:
-                session = invocation_context.session
                 search = asyncio.get_running_loop().create_task(
-                    self._search(
-                        service,
-                        app_name=session.app_name,
-                        user_id=session.user_id,
-                        session_id=session.id,
-                        query=query,
-                    )
+                    self._search(service, invocation_context.session, query)
                 )
                 search.add_done_callback(_retrieve_outcome)
             self._invocations[invocation_context.invocation_id] = _Invocation(
@@ -297,19 +285,19 @@ class MemoryBankPlugin(BasePlugin):
         warming = self._warmup_timeout if service.warming else 0.0
         return service.generation_wait + self._search_timeout + warming
 
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning(message)
+
     async def _search(
-        self,
-        service: BaseMemoryService,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        query: str,
+        self, service: BaseMemoryService, session: Session, query: str
     ) -> list[MemoryEntry]:
+        app_name, user_id = session.app_name, session.user_id
         if isinstance(service, MemoryBankService):
             try:
                 await service.generate_pending(
-                    app_name=app_name, user_id=user_id, except_session_id=session_id
+                    app_name=app_name, user_id=user_id, except_session_id=session.id
                 )
             except Exception as error:  # the search may still work
                 logger.warning(
