@@ -717,11 +717,10 @@ class MemoryBankService(BaseMemoryService):
         if given is not None and (self._given_loop is None or self._given_loop() is loop):
             self._given_loop = weakref.ref(loop)
             return given, False
-        names = given.engine.names if given is not None else Names()
         client = AsyncClient(
             self._uri,
-            project=names.project,
-            location=names.location,
+            project=self._names.project,
+            location=self._names.location,
             embedding_model=self._embedding_model,
             generation_model=self._generation_model,
             run_scheduler=False,  # polled by the loop's state instead
