@@ -463,23 +463,14 @@ class _MethodNotAllowed(AdkMemoryError, ClientError):
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, AdkMemoryError):
-        return wire.error_response(exc)
-    logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
-    envelope = {
-        "error": {
-            "code": 500,
-            "message": "Internal error; the server log has the details.",
-            "status": "INTERNAL",
-        }
-    }
-    return JSONResponse(envelope, status_code=500)
+    if not isinstance(exc, AdkMemoryError):
+        logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
+        exc = AdkMemoryError("Internal error; the server log has the details.")  # a 500
+    return wire.error_response(exc)
 
 
 async def _on_invalid(request: Request, exc: Exception) -> Response:
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    if not errors:
-        return wire.error_response(InvalidArgument("The request is malformed.", field="body"))
     return wire.error_response(wire.invalid_request(errors))
 
 

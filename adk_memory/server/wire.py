@@ -339,6 +339,8 @@ class DeleteBankQuery(_Query):
 
 def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
     """The InvalidArgument for FastAPI's validation errors, naming the first bad field."""
+    if not errors:
+        return InvalidArgument("The request is malformed.", field="body")
     first = errors[0]
     loc = [str(part) for part in first.get("loc", ())]
     where = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc) or "body"
