@@ -243,7 +243,7 @@ class MemoryBankService(BaseMemoryService):
         )
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
-        self._bank_id = _bank_id(options.bank or default_adk_bank_id())
+        self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
         self._top_k = _check_top_k(
             options.top_k if options.top_k is not None else DEFAULT_TOP_K, field="top_k"
         )
@@ -1003,11 +1003,6 @@ def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     if not memories:
         raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
     return list(memories)
-
-
-def _bank_id(bank: str) -> str:
-    name = bank if "/" in bank else f"reasoningEngines/{bank}"
-    return Names.parse_bank(name, field="bank")
 
 
 def _check_top_k(value: object, *, field: str) -> int:

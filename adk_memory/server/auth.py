@@ -187,10 +187,8 @@ class ApiKey(BaseModel):
             raise ValueError("banks must be a list of bank ids or names")
         ids = set()
         for item in value:
-            text = str(item).strip()
-            name = text if "/" in text else f"reasoningEngines/{text}"
             try:
-                ids.add(Names.parse_bank(name, field="banks"))
+                ids.add(Names.parse_bank_id(str(item).strip(), field="banks"))
             except InvalidArgument as exc:
                 raise ValueError(str(exc)) from None
         if not ids:
