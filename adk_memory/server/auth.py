@@ -360,13 +360,13 @@ class ApiKeys(BaseModel):
         return None
 
 
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: a configured key, or anyone when the server has no keys (loopback only)."""
 
-    def __init__(self, key: ApiKey | None, scope: Mapping[str, str] | None = None) -> None:
-        self.key = key
-        self.scope: dict[str, str] | None = dict(scope) if scope is not None else None
-        """The scope entries every call is confined to; None: not confined."""
+    key: ApiKey | None
+    scope: dict[str, str] | None = None
+    """The scope entries every call is confined to; None: not confined."""
 
     def covers(self, scope: object) -> bool:
         """Whether `scope` carries every entry the caller is bound to."""
