@@ -84,6 +84,14 @@ FilterOption = Annotated[
     str | None, typer.Option("--filter", "-f", help="An AIP-160 filter, e.g. 'fact:\"tea\"'.")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+HostOption = Annotated[
+    str, typer.Option(help="Address to bind; anything but loopback needs --keys.")
+]
+PortOption = Annotated[int, typer.Option(help="TCP port.")]
+KeysOption = Annotated[
+    str | None,
+    typer.Option("--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."),
+]
 
 _SCOPE_KEY = re.compile(r"[A-Za-z0-9_.:+-]+")
 
@@ -383,16 +391,9 @@ def quickstart(
 @app.command()
 def serve(
     uri: UriOption = None,
-    host: Annotated[
-        str, typer.Option(help="Address to bind; anything but loopback needs --keys.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
-    keys: Annotated[
-        str | None,
-        typer.Option(
-            "--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
-        ),
-    ] = None,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8080,
+    keys: KeysOption = None,
     allowed_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -435,18 +436,15 @@ def mcp_command(
     uri: UriOption = None,
     scope: ScopeOption = None,
     transport: Annotated[
-        str, typer.Option(help="stdio (desktop and IDE clients) or http (streamable, at /mcp).")
-    ] = "stdio",
-    host: Annotated[
-        str, typer.Option(help="HTTP: address to bind; anything but loopback needs --keys.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="HTTP: TCP port.")] = 8765,
-    keys: Annotated[
-        str | None,
+        str,
         typer.Option(
-            "--keys", help="HTTP: API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."
+            help="stdio (desktop and IDE clients) or http (streamable, at /mcp; --host, --port "
+            "and --keys apply to it)."
         ),
-    ] = None,
+    ] = "stdio",
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8765,
+    keys: KeysOption = None,
     model: Annotated[
         str | None,
         typer.Option(

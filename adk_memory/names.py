@@ -102,6 +102,12 @@ class Names:
         return _parse(name, field, ("bank",))[0]
 
     @staticmethod
+    def parse_bank_id(id_or_name: str, *, field: str = "name") -> str:
+        """The bank id of a bank id (`my-bank`) or bank name (`…/reasoningEngines/my-bank`)."""
+        name = id_or_name if "/" in id_or_name else f"reasoningEngines/{id_or_name}"
+        return _parse(name, field, ("bank",))[0]
+
+    @staticmethod
     def parse_memory(name: str, *, field: str = "name") -> tuple[str, str]:
         """(bank id, memory id) of a memory name."""
         bank_id, memory_id = _parse(name, field, ("bank", "memories"))

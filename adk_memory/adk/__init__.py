@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from adk_memory.adk._plugin import MemoryBankPlugin
     from adk_memory.adk._registry import SCHEMES, memory_service_factory, register_services
     from adk_memory.adk._self_hosted import SelfHostedVertexMemoryBankService
-    from adk_memory.adk._service import DEFAULT_TOP_K, MemoryBankService
+    from adk_memory.adk._service import DEFAULT_TOP_K, MemoryBankEntry, MemoryBankService
 
 __all__ = [
     "DEFAULT_TOP_K",

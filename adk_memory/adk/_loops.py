@@ -1,4 +1,4 @@
-"""Per-event-loop state of `MemoryBankService`, and the circuit breaker of its turn path.
+"""Per-event-loop state, the turn path's circuit breaker, and the adapter's background tasks.
 
 An async store client belongs to the loop that opened it, and ADK calls a memory service from
 several loops (each synchronous `Runner.run` runs its own `asyncio.run`). `LoopClients` keeps one
@@ -16,12 +16,13 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
+from typing import Any
 
 from adk_memory._async_client import AsyncClient
 from adk_memory.scheduler import DEFAULT_POLL_SECONDS
 
-__all__ = ["CircuitBreaker", "LoopClients", "LoopState", "run_at_loop_shutdown"]
+__all__ = ["BackgroundTasks", "CircuitBreaker", "LoopClients", "LoopState", "run_at_loop_shutdown"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,36 @@ def run_at_loop_shutdown(finish: Callable[[], Awaitable[object]]) -> None:
 
 
 _parked: set[AsyncGenerator[None, None]] = set()
+
+
+class BackgroundTasks:
+    """Work its caller does not await: held until done, logged if it fails, joined per loop."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def on_this_loop(self) -> list[asyncio.Task[Any]]:
+        loop = asyncio.get_running_loop()
+        return [task for task in self._tasks if task.get_loop() is loop]
+
+    async def drain(self) -> None:
+        """Waits for the work started on the running loop, including work started meanwhile."""
+        while pending := self.on_this_loop():
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            logger.debug("A background %s was cancelled.", self._what)
+        elif (error := task.exception()) is not None:
+            logger.error("Background %s failed: %s: %s", self._what, type(error).__name__, error)
 
 
 class CircuitBreaker:

@@ -9,15 +9,18 @@ the file. Every other query parameter belongs to the store.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adk_memory.engine.convert import parse_duration
 from adk_memory.errors import InvalidArgument
 
 __all__ = [
     "ServiceOptions",
+    "idle_duration_text",
     "options_from_agents_dir",
     "parse_options",
     "split_service_parameters",
@@ -99,3 +102,14 @@ def options_from_agents_dir(agents_dir: str | None) -> ServiceOptions:
                 )
             return parse_options(section, where=str(path))
     return ServiceOptions()
+
+
+def idle_duration_text(value: timedelta | str) -> str:
+    """A positive idle duration (a `timedelta`, or a string such as `"60s"`) as `"{seconds}s"`."""
+    duration = parse_duration(value, field="idle_duration")
+    if duration is None or duration <= timedelta(0):
+        raise InvalidArgument(
+            f"idle_duration must be a positive timedelta or a duration like '60s', not {value!r}.",
+            field="idle_duration",
+        )
+    return f"{duration.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"

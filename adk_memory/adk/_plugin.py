@@ -21,14 +21,17 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from google.adk.memory import InMemoryMemoryService
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types as genai_types
 from typing_extensions import override
 
+from adk_memory.adk._loops import BackgroundTasks
+from adk_memory.adk._options import idle_duration_text
 from adk_memory.adk._service import DEFAULT_IDLE_DURATION, MemoryBankService
 from adk_memory.errors import InvalidArgument
 
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from google.adk.memory.memory_entry import MemoryEntry
     from google.adk.models.llm_request import LlmRequest
     from google.adk.models.llm_response import LlmResponse
+    from google.adk.sessions.session import Session
 
 __all__ = ["MEMORY_BLOCK_TAG", "MemoryBankPlugin"]
 
@@ -66,7 +70,6 @@ class _Invocation:
     budget: float
     """Seconds the first model request waits for the search."""
     facts: list[str] | None = None
-    done: bool = field(default=False)
 
 
 class MemoryBankPlugin(BasePlugin):
@@ -138,7 +141,7 @@ class MemoryBankPlugin(BasePlugin):
         self._service = service
         self._top_k = top_k
         self._trigger = (
-            {"generation_rule": {"idle_duration": _duration(idle_duration)}}
+            {"generation_rule": {"idle_duration": idle_duration_text(idle_duration)}}
             if idle_duration is not None
             else None
         )
@@ -148,9 +151,8 @@ class MemoryBankPlugin(BasePlugin):
         self._retrieve = retrieve
         self._ingest = ingest
         self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
-        self._background: set[asyncio.Task[Any]] = set()
-        self._warned_no_service = False
-        self._warned_in_memory = False
+        self._background = BackgroundTasks("memory ingest")
+        self._warned: set[str] = set()
 
     @override
     async def before_run_callback(
@@ -160,34 +162,21 @@ class MemoryBankPlugin(BasePlugin):
         try:
             service = self._service or invocation_context.memory_service
             if service is None:
-                if not self._warned_no_service:
-                    logger.warning(
-                        "MemoryBankPlugin: the runner has no memory_service; memory is off."
-                    )
-                    self._warned_no_service = True
+                self._warn_once(
+                    "MemoryBankPlugin: the runner has no memory_service; memory is off."
+                )
                 return None
-            if self._service is None and not self._warned_in_memory:
-                from google.adk.memory import InMemoryMemoryService
-
-                if isinstance(service, InMemoryMemoryService):
-                    logger.warning(
-                        "MemoryBankPlugin: the runner's memory service is ADK's in-memory one; "
-                        "memories last only as long as this process. Pass a MemoryBankService "
-                        "(or --memory_service_uri=chroma://… / redis://… with services.py)."
-                    )
-                    self._warned_in_memory = True
+            if self._service is None and isinstance(service, InMemoryMemoryService):
+                self._warn_once(
+                    "MemoryBankPlugin: the runner's memory service is ADK's in-memory one; "
+                    "memories last only as long as this process. Pass a MemoryBankService "
+                    "(or --memory_service_uri=chroma://… / redis://… with services.py)."
+                )
             query = _text_of(invocation_context.user_content) if self._retrieve else ""
             search = None
             if query:
-                session = invocation_context.session
                 search = asyncio.get_running_loop().create_task(
-                    self._search(
-                        service,
-                        app_name=session.app_name,
-                        user_id=session.user_id,
-                        session_id=session.id,
-                        query=query,
-                    )
+                    self._search(service, invocation_context.session, query)
                 )
                 search.add_done_callback(_retrieve_outcome)
             self._invocations[invocation_context.invocation_id] = _Invocation(
@@ -272,8 +261,7 @@ class MemoryBankPlugin(BasePlugin):
         Events a write had not stored by then are retried by the service; generation is not
         awaited (its events are in the store, and any process's scheduler generates them).
         """
-        loop = asyncio.get_running_loop()
-        pending = [task for task in self._background if task.get_loop() is loop]
+        pending = self._background.on_this_loop()
         if pending:
             _, late = await asyncio.wait(pending, timeout=_CLOSE_SECONDS)
             if late:
@@ -287,9 +275,7 @@ class MemoryBankPlugin(BasePlugin):
         Generation waiting for a stream's idle trigger is not awaited; see
         `MemoryBankService.flush`.
         """
-        loop = asyncio.get_running_loop()
-        while pending := [task for task in self._background if task.get_loop() is loop]:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._background.drain()
         if isinstance(self._service, MemoryBankService):
             await self._service.drain()
 
@@ -299,19 +285,19 @@ class MemoryBankPlugin(BasePlugin):
         warming = self._warmup_timeout if service.warming else 0.0
         return service.generation_wait + self._search_timeout + warming
 
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning(message)
+
     async def _search(
-        self,
-        service: BaseMemoryService,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        query: str,
+        self, service: BaseMemoryService, session: Session, query: str
     ) -> list[MemoryEntry]:
+        app_name, user_id = session.app_name, session.user_id
         if isinstance(service, MemoryBankService):
             try:
                 await service.generate_pending(
-                    app_name=app_name, user_id=user_id, except_session_id=session_id
+                    app_name=app_name, user_id=user_id, except_session_id=session.id
                 )
             except Exception as error:  # the search may still work
                 logger.warning(
@@ -351,11 +337,7 @@ class MemoryBankPlugin(BasePlugin):
 
     async def _bounded(self, work: Coroutine[Any, Any, Any]) -> None:
         """Awaits `work` up to `ingest_timeout`; then leaves it running in the background."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        task.add_done_callback(_log_ingest_failure)
-        await asyncio.wait({task}, timeout=self._ingest_timeout)
+        await asyncio.wait({self._background.start(work)}, timeout=self._ingest_timeout)
 
 
 async def _add_events(
@@ -377,15 +359,6 @@ async def _add_events(
         )
     except NotImplementedError:
         logger.debug("%s takes no event deltas; skipping the ingest.", type(service).__name__)
-
-
-def _log_ingest_failure(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        logger.debug("A background memory ingest was cancelled; the next run sends its events.")
-        return
-    error = task.exception()
-    if error is not None:
-        logger.error("Background memory ingest failed: %s: %s", type(error).__name__, error)
 
 
 def _cancel(invocation: _Invocation) -> None:
@@ -435,20 +408,3 @@ def _insert_memories(llm_request: LlmRequest, facts: list[str]) -> None:
     while index > 0 and llm_request.contents[index - 1].role == "user":
         index -= 1
     llm_request.contents.insert(index, content)
-
-
-def _duration(value: timedelta | str) -> str:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    else:
-        text = str(value).strip()
-        try:
-            seconds = float(text[:-1]) if text.endswith("s") else float("nan")
-        except ValueError:
-            seconds = float("nan")
-    if not seconds > 0:
-        raise InvalidArgument(
-            f"idle_duration must be a positive timedelta or a duration like '60s', not {value!r}.",
-            field="idle_duration",
-        )
-    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"

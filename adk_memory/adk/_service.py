@@ -34,9 +34,9 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
@@ -60,14 +60,15 @@ from adk_memory.adk._convert import (
     stored_content,
     uses_generate,
 )
-from adk_memory.adk._loops import CircuitBreaker, LoopClients, LoopState
+from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, LoopClients, LoopState
 from adk_memory.adk._options import (
+    idle_duration_text,
     options_from_agents_dir,
     parse_options,
     split_service_parameters,
 )
 from adk_memory.embeddings import preload_embedder
-from adk_memory.engine.convert import parse_duration, parse_model
+from adk_memory.engine.convert import parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
 from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
 from adk_memory.errors import (
@@ -242,11 +243,11 @@ class MemoryBankService(BaseMemoryService):
         )
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
-        self._bank_id = _bank_id(options.bank or default_adk_bank_id())
+        self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
         self._top_k = _check_top_k(
             options.top_k if options.top_k is not None else DEFAULT_TOP_K, field="top_k"
         )
-        self._idle_duration = _check_idle(options.idle_duration or DEFAULT_IDLE_DURATION)
+        self._idle_duration = idle_duration_text(options.idle_duration or DEFAULT_IDLE_DURATION)
         self._generation_wait = (
             options.generation_wait
             if options.generation_wait is not None
@@ -271,7 +272,7 @@ class MemoryBankService(BaseMemoryService):
         self._names = client.engine.names if client is not None else Names()
         self._loops = LoopClients(self._build_client)
         self._bank_ready = False
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundTasks(f"memory generation in bank {self._bank_id}")
         self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._unsent: OrderedDict[tuple[str, str, str], _Unsent] = OrderedDict()
         self._breaker = CircuitBreaker()
@@ -355,9 +356,7 @@ class MemoryBankService(BaseMemoryService):
         """
         options = dict(custom_metadata or {})
         scope = _scope(app_name, user_id)
-        kept = [
-            (event, content) for event in events if (content := stored_content(event)) is not None
-        ]
+        kept = _with_content(events)
         if uses_generate(options):
             config = generate_config(options)
             if not kept:
@@ -555,9 +554,10 @@ class MemoryBankService(BaseMemoryService):
         """
         key = (session.app_name, session.user_id, session.id)
         trigger = dict(generation_trigger_config or self.idle_trigger)
+        unsent = _Unsent(session, generate_now, trigger)
         self._unsent.pop(key, None)
         if not self._breaker.allows():
-            self._keep_unsent(key, _Unsent(session, generate_now, trigger))
+            _put_bounded(self._unsent, key, unsent)
             logger.debug("Memory store circuit open; a session's events wait in this process.")
             return False
         try:
@@ -568,7 +568,7 @@ class MemoryBankService(BaseMemoryService):
                 timeout=WRITE_TIMEOUT,
             )
         except _TRANSIENT as error:
-            self._keep_unsent(key, _Unsent(session, generate_now, trigger))
+            _put_bounded(self._unsent, key, unsent)
             opened = self._store_failed()
             logger.warning(
                 "The memory store did not take a session's events (%s: %s); they are kept in "
@@ -614,11 +614,7 @@ class MemoryBankService(BaseMemoryService):
             AdkMemoryError: The store failed or refused the events (nothing is marked sent).
         """
         key = (session.app_name, session.user_id, session.id)
-        kept = [
-            (event, content)
-            for event in session.events
-            if (content := stored_content(event)) is not None
-        ]
+        kept = _with_content(session.events)
         last = self._last_sent.get(key)
         ids = [event.id for event, _ in kept]
         if last is not None and last in ids:
@@ -634,10 +630,7 @@ class MemoryBankService(BaseMemoryService):
             force_flush=force_flush,
         )
         if kept and kept[-1][0].id:
-            self._last_sent[key] = kept[-1][0].id
-            self._last_sent.move_to_end(key)
-            while len(self._last_sent) > _MAX_TRACKED_SESSIONS:
-                self._last_sent.popitem(last=False)
+            _put_bounded(self._last_sent, key, kept[-1][0].id)
         return stream_key(scope, session.id)
 
     async def generate_pending(
@@ -651,10 +644,9 @@ class MemoryBankService(BaseMemoryService):
         """Generates now from the user's streams holding events, and waits up to `timeout` s.
 
         The plugin calls this before a run's search, except for the running session, so a new
-        session sees what the user's earlier sessions taught. A stream backing off after a
-        failed generation keeps its schedule. Generation goes on in the background past the
-        timeout. A stream backing off after failed generations is retried too, without
-        waiting for it. Store failures are raised (the plugin logs them).
+        session sees what the user's earlier sessions taught. Generation goes on in the
+        background past the timeout. A stream backing off after failed generations is retried
+        too, without waiting for it. Store failures are raised (the plugin logs them).
         """
         self._refuse_while_open()
         await self._generate_pending(
@@ -686,9 +678,7 @@ class MemoryBankService(BaseMemoryService):
 
         Streams waiting for their trigger (e.g. an idle duration) are not flushed; use `flush`.
         """
-        loop = asyncio.get_running_loop()
-        while pending := [task for task in self._background if task.get_loop() is loop]:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._background.drain()
         state = self._loops.peek()
         if state is not None:
             while flushes := list(state.flushes.values()):
@@ -727,11 +717,10 @@ class MemoryBankService(BaseMemoryService):
         if given is not None and (self._given_loop is None or self._given_loop() is loop):
             self._given_loop = weakref.ref(loop)
             return given, False
-        names = given.engine.names if given is not None else Names()
         client = AsyncClient(
             self._uri,
-            project=names.project,
-            location=names.location,
+            project=self._names.project,
+            location=self._names.location,
             embedding_model=self._embedding_model,
             generation_model=self._generation_model,
             run_scheduler=False,  # polled by the loop's state instead
@@ -752,11 +741,6 @@ class MemoryBankService(BaseMemoryService):
                     generate_now=unsent.generate_now,
                     generation_trigger_config=unsent.trigger,
                 )
-
-    def _keep_unsent(self, key: tuple[str, str, str], unsent: _Unsent) -> None:
-        self._unsent[key] = unsent
-        while len(self._unsent) > _MAX_TRACKED_SESSIONS:
-            self._unsent.popitem(last=False)
 
     def _store_failed(self) -> bool:
         opened = self._breaker.failed()
@@ -889,13 +873,7 @@ class MemoryBankService(BaseMemoryService):
         if config.get("wait_for_completion") is True:
             await call
         else:
-            self._spawn(call)
-
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        task.add_done_callback(functools.partial(_log_failure, bank_id=self._bank_id))
+            self._background.start(call)
 
 
 _FIRST_USE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
@@ -908,17 +886,21 @@ def _first_use_lock(uri: str) -> asyncio.Lock:
     return locks.setdefault(uri, asyncio.Lock())
 
 
-def _log_failure(task: asyncio.Task[Any], *, bank_id: str) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None:
-        logger.error(
-            "Background memory generation in bank %s failed: %s: %s",
-            bank_id,
-            type(error).__name__,
-            error,
-        )
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
+
+
+def _put_bounded(table: OrderedDict[_Key, _Value], key: _Key, value: _Value) -> None:
+    """Sets `key` as the newest entry, dropping the oldest past `_MAX_TRACKED_SESSIONS`."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > _MAX_TRACKED_SESSIONS:
+        table.popitem(last=False)
+
+
+def _with_content(events: Iterable[Event]) -> list[tuple[Event, genai_types.Content]]:
+    """The events worth remembering, each with the content to store."""
+    return [(event, content) for event in events if (content := stored_content(event)) is not None]
 
 
 def _scope(app_name: str, user_id: str) -> dict[str, str]:
@@ -947,9 +929,7 @@ def _running_loop() -> weakref.ref[asyncio.AbstractEventLoop] | None:
         return None
 
 
-def _forget(
-    flushes: dict[str, asyncio.Task[None]], stream: str, task: asyncio.Task[None]
-) -> None:
+def _forget(flushes: dict[str, asyncio.Task[None]], stream: str, task: asyncio.Task[None]) -> None:
     if flushes.get(stream) is task:
         del flushes[stream]
 
@@ -978,9 +958,7 @@ def _check_client(
             "has its store and models.",
             field=given[0],
         )
-    parts = urlsplit(client.uri)
-    unnamed_memory = parts.scheme == "memory" and not (parts.netloc + parts.path).strip("/")
-    if unnamed_memory or not client.built_from_uri:
+    if _unnamed_memory(client.uri) or not client.built_from_uri:
         raise InvalidArgument(
             "client cannot be used on other event loops: it was built on a store object or on "
             "an unnamed memory:// store, which a client built for another loop cannot reach "
@@ -988,16 +966,6 @@ def _check_client(
             "one for memory://, e.g. AsyncClient('memory://my-app')), or pass uri= instead.",
             field="client",
         )
-
-
-def _check_idle(value: str) -> str:
-    duration = parse_duration(value, field="idle_duration")
-    if duration is None or duration.total_seconds() <= 0:
-        raise InvalidArgument(
-            f"idle_duration must be a positive duration like '60s', not {value!r}.",
-            field="idle_duration",
-        )
-    return f"{duration.total_seconds():g}s"
 
 
 _warm_lock = threading.Lock()
@@ -1037,11 +1005,6 @@ def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     return list(memories)
 
 
-def _bank_id(bank: str) -> str:
-    name = bank if "/" in bank else f"reasoningEngines/{bank}"
-    return Names.parse_bank(name, field="bank")
-
-
 def _check_top_k(value: object, *, field: str) -> int:
     """A positive count; above 100 is coerced to 100, as Memory Bank's retrieve does (SPEC §3)."""
     try:
@@ -1057,7 +1020,9 @@ def _check_top_k(value: object, *, field: str) -> int:
 
 def _shared_memory_uri(uri: str) -> str:
     """`memory://` names a private store per client; give it a name so every loop shares it."""
+    return f"memory://adk-memory-service-{uuid.uuid4().hex[:12]}" if _unnamed_memory(uri) else uri
+
+
+def _unnamed_memory(uri: str) -> bool:
     parts = urlsplit(uri)
-    if parts.scheme == "memory" and not (parts.netloc + parts.path).strip("/"):
-        return f"memory://adk-memory-service-{uuid.uuid4().hex[:12]}"
-    return uri
+    return parts.scheme == "memory" and not (parts.netloc + parts.path).strip("/")

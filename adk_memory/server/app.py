@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import email.message
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
+from adk_memory._pagers import AsyncPager
 from adk_memory.errors import (
     AdkMemoryError,
     FailedPrecondition,
@@ -133,28 +135,33 @@ def _route(
     method: str,
     path: str,
     permission: str | None,
-    response: type[BaseModel],
     operation_id: str | None = None,
+    *,
+    documented: type[BaseModel] | None = None,
 ) -> Callable[[DecoratedCallable], DecoratedCallable]:
     """Registers a handler on `router`.
+
+    A handler returns the SDK model its annotation names, which FastAPI documents and dumps as
+    proto3 JSON (camelCase, no nulls), or a `JSONResponse` for the shapes the SDK has no model of.
 
     Args:
         method: The HTTP method.
         path: The path under the `/v1beta1/…` prefixes.
         permission: What the key needs on the bank (None: any permission on the bank).
-        response: The model the OpenAPI description gives for a 200.
         operation_id: The OpenAPI operation id, also logged (default: the permission's name,
             with `reasoningEngines` called `memoryBanks` as in the SDK).
+        documented: The model the OpenAPI description gives for a 200 `JSONResponse`.
     """
     operation_id = operation_id or str(permission).replace("reasoningEngines.", "memoryBanks.")
+    success: dict[int | str, dict[str, Any]] = {200: {"model": documented}} if documented else {}
     return router.api_route(
         path,
         methods=[method],
         operation_id=operation_id,
         tags=[operation_id.split(".")[0]],
         dependencies=[_permission(permission)],
-        response_model=None,
-        responses={200: {"model": response}, "default": {"model": wire.ErrorEnvelope}},
+        response_model_exclude_none=True,
+        responses={**success, "default": {"model": wire.ErrorEnvelope}},
         openapi_extra={
             "x-permission": f"aiplatform.{permission}"
             if permission
@@ -163,19 +170,15 @@ def _route(
     )
 
 
-def _json(model: BaseModel) -> JSONResponse:
-    return JSONResponse(wire.to_json(model))
-
-
 def _scope_of(body: BaseModel) -> Any:
     """The `scope` field of a request body (None when not given)."""
     return body.model_dump(include={"scope"}).get("scope")
 
 
-def _split(body: BaseModel, *own: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split(body: wire.Body) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the method's own arguments, the rest as its config) of a body; None fields left out."""
     values = body.model_dump(exclude_none=True)
-    return {name: values.pop(name) for name in own if name in values}, values
+    return {name: values.pop(name) for name in body.own_fields if name in values}, values
 
 
 async def _bank_operation(client: AsyncClient, bank: types.MemoryBank) -> JSONResponse:
@@ -194,8 +197,11 @@ async def _operation(client: AsyncClient, name: str) -> JSONResponse:
     return JSONResponse(payload)
 
 
-@_route("POST", "/reasoningEngines", "reasoningEngines.create", wire.ReasoningEngineOperation)
-async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Response:
+_ENGINE_OPERATION = wire.ReasoningEngineOperation
+
+
+@_route("POST", "/reasoningEngines", "reasoningEngines.create", documented=_ENGINE_OPERATION)
+async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> JSONResponse:
     """Create a memory bank (a ReasoningEngine with contextSpec.memoryBankConfig)."""
     body.refuse_unsupported()
     bank = await client.memory_banks.create(
@@ -205,12 +211,17 @@ async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> Respons
     return await _bank_operation(client, bank)
 
 
-@_route("GET", "/reasoningEngines", "reasoningEngines.list", types.ListReasoningEnginesResponse)
+@_route(
+    "GET",
+    "/reasoningEngines",
+    "reasoningEngines.list",
+    documented=types.ListReasoningEnginesResponse,
+)
 async def list_banks(
     client: Client,
     query: Page,
     principal: Annotated[Principal, _permission("reasoningEngines.list")],
-) -> Response:
+) -> JSONResponse:
     """List the memory banks the key may use."""
     if query.filter:
         raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
@@ -223,19 +234,19 @@ async def list_banks(
     return JSONResponse(payload)
 
 
-@_route("GET", _BANK, "reasoningEngines.get", types.ReasoningEngine)
-async def get_bank(client: Client, bank: Bank) -> Response:
+@_route("GET", _BANK, "reasoningEngines.get", documented=types.ReasoningEngine)
+async def get_bank(client: Client, bank: Bank) -> JSONResponse:
     """Get a memory bank."""
     return JSONResponse(wire.reasoning_engine_json(await client.memory_banks.get(name=bank)))
 
 
-@_route("PATCH", _BANK, "reasoningEngines.update", wire.ReasoningEngineOperation)
+@_route("PATCH", _BANK, "reasoningEngines.update", documented=_ENGINE_OPERATION)
 async def update_bank(
     client: Client,
     bank: Bank,
     body: wire.ReasoningEngineBody,
     query: Annotated[wire.UpdateBankQuery, Query()],
-) -> Response:
+) -> JSONResponse:
     """Update a memory bank; without updateMask the non-empty fields given are merged."""
     body.refuse_unsupported()
     body = wire.mask_bank_update(body, query.update_mask)
@@ -247,22 +258,28 @@ async def update_bank(
     return await _bank_operation(client, updated)
 
 
-@_route("DELETE", _BANK, "reasoningEngines.delete", types.DeleteMemoryBankOperation)
+@_route("DELETE", _BANK, "reasoningEngines.delete")
 async def delete_bank(
     client: Client,
     bank: Bank,
     query: Annotated[wire.DeleteBankQuery, Query()],
     body: wire.DeleteBankBody | None = None,
-) -> Response:
+) -> types.DeleteMemoryBankOperation:
     """Delete a memory bank; one that holds memories needs force (in the body or the query)."""
     force = body.force if body is not None and body.force is not None else query.force
-    return _json(await client.memory_banks.delete(name=bank, force=force))
+    return await client.memory_banks.delete(name=bank, force=force)
 
 
-@_route("GET", _BANK + _OPERATION, None, types.MemoryBankOperation, "operations.getBank")
+@_route(
+    "GET",
+    _BANK + _OPERATION,
+    None,
+    "operations.getBank",
+    documented=types.MemoryBankOperation,
+)
 async def get_bank_operation(
     client: Client, caller: Caller, bank: Bank, operation: str
-) -> Response:
+) -> JSONResponse:
     """Get an operation of a bank (generate, purge, ingestEvents, create, update)."""
     if caller.scope is not None:
         raise PermissionDenied(
@@ -274,183 +291,163 @@ async def get_bank_operation(
     return await _operation(client, f"{bank}/operations/{operation}")
 
 
-@_route("POST", _MEMORIES, "memories.create", types.MemoryOperation)
+@_route("POST", _MEMORIES, "memories.create")
 async def create_memory(
     client: Client,
     caller: Caller,
     bank: Bank,
     body: wire.CreateMemoryBody,
     query: Annotated[wire.CreateMemoryQuery, Query()],
-) -> Response:
+) -> types.MemoryOperation:
     """Create a memory."""
     caller.check_scope(_scope_of(body))
-    own, config = _split(body, "fact", "scope")
+    own, config = _split(body)
     config["memory_id"] = query.memory_id
-    return _json(await client.memory_banks.memories.create(name=bank, **own, config=config))
+    return await client.memory_banks.memories.create(name=bank, **own, config=config)
 
 
-@_route("GET", _MEMORIES, "memories.list", types.ListMemoriesResponse)
-async def list_memories(client: Client, caller: Caller, bank: Bank, query: Page) -> Response:
+@_route("GET", _MEMORIES, "memories.list")
+async def list_memories(
+    client: Client, caller: Caller, bank: Bank, query: Page
+) -> types.ListMemoriesResponse:
     """List memories (for a caller bound to a scope, of that scope only)."""
     config = query.model_dump(exclude_none=True)
     confined = caller.confine_filter(query.filter)
     if confined is not None:
         config["filter"] = confined
     pager = await client.memory_banks.memories.list(name=bank, config=config)
-    return JSONResponse(wire.page("memories", pager.page, pager.next_page_token))
+    return types.ListMemoriesResponse(memories=pager.page, next_page_token=_token(pager))
 
 
-@_route("POST", _MEMORIES + ":generate", "memories.generate", types.GenerateMemoriesOperation)
+@_route("POST", _MEMORIES + ":generate", "memories.generate")
 async def generate(
     client: Client, caller: Caller, bank: Bank, body: wire.GenerateMemoriesBody
-) -> Response:
+) -> types.GenerateMemoriesOperation:
     """Generate memories from a session, contents or memories (a done operation)."""
     caller.check_scope(_scope_of(body))
-    own, config = _split(
-        body, "vertex_session_source", "direct_contents_source", "direct_memories_source", "scope"
-    )
-    return _json(await client.memory_banks.memories.generate(name=bank, **own, config=config))
+    own, config = _split(body)
+    return await client.memory_banks.memories.generate(name=bank, **own, config=config)
 
 
-@_route("POST", _MEMORIES + ":retrieve", "memories.retrieve", types.RetrieveMemoriesResponse)
+@_route("POST", _MEMORIES + ":retrieve", "memories.retrieve")
 async def retrieve(
     client: Client, caller: Caller, bank: Bank, body: wire.RetrieveMemoriesBody
-) -> Response:
+) -> types.RetrieveMemoriesResponse:
     """Retrieve the memories of one scope (similarity search, or all, or pages)."""
     caller.check_scope(_scope_of(body))
-    own, config = _split(body, "scope", "similarity_search_params", "simple_retrieval_params")
+    own, config = _split(body)
     pager = await client.memory_banks.memories.retrieve(name=bank, **own, config=config)
-    return JSONResponse(wire.page("retrievedMemories", pager.page, pager.next_page_token))
+    return types.RetrieveMemoriesResponse(
+        retrieved_memories=pager.page, next_page_token=_token(pager)
+    )
 
 
-@_route(
-    "POST",
-    _MEMORIES + ":retrieveProfiles",
-    "memories.retrieve",
-    types.RetrieveProfilesResponse,
-    "memories.retrieveProfiles",
-)
+@_route("POST", _MEMORIES + ":retrieveProfiles", "memories.retrieve", "memories.retrieveProfiles")
 async def retrieve_profiles(
     client: Client, caller: Caller, bank: Bank, body: wire.RetrieveProfilesBody
-) -> Response:
+) -> types.RetrieveProfilesResponse:
     """Retrieve the structured profiles of one scope."""
     caller.check_scope(_scope_of(body))
-    own, config = _split(body, "scope")
-    memories = client.memory_banks.memories
-    return _json(await memories.retrieve_profiles(name=bank, **own, config=config))
+    own, config = _split(body)
+    return await client.memory_banks.memories.retrieve_profiles(name=bank, **own, config=config)
 
 
-@_route(
-    "POST",
-    _MEMORIES + ":purge",
-    "memories.delete",
-    types.PurgeMemoriesOperation,
-    "memories.purge",
-)
+@_route("POST", _MEMORIES + ":purge", "memories.delete", "memories.purge")
 async def purge(
     client: Client, caller: Caller, bank: Bank, body: wire.PurgeMemoriesBody
-) -> Response:
+) -> types.PurgeMemoriesOperation:
     """Count (force=false) or delete (force=true) the memories the filters select.
 
     For a caller bound to a scope, the filter is ANDed with that scope.
     """
-    own, config = _split(body, "filter", "filter_groups", "force")
+    own, config = _split(body)
     if own.get("filter") or own.get("filter_groups"):  # else the engine refuses to purge all
         own["filter"] = caller.confine_filter(own.get("filter"))
     own["force"] = bool(own.get("force", False))
-    return _json(await client.memory_banks.memories.purge(name=bank, **own, config=config))
+    return await client.memory_banks.memories.purge(name=bank, **own, config=config)
 
 
-@_route(
-    "POST",
-    _MEMORIES + ":ingestEvents",
-    "memories.generate",
-    types.MemoryBankIngestEventsOperation,
-    "memoryBanks.ingestEvents",
-)
+@_route("POST", _MEMORIES + ":ingestEvents", "memories.generate", "memoryBanks.ingestEvents")
 async def ingest_events(
     client: Client, caller: Caller, bank: Bank, body: wire.IngestEventsBody
-) -> Response:
+) -> types.MemoryBankIngestEventsOperation:
     """Append events to a stream; memories are generated when its trigger fires."""
     caller.check_scope(_scope_of(body))
-    own, config = _split(
-        body, "scope", "stream_id", "direct_contents_source", "generation_trigger_config"
-    )
-    return _json(await client.memory_banks.ingest_events(name=bank, **own, config=config))
+    own, config = _split(body)
+    return await client.memory_banks.ingest_events(name=bank, **own, config=config)
 
 
-@_route("GET", _MEMORY, "memories.get", types.Memory)
-async def get_memory(client: Client, memory: Memory) -> Response:
+@_route("GET", _MEMORY, "memories.get")
+async def get_memory(client: Client, memory: Memory) -> types.Memory:
     """Get a memory."""
-    return _json(await client.memory_banks.memories.get(name=memory))
+    return await client.memory_banks.memories.get(name=memory)
 
 
-@_route("PATCH", _MEMORY, "memories.update", types.MemoryOperation)
+@_route("PATCH", _MEMORY, "memories.update")
 async def update_memory(
     client: Client,
     caller: Caller,
     memory: Memory,
     body: wire.UpdateMemoryBody,
     query: Annotated[wire.UpdateMemoryQuery, Query()],
-) -> Response:
+) -> types.MemoryOperation:
     """Update a memory (the masked fields, or every field given)."""
     if _scope_of(body) is not None:
         caller.check_scope(_scope_of(body))
-    own, config = _split(body, "fact", "scope")
+    own, config = _split(body)
     config.update(update_mask=query.update_mask, memory_id=query.memory_id)
-    return _json(await client.memory_banks.memories.update(name=memory, **own, config=config))
+    return await client.memory_banks.memories.update(name=memory, **own, config=config)
 
 
-@_route("DELETE", _MEMORY, "memories.delete", types.DeleteMemoryOperation)
-async def delete_memory(client: Client, memory: Memory) -> Response:
+@_route("DELETE", _MEMORY, "memories.delete")
+async def delete_memory(client: Client, memory: Memory) -> types.DeleteMemoryOperation:
     """Delete a memory; its revisions remain until they expire."""
-    return _json(await client.memory_banks.memories.delete(name=memory))
+    return await client.memory_banks.memories.delete(name=memory)
+
+
+@_route("POST", _MEMORY + ":rollback", "memoryRevisions.rollback", "memories.rollback")
+async def rollback(
+    client: Client, memory: Memory, body: wire.RollbackMemoryBody
+) -> types.RollbackMemoryOperation:
+    """Restore a revision of a memory (recreating a deleted one)."""
+    own, config = _split(body)
+    return await client.memory_banks.memories.rollback(name=memory, **own, config=config)
 
 
 @_route(
-    "POST",
-    _MEMORY + ":rollback",
-    "memoryRevisions.rollback",
-    types.RollbackMemoryOperation,
-    "memories.rollback",
+    "GET",
+    _MEMORY + _OPERATION,
+    None,
+    "operations.getMemory",
+    documented=types.MemoryOperation,
 )
-async def rollback(client: Client, memory: Memory, body: wire.RollbackMemoryBody) -> Response:
-    """Restore a revision of a memory (recreating a deleted one)."""
-    own, config = _split(body, "target_revision_id")
-    return _json(await client.memory_banks.memories.rollback(name=memory, **own, config=config))
-
-
-@_route("GET", _MEMORY + _OPERATION, None, types.MemoryOperation, "operations.getMemory")
-async def get_memory_operation(client: Client, memory: Memory, operation: str) -> Response:
+async def get_memory_operation(client: Client, memory: Memory, operation: str) -> JSONResponse:
     """Get an operation of a memory (create, update, delete, rollback)."""
     return await _operation(client, f"{memory}/operations/{operation}")
 
 
-@_route(
-    "GET",
-    _REVISIONS,
-    "memoryRevisions.list",
-    types.ListMemoryRevisionsResponse,
-    "memories.revisions.list",
-)
-async def list_revisions(client: Client, memory: Memory, query: Page) -> Response:
+@_route("GET", _REVISIONS, "memoryRevisions.list", "memories.revisions.list")
+async def list_revisions(
+    client: Client, memory: Memory, query: Page
+) -> types.ListMemoryRevisionsResponse:
     """List the revisions of a memory, newest first."""
     config = query.model_dump(exclude_none=True, exclude={"order_by"})
     pager = await client.memory_banks.memories.revisions.list(name=memory, config=config)
-    return JSONResponse(wire.page("memoryRevisions", pager.page, pager.next_page_token))
+    return types.ListMemoryRevisionsResponse(
+        memory_revisions=pager.page, next_page_token=_token(pager)
+    )
 
 
-@_route(
-    "GET",
-    _REVISIONS + "/{revision}",
-    "memoryRevisions.get",
-    types.MemoryRevision,
-    "memories.revisions.get",
-)
-async def get_revision(client: Client, memory: Memory, revision: str) -> Response:
+@_route("GET", _REVISIONS + "/{revision}", "memoryRevisions.get", "memories.revisions.get")
+async def get_revision(client: Client, memory: Memory, revision: str) -> types.MemoryRevision:
     """Get a revision of a memory."""
     revisions = client.memory_banks.memories.revisions
-    return _json(await revisions.get(name=f"{memory}/revisions/{revision}"))
+    return await revisions.get(name=f"{memory}/revisions/{revision}")
+
+
+def _token(pager: AsyncPager[Any]) -> str | None:
+    """The pager's next page token, None (left out of the JSON) on the last page."""
+    return pager.next_page_token or None
 
 
 def _project_and_location(project: str, location: str) -> None:
@@ -465,30 +462,16 @@ class _MethodNotAllowed(AdkMemoryError, ClientError):
     status = "UNIMPLEMENTED"
 
 
-def _error_response(error: AdkMemoryError) -> JSONResponse:
-    headers = {"www-authenticate": "Bearer"} if error.code == 401 else None
-    return JSONResponse(wire.error_envelope(error), status_code=error.code, headers=headers)
-
-
 async def _on_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, AdkMemoryError):
-        return _error_response(exc)
-    logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
-    envelope = {
-        "error": {
-            "code": 500,
-            "message": "Internal error; the server log has the details.",
-            "status": "INTERNAL",
-        }
-    }
-    return JSONResponse(envelope, status_code=500)
+    if not isinstance(exc, AdkMemoryError):
+        logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
+        exc = AdkMemoryError("Internal error; the server log has the details.")  # a 500
+    return wire.error_response(exc)
 
 
 async def _on_invalid(request: Request, exc: Exception) -> Response:
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    if not errors:
-        return _error_response(InvalidArgument("The request is malformed.", field="body"))
-    return _error_response(wire.invalid_request(errors))
+    return wire.error_response(wire.invalid_request(errors))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -504,7 +487,7 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     else:
         detail = getattr(exc, "detail", "")
         error = InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
-    return _error_response(error)
+    return wire.error_response(error)
 
 
 def _too_large(max_bytes: int) -> wire.PayloadTooLarge:
@@ -549,7 +532,7 @@ class _Perimeter:
         declared = dict(scope.get("headers") or ()).get(b"content-length")
         try:
             if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-                await _error_response(_too_large(self.max_bytes))(scope, receive, sent)
+                await wire.error_response(_too_large(self.max_bytes))(scope, receive, sent)
             else:
                 await self.app(scope, limited, sent)
         finally:
@@ -645,6 +628,8 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    if keys is None:
+        app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
     _add_browser(app)
     app.add_exception_handler(AdkMemoryError, _on_error)
     app.add_exception_handler(HTTPException, _on_http_error)
@@ -659,6 +644,17 @@ def create_app(
         )
     app.add_middleware(_Perimeter, max_bytes=max_body_bytes)
     return app
+
+
+def _keyless_openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI description without the API-key schemes, which a keyless server ignores."""
+    if app.openapi_schema is None:
+        described = FastAPI.openapi(app)
+        described.get("components", {}).pop("securitySchemes", None)
+        for operations in described["paths"].values():
+            for operation in operations.values():
+                operation.pop("security", None)
+    return app.openapi_schema or {}
 
 
 # The memory browser (/ui): one static page that calls the REST API above with the caller's key.

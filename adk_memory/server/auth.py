@@ -130,15 +130,9 @@ def normalize_permission(name: str) -> str:
     Raises:
         ValueError: The name is not a known permission or wildcard.
     """
-    bare = name.strip()
-    if bare.startswith(_PREFIX):
-        bare = bare[len(_PREFIX) :]
-    if bare in PERMISSIONS or bare in ("*", ""):
-        if not bare:
-            raise ValueError("a permission must not be empty")
-        return bare
+    bare = name.strip().removeprefix(_PREFIX)
     family, _, rest = bare.partition(".")
-    if rest == "*" and family in _FAMILIES:
+    if bare in PERMISSIONS or bare == "*" or (rest == "*" and family in _FAMILIES):
         return bare
     raise ValueError(
         f"unknown permission {name[:60]!r}; use one of {', '.join(sorted(PERMISSIONS))}, "
@@ -193,10 +187,8 @@ class ApiKey(BaseModel):
             raise ValueError("banks must be a list of bank ids or names")
         ids = set()
         for item in value:
-            text = str(item).strip()
-            name = text if "/" in text else f"reasoningEngines/{text}"
             try:
-                ids.add(Names.parse_bank(name, field="banks"))
+                ids.add(Names.parse_bank_id(str(item).strip(), field="banks"))
             except InvalidArgument as exc:
                 raise ValueError(str(exc)) from None
         if not ids:
@@ -368,13 +360,13 @@ class ApiKeys(BaseModel):
         return None
 
 
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: a configured key, or anyone when the server has no keys (loopback only)."""
 
-    def __init__(self, key: ApiKey | None, scope: Mapping[str, str] | None = None) -> None:
-        self.key = key
-        self.scope: dict[str, str] | None = dict(scope) if scope is not None else None
-        """The scope entries every call is confined to; None: not confined."""
+    key: ApiKey | None
+    scope: dict[str, str] | None = None
+    """The scope entries every call is confined to; None: not confined."""
 
     def covers(self, scope: object) -> bool:
         """Whether `scope` carries every entry the caller is bound to."""
@@ -417,11 +409,6 @@ class Principal:
         """Whether the key is not limited to other banks."""
         return self.key is None or self.key.banks is None or bank_id in self.key.banks
 
-    @property
-    def all_banks(self) -> bool:
-        """Whether the key may use every bank (including ones not created yet)."""
-        return self.key is None or self.key.banks is None
-
     def require(self, permission: str | None, bank_id: str | None) -> None:
         """Raises PermissionDenied unless the key has `permission` on `bank_id`.
 
@@ -445,7 +432,7 @@ class Principal:
                 f"(aiplatform.{permission}); add it to the key's `permissions`.",
                 field="permissions",
             )
-        if permission == "reasoningEngines.create" and not self.all_banks:
+        if permission == "reasoningEngines.create" and self.key.banks is not None:
             raise PermissionDenied(
                 f"The API key {self.key.name!r} is limited to some banks, so it cannot create "
                 "new ones; use a key without `banks`.",
@@ -577,8 +564,8 @@ class RequestGuard:
             )
 
 
-_ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]]+)(?::[0-9]{1,5})?")
+_ORIGIN = re.compile(r"https?://" + _HOST.pattern)
 
 
 def _hostname(host: str) -> str:

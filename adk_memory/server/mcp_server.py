@@ -20,7 +20,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adk_memory import types
@@ -37,6 +36,7 @@ from adk_memory.names import Names
 from adk_memory.scope import validate_scope
 from adk_memory.server.auth import ApiKeys, Principal, authenticate, is_loopback
 from adk_memory.server.confine import load_in_scope
+from adk_memory.server.wire import error_response
 
 __all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
 
@@ -338,9 +338,7 @@ class _Authenticated:
                 self.keys, api_key=request.headers.get("x-goog-api-key"), bearer=token or None
             )
         except Unauthenticated as exc:
-            body = {"error": {"code": 401, "message": str(exc), "status": "UNAUTHENTICATED"}}
-            response = JSONResponse(body, 401, headers={"www-authenticate": "Bearer"})
-            await response(scope, receive, send)
+            await error_response(exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -28,11 +28,13 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel, to_snake
+from starlette.responses import JSONResponse
 
 from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
 
 __all__ = [
+    "Body",
     "CreateMemoryBody",
     "CreateMemoryQuery",
     "DeleteBankBody",
@@ -53,6 +55,7 @@ __all__ = [
     "UpdateMemoryBody",
     "UpdateMemoryQuery",
     "error_envelope",
+    "error_response",
     "invalid_request",
     "mask_bank_update",
     "page",
@@ -105,6 +108,13 @@ class _Wire(BaseModel):
             ) from None
 
 
+class Body(_Wire):
+    """The body of a method that takes the SDK's config model for it."""
+
+    own_fields: ClassVar[tuple[str, ...]] = ()
+    """The method's own arguments; every other field belongs to its config."""
+
+
 def _body(
     name: str,
     doc: str,
@@ -112,28 +122,29 @@ def _body(
     *,
     drop: frozenset[str] = frozenset(),
     **fields: Any,
-) -> type[_Wire]:
+) -> type[Body]:
     """A body model: the method's own `fields` plus `config`'s fields the SDK sends in the body."""
     inherited: dict[str, Any] = {
         field_name: (info.annotation, copy.deepcopy(info))
         for field_name, info in config.model_fields.items()
         if field_name not in _CLIENT_ONLY | drop
     }
-    model: type[_Wire] = create_model(name, __base__=_Wire, __doc__=doc, **inherited, **fields)
+    model: type[Body] = create_model(name, __base__=Body, __doc__=doc, **inherited, **fields)
+    model.own_fields = tuple(fields)
     return model
 
 
 Scope = dict[str, str]
 
 if TYPE_CHECKING:  # mypy cannot see fields made at runtime: it checks these as their base
-    CreateMemoryBody = _Wire
-    UpdateMemoryBody = _Wire
-    GenerateMemoriesBody = _Wire
-    RetrieveMemoriesBody = _Wire
-    RetrieveProfilesBody = _Wire
-    RollbackMemoryBody = _Wire
-    PurgeMemoriesBody = _Wire
-    IngestEventsBody = _Wire
+    CreateMemoryBody = Body
+    UpdateMemoryBody = Body
+    GenerateMemoriesBody = Body
+    RetrieveMemoriesBody = Body
+    RetrieveProfilesBody = Body
+    RollbackMemoryBody = Body
+    PurgeMemoriesBody = Body
+    IngestEventsBody = Body
 else:
     CreateMemoryBody = _body(
         "CreateMemoryBody",
@@ -328,6 +339,8 @@ class DeleteBankQuery(_Query):
 
 def invalid_request(errors: Sequence[Any]) -> InvalidArgument:
     """The InvalidArgument for FastAPI's validation errors, naming the first bad field."""
+    if not errors:
+        return InvalidArgument("The request is malformed.", field="body")
     first = errors[0]
     loc = [str(part) for part in first.get("loc", ())]
     where = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc) or "body"
@@ -460,3 +473,9 @@ def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
             }
         ]
     return {"error": status}
+
+
+def error_response(error: AdkMemoryError) -> JSONResponse:
+    """The HTTP response of an error: its envelope, its status, and a 401's challenge."""
+    headers = {"www-authenticate": "Bearer"} if error.code == 401 else None
+    return JSONResponse(error_envelope(error), status_code=error.code, headers=headers)

@@ -452,6 +452,32 @@ def test_a_typo_in_the_services_yaml_options_is_refused_with_the_known_ones(tmp_
         MemoryBankService("memory://typo?idle_duration=soon&embedding_model=hash-64")
 
 
+@pytest.mark.parametrize(
+    ("given", "stored"), [("45s", "45s"), ("1.5s", "1.5s"), ("1000000s", "1000000s")]
+)
+def test_the_idle_duration_is_stored_as_given_in_whole_or_fractional_seconds(
+    given: str, stored: str
+) -> None:
+    service = MemoryBankService("memory://idle?embedding_model=hash-64", idle_duration=given)
+
+    assert service.idle_trigger == {"generation_rule": {"idle_duration": stored}}
+
+
+def test_the_service_and_the_plugin_refuse_the_same_idle_durations() -> None:
+    from datetime import timedelta
+
+    from adk_memory import InvalidArgument
+
+    MemoryBankPlugin(idle_duration=timedelta(minutes=2))
+    for bad in ("0s", "-5s", "soon", "60"):
+        with pytest.raises(InvalidArgument, match="idle_duration"):
+            MemoryBankService("memory://idle?embedding_model=hash-64", idle_duration=bad)
+        with pytest.raises(InvalidArgument, match="idle_duration"):
+            MemoryBankPlugin(idle_duration=bad)
+    with pytest.raises(InvalidArgument, match="idle_duration"):
+        MemoryBankPlugin(idle_duration=timedelta(0))
+
+
 # Case 5: warm start
 
 _COLD_START = """
@@ -586,8 +612,16 @@ async def test_adk_api_server_next_session_remembers_over_http(tmp_path: Any) ->
     adk = Path(sys.executable).parent / "adk"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     server = subprocess.Popen(
-        [str(adk), "api_server", "--port", str(port), "--host", "127.0.0.1",
-         f"--memory_service_uri=chroma://{tmp_path / 'store'}", str(agents)],
+        [
+            str(adk),
+            "api_server",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            f"--memory_service_uri=chroma://{tmp_path / 'store'}",
+            str(agents),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

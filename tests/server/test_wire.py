@@ -251,3 +251,21 @@ def test_the_openapi_description_lists_every_route(open_server: Any) -> None:
     assert {"scope", "similaritySearchParams", "filterGroups"} <= set(body["properties"])
     assert retrieve["x-permission"] == "aiplatform.memories.retrieve"
     assert httpx.get(f"{open_server.url}/healthz").json() == {"status": "ok"}
+
+
+def test_the_openapi_description_names_key_schemes_only_when_keys_are_required(
+    open_server: Any, keyed_server: Any
+) -> None:
+    keyless = httpx.get(f"{open_server.url}/openapi.json").json()
+    keyed = httpx.get(f"{keyed_server.url}/openapi.json").json()
+
+    get_memory = (
+        "/v1beta1/projects/{project}/locations/{location}/reasoningEngines/{bank}/memories/{memory}"
+    )
+    assert "securitySchemes" not in keyless["components"]
+    assert "security" not in keyless["paths"][get_memory]["get"]
+    assert set(keyed["components"]["securitySchemes"]) == {"apiKey", "bearer"}
+    assert keyed["paths"][get_memory]["get"]["security"] == [
+        {"apiKey": ["memories.get"]},
+        {"bearer": ["memories.get"]},
+    ]
