@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BankRecord",
     "DocumentRecord",
+    "DueDocument",
     "Expectation",
     "MemoryRecord",
     "MemoryStore",
@@ -162,6 +163,19 @@ class DocumentRecord:
     key: str
     body: Mapping[str, Any]
     """A JSON-serialisable mapping."""
+    scope_key: ScopeKey | None = None
+    """The scope the document belongs to, for `list_documents(scope_key=...)`."""
+    due: datetime | None = None
+    """When the document next needs work (`due_documents`); None: it is not in the due index."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueDocument:
+    """An entry of the store-wide due index: a document of a bank that needs work from `due`."""
+
+    bank_id: str
+    key: str
+    due: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,22 +496,71 @@ class MemoryStore(Protocol):
         ...
 
     # Documents: small JSON state the engine keeps per bank (ingest streams)
+    #
+    # The due index: a document written with `due` has an entry (bank, kind, key, due) that
+    # `due_documents` finds across every bank without reading the banks. An entry may be EARLIER
+    # than its document says (the engine re-checks under the document's lock and fixes it with
+    # `set_due`) but never later or missing: a store that cannot write it atomically with the
+    # document writes it as `min(entry, due)` before the document and exactly after it.
     async def put_document(
-        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+        self,
+        bank_id: str,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        *,
+        scope_key: ScopeKey | None = None,
+        due: datetime | None = None,
     ) -> None:
-        """Creates or replaces one document (a JSON-serialisable mapping) atomically."""
+        """Creates or replaces one document (a JSON-serialisable mapping) atomically.
+
+        `scope_key` tags it for `list_documents(scope_key=...)`; `due` sets its due-index entry
+        (None removes it).
+        """
         ...
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """The document, or None."""
         ...
 
-    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every (key, body) of one kind in the bank, ordered by key."""
+    async def list_documents(
+        self, bank_id: str, kind: str, *, scope_key: ScopeKey | None = None
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank (of one scope when given), ordered by key.
+
+        With `scope_key`, only documents written with that `scope_key`, at a cost that follows
+        their number rather than the bank's.
+        """
         ...
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
-        """Deletes one document if it exists."""
+        """Deletes one document if it exists, and its due-index entry."""
+        ...
+
+    async def due_documents(
+        self, kind: str, now: datetime, *, limit: int = 1000
+    ) -> list[DueDocument]:
+        """Due-index entries of one kind with `due <= now`, in every bank, earliest first.
+
+        Ties by bank id, then key; at most `limit`. The cost follows the entries returned, not
+        the number of banks or documents. A deleted bank's entries are gone.
+        """
+        ...
+
+    async def set_due(
+        self,
+        bank_id: str,
+        kind: str,
+        dues: Mapping[str, datetime | None],
+        *,
+        only_earlier: bool = False,
+    ) -> None:
+        """Sets the due-index entries of documents by key, without rewriting them.
+
+        Exact (None removes the entry) for a caller that holds the document's lock (so no write
+        of it runs meanwhile); `only_earlier` lowers an entry to `due` (adding a missing one,
+        ignoring None), which is safe without the lock. Works for a deleted bank too (removes).
+        """
         ...
 
     # Coordination
