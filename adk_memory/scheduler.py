@@ -71,10 +71,11 @@ class IngestScheduler:
         self._track(asyncio.get_running_loop().create_task(self._flush(bank_id, key)))
 
     async def run_once(self) -> int:
-        """Flushes the due streams once, then maintains a share of the banks.
+        """Maintains this tick's share of the banks, then flushes the due streams once.
 
         Returns how many memories changed.
         """
+        await self._maintain()
         changed = 0
         try:
             due = await self._engine.ingest.due_streams(limit=_DUE_PER_TICK)
@@ -83,7 +84,6 @@ class IngestScheduler:
             due = []
         for entry in due:
             changed += await self._flush(entry.bank_id, entry.key)
-        await self._maintain()
         return changed
 
     async def _maintain(self) -> None:
