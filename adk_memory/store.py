@@ -17,7 +17,7 @@ The contract is tested by `adk_memory.testing.conformance.MemoryStoreConformance
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
@@ -51,6 +51,7 @@ __all__ = [
     "check_dimensions",
     "check_expectations",
     "cursor_of",
+    "index_around",
     "sort_records",
 ]
 
@@ -379,6 +380,29 @@ def check_expectations(
                 f"{_utc(expected.update_time).isoformat()}); nothing was written. Read it again "
                 "and retry."
             )
+
+
+async def index_around(
+    store: MemoryStore,
+    bank_id: str,
+    documents: Sequence[DocumentRecord],
+    write: Callable[[], Awaitable[object]],
+) -> None:
+    """Runs `write` (of `documents`) between lowering their due entries and setting them.
+
+    For a store whose due index cannot be written atomically with the documents: lowered first
+    (`set_due(only_earlier=True)`), a crash after `write` leaves an entry early, never late; then
+    set exactly (raised, or removed for a document without a due time). A later document of the
+    same kind and key wins, as in a batch.
+    """
+    by_kind: dict[str, dict[str, datetime | None]] = {}
+    for document in documents:
+        by_kind.setdefault(document.kind, {})[document.key] = document.due
+    for kind, dues in by_kind.items():
+        await store.set_due(bank_id, kind, dues, only_earlier=True)
+    await write()
+    for kind, dues in by_kind.items():
+        await store.set_due(bank_id, kind, dues)
 
 
 @runtime_checkable

@@ -7,9 +7,10 @@ deployment between conversations. Per backend, in one run and alternating:
 
 * `scan`: what a tick did before the due index (every bank read, every stream read and checked),
   discovery only;
-* `tick`: `IngestScheduler.run_once` now: one due-index query plus its share of the maintenance
-  (sweep and re-index of banks x poll / sweep_seconds banks); its first tick, which maintains
-  every bank, is timed apart;
+* `tick`: `IngestScheduler.run_once` now, between maintenance cycles: one due-index query; its
+  first tick, which maintains (sweeps, re-indexes) every bank, is timed apart;
+* `tick+share`: a tick that also maintains its share of the banks, banks x poll_seconds /
+  sweep_seconds of them (4 of 1,000 with the defaults, 1 s and 300 s);
 * `tick+1`: the same with one stream due among them (one event ingested before each tick, and
   flushed by it with a scripted model), against `scan+1`, the old discovery of that stream.
 
@@ -70,6 +71,7 @@ async def _timed(call: Callable[[], Awaitable[object]]) -> float:
 async def _tick(uri: str, options: dict[str, str], banks: int, streams: int, ticks: int) -> str:
     from adk_memory import AsyncClient, types
     from adk_memory.engine.ingest import stream_document
+    from adk_memory.scheduler import IngestScheduler
     from adk_memory.store import BankRecord
     from adk_memory.testing.models import ScriptedMemoryModel
 
@@ -111,10 +113,21 @@ async def _tick(uri: str, options: dict[str, str], banks: int, streams: int, tic
             config=types.IngestEventsConfig(),
         )
 
-    times: dict[str, list[float]] = {"scan": [], "tick": [], "scan+1": [], "tick+1": []}
+    # The default share (1 s / 300 s) in a cycle that restarts within the run.
+    sharing = IngestScheduler(client.engine, poll_seconds=0.004, sweep_seconds=1.2)
+    await sharing.run_once()
+    await asyncio.sleep(1.3)
+    times: dict[str, list[float]] = {
+        "scan": [],
+        "tick": [],
+        "tick+share": [],
+        "scan+1": [],
+        "tick+1": [],
+    }
     for _ in range(ticks):
         times["scan"].append(await _timed(lambda: _old_scan(client)))
         times["tick"].append(await _timed(scheduler.run_once))
+        times["tick+share"].append(await _timed(sharing.run_once))
     for _ in range(ticks):
         await one_due()
         times["scan+1"].append(await _timed(lambda: _old_scan(client)))
@@ -123,7 +136,8 @@ async def _tick(uri: str, options: dict[str, str], banks: int, streams: int, tic
     p50 = {name: statistics.median(values) for name, values in times.items()}
     return (
         f"{uri.split(':')[0]}: {banks} banks x {streams} idle streams (loaded in {load_s:.0f} s), "
-        f"p50 of n={ticks}: scan {p50['scan']:.1f} ms, tick {p50['tick']:.1f} ms; "
+        f"p50 of n={ticks}: scan {p50['scan']:.1f} ms, tick {p50['tick']:.1f} ms, "
+        f"tick+share {p50['tick+share']:.1f} ms; "
         f"one due: scan {p50['scan+1']:.1f} ms, tick (with its flush) {p50['tick+1']:.1f} ms; "
         f"first tick {first:.0f} ms; load average {os.getloadavg()}"
     )

@@ -160,6 +160,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_expectations,
+    index_around,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -728,10 +729,10 @@ class ChromaMemoryStore(MemoryStore):
     # Memories
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """`_apply`, with the due entries of the batch's documents written around it."""
+        """`_apply`, with its documents' due entries written around it (`index_around`)."""
         if batch.documents:
-            await self._with_due_entries(
-                bank_id, batch.documents, functools.partial(self._apply, bank_id, batch)
+            await index_around(
+                self, bank_id, batch.documents, functools.partial(self._apply, bank_id, batch)
             )
         else:
             await self._apply(bank_id, batch)
@@ -1438,8 +1439,8 @@ class ChromaMemoryStore(MemoryStore):
         async def work(aux: Any) -> None:
             await self._write("write a document", aux, [row])
 
-        await self._with_due_entries(
-            bank_id, [document], functools.partial(self._on_bank, bank_id, _AUX, work)
+        await index_around(
+            self, bank_id, [document], functools.partial(self._on_bank, bank_id, _AUX, work)
         )
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
@@ -1554,27 +1555,6 @@ class ChromaMemoryStore(MemoryStore):
 
         if ids:
             await self._on_registry(work, kind=_DUE)
-
-    async def _with_due_entries(
-        self,
-        bank_id: str,
-        documents: Sequence[DocumentRecord],
-        write: Callable[[], Awaitable[object]],
-    ) -> None:
-        """Runs `write` (of `documents`) between lowering their due entries and fixing them.
-
-        Lowered first, so a crash after `write` leaves an entry early, never late; then set
-        exactly (raised, or removed for a document without a due time).
-        """
-        final = {(document.kind, document.key): document for document in documents}
-        by_kind: dict[str, dict[str, datetime | None]] = {}
-        for (kind, key), document in final.items():
-            by_kind.setdefault(kind, {})[key] = document.due
-        for kind, dues in by_kind.items():
-            await self.set_due(bank_id, kind, dues, only_earlier=True)
-        await write()
-        for kind, dues in by_kind.items():
-            await self.set_due(bank_id, kind, dues)
 
     # Coordination
 

@@ -67,13 +67,14 @@ write that re-creates the set is never undone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -117,6 +118,7 @@ from adk_memory.store import (
     check_dimensions,
     check_expectations,
     cursor_key,
+    index_around,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -954,9 +956,8 @@ class RedisMemoryStore(MemoryStore):
         succeeds) or discarded it (then it raises `StoreUnavailable`, and nothing was written).
         On a cluster the due entries of its documents are lowered before it and set after it.
         """
-        await self._index_apart(bank_id, batch.documents, first=True)
-        await self._apply_batch(bank_id, batch)
-        await self._index_apart(bank_id, batch.documents, first=False)
+        write = functools.partial(self._apply_batch, bank_id, batch)
+        await self._index_apart(bank_id, batch.documents, write)
 
     async def _apply_batch(self, bank_id: str, batch: WriteBatch) -> None:
         bank_key = self._bank_key(bank_id)
@@ -1593,17 +1594,18 @@ class RedisMemoryStore(MemoryStore):
         """Creates or replaces one document atomically (with its due entry on one server)."""
         document = DocumentRecord(kind, key, body, scope_key=scope_key, due=due)
         encoded = _encode_document(kind, key, body)
-        await self._index_apart(bank_id, [document], first=True)
-        async with self._call("store a document") as client:
-            for _attempt in range(3):
-                bank = await self._bank(client, bank_id)
-                keys, args = self._document_script(bank, document, encoded)
-                if await client.eval(_WRITE_DOCUMENT_SCRIPT, len(keys), *keys, *args):
-                    break
-                self._banks.pop(bank_id, None)
-            else:
-                raise NotFound(f"Memory bank {bank_id!r} does not exist.")
-        await self._index_apart(bank_id, [document], first=False)
+
+        async def write() -> None:
+            async with self._call("store a document") as client:
+                for _attempt in range(3):
+                    bank = await self._bank(client, bank_id)
+                    keys, args = self._document_script(bank, document, encoded)
+                    if await client.eval(_WRITE_DOCUMENT_SCRIPT, len(keys), *keys, *args):
+                        return
+                    self._banks.pop(bank_id, None)
+            raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+
+        await self._index_apart(bank_id, [document], write)
 
     def _due_key(self, kind: str) -> str:
         return f"{self.config.key_prefix}:due:{kind}"
@@ -1630,27 +1632,16 @@ class RedisMemoryStore(MemoryStore):
         return keys, [bank.epoch, document.key, encoded, document.scope_key or "", due, member]
 
     async def _index_apart(
-        self, bank_id: str, documents: Sequence[DocumentRecord], *, first: bool
+        self,
+        bank_id: str,
+        documents: Sequence[DocumentRecord],
+        write: Callable[[], Awaitable[object]],
     ) -> None:
-        """Writes the due entries a cluster keeps in another slot than the bank's.
-
-        `first` (before the documents): lowers each entry to its document's due, so a crash
-        before the exact write leaves it early. After: sets each exactly, or removes it.
-        """
-        if not documents or not isinstance(self._redis(), RedisCluster):
-            return
-        async with self._call("index due documents") as client:
-            async with client.pipeline(transaction=False) as pipe:
-                for document in documents:
-                    member, due_key = (
-                        _due_member(bank_id, document.key),
-                        self._due_key(document.kind),
-                    )
-                    if document.due is not None:
-                        pipe.zadd(due_key, {member: to_us(document.due)}, lt=first)
-                    elif not first:
-                        pipe.zrem(due_key, member)
-                await pipe.execute()
+        """Runs `write`; on a cluster, whose due sets live in other slots, inside `index_around`."""
+        if documents and isinstance(self._redis(), RedisCluster):
+            await index_around(self, bank_id, documents, write)
+        else:
+            await write()
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """The document, or None."""
