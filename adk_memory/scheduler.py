@@ -94,10 +94,15 @@ class IngestScheduler:
         every pending stream in its first tick.
         """
         if not self._backlog and time.monotonic() >= self._next_cycle:
+            try:
+                banks = await self._engine.store.list_banks()
+            except AdkMemoryError as exc:  # the due streams are flushed all the same
+                logger.warning("Listing banks for maintenance failed: %s", exc.status)
+                return
             first = self._next_cycle == float("-inf")
             self._next_cycle = time.monotonic() + self._sweep_seconds
-            self._backlog = [bank.bank_id for bank in await self._engine.store.list_banks()]
-            ticks = 1 if first else max(1, int(self._sweep_seconds / self._poll_seconds))
+            self._backlog = [bank.bank_id for bank in banks]
+            ticks = 1 if first else max(1, round(self._sweep_seconds / self._poll_seconds))
             self._per_tick = math.ceil(len(self._backlog) / ticks)
         share, self._backlog = self._backlog[: self._per_tick], self._backlog[self._per_tick :]
         for bank_id in share:

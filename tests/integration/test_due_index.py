@@ -20,6 +20,7 @@ from adk_memory import AsyncClient, types
 from adk_memory.engine.ingest import STREAM_KIND, stream_key
 from adk_memory.errors import StoreUnavailable
 from adk_memory.scheduler import IngestScheduler
+from adk_memory.store import ScanQuery
 from adk_memory.testing.models import ScriptedMemoryModel
 
 _TOKEN = re.compile(r"tok-[0-9a-z-]+")
@@ -233,3 +234,35 @@ async def test_streams_of_a_scope_are_read_by_scope(client: AsyncClient) -> None
     found = await client.engine.ingest.streams(bank_id, scope={"user_id": "u1"})
     assert [(status.scope, status.pending_events) for status in found] == [({"user_id": "u1"}, 1)]
     assert len(await client.engine.ingest.streams(bank_id)) == 3
+
+
+async def test_maintenance_visits_a_share_of_the_banks_per_tick() -> None:
+    """All banks in a scheduler's first tick, then banks x poll / sweep_seconds per tick."""
+    async with AsyncClient("memory://", embedding_model="hash-64", run_scheduler=False) as client:
+        names = [(await client.memory_banks.create()).name for _ in range(6)]
+        scheduler = IngestScheduler(client.engine, poll_seconds=0.1, sweep_seconds=0.3)
+
+        async def stored() -> list[int]:
+            """Memories still stored per bank, expired or not."""
+            past = client.engine.context.clock() - timedelta(hours=1)
+            return [
+                len(await client.engine.store.scan(name.rsplit("/", 1)[-1], ScanQuery(now=past)))
+                for name in names
+            ]
+
+        async def expire_one_per_bank() -> None:
+            for name in names:
+                await client.memory_banks.memories.create(
+                    name=name, fact="brief", scope={"user_id": "u1"}, config={"ttl": "0.01s"}
+                )
+            await asyncio.sleep(0.05)
+
+        await expire_one_per_bank()
+        await scheduler.run_once()
+        assert await stored() == [0] * 6
+        await expire_one_per_bank()
+        await asyncio.sleep(0.3)  # the next cycle: 3 ticks of 2 banks
+        await scheduler.run_once()
+        assert await stored() == [0, 0, 1, 1, 1, 1]
+        await scheduler.run_once()
+        assert await stored() == [0, 0, 0, 0, 1, 1]
