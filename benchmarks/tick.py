@@ -26,6 +26,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from benchmarks._common import Timer, backends
 
@@ -68,7 +69,7 @@ async def _timed(call: Callable[[], Awaitable[object]]) -> float:
     return timer.ms
 
 
-async def _tick(uri: str, options: dict[str, str], banks: int, streams: int, ticks: int) -> str:
+async def _tick(uri: str, options: dict[str, Any], banks: int, streams: int, ticks: int) -> str:
     from adk_memory import AsyncClient, types
     from adk_memory.engine.ingest import stream_document
     from adk_memory.scheduler import IngestScheduler

@@ -69,7 +69,7 @@ async def warmed_up(client: AsyncClient) -> IngestScheduler:
 async def new_bank(client: AsyncClient, rule: dict[str, Any] | None = None) -> str:
     config = {"generation_config": {"generation_trigger_config": {"generation_rule": rule}}}
     bank = await client.memory_banks.create(managed_semantic_memory_config=config if rule else None)
-    return bank.name.rsplit("/", 1)[-1]
+    return str(bank.name).rsplit("/", 1)[-1]
 
 
 async def ingest(client: AsyncClient, bank_id: str, user: str, *tokens: str) -> None:
