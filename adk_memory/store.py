@@ -399,7 +399,9 @@ async def index_around(
     for document in documents:
         by_kind.setdefault(document.kind, {})[document.key] = document.due
     for kind, dues in by_kind.items():
-        await store.set_due(bank_id, kind, dues, only_earlier=True)
+        lowered = {key: due for key, due in dues.items() if due is not None}
+        if lowered:
+            await store.set_due(bank_id, kind, lowered, only_earlier=True)
     await write()
     for kind, dues in by_kind.items():
         await store.set_due(bank_id, kind, dues)

@@ -1525,10 +1525,10 @@ class ChromaMemoryStore(MemoryStore):
         *,
         only_earlier: bool = False,
     ) -> None:
-        """Sets or lowers due entries: one read, then at most one upsert and one delete."""
+        """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert)."""
         ids = {_due_id(kind, bank_id, key): (key, due) for key, due in dues.items()}
 
-        async def work(index: Any) -> None:
+        async def lowered(index: Any) -> list[codec.Row]:
             found = await self._call(
                 "read due entries", index.get, ids=list(ids), include=["metadatas"]
             )
@@ -1536,22 +1536,26 @@ class ChromaMemoryStore(MemoryStore):
                 row_id: meta[_DUE_US]
                 for row_id, meta in zip(found["ids"], found["metadatas"], strict=True)
             }
-            rows = [
+            return [
                 _due_row(kind, bank_id, key, due)
                 for row_id, (key, due) in ids.items()
-                if due is not None
-                and current.get(row_id) != codec.micros(due)
-                and not (only_earlier and current.get(row_id, codec.NEVER_US) < codec.micros(due))
+                if due is not None and current.get(row_id, codec.NEVER_US) > codec.micros(due)
             ]
-            gone = [
-                row_id
-                for row_id, (_key, due) in ids.items()
-                if due is None and not only_earlier and row_id in current
-            ]
+
+        async def work(index: Any) -> None:
+            if only_earlier:
+                rows = await lowered(index)
+            else:
+                rows = [
+                    _due_row(kind, bank_id, key, due)
+                    for key, due in dues.items()
+                    if due is not None
+                ]
+                gone = [row_id for row_id, (_key, due) in ids.items() if due is None]
+                if gone:
+                    await self._delete_ids("remove due entries", index, gone)
             if rows:
                 await self._write("write due entries", index, rows)
-            if gone:
-                await self._delete_ids("remove due entries", index, gone)
 
         if ids:
             await self._on_registry(work, kind=_DUE)
