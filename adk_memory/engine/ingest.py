@@ -16,8 +16,10 @@ Every write of a stream carries its due time (`due_at`: when `is_due` turns true
 is written) into the store's due index, so a scheduler finds what is due without reading every
 bank, and its scope key, so `streams(scope=...)` reads only that scope's streams. An index entry
 earlier than its stream is harmless: `flush` re-checks under the lock and corrects it. A bank
-config change lowers its streams' entries (`reindex_streams`); so does the scheduler's maintenance
-for every bank once per sweep cycle, which also indexes streams written before the index existed.
+config change lowers its streams' entries (`reindex_streams`), and a stream write re-reads the
+config after it, so a write that read the old config cannot undo that; the scheduler's
+maintenance re-checks every bank once per sweep cycle, which also indexes streams written before
+the index existed.
 
 Each event is generated from exactly once: a flush's memories and its stream are stored
 together or not at all. When the batch's store call fails in a way that hides whether it
@@ -326,7 +328,7 @@ class IngestOps:
                     now,
                 )
             )
-            await self._put(bank_id, stream_document(key, stream, bank.config))
+            await self._put(bank, stream_document(key, stream, bank.config))
         return key, operation_path, self.is_due(stream, bank.config, now)
 
     def is_due(
@@ -525,9 +527,17 @@ class IngestOps:
                     )
                 )
             stream["operations"] = []
-        await self._put(bank_id, stream_document(key, stream, bank.config))
+        await self._put(bank, stream_document(key, stream, bank.config))
 
-    async def _put(self, bank_id: str, document: DocumentRecord) -> None:
+    async def _put(self, bank: LoadedBank, document: DocumentRecord) -> None:
+        """Writes a stream with its due time, then re-checks that time against the bank's config.
+
+        A bank update stores its config, then lowers its streams' entries (`reindex_streams`);
+        a write that read the config before the update may land after that pass, with a due
+        time from the old rule. Reading the config after the write closes that gap: either
+        this read sees the new config, or the update's pass saw this write.
+        """
+        bank_id = bank.record.bank_id
         await self._context.store.put_document(
             bank_id,
             document.kind,
@@ -536,6 +546,16 @@ class IngestOps:
             scope_key=document.scope_key,
             due=document.due,
         )
+        if document.body.get("trigger"):
+            return  # the stream's own rule: the bank's config does not apply
+        current = await self._context.load_bank(bank_id)
+        if current.record.update_time == bank.record.update_time:
+            return
+        due = due_at(document.body, current.config)
+        if due is not None and (document.due is None or due < document.due):
+            await self._context.store.set_due(
+                bank_id, STREAM_KIND, {document.key: due}, only_earlier=True
+            )
 
 
 async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:

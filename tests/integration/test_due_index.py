@@ -24,6 +24,7 @@ from adk_memory.store import ScanQuery
 from adk_memory.testing.models import ScriptedMemoryModel
 
 _TOKEN = re.compile(r"tok-[0-9a-z-]+")
+SCOPE = {"user_id": "u1"}
 
 
 @pytest.fixture
@@ -150,6 +151,42 @@ async def test_a_bank_config_change_that_makes_streams_due_earlier_is_honoured(
     )
     await scheduler.run_once()
     assert generated(model) == {"tok-waiting": 1}
+
+
+async def test_a_write_that_read_the_old_config_is_re_checked_after_a_config_change(
+    client: AsyncClient, model: ScriptedMemoryModel
+) -> None:
+    """An ingest that read the bank's config, then waited for the stream's lock (held by a
+    flush) while the config changed, is re-indexed by the new config when it writes."""
+    bank_id = await new_bank(client, {"fixed_interval": "3600s"})
+    scheduler = await warmed_up(client)
+    forced = types.IngestEventsConfig(force_flush=True)
+    events = {"events": [{"content": {"role": "user", "parts": [{"text": "tok-first"}]}}]}
+    await client.engine.ingest.ingest(
+        bank_id, scope=SCOPE, stream_id="s", source=events, trigger_config=None, config=forced
+    )
+    waiting: list[asyncio.Task[None]] = []
+
+    async def change_the_config_meanwhile(kind: str) -> None:
+        if kind != "extraction" or waiting:
+            return
+        waiting.append(asyncio.create_task(ingest(client, bank_id, "u1", "tok-second")))
+        await asyncio.sleep(0.2)  # it has read the old config and waits for the lock
+        await client.memory_banks.update(
+            name=client.engine.names.bank(bank_id),
+            managed_semantic_memory_config={
+                "generation_config": {
+                    "generation_trigger_config": {"generation_rule": {"event_count": 1}}
+                }
+            },
+        )
+
+    model.on_call = change_the_config_meanwhile
+    await scheduler.run_once()
+    await asyncio.gather(*waiting)
+    model.on_call = None
+    await scheduler.run_once()
+    assert generated(model) == {"tok-first": 1, "tok-second": 1}
 
 
 async def test_an_early_entry_is_corrected_under_the_lock_and_a_later_one_is_kept(
