@@ -7,6 +7,7 @@ store between clients of the same process that use the same name; bare `memory:/
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,8 +20,11 @@ import numpy as np
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
 from adk_memory.filters import matches
 from adk_memory.locks import InProcessLockProvider
+from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
+    DocumentRecord,
+    DueDocument,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
@@ -72,6 +76,10 @@ class _Bank:
     revisions: dict[str, dict[str, RevisionRecord]] = field(default_factory=dict)
     operations: dict[str, OperationRecord] = field(default_factory=dict)
     documents: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    document_scopes: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Per (kind, key) of a document written with a scope key, that key."""
+    scoped_documents: dict[tuple[str, str], dict[str, None]] = field(default_factory=dict)
+    """Per (kind, scope key), the keys of its documents (an ordered set)."""
     rows: dict[str, np.ndarray] = field(default_factory=dict)
     """Per memory id, its vector as a float64 array (so an index is one `np.stack`)."""
     members: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -95,6 +103,20 @@ class _Bank:
             del self.members[record.scope_key][memory_id]
             self.scopes.pop(record.scope_key, None)
 
+    def put_document(self, kind: str, key: str, body: Any, scope: ScopeKey | None) -> None:
+        """Stores a document (a JSON round trip, like other stores) under its scope key."""
+        self.documents[(kind, key)] = json.loads(json.dumps(dict(body)))
+        self.drop_document_scope(kind, key)
+        if scope is not None:
+            self.document_scopes[(kind, key)] = scope
+            self.scoped_documents.setdefault((kind, scope), {})[key] = None
+
+    def drop_document_scope(self, kind: str, key: str) -> None:
+        """Forgets which scope a document belongs to."""
+        scope = self.document_scopes.pop((kind, key), None)
+        if scope is not None:
+            del self.scoped_documents[(kind, scope)][key]
+
     def scope_index(self, key: str) -> _ScopeIndex:
         """The scope's search index (cached until a write touches the scope)."""
         if key not in self.scopes:
@@ -108,8 +130,50 @@ def _live_update_time(bank: _Bank, memory_id: str, now: datetime) -> datetime | 
     return record.update_time if record is not None and record.is_live(now) else None
 
 
-_SHARED: dict[str, dict[str, _Bank]] = {}
-_SHARED_LOCKS: dict[str, InProcessLockProvider] = {}
+class _DueIndex:
+    """The due index of one document kind: (bank, key) -> due, with a heap ordered by due.
+
+    The heap keeps superseded items until they surface (skipped then), and is rebuilt when
+    they outnumber the live entries, so a query costs the entries it returns.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], datetime] = {}
+        self._heap: list[tuple[datetime, str, str]] = []
+
+    def set(self, bank_id: str, key: str, due: datetime | None) -> None:
+        if due is None:
+            self.entries.pop((bank_id, key), None)
+            return
+        self.entries[(bank_id, key)] = due
+        heapq.heappush(self._heap, (due, bank_id, key))
+        if len(self._heap) > 2 * len(self.entries) + 64:
+            self._heap = [(due, bank, key) for (bank, key), due in self.entries.items()]
+            heapq.heapify(self._heap)
+
+    def due(self, now: datetime, limit: int) -> list[DueDocument]:
+        taken: list[tuple[datetime, str, str]] = []
+        while self._heap and self._heap[0][0] <= now and len(taken) < limit:
+            item = heapq.heappop(self._heap)
+            due, bank_id, key = item
+            if self.entries.get((bank_id, key)) == due and (not taken or taken[-1] != item):
+                taken.append(item)
+        for item in taken:
+            heapq.heappush(self._heap, item)
+        return [DueDocument(bank_id, key, due) for due, bank_id, key in taken]
+
+
+@dataclass
+class _Shared:
+    """What clients of one `memory://NAME` share."""
+
+    banks: dict[str, _Bank] = field(default_factory=dict)
+    due: dict[str, _DueIndex] = field(default_factory=dict)
+    """Per document kind."""
+    locks: InProcessLockProvider = field(default_factory=InProcessLockProvider)
+
+
+_SHARED: dict[str, _Shared] = {}
 
 
 class ReferenceMemoryStore(MemoryStore):
@@ -121,12 +185,10 @@ class ReferenceMemoryStore(MemoryStore):
     )
 
     def __init__(self, *, name: str | None = None) -> None:
-        self._banks: dict[str, _Bank] = _SHARED.setdefault(name, {}) if name else {}
-        self._locks = (
-            _SHARED_LOCKS.setdefault(name, InProcessLockProvider())
-            if name
-            else InProcessLockProvider()
-        )
+        shared = _SHARED.setdefault(name, _Shared()) if name else _Shared()
+        self._banks = shared.banks
+        self._due = shared.due
+        self._locks = shared.locks
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -167,8 +229,10 @@ class ReferenceMemoryStore(MemoryStore):
         self._bank(bank.bank_id).record = bank
 
     async def delete_bank(self, bank_id: str) -> None:
-        """Deletes the bank and everything in it."""
-        self._banks.pop(bank_id, None)
+        """Deletes the bank and everything in it, with its due-index entries."""
+        bank = self._banks.pop(bank_id, None)
+        for kind, key in bank.documents if bank is not None else ():
+            self._due_index(kind).set(bank_id, key, None)
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
         """Applies the whole batch, or raises and changes nothing.
@@ -186,10 +250,8 @@ class ReferenceMemoryStore(MemoryStore):
                 for expected in batch.expect
             },
         )
-        documents = {
-            (document.kind, document.key): json.loads(json.dumps(dict(document.body)))
-            for document in batch.documents
-        }
+        documents = {(document.kind, document.key): document for document in batch.documents}
+        json.dumps([dict(document.body) for document in documents.values()])  # before any write
         for record in batch.inserts:
             existing = bank.memories.get(record.memory_id)
             if existing is not None and existing.is_live(record.create_time):
@@ -200,7 +262,8 @@ class ReferenceMemoryStore(MemoryStore):
             bank.drop(memory_id)
         for revision in batch.revisions:
             bank.revisions.setdefault(revision.memory_id, {})[revision.revision_id] = revision
-        bank.documents.update(documents)
+        for document in documents.values():
+            self._put_document(bank_id, bank, document)
         bank.operations.update((op.operation_path, op) for op in batch.operations)
 
     async def get_memories(
@@ -290,10 +353,25 @@ class ReferenceMemoryStore(MemoryStore):
         return bank.operations.get(operation_path) if bank else None
 
     async def put_document(
-        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+        self,
+        bank_id: str,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        *,
+        scope_key: ScopeKey | None = None,
+        due: datetime | None = None,
     ) -> None:
         """Creates or replaces one document (stored as a JSON round trip, like other stores)."""
-        self._bank(bank_id).documents[(kind, key)] = json.loads(json.dumps(dict(body)))
+        document = DocumentRecord(kind, key, body, scope_key=scope_key, due=due)
+        self._put_document(bank_id, self._bank(bank_id), document)
+
+    def _put_document(self, bank_id: str, bank: _Bank, document: DocumentRecord) -> None:
+        bank.put_document(document.kind, document.key, document.body, document.scope_key)
+        self._due_index(document.kind).set(bank_id, document.key, document.due)
+
+    def _due_index(self, kind: str) -> _DueIndex:
+        return self._due.setdefault(kind, _DueIndex())
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """The document, or None."""
@@ -301,21 +379,50 @@ class ReferenceMemoryStore(MemoryStore):
         found = bank.documents.get((kind, key)) if bank else None
         return json.loads(json.dumps(found)) if found is not None else None
 
-    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every (key, body) of one kind, ordered by key."""
+    async def list_documents(
+        self, bank_id: str, kind: str, *, scope_key: ScopeKey | None = None
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind (of one scope when given), ordered by key."""
         bank = self._banks.get(bank_id)
         if bank is None:
             return []
-        found = sorted(
-            (key, body) for (doc_kind, key), body in bank.documents.items() if doc_kind == kind
-        )
-        return [(key, json.loads(json.dumps(body))) for key, body in found]
+        if scope_key is None:
+            keys = [doc_key for doc_kind, doc_key in bank.documents if doc_kind == kind]
+        else:
+            keys = list(bank.scoped_documents.get((kind, scope_key), {}))
+        return [(key, json.loads(json.dumps(bank.documents[(kind, key)]))) for key in sorted(keys)]
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
-        """Deletes one document if it exists."""
+        """Deletes one document if it exists, and its due-index entry."""
         bank = self._banks.get(bank_id)
         if bank is not None:
             bank.documents.pop((kind, key), None)
+            bank.drop_document_scope(kind, key)
+            self._due_index(kind).set(bank_id, key, None)
+
+    async def due_documents(
+        self, kind: str, now: datetime, *, limit: int = 1000
+    ) -> list[DueDocument]:
+        """Due-index entries of one kind with `due <= now`, earliest first (bank, key on ties)."""
+        return self._due_index(kind).due(now, limit)
+
+    async def set_due(
+        self,
+        bank_id: str,
+        kind: str,
+        dues: Mapping[str, datetime | None],
+        *,
+        only_earlier: bool = False,
+    ) -> None:
+        """Sets (or with `only_earlier` lowers) entries; only removes in a deleted bank."""
+        index = self._due_index(kind)
+        for key, due in dues.items():
+            current = index.entries.get((bank_id, key))
+            if only_earlier:
+                if due is None or (current is not None and current <= due):
+                    continue
+            if due is None or bank_id in self._banks:
+                index.set(bank_id, key, due)
 
     def lock_provider(self) -> InProcessLockProvider:
         """In-process locks (shared by every client of the same named store)."""
@@ -338,6 +445,7 @@ class ReferenceMemoryStore(MemoryStore):
     async def drop_all(self) -> None:
         """Deletes every bank (tests)."""
         self._banks.clear()
+        self._due.clear()
 
     async def aclose(self) -> None:
         """Nothing to release."""

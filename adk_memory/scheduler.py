@@ -3,9 +3,14 @@
 A long-lived `Client`/`AsyncClient` starts one on its first `ingest_events`; `adk-memory serve`
 and `adk-memory worker` run one for deployments. Each flush claims its stream under the stream's
 lock and re-reads it there, so several schedulers on one store, in any number of processes,
-generate from each event once (`adk_memory.engine.ingest` names the one at-least-once case). Every
-`sweep_seconds` it also reclaims the storage of expired memories and revisions (stores without
-native expiry need this; reads never return expired memories either way). Background
+generate from each event once (`adk_memory.engine.ingest` names the one at-least-once case).
+
+A tick costs what is due: it asks the store's due index for the streams whose time has come
+(across all banks, one query) and flushes those. Maintenance is spread over the ticks of a
+sweep cycle (`sweep_seconds`): each bank in turn has its expired memories and revisions
+reclaimed (stores without native expiry need this; reads never return expired memories either
+way) and its streams' index entries checked (`reindex_streams`), about `banks x poll_seconds /
+sweep_seconds` banks per tick, all of them in a scheduler's first tick. Background
 tasks are kept referenced and their failures logged (an untracked task can be collected and its
 error lost).
 """
@@ -13,11 +18,14 @@ error lost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import time
 
 from adk_memory.engine import MemoryEngine
-from adk_memory.errors import AdkMemoryError, ResourceExhausted
+from adk_memory.engine.ingest import STREAM_KIND, reindex_streams
+from adk_memory.errors import AdkMemoryError, NotFound, ResourceExhausted
 
 __all__ = ["IngestScheduler"]
 
@@ -26,6 +34,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_SWEEP_SECONDS = 300.0
 _CLAIM_WAIT_SECONDS = 0.2
+_DUE_PER_TICK = 1000
+"""Due streams taken per tick, earliest first (the rest wait for the next tick)."""
 
 
 class IngestScheduler:
@@ -41,7 +51,11 @@ class IngestScheduler:
         self._engine = engine
         self._poll_seconds = poll_seconds
         self._sweep_seconds = sweep_seconds
-        self._last_sweep = float("-inf")
+        self._next_cycle = float("-inf")
+        """When (monotonic) the next maintenance cycle starts; -inf until the first."""
+        self._backlog: list[str] = []
+        """Banks the current maintenance cycle has still to visit."""
+        self._per_tick = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -57,22 +71,43 @@ class IngestScheduler:
         self._track(asyncio.get_running_loop().create_task(self._flush(bank_id, key)))
 
     async def run_once(self) -> int:
-        """Flushes every due stream of every bank once; returns how many memories changed."""
+        """Maintains this tick's share of the banks, then flushes the due streams once.
+
+        Returns how many memories changed.
+        """
+        await self._maintain()
         changed = 0
-        sweep = time.monotonic() - self._last_sweep >= self._sweep_seconds
-        if sweep:
-            self._last_sweep = time.monotonic()
-        for bank in await self._engine.store.list_banks():
-            if sweep:
-                await self._sweep(bank.bank_id)
-            try:
-                keys = await self._engine.ingest.due_streams(bank.bank_id)
-            except AdkMemoryError as exc:
-                logger.warning("Listing due streams of a bank failed: %s", exc.status)
-                continue
-            for key in keys:
-                changed += await self._flush(bank.bank_id, key)
+        try:
+            due = await self._engine.ingest.due_streams(limit=_DUE_PER_TICK)
+        except AdkMemoryError as exc:
+            logger.warning("Listing due streams failed: %s", exc.status)
+            due = []
+        for entry in due:
+            changed += await self._flush(entry.bank_id, entry.key)
         return changed
+
+    async def _maintain(self) -> None:
+        """Sweeps and re-indexes this tick's share of the banks (starting a cycle when it is time).
+
+        A cycle lists the banks once and visits each within `sweep_seconds`; the first cycle of a
+        scheduler visits them all at once, so a restart (or an upgrade to the due index) finds
+        every pending stream in its first tick.
+        """
+        if not self._backlog and time.monotonic() >= self._next_cycle:
+            try:
+                banks = await self._engine.store.list_banks()
+            except AdkMemoryError as exc:  # the due streams are flushed all the same
+                logger.warning("Listing banks for maintenance failed: %s", exc.status)
+                return
+            first = self._next_cycle == float("-inf")
+            self._next_cycle = time.monotonic() + self._sweep_seconds
+            self._backlog = [bank.bank_id for bank in banks]
+            ticks = 1 if first else max(1, round(self._sweep_seconds / self._poll_seconds))
+            self._per_tick = math.ceil(len(self._backlog) / ticks)
+        share, self._backlog = self._backlog[: self._per_tick], self._backlog[self._per_tick :]
+        for bank_id in share:
+            await self._sweep(bank_id)
+            await self._reindex(bank_id)
 
     async def run_forever(self) -> None:
         """Polls until `stop()` (or cancellation)."""
@@ -116,11 +151,24 @@ class IngestScheduler:
         if removed:
             logger.info("Swept %d expired records from a bank", removed)
 
+    async def _reindex(self, bank_id: str) -> None:
+        try:
+            await reindex_streams(self._engine.context, bank_id)
+        except NotFound:
+            pass  # deleted meanwhile
+        except AdkMemoryError as exc:
+            logger.warning("Checking the due index of a bank's streams failed: %s", exc.status)
+
     async def _flush(self, bank_id: str, key: str) -> int:
         try:
             return await self._engine.ingest.flush(bank_id, key, wait_seconds=_CLAIM_WAIT_SECONDS)
         except ResourceExhausted:
             return 0  # another flush holds the stream; it will take these events too
+        except NotFound:
+            # The bank is gone (an entry its deletion missed): drop the entry.
+            with contextlib.suppress(AdkMemoryError):
+                await self._engine.store.set_due(bank_id, STREAM_KIND, {key: None})
+            return 0
         except AdkMemoryError as exc:
             logger.warning("Ingest flush failed: %s", exc.status)
             return 0

@@ -17,7 +17,7 @@ The contract is tested by `adk_memory.testing.conformance.MemoryStoreConformance
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BankRecord",
     "DocumentRecord",
+    "DueDocument",
     "Expectation",
     "MemoryRecord",
     "MemoryStore",
@@ -50,6 +51,7 @@ __all__ = [
     "check_dimensions",
     "check_expectations",
     "cursor_of",
+    "index_around",
     "sort_records",
 ]
 
@@ -162,6 +164,19 @@ class DocumentRecord:
     key: str
     body: Mapping[str, Any]
     """A JSON-serialisable mapping."""
+    scope_key: ScopeKey | None = None
+    """The scope the document belongs to, for `list_documents(scope_key=...)`."""
+    due: datetime | None = None
+    """When the document next needs work (`due_documents`); None: it is not in the due index."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueDocument:
+    """An entry of the store-wide due index: a document of a bank that needs work from `due`."""
+
+    bank_id: str
+    key: str
+    due: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +382,31 @@ def check_expectations(
             )
 
 
+async def index_around(
+    store: MemoryStore,
+    bank_id: str,
+    documents: Sequence[DocumentRecord],
+    write: Callable[[], Awaitable[object]],
+) -> None:
+    """Runs `write` (of `documents`) between lowering their due entries and setting them.
+
+    For a store whose due index cannot be written atomically with the documents: lowered first
+    (`set_due(only_earlier=True)`), a crash after `write` leaves an entry early, never late; then
+    set exactly (raised, or removed for a document without a due time). A later document of the
+    same kind and key wins, as in a batch.
+    """
+    by_kind: dict[str, dict[str, datetime | None]] = {}
+    for document in documents:
+        by_kind.setdefault(document.kind, {})[document.key] = document.due
+    for kind, dues in by_kind.items():
+        lowered = {key: due for key, due in dues.items() if due is not None}
+        if lowered:
+            await store.set_due(bank_id, kind, lowered, only_earlier=True)
+    await write()
+    for kind, dues in by_kind.items():
+        await store.set_due(bank_id, kind, dues)
+
+
 @runtime_checkable
 class MemoryStore(Protocol):
     """Async persistence for memory banks. The contract is `adk_memory.testing.conformance`.
@@ -482,22 +522,71 @@ class MemoryStore(Protocol):
         ...
 
     # Documents: small JSON state the engine keeps per bank (ingest streams)
+    #
+    # The due index: a document written with `due` has an entry (bank, kind, key, due) that
+    # `due_documents` finds across every bank without reading the banks. An entry may be EARLIER
+    # than its document says (the engine re-checks under the document's lock and fixes it with
+    # `set_due`) but never later or missing: a store that cannot write it atomically with the
+    # document writes it as `min(entry, due)` before the document and exactly after it.
     async def put_document(
-        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+        self,
+        bank_id: str,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        *,
+        scope_key: ScopeKey | None = None,
+        due: datetime | None = None,
     ) -> None:
-        """Creates or replaces one document (a JSON-serialisable mapping) atomically."""
+        """Creates or replaces one document (a JSON-serialisable mapping) atomically.
+
+        `scope_key` tags it for `list_documents(scope_key=...)`; `due` sets its due-index entry
+        (None removes it).
+        """
         ...
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """The document, or None."""
         ...
 
-    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every (key, body) of one kind in the bank, ordered by key."""
+    async def list_documents(
+        self, bank_id: str, kind: str, *, scope_key: ScopeKey | None = None
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank (of one scope when given), ordered by key.
+
+        With `scope_key`, only documents written with that `scope_key`, at a cost that follows
+        their number rather than the bank's.
+        """
         ...
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
-        """Deletes one document if it exists."""
+        """Deletes one document if it exists, and its due-index entry."""
+        ...
+
+    async def due_documents(
+        self, kind: str, now: datetime, *, limit: int = 1000
+    ) -> list[DueDocument]:
+        """Due-index entries of one kind with `due <= now`, in every bank, earliest first.
+
+        Ties by bank id, then key; at most `limit`. The cost follows the entries returned, not
+        the number of banks or documents. A deleted bank's entries are gone.
+        """
+        ...
+
+    async def set_due(
+        self,
+        bank_id: str,
+        kind: str,
+        dues: Mapping[str, datetime | None],
+        *,
+        only_earlier: bool = False,
+    ) -> None:
+        """Sets the due-index entries of documents by key, without rewriting them.
+
+        Exact (None removes the entry) for a caller that holds the document's lock (so no write
+        of it runs meanwhile); `only_earlier` lowers an entry to `due` (adding a missing one,
+        ignoring None), which is safe without the lock. Works for a deleted bank too (removes).
+        """
         ...
 
     # Coordination

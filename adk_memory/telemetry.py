@@ -41,8 +41,10 @@ if TYPE_CHECKING:
     from adk_memory.embeddings import Embedder
     from adk_memory.engine.context import EngineContext
     from adk_memory.locks import LockProvider
+    from adk_memory.scope import ScopeKey
     from adk_memory.store import (
         BankRecord,
+        DueDocument,
         MemoryRecord,
         MemoryStore,
         NearestQuery,
@@ -374,11 +376,18 @@ class TracingStore:
     # Documents (the kind is an engine-defined word such as "stream"; keys are never recorded)
 
     async def put_document(
-        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+        self,
+        bank_id: str,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        *,
+        scope_key: ScopeKey | None = None,
+        due: datetime | None = None,
     ) -> None:
         """See `MemoryStore.put_document`."""
         with self._call("put_document", bank_id, **{"adk_memory.document.kind": kind}):
-            await self.inner.put_document(bank_id, kind, key, body)
+            await self.inner.put_document(bank_id, kind, key, body, scope_key=scope_key, due=due)
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """See `MemoryStore.get_document`."""
@@ -387,10 +396,12 @@ class TracingStore:
             span.set_attribute(RESULTS, int(found is not None))
             return found
 
-    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+    async def list_documents(
+        self, bank_id: str, kind: str, *, scope_key: ScopeKey | None = None
+    ) -> list[tuple[str, Mapping[str, Any]]]:
         """See `MemoryStore.list_documents`."""
         with self._call("list_documents", bank_id, **{"adk_memory.document.kind": kind}) as span:
-            found = await self.inner.list_documents(bank_id, kind)
+            found = await self.inner.list_documents(bank_id, kind, scope_key=scope_key)
             span.set_attribute(RESULTS, len(found))
             return found
 
@@ -398,6 +409,27 @@ class TracingStore:
         """See `MemoryStore.delete_document`."""
         with self._call("delete_document", bank_id, **{"adk_memory.document.kind": kind}):
             await self.inner.delete_document(bank_id, kind, key)
+
+    async def due_documents(
+        self, kind: str, now: datetime, *, limit: int = 1000
+    ) -> list[DueDocument]:
+        """See `MemoryStore.due_documents`."""
+        with self._call("due_documents", None, **{"adk_memory.document.kind": kind}) as span:
+            found = await self.inner.due_documents(kind, now, limit=limit)
+            span.set_attribute(RESULTS, len(found))
+            return found
+
+    async def set_due(
+        self,
+        bank_id: str,
+        kind: str,
+        dues: Mapping[str, datetime | None],
+        *,
+        only_earlier: bool = False,
+    ) -> None:
+        """See `MemoryStore.set_due`."""
+        with self._call("set_due", bank_id, **{"adk_memory.document.kind": kind}):
+            await self.inner.set_due(bank_id, kind, dues, only_earlier=only_earlier)
 
     # Coordination and maintenance
 

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adk_memory.embeddings import canonical_model_name
-from adk_memory.engine.ingest import STREAM_KIND
+from adk_memory.engine.context import split_config
+from adk_memory.engine.ingest import STREAM_KIND, stream_document
 from adk_memory.engine.memories import owner_scopes
 from adk_memory.engine.profiles import PROFILE_ID_PREFIX, profile_memory_id
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -731,7 +732,19 @@ class _Importer:
         if kind != STREAM_KIND:
             raise InvalidArgument(f"{where}: unknown document kind {kind!r:.30}.", field="file")
         assert self.bank is not None
-        await self.store.put_document(self.bank.bank_id, kind, str(data["key"]), data["body"])
+        config, _extensions = split_config(self.bank.config)
+        try:
+            document = stream_document(str(data["key"]), data["body"], config)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(f"{where}: a malformed stream document.", field="file") from exc
+        await self.store.put_document(
+            self.bank.bank_id,
+            kind,
+            document.key,
+            document.body,
+            scope_key=document.scope_key,
+            due=document.due,
+        )
         self.counts["document"] += 1
 
     async def flush(self) -> None:

@@ -16,6 +16,7 @@ from adk_memory.embeddings import canonical_model_name
 from adk_memory.engine.context import EngineContext, split_config
 from adk_memory.engine.convert import parse_duration, parse_model
 from adk_memory.engine.customization import validate_customization_configs
+from adk_memory.engine.ingest import reindex_streams
 from adk_memory.engine.profiles import validate_structured_configs
 from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
@@ -235,6 +236,8 @@ class BankOps:
             description=description if description is not None else bank.record.description,
         )
         await self._context.store.update_bank(record)
+        if "generation_config" in changes:  # its trigger rule may make streams due earlier
+            await reindex_streams(self._context, bank_id)
         return record
 
     async def delete(self, bank_id: str, *, force: bool = False) -> None:

@@ -12,6 +12,15 @@ the pending operations are completed (reports, retried through a store restart).
 Nothing is lost across restarts: events are in the store before `ingest` returns, and any
 process's scheduler can flush them; the stream's lock lets one flush at a time take them.
 
+Every write of a stream carries its due time (`due_at`: when `is_due` turns true if nothing else
+is written) into the store's due index, so a scheduler finds what is due without reading every
+bank, and its scope key, so `streams(scope=...)` reads only that scope's streams. An index entry
+earlier than its stream is harmless: `flush` re-checks under the lock and corrects it. A bank
+config change lowers its streams' entries (`reindex_streams`), and a stream write re-reads the
+config after it, so a write that read the old config cannot undo that; the scheduler's
+maintenance re-checks every bank once per sweep cycle, which also indexes streams written before
+the index existed.
+
 Each event is generated from exactly once: a flush's memories and its stream are stored
 together or not at all. When the batch's store call fails in a way that hides whether it
 committed (`StoreUnavailable`), the flush re-reads the stream: if it carries the flush's
@@ -31,22 +40,30 @@ import functools
 import hashlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.genai import types as genai_types
 
 from adk_memory import types
-from adk_memory.engine.context import EngineContext
+from adk_memory.engine.context import EngineContext, LoadedBank
 from adk_memory.engine.convert import parse_duration, parse_model, to_utc
 from adk_memory.engine.generate import GenerateOps
 from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
-from adk_memory.store import DocumentRecord, OperationRecord
+from adk_memory.store import DocumentRecord, DueDocument, OperationRecord
 
-__all__ = ["STREAM_KIND", "IngestOps", "StreamStatus", "TriggerRule"]
+__all__ = [
+    "STREAM_KIND",
+    "IngestOps",
+    "StreamStatus",
+    "TriggerRule",
+    "due_at",
+    "reindex_streams",
+    "stream_document",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +75,8 @@ MAX_FLUSH_FAILURES = 5
 MAX_RETRY_SECONDS = 300
 _COMMIT_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0)
 """Pauses between attempts to complete the operations of a stored flush (7.4 s in all)."""
+_IMMEDIATELY = datetime(1970, 1, 1, tzinfo=UTC)
+"""The due time of a stream due whenever it is looked at (before any clock's `now`)."""
 _GENERATE_FIELDS = (
     "revision_labels",
     "revision_expire_time",
@@ -129,6 +148,91 @@ class StreamStatus:
 def stream_key(scope: dict[str, str], stream_id: str) -> str:
     """The document key of a stream (a digest: scope text never becomes a key)."""
     return hashlib.sha256(f"{scope_key(scope)}\x1f{stream_id}".encode()).hexdigest()[:40]
+
+
+def stream_rule(
+    stream: Mapping[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig
+) -> TriggerRule | None:
+    """The trigger rule of a stream: its own, else the bank's (None: flush at once)."""
+    if stream.get("trigger"):
+        return TriggerRule.from_config(
+            types.MemoryGenerationTriggerConfig.model_validate(stream["trigger"]),
+            field="generation_trigger_config",
+        )
+    generation = bank_config.generation_config
+    return TriggerRule.from_config(
+        generation.generation_trigger_config if generation else None,
+        field="generation_config.generation_trigger_config",
+    )
+
+
+def due_at(
+    stream: Mapping[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig
+) -> datetime | None:
+    """From when the stream is due if nothing else is written to it (None: never).
+
+    `is_due(now)` is exactly `now >= due_at`: held back until `retry_after`, then due at once
+    when forced, without a rule or with `event_count` events pending, else at the earlier of
+    `last_event_at + idle_duration` and `last_flush_at + fixed_interval`.
+    """
+    if not stream.get("pending"):
+        return None
+    rule = stream_rule(stream, bank_config)
+    if (
+        stream.get("force")
+        or rule is None
+        or rule.flushes_at_once
+        or (rule.event_count is not None and len(stream["pending"]) >= rule.event_count)
+    ):
+        due: datetime | None = _IMMEDIATELY
+    else:
+        created = stream["created_at"]
+        times = []
+        if rule.idle_duration is not None:
+            times.append(_moment(stream.get("last_event_at") or created) + rule.idle_duration)
+        if rule.fixed_interval is not None:
+            times.append(_moment(stream.get("last_flush_at") or created) + rule.fixed_interval)
+        due = min(times, default=None)
+    if due is not None and stream.get("retry_after"):
+        return max(due, _moment(stream["retry_after"]))
+    return due
+
+
+async def reindex_streams(context: EngineContext, bank_id: str) -> int:
+    """Lowers the due-index entries of the bank's streams to what the streams say now.
+
+    Needs no lock (an entry only moves earlier): run after a bank config change, and by the
+    scheduler once per sweep cycle for every bank, which also indexes streams stored before the
+    index existed or whose entry a config change raced with. Returns how many streams are pending.
+    """
+    bank = await context.load_bank(bank_id)
+    documents = await context.store.list_documents(bank_id, STREAM_KIND)
+    dues = {key: due_at(body, bank.config) for key, body in documents}
+    pending = {key: due for key, due in dues.items() if due is not None}
+    if pending:
+        await context.store.set_due(bank_id, STREAM_KIND, pending, only_earlier=True)
+    return len(pending)
+
+
+def _moment(text: str) -> datetime:
+    """A stored ISO time (UTC when it names no zone)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def stream_document(
+    key: str,
+    stream: Mapping[str, Any],
+    bank_config: types.ReasoningEngineContextSpecMemoryBankConfig,
+) -> DocumentRecord:
+    """The stream as a document, with its scope key and due time."""
+    return DocumentRecord(
+        STREAM_KIND,
+        key,
+        stream,
+        scope_key=scope_key(stream["scope"]),
+        due=due_at(stream, bank_config),
+    )
 
 
 class IngestOps:
@@ -224,7 +328,7 @@ class IngestOps:
                     now,
                 )
             )
-            await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
+            await self._put(bank, stream_document(key, stream, bank.config))
         return key, operation_path, self.is_due(stream, bank.config, now)
 
     def is_due(
@@ -234,49 +338,29 @@ class IngestOps:
         now: datetime,
     ) -> bool:
         """Whether the stream's trigger says to flush now."""
-        if not stream.get("pending"):
-            return False
-        if stream.get("retry_after") and now < datetime.fromisoformat(stream["retry_after"]):
-            return False
-        if stream.get("force"):
-            return True
-        rule = self._rule(stream, bank_config)
-        if rule is None or rule.flushes_at_once:
-            return True
-        if rule.event_count is not None and len(stream["pending"]) >= rule.event_count:
-            return True
-        last_event = datetime.fromisoformat(stream.get("last_event_at") or stream["created_at"])
-        if rule.idle_duration is not None and now - last_event >= rule.idle_duration:
-            return True
-        last_flush = datetime.fromisoformat(stream.get("last_flush_at") or stream["created_at"])
-        return rule.fixed_interval is not None and now - last_flush >= rule.fixed_interval
+        due = due_at(stream, bank_config)
+        return due is not None and now >= due
 
-    def _rule(
-        self, stream: dict[str, Any], bank_config: types.ReasoningEngineContextSpecMemoryBankConfig
-    ) -> TriggerRule | None:
-        if stream.get("trigger"):
-            return TriggerRule.from_config(
-                types.MemoryGenerationTriggerConfig.model_validate(stream["trigger"]),
-                field="generation_trigger_config",
-            )
-        generation = bank_config.generation_config
-        return TriggerRule.from_config(
-            generation.generation_trigger_config if generation else None,
-            field="generation_config.generation_trigger_config",
+    async def due_streams(self, *, limit: int = 1000) -> list[DueDocument]:
+        """Streams of every bank whose due-index entry has come (earliest first, at most `limit`).
+
+        An entry may be early; `flush` re-checks the stream and corrects it.
+        """
+        return await self._context.store.due_documents(
+            STREAM_KIND, self._context.clock(), limit=limit
         )
-
-    async def due_streams(self, bank_id: str) -> list[str]:
-        """Keys of the bank's streams that are due now."""
-        bank = await self._context.load_bank(bank_id)
-        now = self._context.clock()
-        documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
-        return [key for key, body in documents if self.is_due(dict(body), bank.config, now)]
 
     async def streams(
         self, bank_id: str, *, scope: dict[str, str] | None = None
     ) -> list[StreamStatus]:
-        """The bank's streams that hold unflushed events (of one scope when given), oldest first."""
-        documents = await self._context.store.list_documents(bank_id, STREAM_KIND)
+        """The bank's streams that hold unflushed events (of one scope when given), oldest first.
+
+        With a scope, only that scope's streams are read (a stream stored before streams carried
+        their scope key is listed once it is next written, by `ingest` or a flush).
+        """
+        documents = await self._context.store.list_documents(
+            bank_id, STREAM_KIND, scope_key=None if scope is None else scope_key(scope)
+        )
         found = [
             StreamStatus(
                 key=key,
@@ -319,13 +403,18 @@ class IngestOps:
         ) as lease:
             document = await self._context.store.get_document(bank_id, STREAM_KIND, key)
             if document is None:
+                await self._context.store.set_due(bank_id, STREAM_KIND, {key: None})
                 return 0
             stream = dict(document)
             now = self._context.clock()
             due = stream.get("pending") if now_or_never else self.is_due(stream, bank.config, now)
             if not due:
+                # An early entry found by a scheduler (or a caller flushing a quiet stream):
+                # set it to what the stream says, under the lock that orders its writes.
+                entry = due_at(stream, bank.config)
+                await self._context.store.set_due(bank_id, STREAM_KIND, {key: entry})
                 return 0
-            rule = self._rule(stream, bank.config) or TriggerRule()
+            rule = stream_rule(stream, bank.config) or TriggerRule()
             overlap = (
                 stream["processed"][-rule.overlap_event_count :] if rule.overlap_event_count else []
             )
@@ -355,7 +444,7 @@ class IngestOps:
                     direct_memories=None,
                     config=config,
                     model=self._context.generation_model,
-                    documents=(DocumentRecord(STREAM_KIND, key, flushed),),
+                    documents=(stream_document(key, flushed, bank.config),),
                     fences=(lease,),
                 )
             except Aborted:
@@ -370,7 +459,7 @@ class IngestOps:
                     logger.warning("An ingest flush whose store call failed was stored after all.")
                     await self._complete(bank_id, finished, {}, now)
                     return 0
-                await self._record_failure(bank_id, key, stream, exc, now)
+                await self._record_failure(bank, key, stream, exc, now)
                 if raise_failure:
                     raise
                 return 0
@@ -405,8 +494,9 @@ class IngestOps:
             )
 
     async def _record_failure(
-        self, bank_id: str, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime
+        self, bank: LoadedBank, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime
     ) -> None:
+        bank_id = bank.record.bank_id
         failures = int(stream.get("failures", 0)) + 1
         delay = min(2**failures, MAX_RETRY_SECONDS)
         stream["failures"] = failures
@@ -437,7 +527,35 @@ class IngestOps:
                     )
                 )
             stream["operations"] = []
-        await self._context.store.put_document(bank_id, STREAM_KIND, key, stream)
+        await self._put(bank, stream_document(key, stream, bank.config))
+
+    async def _put(self, bank: LoadedBank, document: DocumentRecord) -> None:
+        """Writes a stream with its due time, then re-checks that time against the bank's config.
+
+        A bank update stores its config, then lowers its streams' entries (`reindex_streams`);
+        a write that read the config before the update may land after that pass, with a due
+        time from the old rule. Reading the config after the write closes that gap: either
+        this read sees the new config, or the update's pass saw this write.
+        """
+        bank_id = bank.record.bank_id
+        await self._context.store.put_document(
+            bank_id,
+            document.kind,
+            document.key,
+            document.body,
+            scope_key=document.scope_key,
+            due=document.due,
+        )
+        if document.body.get("trigger"):
+            return  # the stream's own rule: the bank's config does not apply
+        current = await self._context.load_bank(bank_id)
+        if current.record.update_time == bank.record.update_time:
+            return
+        due = due_at(document.body, current.config)
+        if due is not None and (document.due is None or due < document.due):
+            await self._context.store.set_due(
+                bank_id, STREAM_KIND, {document.key: due}, only_earlier=True
+            )
 
 
 async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:

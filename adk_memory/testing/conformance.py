@@ -956,6 +956,133 @@ class MemoryStoreConformance:
         await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s1", {"n": 9}),)))
         assert await store.list_documents(bank, "stream") == [("s1", {"n": 9})]
 
+    # The due index and scoped documents
+
+    async def test_due_documents_come_earliest_first_from_every_bank(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Entries with due <= now, of one kind, across banks: by due, then bank, then key."""
+        await store.create_bank(bank_record(OTHER_BANK))
+        at = {minutes: T0 + timedelta(minutes=minutes) for minutes in (1, 2, 3, 9)}
+        await store.put_document(bank, "stream", "late", {"n": 1}, due=at[9])
+        await store.put_document(bank, "stream", "b", {"n": 2}, due=at[2])
+        await store.put_document(OTHER_BANK, "stream", "a", {"n": 3}, due=at[2])
+        await store.put_document(bank, "stream", "first", {"n": 4}, due=at[1])
+        await store.put_document(bank, "stream", "idle", {"n": 5})
+        await store.put_document(bank, "journal", "other-kind", {"n": 6}, due=at[1])
+        await store.apply(
+            bank, WriteBatch(documents=(DocumentRecord("stream", "batched", {}, due=at[3]),))
+        )
+        found = await store.due_documents("stream", at[3])
+        assert [(d.bank_id, d.key) for d in found] == [
+            (bank, "first"),
+            (bank, "b"),
+            (OTHER_BANK, "a"),
+            (bank, "batched"),
+        ]
+        assert [d.due for d in found] == [at[1], at[2], at[2], at[3]]
+        assert [d.key for d in await store.due_documents("stream", at[3], limit=2)] == [
+            "first",
+            "b",
+        ]
+        assert await store.due_documents("stream", T0) == []
+        assert [d.key for d in await store.due_documents("journal", at[9])] == ["other-kind"]
+
+    async def test_a_rewritten_document_moves_its_due_entry(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Each write sets the entry to its own due (later, earlier, or none), put or batch."""
+        soon, later = T0 + timedelta(seconds=5), T0 + timedelta(hours=1)
+
+        async def due_keys(now: datetime) -> list[str]:
+            return [d.key for d in await store.due_documents("stream", now)]
+
+        await store.put_document(bank, "stream", "s1", {"n": 1}, due=soon)
+        assert await due_keys(soon) == ["s1"]
+        await store.put_document(bank, "stream", "s1", {"n": 2}, due=later)
+        assert await due_keys(soon) == []
+        assert await due_keys(later) == ["s1"]
+        await store.apply(
+            bank, WriteBatch(documents=(DocumentRecord("stream", "s1", {"n": 3}, due=soon),))
+        )
+        assert await due_keys(soon) == ["s1"]
+        await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s1", {"n": 4}),)))
+        assert await due_keys(later) == []
+        await store.put_document(bank, "stream", "s1", {"n": 5}, due=later)
+        await store.put_document(bank, "stream", "s1", {"n": 6})
+        assert await due_keys(later) == []
+        assert await store.get_document(bank, "stream", "s1") == {"n": 6}
+
+    async def test_a_deleted_document_leaves_the_due_index(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """`delete_document` removes the document's entry; another key's stays."""
+        await store.put_document(bank, "stream", "gone", {"n": 1}, due=T0)
+        await store.put_document(bank, "stream", "kept", {"n": 2}, due=T0)
+        await store.delete_document(bank, "stream", "gone")
+        assert [d.key for d in await store.due_documents("stream", T0)] == ["kept"]
+
+    async def test_set_due_sets_or_only_lowers_entries(self, store: MemoryStore, bank: str) -> None:
+        """Exact `set_due` moves an entry either way or removes it; `only_earlier` only lowers."""
+        soon, later = T0 + timedelta(seconds=5), T0 + timedelta(hours=1)
+        await store.put_document(bank, "stream", "s1", {"n": 1}, due=soon)
+        await store.put_document(bank, "stream", "s2", {"n": 2})
+        await store.set_due(bank, "stream", {"s1": later, "s2": later}, only_earlier=True)
+        found = await store.due_documents("stream", later)
+        assert [(d.key, d.due) for d in found] == [("s1", soon), ("s2", later)]
+        await store.set_due(bank, "stream", {"s2": soon, "s1": None}, only_earlier=True)
+        found = await store.due_documents("stream", later)
+        assert [(d.key, d.due) for d in found] == [("s1", soon), ("s2", soon)]
+        await store.set_due(bank, "stream", {"s1": later, "s2": None})
+        found = await store.due_documents("stream", later)
+        assert [(d.key, d.due) for d in found] == [("s1", later)]
+        assert await store.get_document(bank, "stream", "s1") == {"n": 1}
+
+    async def test_deleting_a_bank_removes_its_due_entries(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A deleted (and re-created) bank has no entries; another bank's are untouched."""
+        await store.create_bank(bank_record(OTHER_BANK))
+        await store.put_document(bank, "stream", "s1", {"n": 1}, due=T0)
+        await store.apply(bank, WriteBatch(documents=(DocumentRecord("stream", "s2", {}, due=T0),)))
+        await store.put_document(OTHER_BANK, "stream", "s1", {"n": 2}, due=T0)
+        await store.delete_bank(bank)
+        assert [(d.bank_id, d.key) for d in await store.due_documents("stream", T0)] == [
+            (OTHER_BANK, "s1")
+        ]
+        await store.create_bank(bank_record())
+        assert [d.bank_id for d in await store.due_documents("stream", T0)] == [OTHER_BANK]
+        await store.set_due(bank, "stream", {"s1": None})  # an entry of a bank gone: no error
+
+    async def test_documents_are_listed_by_scope_key(self, store: MemoryStore, bank: str) -> None:
+        """`list_documents(scope_key=...)` returns exactly that scope's documents of the bank."""
+        other = scope_key(CRAFTED_SCOPES[1])
+        await store.create_bank(bank_record(OTHER_BANK))
+        await store.put_document(bank, "stream", "mine-b", {"n": 1}, scope_key=KEY)
+        await store.apply(
+            bank,
+            WriteBatch(documents=(DocumentRecord("stream", "mine-a", {"n": 2}, scope_key=KEY),)),
+        )
+        await store.put_document(bank, "stream", "theirs", {"n": 3}, scope_key=other)
+        await store.put_document(bank, "stream", "untagged", {"n": 4})
+        await store.put_document(bank, "journal", "mine-c", {"n": 5}, scope_key=KEY)
+        await store.put_document(OTHER_BANK, "stream", "mine-x", {"n": 6}, scope_key=KEY)
+        assert await store.list_documents(bank, "stream", scope_key=KEY) == [
+            ("mine-a", {"n": 2}),
+            ("mine-b", {"n": 1}),
+        ]
+        assert [k for k, _ in await store.list_documents(bank, "stream", scope_key=other)] == [
+            "theirs"
+        ]
+        await store.put_document(bank, "stream", "mine-b", {"n": 7}, scope_key=other)
+        await store.delete_document(bank, "stream", "mine-a")
+        assert await store.list_documents(bank, "stream", scope_key=KEY) == []
+        assert [k for k, _ in await store.list_documents(bank, "stream", scope_key=other)] == [
+            "mine-b",
+            "theirs",
+        ]
+        assert len(await store.list_documents(bank, "stream")) == 3
+
     # Conditional writes
 
     async def test_a_changed_memory_aborts_a_batch_that_expected_it_unchanged(

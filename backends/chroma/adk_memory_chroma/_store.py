@@ -75,6 +75,13 @@ generation, which reads and writes one scope under its own lock, always writes i
 after any pending batch is completed. A multi-request aux journal whose writer dies before its
 commit row leaves part rows that nothing reads; they go with the bank.
 
+The due index (`MemoryStore.due_documents`) is one store-wide collection, `<prefix>.due`: a row
+per (kind, bank, document) with its due time (`due_us`), so a scheduler's tick is one `get` with
+`due_us <= now`. It cannot be written with the document (another collection), so a document
+write first lowers the entry (a crash after the document leaves it early, never late), then
+writes the document, then raises or removes it if its due is later or gone. Documents written
+with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters on.
+
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
 hides the bank and that the next `create_bank` of the same id finishes cleaning up.
@@ -90,6 +97,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 import tempfile
@@ -134,8 +142,11 @@ from adk_memory.errors import (
     StoreUnavailable,
 )
 from adk_memory.locks import FileLockProvider, LockProvider
+from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
+    DocumentRecord,
+    DueDocument,
     Expectation,
     MemoryRecord,
     MemoryStore,
@@ -149,6 +160,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_expectations,
+    index_around,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -163,6 +175,11 @@ _T = TypeVar("_T")
 _MEM = "mem"
 _AUX = "aux"
 _REGISTRY = "banks"
+_DUE = "due"
+_DUE_KIND, _DUE_BANK, _DUE_KEY, _DUE_US = "dk", "b", "key", "due_us"
+"""Fields of a due-index row."""
+_DOCUMENT_SCOPE = "dsk"
+"""The scope key of a document row written with one."""
 _SORT_FIELDS = {"create_time": codec.CREATE_US, "update_time": codec.UPDATE_US}
 
 _DEFAULT_BATCH = 1000
@@ -503,9 +520,14 @@ class ChromaMemoryStore(MemoryStore):
             f"Memory bank {bank_id!r} does not exist in {self._config.location}; create it first."
         )
 
-    async def _on_registry(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
-        """Runs `work` on the bank registry, re-opening it once if it was dropped meanwhile."""
-        name = self._name(None, _REGISTRY)
+    async def _on_registry(
+        self, work: Callable[[Any], Awaitable[_T]], *, kind: str = _REGISTRY
+    ) -> _T:
+        """Runs `work` on a store-wide collection, re-opening it once if it was dropped meanwhile.
+
+        The bank registry, or with `kind=_DUE` the due index.
+        """
+        name = self._name(None, kind)
         for attempt in range(2):
             try:
                 return await work(await self._collection(name, create=True))
@@ -653,6 +675,7 @@ class ChromaMemoryStore(MemoryStore):
 
             await self._change_registry(mark)
         await self._drop_bank_collections(bank_id)
+        await self._forget_due(bank_id)
         if meta is not None:
 
             async def unregister(registry: Any) -> None:
@@ -660,6 +683,14 @@ class ChromaMemoryStore(MemoryStore):
 
             await self._change_registry(unregister)
         logger.debug("deleted bank %s", bank_id)
+
+    async def _forget_due(self, bank_id: str) -> None:
+        """Removes a deleted bank's due entries (of every kind)."""
+
+        async def work(index: Any) -> None:
+            await self._call("remove due entries", index.delete, where={_DUE_BANK: bank_id})
+
+        await self._on_registry(work, kind=_DUE)
 
     async def _drop_bank_collections(self, bank_id: str) -> None:
         client = await self._connection()
@@ -698,6 +729,15 @@ class ChromaMemoryStore(MemoryStore):
     # Memories
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
+        """`_apply`, with its documents' due entries written around it (`index_around`)."""
+        if batch.documents:
+            await index_around(
+                self, bank_id, batch.documents, functools.partial(self._apply, bank_id, batch)
+            )
+        else:
+            await self._apply(bank_id, batch)
+
+    async def _apply(self, bank_id: str, batch: WriteBatch) -> None:
         """Applies the whole batch through the journal (see the module docstring).
 
         Raises:
@@ -731,7 +771,7 @@ class ChromaMemoryStore(MemoryStore):
             document_rows = {
                 row[0]: row
                 for row in (
-                    *(codec.document_row(d.kind, d.key, d.body) for d in batch.documents),
+                    *map(_document_row, batch.documents),
                     *map(codec.operation_row, batch.operations),
                 )
             }
@@ -1379,16 +1419,29 @@ class ChromaMemoryStore(MemoryStore):
     # Documents
 
     async def put_document(
-        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+        self,
+        bank_id: str,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        *,
+        scope_key: ScopeKey | None = None,
+        due: datetime | None = None,
     ) -> None:
-        """Creates or replaces one document in one Chroma write; `NotFound` without the bank."""
+        """Creates or replaces one document in one Chroma write; `NotFound` without the bank.
+
+        Its due entry is written around it (see the module docstring).
+        """
+        document = DocumentRecord(kind, key, body, scope_key=scope_key, due=due)
         with _encoding("the document"):
-            row = codec.document_row(kind, key, dict(body))
+            row = _document_row(document)
 
         async def work(aux: Any) -> None:
             await self._write("write a document", aux, [row])
 
-        await self._on_bank(bank_id, _AUX, work)
+        await index_around(
+            self, bank_id, [document], functools.partial(self._on_bank, bank_id, _AUX, work)
+        )
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """The document, or None (also when the bank does not exist)."""
@@ -1407,15 +1460,23 @@ class ChromaMemoryStore(MemoryStore):
         except NotFound:
             return None
 
-    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every (key, body) of one kind in the bank, ordered by key ([] without the bank)."""
+    async def list_documents(
+        self, bank_id: str, kind: str, *, scope_key: ScopeKey | None = None
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank (of one scope when given), ordered by key.
+
+        [] without the bank.
+        """
+        clauses: list[dict[str, Any]] = [
+            {codec.KIND: codec.KIND_DOCUMENT},
+            {codec.DOCUMENT_KIND: kind},
+        ]
+        if scope_key is not None:
+            clauses.append({_DOCUMENT_SCOPE: scope_key})
 
         async def work(aux: Any) -> list[tuple[str, Mapping[str, Any]]]:
             found = await self._call(
-                "list documents",
-                aux.get,
-                where={"$and": [{codec.KIND: codec.KIND_DOCUMENT}, {codec.DOCUMENT_KIND: kind}]},
-                include=["metadatas"],
+                "list documents", aux.get, where={"$and": clauses}, include=["metadatas"]
             )
             return sorted(
                 (codec.decode_document(meta) for meta in found["metadatas"]), key=lambda d: d[0]
@@ -1427,13 +1488,77 @@ class ChromaMemoryStore(MemoryStore):
             return []
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
-        """Deletes one document if it exists."""
+        """Deletes one document if it exists, then its due entry."""
 
         async def work(aux: Any) -> None:
             await self._call("delete a document", aux.delete, ids=[codec.document_id(kind, key)])
 
         with contextlib.suppress(NotFound):
             await self._on_bank(bank_id, _AUX, work)
+        await self.set_due(bank_id, kind, {key: None})
+
+    async def due_documents(
+        self, kind: str, now: datetime, *, limit: int = 1000
+    ) -> list[DueDocument]:
+        """Due entries of one kind up to `now`, earliest first (one `get` of the due index)."""
+        where = {"$and": [{_DUE_KIND: kind}, {_DUE_US: {"$lte": codec.micros(now)}}]}
+
+        async def work(index: Any) -> list[DueDocument]:
+            found = await self._call(
+                "list due documents", index.get, where=where, include=["metadatas"]
+            )
+            entries = sorted(
+                (meta[_DUE_US], meta[_DUE_BANK], meta[_DUE_KEY]) for meta in found["metadatas"]
+            )
+            return [
+                DueDocument(bank_id, key, codec.EPOCH + timedelta(microseconds=due_us))
+                for due_us, bank_id, key in entries[: max(limit, 0)]
+            ]
+
+        return await self._on_registry(work, kind=_DUE)
+
+    async def set_due(
+        self,
+        bank_id: str,
+        kind: str,
+        dues: Mapping[str, datetime | None],
+        *,
+        only_earlier: bool = False,
+    ) -> None:
+        """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert)."""
+        ids = {_due_id(kind, bank_id, key): (key, due) for key, due in dues.items()}
+
+        async def lowered(index: Any) -> list[codec.Row]:
+            found = await self._call(
+                "read due entries", index.get, ids=list(ids), include=["metadatas"]
+            )
+            current = {
+                row_id: meta[_DUE_US]
+                for row_id, meta in zip(found["ids"], found["metadatas"], strict=True)
+            }
+            return [
+                _due_row(kind, bank_id, key, due)
+                for row_id, (key, due) in ids.items()
+                if due is not None and current.get(row_id, codec.NEVER_US) > codec.micros(due)
+            ]
+
+        async def work(index: Any) -> None:
+            if only_earlier:
+                rows = await lowered(index)
+            else:
+                rows = [
+                    _due_row(kind, bank_id, key, due)
+                    for key, due in dues.items()
+                    if due is not None
+                ]
+                gone = [row_id for row_id, (_key, due) in ids.items() if due is None]
+                if gone:
+                    await self._delete_ids("remove due entries", index, gone)
+            if rows:
+                await self._write("write due entries", index, rows)
+
+        if ids:
+            await self._on_registry(work, kind=_DUE)
 
     # Coordination
 
@@ -1570,6 +1695,25 @@ def _redis_locks(url: str, prefix: str) -> LockProvider:
 
 async def _noop(collection: Any) -> None:
     """Work that only proves the bank exists."""
+
+
+def _document_row(document: DocumentRecord) -> codec.Row:
+    """The aux row of a document, with its scope key when it has one."""
+    row_id, vector, text, meta = codec.document_row(document.kind, document.key, document.body)
+    if document.scope_key is not None:
+        meta = {**meta, _DOCUMENT_SCOPE: document.scope_key}
+    return row_id, vector, text, meta
+
+
+def _due_id(kind: str, bank_id: str, key: str) -> str:
+    """The id of a document's due-index row."""
+    return codec.digest(f"{kind}\x1f{bank_id}\x1f{key}")
+
+
+def _due_row(kind: str, bank_id: str, key: str, due: datetime) -> codec.Row:
+    row_id = _due_id(kind, bank_id, key)
+    meta = {_DUE_KIND: kind, _DUE_BANK: bank_id, _DUE_KEY: key, _DUE_US: codec.micros(due)}
+    return row_id, codec.placeholder_vector(row_id), None, meta
 
 
 def _batch_id() -> str:

@@ -7,6 +7,7 @@ slot and one MULTI/EXEC or script may touch any of them:
 ```
 P:banks                    SET    ids of the banks (for list_banks)
 P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still being removed
+P:due:<kind>               ZSET   "B\x1f<key>" of documents with a due time, scored by it (µs)
 {P:B}:bank                 HASH   record (JSON), epoch, dim, algorithm, dtype
 {P:B}:E:idx                       the bank's search index (RediSearch treats its name as a key)
 {P:B}:E:m:<memory>         HASH   a memory, indexed by the search index {P:B}:E:idx
@@ -19,6 +20,9 @@ P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still
 {P:B}:E:rexpn              ZSET   the same for revisions Redis evicts; trimmed by each write
 {P:B}:E:op:<path>          STRING an operation (JSON)
 {P:B}:E:doc:<kind>         HASH   documents of one kind: key -> JSON
+{P:B}:E:dsk:<kind>         HASH   key -> scope key, of documents written with one
+{P:B}:E:dsc:<kind>         ZSET   "<scope key>\x1f<key>" of those, all scored 0 (ZRANGEBYLEX
+                                  lists one scope's documents)
 {P:B}:E:tx:<id>            STRING commit marker of one write, kept for 5 minutes (see `apply`)
 P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
 {P:B}:lock:<kind>:B[:…]    STRING the same, on a cluster, for the engine's locks of bank B (in
@@ -42,6 +46,13 @@ MULTI/EXEC. Redis runs a transaction whole or not at all: a connection lost befo
 it, so a memory and its revision (and the batch's documents, in their kinds' hashes) are all
 written or all absent.
 
+The due index (`P:due:<kind>`) is one store-wide key, so a scheduler's tick is one ZRANGEBYSCORE
+whatever the number of banks. On one server a document's entry is written in the same script or
+MULTI/EXEC as the document. On a cluster it lives in another slot: a write first lowers it
+(`ZADD LT`, so a crash after the document leaves it early, never late), then writes the document,
+then sets it exactly. `delete_bank` removes the bank's entries (ZSCAN); any left by a crash
+point at a bank or document that no longer exists, and the engine removes them when it finds one.
+
 Expiry: a memory's `live_until` (µs) is in every query (`@live_until:[(now +inf]`) and in every
 read, so an expired memory is never returned; its key also gets PEXPIREAT so Redis reclaims it.
 Native expiry is set only for an expire time still ahead of this host's clock (a record written
@@ -56,13 +67,14 @@ write that re-creates the set is never undone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -86,8 +98,11 @@ from adk_memory.errors import (
     StoreUnavailable,
 )
 from adk_memory.locks import lease_lapsed
+from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
+    DocumentRecord,
+    DueDocument,
     MemoryRecord,
     MemoryStore,
     NearestQuery,
@@ -103,6 +118,7 @@ from adk_memory.store import (
     check_dimensions,
     check_expectations,
     cursor_key,
+    index_around,
 )
 from adk_memory_redis._codec import (
     LIVE_FOREVER,
@@ -215,6 +231,56 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 return 1
 """
 
+# KEYS: bank key, document hash, scope-tag hash, scope set, and the due set when it shares the
+# bank's slot. ARGV: epoch, key, JSON, scope key ('' for none), due µs ('' for none), due member.
+# 1 when written, 0 when the bank changed.
+_WRITE_DOCUMENT_SCRIPT = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+local key = ARGV[2]
+redis.call('HSET', KEYS[2], key, ARGV[3])
+local old = redis.call('HGET', KEYS[3], key)
+if old then redis.call('ZREM', KEYS[4], old .. '\\31' .. key) end
+if ARGV[4] == '' then
+  redis.call('HDEL', KEYS[3], key)
+else
+  redis.call('HSET', KEYS[3], key, ARGV[4])
+  redis.call('ZADD', KEYS[4], 0, ARGV[4] .. '\\31' .. key)
+end
+if KEYS[5] then
+  if ARGV[5] == '' then redis.call('ZREM', KEYS[5], ARGV[6])
+  else redis.call('ZADD', KEYS[5], ARGV[5], ARGV[6]) end
+end
+return 1
+"""
+
+# KEYS: document hash, scope-tag hash, scope set, and the due set when it shares the bank's
+# slot. ARGV: key, due member.
+_DELETE_DOCUMENT_SCRIPT = """
+redis.call('HDEL', KEYS[1], ARGV[1])
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if old then
+  redis.call('ZREM', KEYS[3], old .. '\\31' .. ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[2]) end
+return 1
+"""
+
+# KEYS: scope set, document hash. ARGV: ZRANGEBYLEX min and max, length of "<scope key>\x1f".
+# Returns key, JSON, key, JSON, ... of the scope's documents.
+_SCOPED_DOCUMENTS_SCRIPT = """
+local out = {}
+for _, member in ipairs(redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2])) do
+  local key = string.sub(member, tonumber(ARGV[3]) + 1)
+  local body = redis.call('HGET', KEYS[2], key)
+  if body then
+    out[#out + 1] = key
+    out[#out + 1] = body
+  end
+end
+return out
+"""
+
 # KEYS: the revision-ids set, then revision sets. ARGV: their memory ids. Forgets the ids whose
 # revision set no longer exists, atomically (a write re-creating a set also re-adds its id).
 _FORGET_REVISION_IDS_SCRIPT = """
@@ -309,6 +375,12 @@ class _Bank:
     def documents(self, kind: str) -> str:
         return f"{self.base}doc:{kind}"
 
+    def document_scopes(self, kind: str) -> str:
+        return f"{self.base}dsk:{kind}"
+
+    def scoped_documents(self, kind: str) -> str:
+        return f"{self.base}dsc:{kind}"
+
 
 def _after_expression(order_by: Sequence[SortKey], after: ScanCursor, *, exact: bool) -> str:
     """A FILTER expression for rows sorting after the cursor.
@@ -383,6 +455,16 @@ def _encode_document(kind: str, key: str, body: Mapping[str, Any]) -> str:
         return json.dumps(dict(body))
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"Document {kind}/{key[:40]} is not JSON-serialisable.") from exc
+
+
+def _due_member(bank_id: str, key: str) -> str:
+    """A document's member in its kind's due set (bank ids hold no separator)."""
+    return f"{bank_id}\x1f{key}"
+
+
+def _due_document(member: str, score: float) -> DueDocument:
+    bank_id, key = member.split("\x1f", 1)
+    return DueDocument(bank_id, key, from_us(int(score)))
 
 
 def _now_ms() -> int:
@@ -770,6 +852,7 @@ class RedisMemoryStore(MemoryStore):
                 await client.sadd(self._garbage, f"{bank_id}\x1f{bank.epoch}")
                 await client.eval(_DELETE_BANK_SCRIPT, 1, key, bank.epoch)
                 self._banks.pop(bank_id, None)
+                await self._forget_due(client, bank_id)
             if not await client.exists(key):
                 await client.srem(self._registry, bank_id)
             await self._collect_garbage(client)
@@ -827,6 +910,7 @@ class RedisMemoryStore(MemoryStore):
                     await self._drop_index(client, name, documents=True)
             await self._unlink_matching(client, f"{{{prefix}:*")
             await self._unlink_matching(client, f"{prefix}:lock:*")
+            await self._unlink_matching(client, f"{prefix}:due:*")
             await client.unlink(self._registry, self._garbage)
         self._banks.clear()
         self._indexes.clear()
@@ -870,7 +954,12 @@ class RedisMemoryStore(MemoryStore):
         The transaction also writes a short-lived marker key. When the connection drops while
         the transaction is in flight, the marker tells whether Redis committed it (then the call
         succeeds) or discarded it (then it raises `StoreUnavailable`, and nothing was written).
+        On a cluster the due entries of its documents are lowered before it and set after it.
         """
+        write = functools.partial(self._apply_batch, bank_id, batch)
+        await self._index_apart(bank_id, batch.documents, write)
+
+    async def _apply_batch(self, bank_id: str, batch: WriteBatch) -> None:
         bank_key = self._bank_key(bank_id)
         async with self._call("apply a write batch") as client:
             for _attempt in range(self.config.write_retries):
@@ -986,7 +1075,7 @@ class RedisMemoryStore(MemoryStore):
             for r in (*batch.inserts, *batch.upserts)
         ]
         documents = [
-            (bank.documents(d.kind), d.key, _encode_document(d.kind, d.key, d.body))
+            self._document_script(bank, d, _encode_document(d.kind, d.key, d.body))
             for d in batch.documents
         ]
         operations = [
@@ -1025,8 +1114,10 @@ class RedisMemoryStore(MemoryStore):
                 self._queue_revisions(pipe, bank, memory_id, revisions, int(set_expiry[memory_id]))
             if by_memory:  # entries whose keys Redis has evicted by now
                 pipe.zremrangebyscore(bank.revision_expiry_native, "-inf", _now_ms() * 1000)
-            for hash_key, document_key, encoded_document in documents:
-                pipe.hset(hash_key, document_key, encoded_document)
+            for document_keys, document_args in documents:
+                pipe.eval(
+                    _WRITE_DOCUMENT_SCRIPT, len(document_keys), *document_keys, *document_args
+                )
             for operation_key, encoded_operation in operations:
                 pipe.set(operation_key, encoded_operation)
             await pipe.execute()
@@ -1491,27 +1582,66 @@ class RedisMemoryStore(MemoryStore):
     # Documents
 
     async def put_document(
-        self, bank_id: str, kind: str, key: str, body: Mapping[str, Any]
+        self,
+        bank_id: str,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        *,
+        scope_key: ScopeKey | None = None,
+        due: datetime | None = None,
     ) -> None:
-        """Creates or replaces one document (a JSON-serialisable mapping) atomically."""
+        """Creates or replaces one document atomically (with its due entry on one server)."""
+        document = DocumentRecord(kind, key, body, scope_key=scope_key, due=due)
         encoded = _encode_document(kind, key, body)
-        bank_key = self._bank_key(bank_id)
-        async with self._call("store a document") as client:
-            for _attempt in range(3):
-                bank = await self._bank(client, bank_id)
-                written = await client.eval(
-                    _PUT_DOCUMENT_SCRIPT,
-                    2,
-                    bank_key,
-                    bank.documents(kind),
-                    bank.epoch,
-                    key,
-                    encoded,
-                )
-                if written:
-                    return
-                self._banks.pop(bank_id, None)
-        raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+
+        async def write() -> None:
+            async with self._call("store a document") as client:
+                for _attempt in range(3):
+                    bank = await self._bank(client, bank_id)
+                    keys, args = self._document_script(bank, document, encoded)
+                    if await client.eval(_WRITE_DOCUMENT_SCRIPT, len(keys), *keys, *args):
+                        return
+                    self._banks.pop(bank_id, None)
+            raise NotFound(f"Memory bank {bank_id!r} does not exist.")
+
+        await self._index_apart(bank_id, [document], write)
+
+    def _due_key(self, kind: str) -> str:
+        return f"{self.config.key_prefix}:due:{kind}"
+
+    def _due_in_slot(self, kind: str, bank: _Bank) -> bool:
+        """Whether the due set can be written with the bank's keys (one server: always)."""
+        return self._in_slot_of(self._due_key(kind), self._bank_key(bank.bank_id))
+
+    def _document_script(
+        self, bank: _Bank, document: DocumentRecord, encoded: str
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of `_WRITE_DOCUMENT_SCRIPT` for one document."""
+        kind = document.kind
+        keys = [
+            self._bank_key(bank.bank_id),
+            bank.documents(kind),
+            bank.document_scopes(kind),
+            bank.scoped_documents(kind),
+        ]
+        if self._due_in_slot(kind, bank):
+            keys.append(self._due_key(kind))
+        due = "" if document.due is None else to_us(document.due)
+        member = _due_member(bank.bank_id, document.key)
+        return keys, [bank.epoch, document.key, encoded, document.scope_key or "", due, member]
+
+    async def _index_apart(
+        self,
+        bank_id: str,
+        documents: Sequence[DocumentRecord],
+        write: Callable[[], Awaitable[object]],
+    ) -> None:
+        """Runs `write`; on a cluster, whose due sets live in other slots, inside `index_around`."""
+        if documents and isinstance(self._redis(), RedisCluster):
+            await index_around(self, bank_id, documents, write)
+        else:
+            await write()
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
         """The document, or None."""
@@ -1524,27 +1654,93 @@ class RedisMemoryStore(MemoryStore):
                 return None
         return None if replies[0] is None else cast(Mapping[str, Any], json.loads(replies[0]))
 
-    async def list_documents(self, bank_id: str, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every (key, body) of one kind in the bank, ordered by key."""
+    async def list_documents(
+        self, bank_id: str, kind: str, *, scope_key: ScopeKey | None = None
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every (key, body) of one kind in the bank (of one scope when given), ordered by key."""
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            if scope_key is None:
+                pipe.hgetall(bank.documents(kind))
+                return
+            start = scope_key.encode() + b"\x1f"
+            pipe.eval(
+                _SCOPED_DOCUMENTS_SCRIPT,
+                2,
+                bank.scoped_documents(kind),
+                bank.documents(kind),
+                b"[" + start,
+                b"[" + start + b"\xff",
+                len(start),
+            )
+
         async with self._call("list documents") as client:
             try:
-                _bank, replies = await self._with_bank(
-                    client, bank_id, lambda pipe, bank: pipe.hgetall(bank.documents(kind))
-                )
+                _bank, replies = await self._with_bank(client, bank_id, queue)
             except NotFound:
                 return []
-        found = [(_text(key), json.loads(raw)) for key, raw in replies[0].items()]
-        return sorted(found, key=lambda item: item[0])
+        found = replies[0]
+        pairs = found.items() if scope_key is None else zip(found[::2], found[1::2], strict=True)
+        return sorted(((_text(key), json.loads(raw)) for key, raw in pairs), key=lambda d: d[0])
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
-        """Deletes one document if it exists."""
+        """Deletes one document if it exists, with its due entry."""
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            keys = [bank.documents(kind), bank.document_scopes(kind), bank.scoped_documents(kind)]
+            if self._due_in_slot(kind, bank):
+                keys.append(self._due_key(kind))
+            pipe.eval(_DELETE_DOCUMENT_SCRIPT, len(keys), *keys, key, _due_member(bank_id, key))
+
         async with self._call("delete a document") as client:
             try:
-                await self._with_bank(
-                    client, bank_id, lambda pipe, bank: pipe.hdel(bank.documents(kind), key)
-                )
+                await self._with_bank(client, bank_id, queue)
             except NotFound:
                 return
+            if isinstance(client, RedisCluster):
+                await client.zrem(self._due_key(kind), _due_member(bank_id, key))
+
+    async def due_documents(
+        self, kind: str, now: datetime, *, limit: int = 1000
+    ) -> list[DueDocument]:
+        """Due entries of one kind up to `now`, earliest first: one ZRANGEBYSCORE."""
+        if limit <= 0:
+            return []
+        async with self._call("list due documents") as client:
+            found = await client.zrangebyscore(
+                self._due_key(kind), "-inf", to_us(now), start=0, num=limit, withscores=True
+            )
+        return [_due_document(_text(member), float(score)) for member, score in cast(Any, found)]
+
+    async def set_due(
+        self,
+        bank_id: str,
+        kind: str,
+        dues: Mapping[str, datetime | None],
+        *,
+        only_earlier: bool = False,
+    ) -> None:
+        """Sets (`ZADD`/`ZREM`) or lowers (`ZADD LT`) due entries, in one round trip."""
+        self._bank_key(bank_id)  # validates the id
+        async with self._call("index due documents") as client:
+            async with client.pipeline(transaction=False) as pipe:
+                for key, due in dues.items():
+                    member = _due_member(bank_id, key)
+                    if due is not None:
+                        pipe.zadd(self._due_key(kind), {member: to_us(due)}, lt=only_earlier)
+                    elif not only_earlier:
+                        pipe.zrem(self._due_key(kind), member)
+                await pipe.execute()
+
+    async def _forget_due(self, client: RedisClient, bank_id: str) -> None:
+        """Removes a deleted bank's due entries (of every kind)."""
+        async for due_key in client.scan_iter(match=f"{self.config.key_prefix}:due:*", count=1000):
+            members = [
+                member
+                async for member, _score in client.zscan_iter(due_key, match=f"{bank_id}\x1f*")
+            ]
+            for start in range(0, len(members), _SWEEP_CHUNK):
+                await client.zrem(due_key, *members[start : start + _SWEEP_CHUNK])
 
     # Coordination
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -641,3 +641,40 @@ async def test_five_banks_spread_over_the_primaries_give_the_single_node_results
     assert len(single) == 5 * (9 + 3 + 2) + 2
     assert sum(len(hits) for hits in single[:9]) > 0
     assert cluster == single
+
+
+# The due index (store-wide, in another slot than the banks)
+
+
+async def test_a_cut_after_the_document_write_leaves_its_due_entry_early_not_missing(
+    redis_cluster_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exact due write after a document (its own slot) is cut, as by a crash: the entry
+    lowered before the document is there, for a `put_document` and for a batch alike."""
+    store = RedisMemoryStore.from_uri(redis_cluster_url, key_prefix=f"due-{uuid.uuid4().hex[:8]}")
+    exact_set = store.set_due
+
+    async def cut_exact_writes(
+        bank_id: str, kind: str, dues: Any, *, only_earlier: bool = False
+    ) -> None:
+        if not only_earlier:
+            raise StoreUnavailable("cut after the document was written")
+        await exact_set(bank_id, kind, dues, only_earlier=True)
+
+    try:
+        await store.create_bank(bank_record())
+        await store.put_document("1234", "stream", "old", {"n": 0}, due=T + timedelta(hours=1))
+        monkeypatch.setattr(store, "set_due", cut_exact_writes)
+        with pytest.raises(StoreUnavailable):
+            await store.put_document("1234", "stream", "old", {"n": 1}, due=T)
+        with pytest.raises(StoreUnavailable):
+            await store.apply(
+                "1234", WriteBatch(documents=(DocumentRecord("stream", "new", {}, due=T),))
+            )
+        monkeypatch.undo()
+        assert await store.get_document("1234", "stream", "new") == {}
+        assert await store.get_document("1234", "stream", "old") == {"n": 1}
+        assert [d.key for d in await store.due_documents("stream", T)] == ["new", "old"]
+    finally:
+        await store.drop_all()
+        await store.aclose()
