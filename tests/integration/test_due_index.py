@@ -112,8 +112,6 @@ async def test_a_stream_written_while_a_tick_runs_is_found_by_the_next(
 async def test_two_schedulers_on_one_store_generate_from_each_event_once(
     uri: str, store_uri: str, model: ScriptedMemoryModel
 ) -> None:
-    if store_uri.startswith("chroma:///"):
-        pytest.skip("an embedded Chroma folder belongs to one store at a time")
     async with (
         AsyncClient(
             uri, embedding_model="hash-64", generation_model=model, run_scheduler=False
