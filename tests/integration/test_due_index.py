@@ -110,7 +110,7 @@ async def test_a_stream_written_while_a_tick_runs_is_found_by_the_next(
 
 
 async def test_two_schedulers_on_one_store_generate_from_each_event_once(
-    uri: str, store_uri: str, model: ScriptedMemoryModel
+    uri: str, model: ScriptedMemoryModel
 ) -> None:
     async with (
         AsyncClient(
