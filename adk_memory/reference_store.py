@@ -7,6 +7,7 @@ store between clients of the same process that use the same name; bare `memory:/
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
 from adk_memory.filters import matches
 from adk_memory.locks import InProcessLockProvider
+from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
     MemoryRecord,
@@ -42,6 +44,9 @@ _ALL_FAMILIES = ("fact", "time", "topics", "scope") + tuple(
     f"metadata_{kind}" for kind in ("string", "number", "bool", "timestamp")
 )
 _ALL_OPS = ("=", "!=", ":", "=~", "<", "<=", ">", ">=")
+_VERSIONS = itertools.count(1)
+"""Scope versions are drawn from one process-wide sequence, so a version is never reused, not
+even by a bank deleted and created again with the same id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,8 @@ class _Bank:
     """Per scope key, the ids of its memories (an ordered set)."""
     scopes: dict[str, _ScopeIndex] = field(default_factory=dict)
     """Per scope key, its search index; `put` and `drop` discard the index of their scope."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """Per scope key, the version `put` and `drop` draw afresh (a scope never written has none)."""
 
     def put(self, record: MemoryRecord) -> None:
         """Stores a memory (replacing one with its id) and its vector row."""
@@ -85,7 +92,7 @@ class _Bank:
         self.memories[record.memory_id] = record
         self.rows[record.memory_id] = np.asarray(record.embedding, dtype=np.float64)
         self.members.setdefault(record.scope_key, {})[record.memory_id] = None
-        self.scopes.pop(record.scope_key, None)
+        self._changed(record.scope_key)
 
     def drop(self, memory_id: str) -> None:
         """Forgets a memory, if present."""
@@ -93,7 +100,11 @@ class _Bank:
         if record is not None:
             del self.rows[memory_id]
             del self.members[record.scope_key][memory_id]
-            self.scopes.pop(record.scope_key, None)
+            self._changed(record.scope_key)
+
+    def _changed(self, key: str) -> None:
+        self.scopes.pop(key, None)
+        self.versions[key] = next(_VERSIONS)
 
     def scope_index(self, key: str) -> _ScopeIndex:
         """The scope's search index (cached until a write touches the scope)."""
@@ -230,6 +241,10 @@ class ReferenceMemoryStore(MemoryStore):
             if final:
                 return hits
             pool *= 4
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str:
+        """A number drawn afresh by every write that touches the scope ("0": never written)."""
+        return str(self._bank(bank_id).versions.get(scope_key, 0))
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit."""

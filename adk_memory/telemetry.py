@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from adk_memory.embeddings import Embedder
     from adk_memory.engine.context import EngineContext
     from adk_memory.locks import LockProvider
+    from adk_memory.scope import ScopeKey
     from adk_memory.store import (
         BankRecord,
         MemoryRecord,
@@ -306,6 +307,13 @@ class TracingStore:
         with self._call("nearest", bank_id, **{"adk_memory.top_k": query.k}) as span:
             found = await self.inner.nearest(bank_id, query)
             span.set_attribute(RESULTS, len(found))
+            return found
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
+        """See `MemoryStore.scope_version`."""
+        with self._call("scope_version", bank_id) as span:
+            found = await self.inner.scope_version(bank_id, scope_key)
+            span.set_attribute(RESULTS, int(found is not None))
             return found
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
