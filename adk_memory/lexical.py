@@ -2,8 +2,10 @@
 
 Dense embeddings miss exact names, dates and rare words that a keyword match finds; BM25 finds
 those and misses paraphrases. Hybrid retrieval (an opt-in bank extension) fuses both rankings.
-This module is pure Python over a list of texts: no index, no I/O. Tokenizing is a pure function
-of the text, so its results are cached per process (by the text itself, which cannot go stale).
+This module is pure Python, no I/O: `LexicalIndex` holds texts' terms and postings (the engine
+caches one per scope, see `adk_memory.engine.lexical_cache`) and `Corpus` scores over indexes.
+Tokenizing is a pure function of the text, so its results are cached per process (by the text
+itself, which cannot go stale).
 
 Each text is tokenized in its own language, guessed from the text alone (no configuration): German
 and Spanish words get their Snowball stemmer and stopwords, everything else English's; scripts
@@ -17,7 +19,8 @@ import math
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -25,7 +28,7 @@ from typing import Any
 
 import snowballstemmer  # type: ignore[import-untyped]
 
-__all__ = ["bm25_scores", "tokenize"]
+__all__ = ["Corpus", "DocKey", "LexicalIndex", "bm25_scores", "tokenize"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _ENGLISH_STOPWORDS = frozenset(
@@ -174,46 +177,92 @@ def _count_terms(text: str) -> _Terms:
 
 
 @dataclass(frozen=True, slots=True)
-class _Corpus:
-    """The documents' lengths and term counts, as BM25 needs them."""
+class LexicalIndex:
+    """Documents as BM25 reads them: lengths, term counts, and per term its postings.
 
-    lengths: list[int]
-    counts: list[Mapping[str, int]]
-    average: float
+    Scoring reads the postings of the query's terms only, so its cost follows how many documents
+    hold them, not how many there are.
+    """
+
+    lengths: tuple[int, ...]
+    counts: tuple[Mapping[str, int], ...]
+    """Each document's count of each of its distinct terms (RM3 reads its top documents')."""
+    postings: Mapping[str, tuple[tuple[int, int], ...]]
+    """Per term, (document, count) of every document holding it, ascending by document."""
+    total_length: int
 
     @classmethod
-    def of(cls, texts: Sequence[str]) -> _Corpus:
-        lengths, counts = zip(*(_terms(text) for text in texts), strict=True)
-        average = sum(lengths) / len(lengths)
-        return cls(list(lengths), list(counts), average or 1.0)
+    def of(cls, texts: Iterable[str]) -> LexicalIndex:
+        """The index of `texts`; document `i` is the `i`-th text."""
+        lengths: list[int] = []
+        counts: list[Mapping[str, int]] = []
+        postings: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+        for doc, text in enumerate(texts):
+            length, terms = _terms(text)
+            lengths.append(length)
+            counts.append(terms)
+            for term, count in terms.items():
+                postings[term].append((doc, count))
+        frozen = {term: tuple(hits) for term, hits in postings.items()}
+        return cls(tuple(lengths), tuple(counts), frozen, sum(lengths))
 
-    def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> list[float]:
-        """The BM25 score of every document for weighted query terms."""
-        size = len(self.counts)
-        norms = [k1 * (1.0 - b + b * length / self.average) for length in self.lengths]
-        scores = [0.0] * size
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+DocKey = tuple[int, int]
+"""A document of a `Corpus`: (part, document in that part's index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """Indexes read as one corpus in their order, each less its `excluded` documents.
+
+    A document's place in the corpus (part, then document) breaks ties between equal scores,
+    as the position of a text in one list would.
+    """
+
+    parts: Sequence[tuple[LexicalIndex, AbstractSet[int]]]
+
+    def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> dict[DocKey, float]:
+        """The BM25 score of every document holding a weighted query term (all positive)."""
+        size = sum(len(index) - len(excluded) for index, excluded in self.parts)
+        if size <= 0:
+            return {}
+        total = sum(
+            index.total_length - sum(index.lengths[doc] for doc in excluded)
+            for index, excluded in self.parts
+        )
+        average = total / size or 1.0
+        scores: dict[DocKey, float] = {}
         for term, weight in weights.items():
-            hits = [(i, counts[term]) for i, counts in enumerate(self.counts) if term in counts]
+            hits = [
+                ((part, doc), count, index.lengths[doc])
+                for part, (index, excluded) in enumerate(self.parts)
+                for doc, count in index.postings.get(term, ())
+                if doc not in excluded
+            ]
             idf = weight * math.log(1.0 + (size - len(hits) + 0.5) / (len(hits) + 0.5))
-            for i, count in hits:
-                scores[i] += idf * count * (k1 + 1.0) / (count + norms[i])
+            for key, count, length in hits:
+                norm = k1 * (1.0 - b + b * length / average)
+                scores[key] = scores.get(key, 0.0) + idf * count * (k1 + 1.0) / (count + norm)
         return scores
 
     def expanded(
-        self, query: Sequence[str], scores: Sequence[float], *, docs: int, terms: int
+        self, query: Sequence[str], scores: Mapping[DocKey, float], *, docs: int, terms: int
     ) -> dict[str, float]:
         """RM3: the query's terms mixed with the top terms of its best `docs` documents.
 
         Each top document contributes its term frequencies (relative to its length) weighted by
         its share of the top documents' scores; the `terms` heaviest terms are kept.
         """
-        top = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:docs]
-        top = [i for i in top if scores[i] > 0]
-        total = sum(scores[i] for i in top)
+        top = sorted(scores, key=lambda key: (-scores[key], key))[:docs]
+        total = sum(scores[key] for key in top)
         relevance: defaultdict[str, float] = defaultdict(float)
-        for i in top:
-            share = scores[i] / total / (self.lengths[i] or 1)
-            for term, frequency in self.counts[i].items():
+        for key in top:
+            index = self.parts[key[0]][0]
+            share = scores[key] / total / (index.lengths[key[1]] or 1)
+            for term, frequency in index.counts[key[1]].items():
                 relevance[term] += frequency * share
         chosen = sorted(relevance.items(), key=lambda item: (-item[1], item[0]))[:terms]
         mass = sum(value for _, value in chosen) or 1.0
@@ -223,6 +272,31 @@ class _Corpus:
         for term, value in chosen:
             weights[term] += (1.0 - _ORIGINAL_QUERY_WEIGHT) * value / mass
         return dict(weights)
+
+    def bm25(
+        self,
+        query: str,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        feedback_docs: int = 0,
+        feedback_terms: int = 20,
+    ) -> dict[DocKey, float]:
+        """The Okapi BM25 score of each document matching the query (the others score 0.0).
+
+        The defaults (k1 0.9, b 0.4) are Anserini's. With `feedback_docs` > 0 the query is
+        expanded by RM3 pseudo-relevance feedback (`feedback_terms` terms from the best
+        `feedback_docs` documents of a first BM25 pass, mixed half and half with the query's own
+        terms) and the documents are scored again with the expanded query.
+        """
+        terms = tokenize(query)
+        if not terms:
+            return {}
+        scores = self.scores(dict.fromkeys(terms, 1.0), k1=k1, b=b)
+        if feedback_docs <= 0 or not scores:
+            return scores
+        weights = self.expanded(terms, scores, docs=feedback_docs, terms=feedback_terms)
+        return self.scores(weights, k1=k1, b=b)
 
 
 def bm25_scores(
@@ -234,19 +308,9 @@ def bm25_scores(
     feedback_docs: int = 0,
     feedback_terms: int = 20,
 ) -> list[float]:
-    """The Okapi BM25 score of each document for the query (0.0 where nothing matches).
-
-    The defaults (k1 0.9, b 0.4) are Anserini's. With `feedback_docs` > 0 the query is expanded
-    by RM3 pseudo-relevance feedback (`feedback_terms` terms from the best `feedback_docs`
-    documents of a first BM25 pass, mixed half and half with the query's own terms) and the
-    documents are scored again with the expanded query.
-    """
-    terms = tokenize(query)
-    if not terms or not documents:
-        return [0.0] * len(documents)
-    corpus = _Corpus.of(documents)
-    scores = corpus.scores(dict.fromkeys(terms, 1.0), k1=k1, b=b)
-    if feedback_docs <= 0 or not any(scores):
-        return scores
-    weights = corpus.expanded(terms, scores, docs=feedback_docs, terms=feedback_terms)
-    return corpus.scores(weights, k1=k1, b=b)
+    """`Corpus.bm25` of one list of texts, as a score per text (0.0 where nothing matches)."""
+    corpus = Corpus(((LexicalIndex.of(documents), frozenset()),))
+    scores = corpus.bm25(
+        query, k1=k1, b=b, feedback_docs=feedback_docs, feedback_terms=feedback_terms
+    )
+    return [scores.get((0, doc), 0.0) for doc in range(len(documents))]
