@@ -8,6 +8,8 @@ keeps no scope version on this branch, so it exercises the scan-every-query fall
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from adk_memory_redis import RedisMemoryStore
 
 from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
@@ -30,6 +33,8 @@ FACTS = [
     "The quarterly report is due on Friday.",
     "I am learning to play the cello.",
 ]
+FILLER = [f"Note {i}: groceries, laundry and emails for day {i}." for i in range(40)]
+"""With a lexical-only ranking, a fact the index missed would tie with these at 0."""
 LEXICAL = {"mode": "hybrid", "lexical_weight": 1.0}
 StoreMaker = Callable[[], MemoryStore]
 
@@ -91,7 +96,7 @@ async def test_writes_through_another_store_instance_are_seen_by_the_next_query(
 ) -> None:
     reader, writer = clients
     bank = await hybrid_bank(reader)
-    for fact in FACTS:
+    for fact in FACTS + FILLER:
         await add(reader, bank, fact, U1)
     assert "Zanzibar" not in (await search(reader, bank, "zanzibar"))[0][1]  # index now warm
     name = await add(writer, bank, "I flew to Zanzibar in June.", U1)
@@ -106,6 +111,45 @@ async def test_writes_through_another_store_instance_are_seen_by_the_next_query(
     assert all("Zanzibar" not in fact for _, fact, _ in await search(reader, bank, "zanzibar"))
     await writer.memory_banks.memories.delete(name=name)
     assert name not in [hit[0] for hit in await search(reader, bank, "madagascar")]
+
+
+_WRITE_IN_A_PROCESS = """
+import asyncio, sys
+from adk_memory import AsyncClient
+
+async def main(uri, bank, action, target):
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+        if action == "create":
+            await client.memory_banks.memories.create(
+                name=bank, fact=target, scope={"user_id": "u1"}
+            )
+        else:
+            await client.memory_banks.memories.delete(name=target)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def write_in_another_process(uri: str, bank: str, action: str, target: str) -> None:
+    subprocess.run(
+        [sys.executable, "-c", _WRITE_IN_A_PROCESS, uri, bank, action, target],
+        check=True,
+        timeout=120,
+    )
+
+
+async def test_writes_of_another_process_are_seen_by_the_next_query(redis_url: str) -> None:
+    uri = f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as reader:
+        bank = await hybrid_bank(reader)
+        for fact in FACTS + FILLER:
+            await add(reader, bank, fact, U1)
+        assert "Zanzibar" not in (await search(reader, bank, "zanzibar"))[0][1]
+        write_in_another_process(uri, bank, "create", "I flew to Zanzibar in June.")
+        [(name, fact, _distance), *_] = await search(reader, bank, "zanzibar")
+        assert fact == "I flew to Zanzibar in June."
+        write_in_another_process(uri, bank, "delete", name)
+        assert name not in [hit[0] for hit in await search(reader, bank, "zanzibar")]
 
 
 async def test_a_deleted_memory_is_never_returned(
@@ -159,6 +203,24 @@ class _UnversionedMemory(ReferenceMemoryStore):
         return None
 
 
+class _UnversionedRedis(RedisMemoryStore):
+    """The Redis store as one that keeps no scope version: the scan-every-query path."""
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> None:
+        return None
+
+
+@pytest.fixture(params=["memory", "redis"])
+def versioned_and_not(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreMaker]:
+    """Makers of a versioned store and an unversioned one over the same data."""
+    if request.param == "memory":
+        name = f"equal-{uuid.uuid4().hex[:8]}"
+        return lambda: ReferenceMemoryStore(name=name), lambda: _UnversionedMemory(name=name)
+    url = request.getfixturevalue("redis_url")
+    uri = f"{url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    return lambda: store_from_uri(uri), lambda: _UnversionedRedis.from_uri(uri)
+
+
 _WORDS = (
     "greyhound beach cello tax report Friday Biscuit morning hike Yosemite sister Hamburg "
     "painting lessons Melanie kids teal colour spring rescue Zanzibar June trip"
@@ -166,12 +228,14 @@ _WORDS = (
 
 
 @pytest.mark.parametrize("seed", range(3))
-async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(seed: int) -> None:
+async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
+    seed: int, versioned_and_not: tuple[StoreMaker, StoreMaker]
+) -> None:
     """Random facts, writes and clock moves: the cached path ranks exactly as a fresh scan."""
     rng = random.Random(seed)
-    name = f"equal-{uuid.uuid4().hex[:8]}"
-    cached = AsyncClient(store=ReferenceMemoryStore(name=name), embedding_model="hash-64")
-    scanned = AsyncClient(store=_UnversionedMemory(name=name), embedding_model="hash-64")
+    versioned, unversioned = versioned_and_not
+    cached = AsyncClient(store=versioned(), embedding_model="hash-64", run_scheduler=False)
+    scanned = AsyncClient(store=unversioned(), embedding_model="hash-64", run_scheduler=False)
     now = [datetime.now(UTC)]
     for client in (cached, scanned):
         client.engine.context.clock = lambda: now[0]
