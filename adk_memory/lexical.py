@@ -19,16 +19,17 @@ import math
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import snowballstemmer  # type: ignore[import-untyped]
 
-__all__ = ["Corpus", "DocKey", "LexicalIndex", "bm25_scores", "tokenize"]
+__all__ = ["Corpus", "LexicalIndex", "best", "bm25_scores", "tokenize"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _ENGLISH_STOPWORDS = frozenset(
@@ -180,15 +181,16 @@ def _count_terms(text: str) -> _Terms:
 class LexicalIndex:
     """Documents as BM25 reads them: lengths, term counts, and per term its postings.
 
-    Scoring reads the postings of the query's terms only, so its cost follows how many documents
-    hold them, not how many there are.
+    Scoring reads the postings of the query's terms only (as arrays), so its cost follows how
+    many documents hold them, not how many there are.
     """
 
-    lengths: tuple[int, ...]
+    lengths: np.ndarray
+    """Each document's length in tokens (int64)."""
     counts: tuple[Mapping[str, int], ...]
     """Each document's count of each of its distinct terms (RM3 reads its top documents')."""
-    postings: Mapping[str, tuple[tuple[int, int], ...]]
-    """Per term, (document, count) of every document holding it, ascending by document."""
+    postings: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    """Per term, the documents holding it (ascending, int64) and its count in each (float64)."""
     total_length: int
 
     @classmethod
@@ -196,73 +198,109 @@ class LexicalIndex:
         """The index of `texts`; document `i` is the `i`-th text."""
         lengths: list[int] = []
         counts: list[Mapping[str, int]] = []
-        postings: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+        postings: defaultdict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
         for doc, text in enumerate(texts):
             length, terms = _terms(text)
             lengths.append(length)
             counts.append(terms)
             for term, count in terms.items():
-                postings[term].append((doc, count))
-        frozen = {term: tuple(hits) for term, hits in postings.items()}
-        return cls(tuple(lengths), tuple(counts), frozen, sum(lengths))
+                docs, found = postings[term]
+                docs.append(doc)
+                found.append(count)
+        arrays = {
+            term: (np.asarray(docs, dtype=np.int64), np.asarray(found, dtype=np.float64))
+            for term, (docs, found) in postings.items()
+        }
+        return cls(np.asarray(lengths, dtype=np.int64), tuple(counts), arrays, sum(lengths))
 
     def __len__(self) -> int:
-        return len(self.lengths)
-
-
-DocKey = tuple[int, int]
-"""A document of a `Corpus`: (part, document in that part's index)."""
+        return len(self.counts)
 
 
 @dataclass(frozen=True, slots=True)
-class Corpus:
-    """Indexes read as one corpus in their order, each less its `excluded` documents.
+class _Part:
+    """One index in a corpus: where its documents start, and which of them count."""
 
-    A document's place in the corpus (part, then document) breaks ties between equal scores,
-    as the position of a text in one list would.
+    index: LexicalIndex
+    offset: int
+    kept: np.ndarray | None
+    """A mask of the documents in the corpus; None when all are."""
+    excluded_length: int
+
+
+class Corpus:
+    """Indexes read as one corpus in their order, each less its excluded documents.
+
+    A document's position is its place in that order (the first index's documents, then the
+    next's): scores come as one array by position, and equal scores rank by position, as the
+    documents of one list would. Scores are exactly those of BM25 over the list of the kept
+    documents (every operation is the same IEEE double operation, in the same order).
     """
 
-    parts: Sequence[tuple[LexicalIndex, AbstractSet[int]]]
-
-    def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> dict[DocKey, float]:
-        """The BM25 score of every document holding a weighted query term (all positive)."""
-        size = sum(len(index) - len(excluded) for index, excluded in self.parts)
-        if size <= 0:
-            return {}
-        total = sum(
-            index.total_length - sum(index.lengths[doc] for doc in excluded)
-            for index, excluded in self.parts
+    def __init__(self, parts: Sequence[tuple[LexicalIndex, AbstractSet[int]]]) -> None:
+        """`parts`: each index with the documents to leave out (expired, say)."""
+        self._parts: list[_Part] = []
+        offset = 0
+        for index, excluded in parts:
+            kept = None
+            if excluded:
+                kept = np.ones(len(index), dtype=bool)
+                kept[list(excluded)] = False
+            left_out = int(index.lengths[list(excluded)].sum()) if excluded else 0
+            self._parts.append(_Part(index, offset, kept, left_out))
+            offset += len(index)
+        self.size = offset
+        """How many positions (kept or not) the corpus has."""
+        self._documents = sum(
+            len(part.index) - (0 if part.kept is None else len(part.kept) - int(part.kept.sum()))
+            for part in self._parts
         )
-        average = total / size or 1.0
-        scores: dict[DocKey, float] = {}
+
+    def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> np.ndarray:
+        """The BM25 score at every position for weighted query terms (0.0: no term held)."""
+        scores = np.zeros(self.size)
+        if self._documents <= 0:
+            return scores
+        total = sum(part.index.total_length - part.excluded_length for part in self._parts)
+        average = total / self._documents or 1.0
+        norms = [k1 * (1.0 - b + b * part.index.lengths / average) for part in self._parts]
         for term, weight in weights.items():
-            hits = [
-                ((part, doc), count, index.lengths[doc])
-                for part, (index, excluded) in enumerate(self.parts)
-                for doc, count in index.postings.get(term, ())
-                if doc not in excluded
-            ]
-            idf = weight * math.log(1.0 + (size - len(hits) + 0.5) / (len(hits) + 0.5))
-            for key, count, length in hits:
-                norm = k1 * (1.0 - b + b * length / average)
-                scores[key] = scores.get(key, 0.0) + idf * count * (k1 + 1.0) / (count + norm)
+            hits = [self._hits(part, term) for part in self._parts]
+            found = sum(len(docs) for docs, _ in hits)
+            idf = weight * math.log(1.0 + (self._documents - found + 0.5) / (found + 0.5))
+            for part, norm, (docs, counts) in zip(self._parts, norms, hits, strict=True):
+                scores[part.offset + docs] += idf * counts * (k1 + 1.0) / (counts + norm[docs])
         return scores
 
+    @staticmethod
+    def _hits(part: _Part, term: str) -> tuple[np.ndarray, np.ndarray]:
+        docs, counts = part.index.postings.get(term, (_NO_DOCS, _NO_COUNTS))
+        if part.kept is None:
+            return docs, counts
+        kept = part.kept[docs]
+        return docs[kept], counts[kept]
+
+    def _document(self, position: int) -> tuple[LexicalIndex, int]:
+        for part in reversed(self._parts):
+            if position >= part.offset:
+                return part.index, position - part.offset
+        raise IndexError(position)
+
     def expanded(
-        self, query: Sequence[str], scores: Mapping[DocKey, float], *, docs: int, terms: int
+        self, query: Sequence[str], scores: np.ndarray, *, docs: int, terms: int
     ) -> dict[str, float]:
         """RM3: the query's terms mixed with the top terms of its best `docs` documents.
 
         Each top document contributes its term frequencies (relative to its length) weighted by
         its share of the top documents' scores; the `terms` heaviest terms are kept.
         """
-        top = sorted(scores, key=lambda key: (-scores[key], key))[:docs]
-        total = sum(scores[key] for key in top)
+        top = best(scores, docs, lambda position: position)
+        total = sum(float(scores[position]) for position in top)
         relevance: defaultdict[str, float] = defaultdict(float)
-        for key in top:
-            index = self.parts[key[0]][0]
-            share = scores[key] / total / (index.lengths[key[1]] or 1)
-            for term, frequency in index.counts[key[1]].items():
+        for position in top:
+            index, doc = self._document(position)
+            share = float(scores[position]) / total / (int(index.lengths[doc]) or 1)
+            for term, frequency in index.counts[doc].items():
                 relevance[term] += frequency * share
         chosen = sorted(relevance.items(), key=lambda item: (-item[1], item[0]))[:terms]
         mass = sum(value for _, value in chosen) or 1.0
@@ -281,8 +319,8 @@ class Corpus:
         b: float = 0.4,
         feedback_docs: int = 0,
         feedback_terms: int = 20,
-    ) -> dict[DocKey, float]:
-        """The Okapi BM25 score of each document matching the query (the others score 0.0).
+    ) -> np.ndarray:
+        """The Okapi BM25 score at every position (0.0 where nothing matches).
 
         The defaults (k1 0.9, b 0.4) are Anserini's. With `feedback_docs` > 0 the query is
         expanded by RM3 pseudo-relevance feedback (`feedback_terms` terms from the best
@@ -291,12 +329,28 @@ class Corpus:
         """
         terms = tokenize(query)
         if not terms:
-            return {}
+            return np.zeros(self.size)
         scores = self.scores(dict.fromkeys(terms, 1.0), k1=k1, b=b)
-        if feedback_docs <= 0 or not scores:
+        if feedback_docs <= 0 or not scores.any():
             return scores
         weights = self.expanded(terms, scores, docs=feedback_docs, terms=feedback_terms)
         return self.scores(weights, k1=k1, b=b)
+
+
+_NO_DOCS = np.empty(0, dtype=np.int64)
+_NO_COUNTS = np.empty(0, dtype=np.float64)
+
+
+def best(scores: np.ndarray, count: int, tiebreak: Callable[[int], Any]) -> list[int]:
+    """The positions of the `count` highest positive scores, equal scores by `tiebreak`."""
+    positive = np.flatnonzero(scores > 0)
+    if count <= 0:
+        return []
+    if len(positive) > count:
+        cut = np.partition(scores[positive], len(positive) - count)[len(positive) - count]
+        positive = positive[scores[positive] >= cut]  # ties at the cut stay in
+    ranked = sorted(positive.tolist(), key=lambda position: (-scores[position], tiebreak(position)))
+    return ranked[:count]
 
 
 def bm25_scores(
@@ -313,4 +367,4 @@ def bm25_scores(
     scores = corpus.bm25(
         query, k1=k1, b=b, feedback_docs=feedback_docs, feedback_terms=feedback_terms
     )
-    return [scores.get((0, doc), 0.0) for doc in range(len(documents))]
+    return [float(score) for score in scores]

@@ -30,7 +30,7 @@ from adk_memory.filters import (
     parse_filter,
     partition,
 )
-from adk_memory.lexical import Corpus
+from adk_memory.lexical import Corpus, best
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
 
@@ -155,10 +155,11 @@ class Retrieval:
         scores = corpus.bm25(
             query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
         )
-        lexical = sorted(
-            ((score, indexes[part].memory_ids[doc]) for (part, doc), score in scores.items()),
-            key=lambda pair: (-pair[0], pair[1]),
-        )[: config.candidates]
+        ids = [memory_id for index in indexes for memory_id in index.memory_ids]
+        lexical = [
+            (float(scores[position]), ids[position])
+            for position in best(scores, config.candidates, ids.__getitem__)
+        ]
         found = {
             hit.record.memory_id: (hit.record, hit.distance) for hit in dense[: config.candidates]
         }

@@ -12,9 +12,10 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
-from adk_memory.lexical import Corpus, LexicalIndex, bm25_scores, tokenize
+from adk_memory.lexical import Corpus, LexicalIndex, best, bm25_scores, tokenize
 
 _VOCABULARY = (
     "greyhound beach cello tax report Friday Biscuit morning hike Yosemite sister Hamburg "
@@ -102,13 +103,23 @@ def test_excluded_documents_and_parts_score_like_the_dense_list_of_the_rest(seed
         if doc not in excluded[part]
     ]
     expected = _dense_bm25(query, [parts[part][doc] for part, doc in kept], **feedback)
-    scores = corpus.bm25(query, **feedback)
-    assert {key: score for key, score in zip(kept, expected, strict=True) if score > 0} == scores
+    scores = corpus.bm25(query, **feedback).tolist()
+    positions = [sum(map(len, parts[:part])) + doc for part, doc in kept]
+    assert [scores[position] for position in positions] == expected
+    assert all(scores[i] == 0.0 for i in set(range(len(scores))) - set(positions))
 
 
 def test_an_index_holds_postings_of_its_terms_only() -> None:
     index = LexicalIndex.of(["cello cello lessons", "tax report", ""])
-    assert index.postings["cello"] == ((0, 2),)
-    assert index.lengths == (3, 2, 0) and index.total_length == 5
+    docs, counts = index.postings["cello"]
+    assert docs.tolist() == [0] and counts.tolist() == [2.0]
+    assert index.lengths.tolist() == [3, 2, 0] and index.total_length == 5
     assert "the" not in index.postings
-    assert Corpus([(index, {0, 1, 2})]).bm25("cello") == {}
+    assert not Corpus([(index, {0, 1, 2})]).bm25("cello").any()
+
+
+def test_best_keeps_ties_at_the_cut_and_breaks_them_by_the_tiebreak() -> None:
+    scores = np.array([0.5, 2.0, 0.0, 0.5, 1.0, 0.5])
+    assert best(scores, 3, lambda i: -i) == [1, 4, 5]
+    assert best(scores, 10, lambda i: i) == [1, 4, 0, 3, 5]
+    assert best(scores, 0, lambda i: i) == []
