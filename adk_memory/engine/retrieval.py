@@ -8,6 +8,8 @@ read and, without a residual filter, one nearest query.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -155,7 +157,7 @@ class Retrieval:
         scores = corpus.bm25(
             query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
         )
-        ids = [memory_id for index in indexes for memory_id in index.memory_ids]
+        ids = _concatenated([index.memory_ids for index in indexes])
         lexical = [
             (float(scores[position]), ids[position])
             for position in best(scores, config.candidates, ids.__getitem__)
@@ -230,6 +232,11 @@ def _fuse(
         memory_id: (1 - weight) * dense_norm[memory_id] + weight * lexical_norm[memory_id]
         for memory_id in found
     }
+
+
+def _concatenated(parts: list[tuple[str, ...]]) -> Sequence[str]:
+    """The parts one after another (the only one itself: a scope has 10,000 ids, say)."""
+    return parts[0] if len(parts) == 1 else tuple(itertools.chain.from_iterable(parts))
 
 
 def _min_max(scores: dict[str, float]) -> dict[str, float]:
