@@ -29,8 +29,10 @@ from adk_memory.store import MemoryRecord, MemoryStore
 
 __all__ = ["MAX_CACHED_FACTS", "LexicalCache", "ScopeIndex"]
 
-MAX_CACHED_FACTS = 100_000
-"""The default budget of a process's cache, in facts (about 1 KB each: tokens, postings, id)."""
+MAX_CACHED_FACTS = 50_000
+"""The default budget of a process's cache, in facts: ~0.6 KB each for postings and id (measured
+on 8-word facts), up to ~1 KB more for term counts the tokenizer's own cache does not share, so
+30-80 MB when full."""
 
 
 @dataclass(frozen=True, slots=True)
