@@ -240,21 +240,18 @@ class Corpus:
     def __init__(self, parts: Sequence[tuple[LexicalIndex, AbstractSet[int]]]) -> None:
         """`parts`: each index with the documents to leave out (expired, say)."""
         self._parts: list[_Part] = []
-        offset = 0
+        self.size = 0
+        """How many positions (kept or not) the corpus has."""
+        self._documents = 0
         for index, excluded in parts:
             kept = None
             if excluded:
                 kept = np.ones(len(index), dtype=bool)
                 kept[list(excluded)] = False
             left_out = int(index.lengths[list(excluded)].sum()) if excluded else 0
-            self._parts.append(_Part(index, offset, kept, left_out))
-            offset += len(index)
-        self.size = offset
-        """How many positions (kept or not) the corpus has."""
-        self._documents = sum(
-            len(part.index) - (0 if part.kept is None else len(part.kept) - int(part.kept.sum()))
-            for part in self._parts
-        )
+            self._parts.append(_Part(index, self.size, kept, left_out))
+            self.size += len(index)
+            self._documents += len(index) - len(excluded)
 
     def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> np.ndarray:
         """The BM25 score at every position for weighted query terms (0.0: no term held)."""
