@@ -61,15 +61,9 @@ class Retrieved:
 class Retrieval:
     """The retrieve half of the engine."""
 
-    def __init__(
-        self,
-        context: EngineContext,
-        memories: MemoryOps,
-        lexical_cache: LexicalCache = _LEXICAL_CACHE,
-    ) -> None:
+    def __init__(self, context: EngineContext, memories: MemoryOps) -> None:
         self._context = context
         self._memories = memories
-        self._lexical_cache = lexical_cache
 
     async def retrieve(
         self,
@@ -191,7 +185,7 @@ class Retrieval:
         if expr is not None:
             return ScopeIndex.of(await scan(), None, now)
         store = self._context.store
-        return await self._lexical_cache.scope_index(store, bank_id, key, now, scan)
+        return await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None
