@@ -2,8 +2,10 @@
 
 Dense embeddings miss exact names, dates and rare words that a keyword match finds; BM25 finds
 those and misses paraphrases. Hybrid retrieval (an opt-in bank extension) fuses both rankings.
-This module is pure Python over a list of texts: no index, no I/O. Tokenizing is a pure function
-of the text, so its results are cached per process (by the text itself, which cannot go stale).
+This module is pure Python, no I/O: `LexicalIndex` holds texts' terms and postings (the engine
+caches one per scope, see `adk_memory.engine.lexical_cache`) and `Corpus` scores over indexes.
+Tokenizing is a pure function of the text, so its results are cached per process (by the text
+itself, which cannot go stale).
 
 Each text is tokenized in its own language, guessed from the text alone (no configuration): German
 and Spanish words get their Snowball stemmer and stopwords, everything else English's; scripts
@@ -17,15 +19,17 @@ import math
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import snowballstemmer  # type: ignore[import-untyped]
 
-__all__ = ["bm25_scores", "tokenize"]
+__all__ = ["Corpus", "LexicalIndex", "best", "bm25_scores", "tokenize"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _ENGLISH_STOPWORDS = frozenset(
@@ -174,46 +178,126 @@ def _count_terms(text: str) -> _Terms:
 
 
 @dataclass(frozen=True, slots=True)
-class _Corpus:
-    """The documents' lengths and term counts, as BM25 needs them."""
+class LexicalIndex:
+    """Documents as BM25 reads them: lengths, term counts, and per term its postings.
 
-    lengths: list[int]
-    counts: list[Mapping[str, int]]
-    average: float
+    Scoring reads the postings of the query's terms only (as arrays), so its cost follows how
+    many documents hold them, not how many there are.
+    """
+
+    lengths: np.ndarray
+    """Each document's length in tokens (int64)."""
+    counts: tuple[Mapping[str, int], ...]
+    """Each document's count of each of its distinct terms (RM3 reads its top documents')."""
+    postings: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    """Per term, the documents holding it (ascending, int64) and its count in each (float64)."""
+    total_length: int
 
     @classmethod
-    def of(cls, texts: Sequence[str]) -> _Corpus:
-        lengths, counts = zip(*(_terms(text) for text in texts), strict=True)
-        average = sum(lengths) / len(lengths)
-        return cls(list(lengths), list(counts), average or 1.0)
+    def of(cls, texts: Iterable[str]) -> LexicalIndex:
+        """The index of `texts`; document `i` is the `i`-th text."""
+        lengths: list[int] = []
+        counts: list[Mapping[str, int]] = []
+        postings: defaultdict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+        for doc, text in enumerate(texts):
+            length, terms = _terms(text)
+            lengths.append(length)
+            counts.append(terms)
+            for term, count in terms.items():
+                docs, found = postings[term]
+                docs.append(doc)
+                found.append(count)
+        arrays = {
+            term: (np.asarray(docs, dtype=np.int64), np.asarray(found, dtype=np.float64))
+            for term, (docs, found) in postings.items()
+        }
+        return cls(np.asarray(lengths, dtype=np.int64), tuple(counts), arrays, sum(lengths))
 
-    def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> list[float]:
-        """The BM25 score of every document for weighted query terms."""
-        size = len(self.counts)
-        norms = [k1 * (1.0 - b + b * length / self.average) for length in self.lengths]
-        scores = [0.0] * size
+    def __len__(self) -> int:
+        return len(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One index in a corpus: where its documents start, and which of them count."""
+
+    index: LexicalIndex
+    offset: int
+    kept: np.ndarray | None
+    """A mask of the documents in the corpus; None when all are."""
+    excluded_length: int
+
+
+class Corpus:
+    """Indexes read as one corpus in their order, each less its excluded documents.
+
+    A document's position is its place in that order (the first index's documents, then the
+    next's): scores come as one array by position, and equal scores rank by position, as the
+    documents of one list would. Scores are exactly those of BM25 over the list of the kept
+    documents (every operation is the same IEEE double operation, in the same order).
+    """
+
+    def __init__(self, parts: Sequence[tuple[LexicalIndex, AbstractSet[int]]]) -> None:
+        """`parts`: each index with the documents to leave out (expired, say)."""
+        self._parts: list[_Part] = []
+        self.size = 0
+        """How many positions (kept or not) the corpus has."""
+        self._documents = 0
+        for index, excluded in parts:
+            kept = None
+            if excluded:
+                kept = np.ones(len(index), dtype=bool)
+                kept[list(excluded)] = False
+            left_out = int(index.lengths[list(excluded)].sum()) if excluded else 0
+            self._parts.append(_Part(index, self.size, kept, left_out))
+            self.size += len(index)
+            self._documents += len(index) - len(excluded)
+
+    def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> np.ndarray:
+        """The BM25 score at every position for weighted query terms (0.0: no term held)."""
+        scores = np.zeros(self.size)
+        if self._documents <= 0:
+            return scores
+        total = sum(part.index.total_length - part.excluded_length for part in self._parts)
+        average = total / self._documents or 1.0
+        norms = [k1 * (1.0 - b + b * part.index.lengths / average) for part in self._parts]
         for term, weight in weights.items():
-            hits = [(i, counts[term]) for i, counts in enumerate(self.counts) if term in counts]
-            idf = weight * math.log(1.0 + (size - len(hits) + 0.5) / (len(hits) + 0.5))
-            for i, count in hits:
-                scores[i] += idf * count * (k1 + 1.0) / (count + norms[i])
+            hits = [self._hits(part, term) for part in self._parts]
+            found = sum(len(docs) for docs, _ in hits)
+            idf = weight * math.log(1.0 + (self._documents - found + 0.5) / (found + 0.5))
+            for part, norm, (docs, counts) in zip(self._parts, norms, hits, strict=True):
+                scores[part.offset + docs] += idf * counts * (k1 + 1.0) / (counts + norm[docs])
         return scores
 
+    @staticmethod
+    def _hits(part: _Part, term: str) -> tuple[np.ndarray, np.ndarray]:
+        docs, counts = part.index.postings.get(term, (_NO_DOCS, _NO_COUNTS))
+        if part.kept is None:
+            return docs, counts
+        kept = part.kept[docs]
+        return docs[kept], counts[kept]
+
+    def _document(self, position: int) -> tuple[LexicalIndex, int]:
+        for part in reversed(self._parts):
+            if position >= part.offset:
+                return part.index, position - part.offset
+        raise IndexError(position)
+
     def expanded(
-        self, query: Sequence[str], scores: Sequence[float], *, docs: int, terms: int
+        self, query: Sequence[str], scores: np.ndarray, *, docs: int, terms: int
     ) -> dict[str, float]:
         """RM3: the query's terms mixed with the top terms of its best `docs` documents.
 
         Each top document contributes its term frequencies (relative to its length) weighted by
         its share of the top documents' scores; the `terms` heaviest terms are kept.
         """
-        top = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:docs]
-        top = [i for i in top if scores[i] > 0]
-        total = sum(scores[i] for i in top)
+        top = best(scores, docs, lambda position: position)
+        total = sum(float(scores[position]) for position in top)
         relevance: defaultdict[str, float] = defaultdict(float)
-        for i in top:
-            share = scores[i] / total / (self.lengths[i] or 1)
-            for term, frequency in self.counts[i].items():
+        for position in top:
+            index, doc = self._document(position)
+            share = float(scores[position]) / total / (int(index.lengths[doc]) or 1)
+            for term, frequency in index.counts[doc].items():
                 relevance[term] += frequency * share
         chosen = sorted(relevance.items(), key=lambda item: (-item[1], item[0]))[:terms]
         mass = sum(value for _, value in chosen) or 1.0
@@ -223,6 +307,47 @@ class _Corpus:
         for term, value in chosen:
             weights[term] += (1.0 - _ORIGINAL_QUERY_WEIGHT) * value / mass
         return dict(weights)
+
+    def bm25(
+        self,
+        query: str,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        feedback_docs: int = 0,
+        feedback_terms: int = 20,
+    ) -> np.ndarray:
+        """The Okapi BM25 score at every position (0.0 where nothing matches).
+
+        The defaults (k1 0.9, b 0.4) are Anserini's. With `feedback_docs` > 0 the query is
+        expanded by RM3 pseudo-relevance feedback (`feedback_terms` terms from the best
+        `feedback_docs` documents of a first BM25 pass, mixed half and half with the query's own
+        terms) and the documents are scored again with the expanded query.
+        """
+        terms = tokenize(query)
+        if not terms:
+            return np.zeros(self.size)
+        scores = self.scores(dict.fromkeys(terms, 1.0), k1=k1, b=b)
+        if feedback_docs <= 0 or not scores.any():
+            return scores
+        weights = self.expanded(terms, scores, docs=feedback_docs, terms=feedback_terms)
+        return self.scores(weights, k1=k1, b=b)
+
+
+_NO_DOCS = np.empty(0, dtype=np.int64)
+_NO_COUNTS = np.empty(0, dtype=np.float64)
+
+
+def best(scores: np.ndarray, count: int, tiebreak: Callable[[int], Any]) -> list[int]:
+    """The positions of the `count` highest positive scores, equal scores by `tiebreak`."""
+    positive = np.flatnonzero(scores > 0)
+    if count <= 0:
+        return []
+    if len(positive) > count:
+        cut = np.partition(scores[positive], len(positive) - count)[len(positive) - count]
+        positive = positive[scores[positive] >= cut]  # ties at the cut stay in
+    ranked = sorted(positive.tolist(), key=lambda position: (-scores[position], tiebreak(position)))
+    return ranked[:count]
 
 
 def bm25_scores(
@@ -234,19 +359,9 @@ def bm25_scores(
     feedback_docs: int = 0,
     feedback_terms: int = 20,
 ) -> list[float]:
-    """The Okapi BM25 score of each document for the query (0.0 where nothing matches).
-
-    The defaults (k1 0.9, b 0.4) are Anserini's. With `feedback_docs` > 0 the query is expanded
-    by RM3 pseudo-relevance feedback (`feedback_terms` terms from the best `feedback_docs`
-    documents of a first BM25 pass, mixed half and half with the query's own terms) and the
-    documents are scored again with the expanded query.
-    """
-    terms = tokenize(query)
-    if not terms or not documents:
-        return [0.0] * len(documents)
-    corpus = _Corpus.of(documents)
-    scores = corpus.scores(dict.fromkeys(terms, 1.0), k1=k1, b=b)
-    if feedback_docs <= 0 or not any(scores):
-        return scores
-    weights = corpus.expanded(terms, scores, docs=feedback_docs, terms=feedback_terms)
-    return corpus.scores(weights, k1=k1, b=b)
+    """`Corpus.bm25` of one list of texts, as a score per text (0.0 where nothing matches)."""
+    corpus = Corpus(((LexicalIndex.of(documents), frozenset()),))
+    scores = corpus.bm25(
+        query, k1=k1, b=b, feedback_docs=feedback_docs, feedback_terms=feedback_terms
+    )
+    return [float(score) for score in scores]

@@ -8,6 +8,7 @@ store between clients of the same process that use the same name; bare `memory:/
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ _ALL_FAMILIES = ("fact", "time", "topics", "scope") + tuple(
     f"metadata_{kind}" for kind in ("string", "number", "bool", "timestamp")
 )
 _ALL_OPS = ("=", "!=", ":", "=~", "<", "<=", ">", ">=")
+_VERSIONS = itertools.count(1)
+"""Scope versions are drawn from one process-wide sequence, so a version is never reused, not
+even by a bank deleted and created again with the same id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,8 @@ class _Bank:
     """Per scope key, the ids of its memories (an ordered set)."""
     scopes: dict[str, _ScopeIndex] = field(default_factory=dict)
     """Per scope key, its search index; `put` and `drop` discard the index of their scope."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """Per scope key, the version `put` and `drop` draw afresh (a scope never written has none)."""
 
     def put(self, record: MemoryRecord) -> None:
         """Stores a memory (replacing one with its id) and its vector row."""
@@ -93,7 +99,7 @@ class _Bank:
         self.memories[record.memory_id] = record
         self.rows[record.memory_id] = np.asarray(record.embedding, dtype=np.float64)
         self.members.setdefault(record.scope_key, {})[record.memory_id] = None
-        self.scopes.pop(record.scope_key, None)
+        self._changed(record.scope_key)
 
     def drop(self, memory_id: str) -> None:
         """Forgets a memory, if present."""
@@ -101,7 +107,11 @@ class _Bank:
         if record is not None:
             del self.rows[memory_id]
             del self.members[record.scope_key][memory_id]
-            self.scopes.pop(record.scope_key, None)
+            self._changed(record.scope_key)
+
+    def _changed(self, key: str) -> None:
+        self.scopes.pop(key, None)
+        self.versions[key] = next(_VERSIONS)
 
     def put_document(self, kind: str, key: str, body: Any, scope: ScopeKey | None) -> None:
         """Stores a document (a JSON round trip, like other stores) under its scope key."""
@@ -293,6 +303,10 @@ class ReferenceMemoryStore(MemoryStore):
             if final:
                 return hits
             pool *= 4
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str:
+        """A number drawn afresh by every write that touches the scope ("0": never written)."""
+        return str(self._bank(bank_id).versions.get(scope_key, 0))
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit."""

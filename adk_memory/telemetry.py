@@ -310,6 +310,13 @@ class TracingStore:
             span.set_attribute(RESULTS, len(found))
             return found
 
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
+        """See `MemoryStore.scope_version`."""
+        with self._call("scope_version", bank_id) as span:
+            found = await self.inner.scope_version(bank_id, scope_key)
+            span.set_attribute(RESULTS, int(found is not None))
+            return found
+
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """See `MemoryStore.scan`."""
         with self._call("scan", bank_id, **{"adk_memory.limit": query.limit}) as span:

@@ -8,6 +8,8 @@ read and, without a residual filter, one nearest query.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -16,6 +18,7 @@ import numpy as np
 
 from adk_memory import types
 from adk_memory.engine.context import EngineContext
+from adk_memory.engine.lexical_cache import LexicalCache, ScopeIndex
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.paging import Page
 from adk_memory.engine.profiles import PROFILE_TYPE
@@ -29,7 +32,7 @@ from adk_memory.filters import (
     parse_filter,
     partition,
 )
-from adk_memory.lexical import bm25_scores
+from adk_memory.lexical import Corpus, best
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
 
@@ -43,6 +46,8 @@ MAX_SCAN = 1_000_000
 _MAX_SEARCH_QUERY = 10_000
 _NL_TYPES = {"NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
 _RETRIEVE_ORDER = (SortKey("update_time", descending=True),)
+_LEXICAL_CACHE = LexicalCache()
+"""The process's scope indexes for hybrid retrieval, shared by every engine (see its module)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,42 +134,58 @@ class Retrieval:
     ) -> list[Retrieved]:
         """Dense and BM25 rankings of the scope fused as `config.fusion` says (extension).
 
-        Cost: the dense query, one scan of the scope's facts (filtered like the dense query)
-        for BM25 (with RM3 feedback, two scoring passes; tokens are cached per fact text), and
-        one read of the vectors of lexical-only hits for their true distance.
+        Cost: the dense query, the scope's BM25 index (one version read when the process's
+        cached index is current, else one scan of the scope; with a filter, one filtered scan),
+        scoring over the postings of the query's terms (with RM3 feedback, two passes), and one
+        read of the vectors of lexical-only hits for their true distance.
         """
         dense: list[ScoredRecord] = []
-        lexical_pool: list[MemoryRecord] = []
+        indexes: list[ScopeIndex] = []
         for key in keys:
             dense += await self._nearest(
                 bank_id, NearestQuery(key, vector, config.candidates, now), expr
             )
-            query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
-            page = await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)
-            lexical_pool += page.items
+            indexes.append(await self._scope_index(bank_id, key, expr, now))
         dense.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
-        scores = bm25_scores(
-            query_text,
-            [record.fact for record in lexical_pool],
-            feedback_docs=config.feedback_docs,
-            feedback_terms=config.feedback_terms,
+        corpus = Corpus([(index.lexical, index.expired(now)) for index in indexes])
+        scores = corpus.bm25(
+            query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
         )
-        lexical = sorted(
-            (pair for pair in zip(scores, lexical_pool, strict=True) if pair[0] > 0),
-            key=lambda pair: (-pair[0], pair[1].memory_id),
-        )[: config.candidates]
+        ids = _concatenated([index.memory_ids for index in indexes])
+        lexical = [
+            (float(scores[position]), ids[position])
+            for position in best(scores, config.candidates, ids.__getitem__)
+        ]
         found = {
             hit.record.memory_id: (hit.record, hit.distance) for hit in dense[: config.candidates]
         }
-        missing = [record.memory_id for _, record in lexical if record.memory_id not in found]
+        missing = [memory_id for _, memory_id in lexical if memory_id not in found]
         target = np.asarray(vector, dtype=np.float64)
         for record in await self._context.store.get_memories(bank_id, missing, now):
             gap = np.asarray(record.embedding, dtype=np.float64) - target
             found[record.memory_id] = (record, float(np.linalg.norm(gap)))
-        lexical_score = {record.memory_id: score for score, record in lexical}
+        lexical_score = {memory_id: score for score, memory_id in lexical}
         fused = _fuse(found, lexical_score, [hit.record.memory_id for hit in dense], config)
         chosen = sorted(fused, key=lambda memory_id: (-fused[memory_id], memory_id))[:top_k]
         return [Retrieved(*found[memory_id]) for memory_id in chosen]
+
+    async def _scope_index(
+        self, bank_id: str, key: ScopeKey, expr: FilterExpr | None, now: datetime
+    ) -> ScopeIndex:
+        """The BM25 index of the scope's live memories matching `expr`, at `now`.
+
+        Without a filter, the process's cached index (checked by the scope's version); with
+        one, an index of the filtered scan, built for this query only.
+        """
+
+        async def scan() -> list[MemoryRecord]:
+            query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
+            return (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
+
+        if expr is not None:
+            return ScopeIndex.of(await scan(), None, now)
+        store = self._context.store
+        return await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None
@@ -205,6 +226,11 @@ def _fuse(
         memory_id: (1 - weight) * dense_norm[memory_id] + weight * lexical_norm[memory_id]
         for memory_id in found
     }
+
+
+def _concatenated(parts: list[tuple[str, ...]]) -> Sequence[str]:
+    """The parts one after another (the only one itself: a scope has 10,000 ids, say)."""
+    return parts[0] if len(parts) == 1 else tuple(itertools.chain.from_iterable(parts))
 
 
 def _min_max(scores: dict[str, float]) -> dict[str, float]:

@@ -374,6 +374,68 @@ class MemoryStoreConformance:
         assert await store.list_revisions(bank, "gone", T0) == []
         assert len(await store.list_revisions(bank, "kept", T0)) == 1
 
+    # Scope versions
+
+    async def test_scope_version_changes_with_every_write_to_its_scope(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Insert, upsert, delete, a move to another scope and a sweep each give a new version."""
+        other = scope_key({"user_id": "u2"})
+        versions = [await store.scope_version(bank, KEY)]
+        assert versions[0] is not None
+        assert await store.scope_version(bank, KEY) == versions[0]
+        soon = T0 + timedelta(seconds=5)
+        writes = [
+            WriteBatch(inserts=(memory("m1", unit(0)), memory("m2", unit(1), expire_time=soon))),
+            WriteBatch(upserts=(memory("m1", unit(2), fact="changed"),)),
+            WriteBatch(deletes=("m1",)),
+            WriteBatch(inserts=(memory("m3", unit(3)),)),
+            WriteBatch(upserts=(memory("m3", unit(3), scope={"user_id": "u2"}),)),
+        ]
+        other_before = await store.scope_version(bank, other)
+        for batch in writes:
+            await store.apply(bank, batch)
+            versions.append(await store.scope_version(bank, KEY))
+            assert await store.scope_version(bank, KEY) == versions[-1]
+        assert await store.scope_version(bank, other) != other_before  # m3 moved in
+        await store.sweep_expired(bank, soon)
+        versions.append(await store.scope_version(bank, KEY))  # m2 swept
+        assert len(set(versions)) == len(versions), versions
+
+    async def test_scope_version_ignores_other_scopes_and_banks(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Writes to another scope or another bank, and reads, leave a scope's version alone."""
+        await store.create_bank(bank_record(OTHER_BANK))
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        mine = await store.scope_version(bank, KEY)
+        theirs = await store.scope_version(OTHER_BANK, KEY)
+        other_scope = {"user_id": "u2"}
+        await store.apply(bank, WriteBatch(inserts=(memory("o1", unit(1), scope=other_scope),)))
+        await store.apply(bank, WriteBatch(deletes=("o1", "never-existed")))
+        await store.apply(OTHER_BANK, WriteBatch(inserts=(memory("m1", unit(0)),)))
+        await store.apply(bank, WriteBatch(revisions=(revision("m1", "r1"),)))
+        await store.nearest(bank, NearestQuery(KEY, unit(0), 3, T0))
+        await store.scan(bank, ScanQuery(T0, scope_key=KEY))
+        assert await store.scope_version(bank, KEY) == mine
+        assert await store.scope_version(OTHER_BANK, KEY) != theirs
+        await store.apply(bank, WriteBatch(deletes=("m1",)))
+        assert await store.scope_version(OTHER_BANK, KEY) != theirs
+        assert await store.scope_version(bank, KEY) != mine
+
+    async def test_scope_version_is_never_reused_by_a_recreated_bank(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """A bank deleted and created again does not repeat a version its scopes had."""
+        seen = set()
+        for _ in range(2):
+            await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(0)),)))
+            seen.add(await store.scope_version(bank, KEY))
+            await store.delete_bank(bank)
+            await store.create_bank(bank_record())
+            assert await store.scope_version(bank, KEY) not in seen
+        assert len(seen) == 2
+
     # Nearest
 
     async def test_nearest_is_ascending_true_euclidean(self, store: MemoryStore, bank: str) -> None:

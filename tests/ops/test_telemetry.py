@@ -185,3 +185,27 @@ def test_tracing_store_traces_every_protocol_method() -> None:
     }
     untraced = sorted(name for name in protocol if name not in vars(TracingStore))
     assert untraced == []
+
+
+def test_a_hybrid_retrieve_scans_the_scope_once_then_reads_only_its_version(
+    spans: InMemorySpanExporter,
+) -> None:
+    with Client("memory://", embedding_model="hash-64") as client:
+        extensions = {"retrieval": {"mode": "hybrid"}}
+        bank = client.memory_banks.create(memory_bank_id="hybrid", extensions=extensions).name
+        scope = {"user_id": "u1"}
+        client.memory_banks.memories.create(name=bank, fact="tea with milk", scope=scope)
+
+        def retrieve() -> list[str]:
+            spans.clear()
+            client.memory_banks.memories.retrieve(
+                name=bank, scope=scope, similarity_search_params={"search_query": "tea"}
+            )
+            return [name for name in names(spans.get_finished_spans()) if ".store." in name]
+
+        assert "adk_memory.store.scan" in retrieve()
+        warm = retrieve()
+        assert "adk_memory.store.scope_version" in warm
+        assert "adk_memory.store.scan" not in warm
+        client.memory_banks.memories.create(name=bank, fact="green tea", scope=scope)
+        assert retrieve().count("adk_memory.store.scan") == 1

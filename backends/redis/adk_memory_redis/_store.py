@@ -24,6 +24,8 @@ P:due:<kind>               ZSET   "B\x1f<key>" of documents with a due time, sco
 {P:B}:E:dsc:<kind>         ZSET   "<scope key>\x1f<key>" of those, all scored 0 (ZRANGEBYLEX
                                   lists one scope's documents)
 {P:B}:E:tx:<id>            STRING commit marker of one write, kept for 5 minutes (see `apply`)
+{P:B}:E:v:<scope key>      STRING the scope's version counter, INCR'd by every write that
+                                  inserts, replaces or deletes one of its memories
 P:lock:<name>              STRING a lock's token (see `adk_memory_redis.lock`)
 {P:B}:lock:<kind>:B[:…]    STRING the same, on a cluster, for the engine's locks of bank B (in
                                   the bank's slot, so its writes can check them as fences)
@@ -172,12 +174,13 @@ _SLOT_MOVED = (
 """A cluster's answer to a transaction sent to a primary that no longer owns the bank's slot."""
 
 # KEYS: bank key, inserted memory keys..., expected memory keys..., revision sets..., fencing
-# lock keys... ARGV: the number of inserted keys, of expected keys, of revision sets. Returns the
-# epoch, each inserted key's live_until (false when absent), each expected key's live_until and
-# update_us, each revision set's absolute expiry in ms (-1 persistent, -2 absent) and each lock's
-# token.
+# lock keys..., written memory keys... ARGV: the number of inserted keys, of expected keys, of
+# revision sets, of written keys. Returns the epoch, each inserted key's live_until (false when
+# absent), each expected key's live_until and update_us, each revision set's absolute expiry in
+# ms (-1 persistent, -2 absent), each lock's token and each written key's scope key (false when
+# absent).
 _CHECK_SCRIPT = """
-local n, e, r = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n, e, r, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {redis.call('HGET', KEYS[1], 'epoch')}
 for i = 2, n + 1 do out[#out + 1] = redis.call('HGET', KEYS[i], 'live_until') end
 for i = n + 2, n + e + 1 do
@@ -186,7 +189,8 @@ for i = n + 2, n + e + 1 do
   out[#out + 1] = found[2]
 end
 for i = n + e + 2, n + e + r + 1 do out[#out + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
-for i = n + e + r + 2, #KEYS do out[#out + 1] = redis.call('GET', KEYS[i]) end
+for i = n + e + r + 2, #KEYS - w do out[#out + 1] = redis.call('GET', KEYS[i]) end
+for i = #KEYS - w + 1, #KEYS do out[#out + 1] = redis.call('HGET', KEYS[i], 'scope_key') end
 return out
 """
 
@@ -290,13 +294,17 @@ end
 return 0
 """
 
-# KEYS: memory keys. ARGV: now (µs). Deletes those whose live_until <= now; returns the count.
+# KEYS: memory keys, then the version key of each one's scope. ARGV: now (µs), then each one's
+# scope key. Deletes those whose live_until <= now and that are still in that scope (a memory
+# moved meanwhile is left to the next sweep), INCRs their scopes' versions; returns the count.
 _SWEEP_MEMORIES_SCRIPT = """
-local now, removed = tonumber(ARGV[1]), 0
-for i = 1, #KEYS do
-  local live = redis.call('HGET', KEYS[i], 'live_until')
-  if live and live ~= 'inf' and tonumber(live) <= now then
+local now, removed, half = tonumber(ARGV[1]), 0, #KEYS / 2
+for i = 1, half do
+  local found = redis.call('HMGET', KEYS[i], 'live_until', 'scope_key')
+  local live = found[1]
+  if live and live ~= 'inf' and tonumber(live) <= now and found[2] == ARGV[i + 1] then
     redis.call('DEL', KEYS[i])
+    redis.call('INCR', KEYS[half + i])
     removed = removed + 1
   end
 end
@@ -380,6 +388,9 @@ class _Bank:
 
     def scoped_documents(self, kind: str) -> str:
         return f"{self.base}dsc:{kind}"
+
+    def scope_version(self, scope_key: str) -> str:
+        return f"{self.base}v:{scope_key}"
 
 
 def _after_expression(order_by: Sequence[SortKey], after: ScanCursor, *, exact: bool) -> str:
@@ -1070,6 +1081,8 @@ class RedisMemoryStore(MemoryStore):
             if lease not in fences:
                 await lease.verify()
         fence_keys = [lease.key for lease in fences]
+        written = [r.memory_id for r in (*batch.inserts, *batch.upserts)] + list(batch.deletes)
+        written_keys = [bank.memory(memory_id) for memory_id in dict.fromkeys(written)]
         encoded = [
             (bank.memory(r.memory_id), encode_memory(r, dtype=bank.dtype), r.expire_time)
             for r in (*batch.inserts, *batch.upserts)
@@ -1081,13 +1094,21 @@ class RedisMemoryStore(MemoryStore):
         operations = [
             (bank.operation(op.operation_path), operation_to_json(op)) for op in batch.operations
         ]
-        keys = [bank_key, *insert_keys, *expect_keys, *set_keys, *fence_keys]
+        keys = [bank_key, *insert_keys, *expect_keys, *set_keys, *fence_keys, *written_keys]
         async with client.pipeline(transaction=True) as transaction:
             pipe: Any = transaction  # redis-py leaves multi() and unwatch() unannotated
             await pipe.watch(*keys)
             state = await pipe.eval(
-                _CHECK_SCRIPT, len(keys), *keys, len(insert_keys), len(expect_keys), len(set_keys)
+                _CHECK_SCRIPT,
+                len(keys),
+                *keys,
+                len(insert_keys),
+                len(expect_keys),
+                len(set_keys),
+                len(written_keys),
             )
+            split = len(state) - len(written_keys)
+            state, scopes_before = state[:split], state[split:]
             epoch = state[0]
             if epoch is None:
                 await pipe.unwatch()
@@ -1110,6 +1131,10 @@ class RedisMemoryStore(MemoryStore):
                     pipe.pexpireat(key, at)
             for memory_id in batch.deletes:
                 pipe.delete(bank.memory(memory_id))
+            touched = [_text(key) for key in scopes_before if key is not None]
+            touched += [r.scope_key for r in (*batch.inserts, *batch.upserts)]
+            for scope_key in dict.fromkeys(touched):
+                pipe.incr(bank.scope_version(scope_key))
             for memory_id, revisions in by_memory.items():
                 self._queue_revisions(pipe, bank, memory_id, revisions, int(set_expiry[memory_id]))
             if by_memory:  # entries whose keys Redis has evicted by now
@@ -1343,6 +1368,15 @@ class RedisMemoryStore(MemoryStore):
                     f"({self.config.query_timeout_ms} ms) and would have returned partial "
                     "results; retry, or raise query_timeout_ms (0 disables the limit)."
                 )
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str:
+        """The bank's epoch and the scope's write counter, read in one round trip."""
+        key = check_scope_key(scope_key)
+        async with self._call("read a scope version") as client:
+            bank, replies = await self._with_bank(
+                client, bank_id, lambda pipe, bank: pipe.get(bank.scope_version(key))
+            )
+        return f"{bank.epoch}:{_text(replies[0] or b'0')}"
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
@@ -1767,7 +1801,9 @@ class RedisMemoryStore(MemoryStore):
                         "FT.SEARCH",
                         bank.index_name,
                         f"@live_until:[-inf {now_us}]",
-                        "NOCONTENT",
+                        "RETURN",
+                        1,
+                        "scope_key",
                         "LIMIT",
                         0,
                         _SWEEP_CHUNK,
@@ -1777,9 +1813,19 @@ class RedisMemoryStore(MemoryStore):
                 _total, docs, _warnings = parse_search(replies[0])
                 if not docs:
                     break
-                expired = [key for key, _fields in docs]
+                docs = [(key, fields) for key, fields in docs if "scope_key" in fields]
+                expired = [key for key, _fields in docs]  # less those evicted meanwhile
+                scopes = [_text(fields["scope_key"]) for _key, fields in docs]
+                versions = [bank.scope_version(scope) for scope in scopes]
                 count = int(
-                    await client.eval(_SWEEP_MEMORIES_SCRIPT, len(expired), *expired, now_us)
+                    await client.eval(
+                        _SWEEP_MEMORIES_SCRIPT,
+                        2 * len(expired),
+                        *expired,
+                        *versions,
+                        now_us,
+                        *scopes,
+                    )
                 )
                 removed += count
                 if count == 0:

@@ -1,0 +1,157 @@
+"""Hybrid vs dense retrieve latency at 10,000 memories in one scope (issue 18).
+
+`python -m benchmarks.hybrid [--size N] [--queries Q]` loads the same N memories (random unit
+384-d vectors, synthetic 8-word facts) into a dense bank and a hybrid bank of each backend, then
+times `memories.retrieve(top_k=10)` through the public async client, query by query alternating:
+
+* `dense`        the dense bank;
+* `hybrid`       the hybrid bank (its scope's BM25 index cached, checked by `scope_version`);
+* `hybrid scan`  the hybrid bank through a store that keeps no scope version, so every query
+                 scans the scope (the path before the cache, and embedded Chroma's on this
+                 branch, whose `scope_version` is not built yet).
+
+Queries are embedded by the `hash-384` test embedder (cheap, identical for every path). Prints
+one line per backend and path: p50 / p99 in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import Timer, backends, summary, unit_rows
+from benchmarks.latency import _fact, _vocab
+
+K = 10
+
+
+def _unversioned(store_type: type) -> type:
+    """`store_type` keeping no scope version: hybrid retrieval scans the scope every query."""
+
+    class Unversioned(store_type):  # type: ignore[misc,valid-type]
+        async def scope_version(self, bank_id: str, scope_key: str) -> None:
+            return None
+
+    return Unversioned
+
+
+def _stores(backend: str, redis_url: str | None, tmp: str) -> tuple[Any, Any]:
+    """Two stores over the same data: a versioned one and one without versions."""
+    from adk_memory._registry import store_from_uri
+    from adk_memory.reference_store import ReferenceMemoryStore
+
+    if backend == "memory":
+        return ReferenceMemoryStore(name="bench"), _unversioned(ReferenceMemoryStore)(name="bench")
+    if backend == "redis":
+        from adk_memory_redis import RedisMemoryStore
+
+        uri = f"{redis_url}?key_prefix=hyb&index_algorithm=FLAT"
+        return store_from_uri(uri), _unversioned(RedisMemoryStore).from_uri(uri)
+    store = store_from_uri(f"chroma://{tmp}/chroma")
+    return store, store  # no scope_version on this branch: both scan
+
+
+async def _load(store: Any, bank_id: str, size: int, rng: np.random.Generator) -> None:
+    from adk_memory.engine.context import utc_now
+    from adk_memory.scope import scope_key
+    from adk_memory.store import MemoryRecord, WriteBatch
+
+    scope = {"user_id": "bench"}
+    key, now, vocab = scope_key(scope), utc_now(), _vocab(rng)
+    vectors = unit_rows(rng, size)
+    for start in range(0, size, 1000):
+        records = tuple(
+            MemoryRecord(
+                memory_id=f"m{i:07d}",
+                scope_key=key,
+                scope=scope,
+                fact=_fact(rng, vocab, i),
+                embedding=tuple(vectors[i].tolist()),
+                create_time=now,
+                update_time=now,
+            )
+            for i in range(start, min(size, start + 1000))
+        )
+        await store.apply(bank_id, WriteBatch(inserts=records))
+
+
+async def run_backend(
+    backend: str, redis_url: str | None, tmp: str, size: int, queries: int
+) -> dict[str, dict[str, float]]:
+    from adk_memory import AsyncClient
+
+    versioned, unversioned = _stores(backend, redis_url, tmp)
+    client = AsyncClient(store=versioned, embedding_model="hash-384", run_scheduler=False)
+    scanning = AsyncClient(store=unversioned, embedding_model="hash-384", run_scheduler=False)
+    rng = np.random.default_rng(18)
+    try:
+        dense = (await client.memory_banks.create()).name
+        hybrid = (
+            await client.memory_banks.create(extensions={"retrieval": {"mode": "hybrid"}})
+        ).name
+        for bank in (dense, hybrid):
+            await _load(
+                client.engine.store, bank.rsplit("/", 1)[-1], size, np.random.default_rng(7)
+            )
+        vocab = _vocab(np.random.default_rng(7))
+        texts = [" ".join(vocab[j] for j in rng.integers(0, len(vocab), 3)) for _ in range(queries)]
+
+        async def retrieve(on: Any, bank: str, text: str) -> None:
+            await on.memory_banks.memories.retrieve(
+                name=bank,
+                scope={"user_id": "bench"},
+                similarity_search_params={"search_query": text, "top_k": K},
+            )
+
+        paths = {
+            "dense": (client, dense),
+            "hybrid": (client, hybrid),
+            "hybrid scan": (scanning, hybrid),
+        }
+        for on, bank in paths.values():  # warm up: the first hybrid query builds the index
+            await retrieve(on, bank, "warm up")
+        series: dict[str, list[float]] = {name: [] for name in paths}
+        for text in texts:  # alternate query by query, so load changes hit every path alike
+            for name, (on, bank) in paths.items():
+                with Timer() as t:
+                    await retrieve(on, bank, text)
+                series[name].append(t.ms)
+        return {name: summary(ms) for name, ms in series.items()}
+    finally:
+        await client.aclose()
+        if scanning is not client:
+            await scanning.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--backends", nargs="+", default=["memory", "redis", "chroma"])
+    args = parser.parse_args(argv)
+    with (
+        backends(need_redis="redis" in args.backends) as where,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        for backend in args.backends:
+            if backend == "redis" and not where.redis_url:
+                continue
+            rows = asyncio.run(run_backend(backend, where.redis_url, tmp, args.size, args.queries))
+            dense = rows["dense"]["p50_ms"]
+            for name, row in rows.items():
+                ratio = row["p50_ms"] / dense
+                p50, p99 = row["p50_ms"], row["p99_ms"]
+                print(
+                    f"{backend:7} {name:12} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms"
+                    f"  ({ratio:.1f}x dense)",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

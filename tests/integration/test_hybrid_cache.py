@@ -1,0 +1,274 @@
+"""Attacks on the per-process BM25 index of hybrid retrieval (adk_memory.engine.lexical_cache).
+
+Every test runs two clients, each on its own store instance over the same data, as two
+processes would: one's cached index must see what the other wrote. The stores are real; Chroma
+keeps no scope version on this branch, so it exercises the scan-every-query fallback.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from adk_memory_redis import RedisMemoryStore
+
+from adk_memory import AsyncClient
+from adk_memory._registry import store_from_uri
+from adk_memory.reference_store import ReferenceMemoryStore
+from adk_memory.scope import ScopeKey
+from adk_memory.store import MemoryStore
+
+U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
+FACTS = [
+    "I adopted a rescue greyhound named Biscuit last spring.",
+    "My favourite colour is teal.",
+    "I went hiking in Yosemite in May.",
+    "The quarterly report is due on Friday.",
+    "I am learning to play the cello.",
+]
+FILLER = [f"Note {i}: groceries, laundry and emails for day {i}." for i in range(40)]
+"""With a lexical-only ranking, a fact the index missed would tie with these at 0."""
+LEXICAL = {"mode": "hybrid", "lexical_weight": 1.0}
+StoreMaker = Callable[[], MemoryStore]
+
+
+@pytest.fixture(params=["memory", "redis", "chroma"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
+    """Builds store instances that all see one set of data (as separate processes would)."""
+    if request.param == "memory":
+        name = f"hybrid-{uuid.uuid4().hex[:8]}"
+        return lambda: ReferenceMemoryStore(name=name)
+    if request.param == "chroma":
+        return lambda: store_from_uri(f"chroma://{tmp_path}")
+    url = request.getfixturevalue("redis_url")
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    return lambda: store_from_uri(f"{url}?key_prefix={prefix}&index_algorithm=FLAT")
+
+
+@pytest.fixture
+async def clients(make_store: StoreMaker) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
+    reader = AsyncClient(store=make_store(), embedding_model="hash-64", run_scheduler=False)
+    writer = AsyncClient(store=make_store(), embedding_model="hash-64", run_scheduler=False)
+    try:
+        yield reader, writer
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def hybrid_bank(client: AsyncClient, retrieval: dict[str, Any] = LEXICAL) -> str:
+    return (await client.memory_banks.create(extensions={"retrieval": retrieval})).name
+
+
+async def add(
+    client: AsyncClient, bank: str, fact: str, scope: dict[str, str], **config: Any
+) -> str:
+    operation = await client.memory_banks.memories.create(
+        name=bank, fact=fact, scope=scope, config=config or None
+    )
+    assert operation.response is not None and operation.response.name is not None
+    return operation.response.name
+
+
+async def search(
+    client: AsyncClient, bank: str, query: str, scope: dict[str, str] = U1, top_k: int = 10
+) -> list[tuple[str, str, float]]:
+    """(name, fact, distance) of each hit, best first."""
+    pager = await client.memory_banks.memories.retrieve(
+        name=bank, scope=scope, similarity_search_params={"search_query": query, "top_k": top_k}
+    )
+    found = []
+    async for hit in pager:
+        assert hit.memory.scope == scope
+        found.append((hit.memory.name or "", hit.memory.fact or "", hit.distance or 0.0))
+    return found
+
+
+async def test_writes_through_another_store_instance_are_seen_by_the_next_query(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    reader, writer = clients
+    bank = await hybrid_bank(reader)
+    for fact in FACTS + FILLER:
+        await add(reader, bank, fact, U1)
+    assert "Zanzibar" not in (await search(reader, bank, "zanzibar"))[0][1]  # index now warm
+    name = await add(writer, bank, "I flew to Zanzibar in June.", U1)
+    assert (await search(reader, bank, "zanzibar"))[0][:2] == (name, "I flew to Zanzibar in June.")
+    await writer.memory_banks.memories.update(
+        name=name, fact="I flew to Madagascar in June.", config={"update_mask": "fact"}
+    )
+    assert (await search(reader, bank, "madagascar"))[0][:2] == (
+        name,
+        "I flew to Madagascar in June.",
+    )
+    assert all("Zanzibar" not in fact for _, fact, _ in await search(reader, bank, "zanzibar"))
+    await writer.memory_banks.memories.delete(name=name)
+    assert name not in [hit[0] for hit in await search(reader, bank, "madagascar")]
+
+
+_WRITE_IN_A_PROCESS = """
+import asyncio, sys
+from adk_memory import AsyncClient
+
+async def main(uri, bank, action, target):
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+        if action == "create":
+            await client.memory_banks.memories.create(
+                name=bank, fact=target, scope={"user_id": "u1"}
+            )
+        else:
+            await client.memory_banks.memories.delete(name=target)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def write_in_another_process(uri: str, bank: str, action: str, target: str) -> None:
+    subprocess.run(
+        [sys.executable, "-c", _WRITE_IN_A_PROCESS, uri, bank, action, target],
+        check=True,
+        timeout=120,
+    )
+
+
+async def test_writes_of_another_process_are_seen_by_the_next_query(redis_url: str) -> None:
+    uri = f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as reader:
+        bank = await hybrid_bank(reader)
+        for fact in FACTS + FILLER:
+            await add(reader, bank, fact, U1)
+        assert "Zanzibar" not in (await search(reader, bank, "zanzibar"))[0][1]
+        write_in_another_process(uri, bank, "create", "I flew to Zanzibar in June.")
+        [(name, fact, _distance), *_] = await search(reader, bank, "zanzibar")
+        assert fact == "I flew to Zanzibar in June."
+        write_in_another_process(uri, bank, "delete", name)
+        assert name not in [hit[0] for hit in await search(reader, bank, "zanzibar")]
+
+
+async def test_a_deleted_memory_is_never_returned(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    reader, writer = clients
+    bank = await hybrid_bank(reader)
+    names = [await add(reader, bank, fact, U1) for fact in FACTS]
+    await search(reader, bank, "greyhound Biscuit")
+    await writer.memory_banks.memories.delete(name=names[0])
+    assert names[0] not in [hit[0] for hit in await search(reader, bank, "greyhound Biscuit")]
+    await reader.memory_banks.memories.delete(name=names[1])
+    assert names[1] not in [hit[0] for hit in await search(reader, bank, "teal colour")]
+
+
+async def test_another_scope_with_identical_facts_is_never_returned(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    reader, writer = clients
+    bank = await hybrid_bank(reader, {"mode": "hybrid"})
+    mine = [await add(reader, bank, fact, U1) for fact in FACTS]
+    theirs = [await add(reader, bank, fact, U2) for fact in FACTS]
+    for query in ("greyhound Biscuit", "cello", "Friday report"):
+        assert {hit[0] for hit in await search(reader, bank, query, U1)} <= set(mine)
+        assert {hit[0] for hit in await search(reader, bank, query, U2)} <= set(theirs)
+    await writer.memory_banks.memories.delete(name=theirs[0])
+    assert mine[0] in [hit[0] for hit in await search(reader, bank, "greyhound Biscuit", U1)]
+    u2_hits = [hit[0] for hit in await search(reader, bank, "greyhound Biscuit", U2)]
+    assert mine[0] not in u2_hits and theirs[0] not in u2_hits
+
+
+async def test_a_memory_expired_since_the_index_was_built_is_not_returned(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    reader, _writer = clients
+    bank = await hybrid_bank(reader)
+    for fact in FACTS[1:]:
+        await add(reader, bank, fact, U1)
+    expiring = await add(reader, bank, FACTS[0], U1, ttl="60s")
+    assert (await search(reader, bank, "greyhound Biscuit"))[0][0] == expiring
+    context = reader.engine.context
+    later = context.clock() + timedelta(seconds=61)
+    context.clock = lambda: later
+    assert expiring not in [hit[0] for hit in await search(reader, bank, "greyhound Biscuit")]
+
+
+class _UnversionedMemory(ReferenceMemoryStore):
+    """The memory:// store as one that keeps no scope version: the scan-every-query path."""
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> None:
+        return None
+
+
+class _UnversionedRedis(RedisMemoryStore):
+    """The Redis store as one that keeps no scope version: the scan-every-query path."""
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> None:
+        return None
+
+
+@pytest.fixture(params=["memory", "redis"])
+def versioned_and_not(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreMaker]:
+    """Makers of a versioned store and an unversioned one over the same data."""
+    if request.param == "memory":
+        name = f"equal-{uuid.uuid4().hex[:8]}"
+        return lambda: ReferenceMemoryStore(name=name), lambda: _UnversionedMemory(name=name)
+    url = request.getfixturevalue("redis_url")
+    uri = f"{url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    return lambda: store_from_uri(uri), lambda: _UnversionedRedis.from_uri(uri)
+
+
+_WORDS = (
+    "greyhound beach cello tax report Friday Biscuit morning hike Yosemite sister Hamburg "
+    "painting lessons Melanie kids teal colour spring rescue Zanzibar June trip"
+).split()
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
+    seed: int, versioned_and_not: tuple[StoreMaker, StoreMaker]
+) -> None:
+    """Random facts, writes and clock moves: the cached path ranks exactly as a fresh scan."""
+    rng = random.Random(seed)
+    versioned, unversioned = versioned_and_not
+    cached = AsyncClient(store=versioned(), embedding_model="hash-64", run_scheduler=False)
+    scanned = AsyncClient(store=unversioned(), embedding_model="hash-64", run_scheduler=False)
+    now = [datetime.now(UTC)]
+    for client in (cached, scanned):
+        client.engine.context.clock = lambda: now[0]
+    try:
+        retrieval = {"mode": "hybrid", "fusion": rng.choice(["convex", "rrf"]), "candidates": 8}
+        bank = await hybrid_bank(cached, retrieval)
+        durable: list[str] = []
+
+        def sentence() -> str:
+            return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 8)))
+
+        for step in range(40):
+            action = rng.random()
+            if action < 0.5 or not durable:
+                scope = rng.choice([U1, U1, U2])
+                ttl = rng.choice([None, "30s", "300s"])
+                if ttl is None:
+                    durable.append(await add(cached, bank, sentence(), scope))
+                else:
+                    await add(cached, bank, sentence(), scope, ttl=ttl)
+            elif action < 0.65:
+                await cached.memory_banks.memories.update(
+                    name=rng.choice(durable), fact=sentence(), config={"update_mask": "fact"}
+                )
+            elif action < 0.75:
+                victim = durable.pop(rng.randrange(len(durable)))
+                await cached.memory_banks.memories.delete(name=victim)
+            else:
+                now[0] += timedelta(seconds=rng.choice([0, 20, 100]))
+            query, scope = sentence(), rng.choice([U1, U2])
+            assert await search(cached, bank, query, scope, 5) == await search(
+                scanned, bank, query, scope, 5
+            ), step
+    finally:
+        await cached.aclose()
+        await scanned.aclose()

@@ -1,0 +1,95 @@
+"""The per-process cache of scope indexes: bounded by facts, rebuilt when it cannot serve."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from adk_memory.engine.lexical_cache import LexicalCache, ScopeIndex
+from adk_memory.reference_store import ReferenceMemoryStore
+from adk_memory.scope import scope_key
+from adk_memory.store import MemoryRecord, ScanQuery, WriteBatch
+from adk_memory.testing.conformance import BANK, T0, bank_record, memory, unit
+
+A, B = {"user_id": "a"}, {"user_id": "b"}
+
+
+class _Reads:
+    """Index lookups through the cache that count the scans they needed."""
+
+    def __init__(self, cache: LexicalCache, store: ReferenceMemoryStore) -> None:
+        self.cache, self.store, self.scans = cache, store, 0
+
+    async def index(self, scope: dict[str, str], now: datetime = T0) -> ScopeIndex:
+        key = scope_key(scope)
+
+        async def scan() -> Sequence[MemoryRecord]:
+            self.scans += 1
+            return await self.store.scan(BANK, ScanQuery(now=now, scope_key=key))
+
+        return await self.cache.scope_index(self.store, BANK, key, now, scan)
+
+
+async def filled(facts_per_scope: int) -> ReferenceMemoryStore:
+    store = ReferenceMemoryStore()
+    await store.create_bank(bank_record())
+    records = [
+        memory(f"{scope['user_id']}{i}", unit(i), scope=scope, fact=f"fact {i}")
+        for scope in (A, B)
+        for i in range(facts_per_scope)
+    ]
+    await store.apply(BANK, WriteBatch(inserts=tuple(records)))
+    return store
+
+
+async def test_an_unchanged_scope_is_scanned_once_and_a_written_one_again() -> None:
+    store = await filled(3)
+    reads = _Reads(LexicalCache(), store)
+    first = await reads.index(A)
+    assert await reads.index(A) is first and reads.scans == 1
+    await store.apply(BANK, WriteBatch(deletes=("b0",)))  # another scope
+    assert await reads.index(A) is first and reads.scans == 1
+    await store.apply(BANK, WriteBatch(deletes=("a0",)))
+    assert (await reads.index(A)).memory_ids == ("a1", "a2") and reads.scans == 2
+
+
+async def test_the_least_recently_used_scope_leaves_when_the_facts_overflow() -> None:
+    store = await filled(3)
+    reads = _Reads(LexicalCache(max_facts=5), store)
+    await reads.index(A)
+    await reads.index(B)  # 6 facts > 5: A goes
+    assert reads.scans == 2
+    await reads.index(B)
+    assert reads.scans == 2
+    await reads.index(A)
+    assert reads.scans == 3
+
+
+async def test_a_scope_larger_than_the_budget_is_served_but_not_kept() -> None:
+    store = await filled(3)
+    reads = _Reads(LexicalCache(max_facts=2), store)
+    assert len((await reads.index(A)).memory_ids) == 3
+    await reads.index(A)
+    assert reads.scans == 2
+
+
+async def test_a_clock_set_back_rebuilds_the_index() -> None:
+    store = await filled(1)
+    reads = _Reads(LexicalCache(), store)
+    await reads.index(A, T0 + timedelta(days=1))
+    await reads.index(A, T0 + timedelta(days=2))
+    assert reads.scans == 1
+    await reads.index(A, T0)
+    assert reads.scans == 2
+
+
+def test_expired_documents_are_those_whose_expiry_is_not_after_now() -> None:
+    records = [
+        memory("m0", unit(0), expire_time=T0 + timedelta(seconds=2)),
+        memory("m1", unit(1)),
+        memory("m2", unit(2), expire_time=T0 + timedelta(seconds=1)),
+    ]
+    index = ScopeIndex.of(records, "v", T0)
+    assert index.expired(T0) == frozenset()
+    assert index.expired(T0 + timedelta(seconds=1)) == {2}
+    assert index.expired(T0 + timedelta(days=1)) == {0, 2}
