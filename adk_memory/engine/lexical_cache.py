@@ -100,10 +100,13 @@ class ScopeIndex:
         """The documents expired at `now` (a memory is live while its expiry is after `now`)."""
         return frozenset(self.expiring[: bisect.bisect_right(self.expire_times, now)])
 
-    def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        """A mask over the documents: True for those not expired at `now`."""
+    def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+        """A mask over the documents, True for those not expired at `now`; None: all live."""
+        expired = self.expiring[: bisect.bisect_right(self.expire_times, now)]
+        if not expired:
+            return None
         mask = np.ones(len(self.memory_ids), dtype=bool)
-        mask[list(self.expired(now))] = False
+        mask[list(expired)] = False
         return mask
 
     def serves(self, version: str, now: datetime) -> bool:

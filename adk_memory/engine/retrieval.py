@@ -163,24 +163,8 @@ class Retrieval:
     ) -> list[Retrieved] | None:
         """The fusion ranked from the cached indexes; None if a returned record changed since."""
         config = lexical.config
-        target = np.asarray(vector, dtype=np.float64)
-        dense: list[tuple[float, str]] = []
-        rows: dict[str, tuple[int, int]] = {}  # memory id -> (index, row) of each candidate
-        for part, index in enumerate(indexes):
-            assert index.vectors is not None
-            found, distances = index.vectors.nearest(target, index.live(now), config.candidates)
-            for row, distance in zip(found.tolist(), distances.tolist(), strict=True):
-                dense.append((distance, index.memory_ids[row]))
-                rows[index.memory_ids[row]] = (part, row)
-        dense.sort()
-        distance_of = {memory_id: distance for distance, memory_id in dense[: config.candidates]}
-        for memory_id, (part, row) in lexical.rows.items():
-            rows[memory_id] = (part, row)
-            if memory_id not in distance_of:
-                vectors = indexes[part].vectors
-                assert vectors is not None
-                distance_of[memory_id] = float(exact_distances(vectors.matrix[[row]], target)[0])
-        chosen = _fused_order(distance_of, lexical.scores, [i for _, i in dense], config)[:top_k]
+        distance_of, dense_order, rows = _cached_distances(indexes, lexical, vector, now)
+        chosen = _fused_order(distance_of, lexical.scores, dense_order, config)[:top_k]
         records = await self._context.store.get_memories(bank_id, chosen, now)
         if len(records) != len(chosen):
             return None  # deleted or expired since the version read
@@ -291,6 +275,45 @@ def _lexical_ranking(
         ranked[ids[position]] = float(scores[position])
         rows[ids[position]] = (part, position - starts[part])
     return _LexicalRanking(config, ranked, rows)
+
+
+def _cached_distances(
+    indexes: list[ScopeIndex],
+    lexical: _LexicalRanking,
+    vector: tuple[float, ...],
+    now: datetime,
+) -> tuple[dict[str, float], list[str], dict[str, tuple[int, int]]]:
+    """The true distances of the dense and lexical candidates, from the cached vectors.
+
+    Returns:
+        The distance of each candidate, the dense order, and each candidate's (index, row).
+    """
+    target = np.asarray(vector, dtype=np.float64)
+    dense: list[tuple[float, str]] = []
+    rows = dict(lexical.rows)
+    for part, index in enumerate(indexes):
+        assert index.vectors is not None
+        found, distances = index.vectors.nearest(target, index.live(now), lexical.config.candidates)
+        for row, distance in zip(found.tolist(), distances.tolist(), strict=True):
+            dense.append((distance, index.memory_ids[row]))
+            rows[index.memory_ids[row]] = (part, row)
+    dense.sort()
+    distance_of = {
+        memory_id: distance for distance, memory_id in dense[: lexical.config.candidates]
+    }
+    for part, index in enumerate(indexes):
+        assert index.vectors is not None
+        lexical_only = [
+            memory_id
+            for memory_id, (at, _) in lexical.rows.items()
+            if at == part and memory_id not in distance_of
+        ]
+        if not lexical_only:
+            continue
+        matrix = index.vectors.matrix[[lexical.rows[memory_id][1] for memory_id in lexical_only]]
+        distances = exact_distances(matrix, target).tolist()
+        distance_of.update(zip(lexical_only, distances, strict=True))
+    return distance_of, [memory_id for _, memory_id in dense], rows
 
 
 def _ranks_dense(index: ScopeIndex, vector: tuple[float, ...]) -> bool:
