@@ -81,8 +81,10 @@ class VectorMatrix:
         if k <= 0 or count == 0:
             return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
         # Squared distances as |m|^2 - 2 m.v + |v|^2: one product over the whole matrix
-        # (selecting the allowed rows first would copy it).
-        products = self.matrix @ target.astype(self.matrix.dtype)
+        # (selecting the allowed rows first would copy it). einsum's own single-threaded loop,
+        # not BLAS: the product is memory-bound, and threaded BLAS measured 3-5x slower on a
+        # busy 2-core machine (10,000 x 384: 2.5-4.5 ms against 11-14 ms).
+        products = np.einsum("ij,j->i", self.matrix, target.astype(self.matrix.dtype))
         approx = np.where(allowed, self.squared_norms - 2.0 * products + target @ target, np.inf)
         kth = min(k, count) - 1
         edge = float(np.partition(approx, kth)[kth])
