@@ -226,7 +226,8 @@ class Retrieval:
             # A scan may leave vectors out (store contract): read the scope's records again
             # with them. Those written since are newer than the version read before the scan.
             ids = [record.memory_id for record in records]
-            return [r for r in await store.get_memories(bank_id, ids, now) if r.scope_key == key]
+            found = await store.get_memories(bank_id, ids, now)
+            return [record for record in found if record.scope_key == key]
 
         if expr is not None:
             return ScopeIndex.of(await scan(False), None, now)
