@@ -16,7 +16,10 @@ def brute_force(
     return sorted((distances[row], ids[row]) for row in range(len(ids)) if allowed[row])[:k]
 
 
-def found(matrix: VectorMatrix, query: np.ndarray, allowed: np.ndarray | None, k: int) -> list:
+def found(
+    matrix: VectorMatrix, query: np.ndarray, allowed: np.ndarray | None, k: int
+) -> list[tuple[float, str]]:
+    """(distance, id) of what `nearest` returns, in its order."""
     rows, distances = matrix.nearest(query, allowed, k)
     return [(float(d), matrix.ids[row]) for row, d in zip(rows, distances, strict=True)]
 
