@@ -25,6 +25,7 @@ from adk_memory._registry import store_from_uri
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryStore
+from adk_memory.testing.models import ScriptedMemoryModel
 
 U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
 FACTS = [
@@ -358,3 +359,49 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
     finally:
         await reader.aclose()
         await writer.aclose()
+
+
+async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_path() -> None:
+    """Two scope keys in one query (memory_types): each its own cached index, one fusion."""
+    name = f"profiles-{uuid.uuid4().hex[:8]}"
+    model = ScriptedMemoryModel()
+    cached = AsyncClient(
+        store=ReferenceMemoryStore(name=name), embedding_model="hash-64", generation_model=model
+    )
+    scanned = AsyncClient(store=_UnversionedMemory(name=name), embedding_model="hash-64")
+    schema = {"type": "OBJECT", "properties": {"name": {"type": "STRING"}}}
+    structured = [{"scope_keys": ["user_id"], "schema_configs": [{"id": "p", "schema": schema}]}]
+    try:
+        bank = (
+            await cached.memory_banks.create(
+                extensions={"retrieval": {"mode": "hybrid", "fusion": "rrf"}},
+                managed_semantic_memory_config={"structured_memory_configs": structured},
+            )
+        ).name
+        for fact in FACTS:
+            await add(cached, bank, fact, U1)
+        model.extractions += [{"memories": [], "profiles": {"p": {"name": "Biscuit Ada"}}}]
+        text = {"role": "user", "parts": [{"text": "I'm Biscuit Ada."}]}
+        await cached.memory_banks.memories.generate(
+            name=bank, scope=U1, direct_contents_source={"events": [{"content": text}]}
+        )
+
+        async def both(client: AsyncClient, query: str) -> list[tuple[str, str, float]]:
+            pager = await client.memory_banks.memories.retrieve(
+                name=bank,
+                scope=U1,
+                similarity_search_params={"search_query": query, "top_k": 10},
+                config={"memory_types": ["NATURAL_LANGUAGE_COLLECTION", "STRUCTURED_PROFILE"]},
+            )
+            return [
+                (hit.memory.name or "", str(hit.memory.memory_type), hit.distance or 0.0)
+                async for hit in pager
+            ]
+
+        for query in ("Biscuit", "greyhound Biscuit Ada", "teal cello"):
+            hits = await both(cached, query)
+            assert len(hits) == len(FACTS) + 1
+            assert hits == await both(scanned, query), query
+    finally:
+        await cached.aclose()
+        await scanned.aclose()
