@@ -1,15 +1,19 @@
-"""The lexical side of hybrid retrieval: one BM25 index per scope, kept between queries.
+"""Hybrid retrieval's view of a scope, kept between queries: BM25 index and vectors.
 
 Hybrid retrieval scores every live memory of the scope. Reading and tokenizing the whole scope
 on every query would make its cost grow with the scope, so each process keeps the scope's
-`LexicalIndex` (memory ids, expiry times, term counts, postings) and checks it on each query
-with one `MemoryStore.scope_version` read: an equal version guarantees that no memory of the
-scope was written since the index was built, by any process; a new one means one scan rebuilds
-it. Expiry does not change a version, so each query leaves out the documents expired at its
-`now`. A store that keeps no version (None) is read whole every time, as before the cache.
+`LexicalIndex` (memory ids, expiry times, term counts, postings) and its vectors (a
+`VectorMatrix`, rows aligned with the documents), and checks them on each query with one
+`MemoryStore.scope_version` read: an equal version guarantees that no memory of the scope was
+written since the index was built, by any process; a new one means one rebuild (a scan, plus
+one read of the vectors when the store's scan leaves them out). Expiry does not change a
+version, so each query leaves out the documents expired at its `now`. A store that keeps no
+version (None) is scanned whole every time, as before the cache (and its index keeps no
+vectors: the store's own nearest query ranks the dense side then).
 
-The cache is per process and bounded by the number of facts it holds (least recently used
-scopes go first); a scope larger than the whole budget is used for its query and not kept.
+The cache is per process and bounded in bytes (least recently used scopes go first): each
+entry weighs its vectors' actual bytes plus `LEXICAL_BYTES_PER_FACT` per fact for the BM25
+side. A scope larger than the whole budget is used for its query and not kept.
 """
 
 from __future__ import annotations
@@ -22,22 +26,28 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+import numpy as np
 
 from adk_memory.lexical import LexicalIndex
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryRecord, MemoryStore
+from adk_memory.vectors import VectorMatrix
 
-__all__ = ["MAX_CACHED_FACTS", "LexicalCache", "ScopeIndex"]
+__all__ = ["LEXICAL_BYTES_PER_FACT", "MAX_CACHED_BYTES", "LexicalCache", "ScopeIndex"]
 
-MAX_CACHED_FACTS = 50_000
-"""The default budget of a process's cache, in facts: ~0.6 KB each for postings and id (measured
-on 8-word facts), up to ~1 KB more for term counts the tokenizer's own cache does not share, so
-30-80 MB when full."""
+MAX_CACHED_BYTES = 256 * 2**20
+"""The default budget of a process's cache: ~80,000 facts with 384-d float32 vectors."""
+LEXICAL_BYTES_PER_FACT = 1_600
+"""The BM25 side's weight of one fact: ~0.6 KB of postings (measured on 8-word facts) and up to
+~1 KB of term counts the tokenizer's own cache does not share. A 384-d float32 vector adds
+1.5 KB (float64, when a store keeps vectors that are not float32: 3 KB)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScopeIndex:
-    """The live memories of one scope at one version, as BM25 reads them, in scan order."""
+    """The live memories of one scope at one version, as hybrid retrieval reads them."""
 
     version: str | None
     built_at: datetime
@@ -47,10 +57,24 @@ class ScopeIndex:
     expire_times: tuple[datetime, ...]
     """The expiry of each document that has one, ascending (`expiring` holds the documents)."""
     expiring: tuple[int, ...]
+    vectors: VectorMatrix | None = None
+    """The documents' vectors (rows in document order); None when not read, or not all of one
+    length (a re-embedding under way)."""
 
     @classmethod
-    def of(cls, records: Sequence[MemoryRecord], version: str | None, now: datetime) -> ScopeIndex:
-        """The index of `records` (a scan of the scope at `now`, read after `version`)."""
+    def of(
+        cls,
+        records: Sequence[MemoryRecord],
+        version: str | None,
+        now: datetime,
+        *,
+        with_vectors: bool = False,
+    ) -> ScopeIndex:
+        """The index of `records` (a scan of the scope at `now`, read after `version`).
+
+        With `with_vectors`, the records carry their embeddings and the index keeps them.
+        """
+        memory_ids = tuple(record.memory_id for record in records)
         expiring = sorted(
             (record.expire_time, doc)
             for doc, record in enumerate(records)
@@ -59,15 +83,31 @@ class ScopeIndex:
         return cls(
             version=version,
             built_at=now,
-            memory_ids=tuple(record.memory_id for record in records),
+            memory_ids=memory_ids,
             lexical=LexicalIndex.of(record.fact for record in records),
             expire_times=tuple(when for when, _ in expiring),
             expiring=tuple(doc for _, doc in expiring),
+            vectors=_vectors(memory_ids, records) if with_vectors else None,
         )
+
+    @property
+    def nbytes(self) -> int:
+        """Its weight in the cache's budget (see the module docstring)."""
+        vectors = self.vectors.nbytes if self.vectors is not None else 0
+        return LEXICAL_BYTES_PER_FACT * max(len(self.memory_ids), 1) + vectors
 
     def expired(self, now: datetime) -> frozenset[int]:
         """The documents expired at `now` (a memory is live while its expiry is after `now`)."""
         return frozenset(self.expiring[: bisect.bisect_right(self.expire_times, now)])
+
+    def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+        """A mask over the documents, True for those not expired at `now`; None: all live."""
+        expired = self.expiring[: bisect.bisect_right(self.expire_times, now)]
+        if not expired:
+            return None
+        mask = np.ones(len(self.memory_ids), dtype=bool)
+        mask[list(expired)] = False
+        return mask
 
     def serves(self, version: str, now: datetime) -> bool:
         """Whether this index answers a query at `now` on a scope read at `version`."""
@@ -81,10 +121,10 @@ _Key = tuple[int, str, ScopeKey]
 class LexicalCache:
     """Scope indexes of every store of the process, least recently used first out."""
 
-    def __init__(self, max_facts: int = MAX_CACHED_FACTS) -> None:
-        self._max_facts = max_facts
+    def __init__(self, max_bytes: int = MAX_CACHED_BYTES) -> None:
+        self._max_bytes = max_bytes
         self._entries: OrderedDict[_Key, ScopeIndex] = OrderedDict()
-        self._facts = 0
+        self._bytes = 0
         self._lock = threading.Lock()
         self._store_ids: weakref.WeakKeyDictionary[MemoryStore, int] = weakref.WeakKeyDictionary()
         self._next_store_id = itertools.count()
@@ -95,22 +135,23 @@ class LexicalCache:
         bank_id: str,
         scope_key: ScopeKey,
         now: datetime,
-        scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
+        scan: Callable[[bool], Awaitable[Sequence[MemoryRecord]]],
     ) -> ScopeIndex:
         """The scope's index at `now`: the cached one if the scope's version is unchanged.
 
-        `scan` reads the scope's live memories at `now`. The version is read before it, so an
-        index never claims a version older than its contents (a write in between only costs
-        one more rebuild).
+        `scan(with_vectors)` reads the scope's live memories at `now` (with their embeddings
+        when asked). The version is read before it, so an index never claims a version older
+        than its contents (a write in between only costs one more rebuild). Only a versioned
+        index keeps vectors: an unversioned one serves one query.
         """
         version = await store.scope_version(bank_id, scope_key)
         if version is None:
-            return ScopeIndex.of(await scan(), None, now)
+            return ScopeIndex.of(await scan(False), None, now)
         key = self._key(store, bank_id, scope_key)
         cached = self._get(key) if key is not None else None
         if cached is not None and cached.serves(version, now):
             return cached
-        index = ScopeIndex.of(await scan(), version, now)
+        index = ScopeIndex.of(await scan(True), version, now, with_vectors=True)
         if key is not None:
             self._put(key, index)
         return index
@@ -134,20 +175,22 @@ class LexicalCache:
             return found
 
     def _put(self, key: _Key, index: ScopeIndex) -> None:
-        size = _size(index)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._facts -= _size(old)
-            if size > self._max_facts:
+                self._bytes -= old.nbytes
+            if index.nbytes > self._max_bytes:
                 return
             self._entries[key] = index
-            self._facts += size
-            while self._facts > self._max_facts:
+            self._bytes += index.nbytes
+            while self._bytes > self._max_bytes:
                 _, evicted = self._entries.popitem(last=False)
-                self._facts -= _size(evicted)
+                self._bytes -= evicted.nbytes
 
 
-def _size(index: ScopeIndex) -> int:
-    """An entry's weight: its facts, and at least one (so empty scopes are bounded too)."""
-    return max(len(index.memory_ids), 1)
+def _vectors(memory_ids: tuple[str, ...], records: Sequence[MemoryRecord]) -> VectorMatrix | None:
+    """The records' embeddings as one matrix; None if they are not all of one length."""
+    try:
+        return VectorMatrix.of(memory_ids, [record.embedding for record in records])
+    except ValueError:
+        return None

@@ -8,6 +8,7 @@ read and, without a residual filter, one nearest query.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ from adk_memory.filters import (
 from adk_memory.lexical import Corpus, best
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
+from adk_memory.vectors import exact_distances
 
 __all__ = ["DEFAULT_TOP_K", "MAX_TOP_K", "Retrieval", "Retrieved"]
 
@@ -134,57 +136,101 @@ class Retrieval:
     ) -> list[Retrieved]:
         """Dense and BM25 rankings of the scope fused as `config.fusion` says (extension).
 
-        Cost: the dense query, the scope's BM25 index (one version read when the process's
-        cached index is current, else one scan of the scope; with a filter, one filtered scan),
-        scoring over the postings of the query's terms (with RM3 feedback, two passes), and one
-        read of the vectors of lexical-only hits for their true distance.
+        Cost, when the process's cached index of each scope is current (one version read each)
+        and no filter is set: exact dense ranking over the cached vectors, BM25 over the
+        postings of the query's terms (with RM3 feedback, two passes), fusion, and one read of
+        the `top_k` records returned. Otherwise (a scope written since, a filter, a store
+        without versions) one scan of the scope, the store's nearest query and one read of the
+        vectors of lexical-only hits.
         """
+        indexes = [await self._scope_index(bank_id, key, expr, now) for key in keys]
+        lexical = _lexical_ranking(indexes, query_text, now, config)
+        if all(_ranks_dense(index, vector) for index in indexes):
+            fused = await self._hybrid_cached(bank_id, keys, indexes, lexical, vector, top_k, now)
+            if fused is not None:
+                return fused
+        return await self._hybrid_scanned(bank_id, keys, lexical, vector, top_k, expr, now)
+
+    async def _hybrid_cached(
+        self,
+        bank_id: str,
+        keys: list[ScopeKey],
+        indexes: list[ScopeIndex],
+        lexical: _LexicalRanking,
+        vector: tuple[float, ...],
+        top_k: int,
+        now: datetime,
+    ) -> list[Retrieved] | None:
+        """The fusion ranked from the cached indexes; None if a returned record changed since."""
+        config = lexical.config
+        distance_of, dense_order, rows = _cached_distances(indexes, lexical, vector, now)
+        chosen = _fused_order(distance_of, lexical.scores, dense_order, config)[:top_k]
+        records = await self._context.store.get_memories(bank_id, chosen, now)
+        if len(records) != len(chosen):
+            return None  # deleted or expired since the version read
+        for record in records:
+            part, row = rows[record.memory_id]
+            vectors = indexes[part].vectors
+            assert vectors is not None
+            same = np.array_equal(np.asarray(record.embedding), vectors.matrix[row])
+            if record.scope_key != keys[part] or not same:
+                return None  # rewritten since the version read: its ranking is stale
+        return [Retrieved(record, distance_of[record.memory_id]) for record in records]
+
+    async def _hybrid_scanned(
+        self,
+        bank_id: str,
+        keys: list[ScopeKey],
+        lexical: _LexicalRanking,
+        vector: tuple[float, ...],
+        top_k: int,
+        expr: FilterExpr | None,
+        now: datetime,
+    ) -> list[Retrieved]:
+        """The fusion with the store's nearest query as the dense side."""
+        config = lexical.config
         dense: list[ScoredRecord] = []
-        indexes: list[ScopeIndex] = []
         for key in keys:
             dense += await self._nearest(
                 bank_id, NearestQuery(key, vector, config.candidates, now), expr
             )
-            indexes.append(await self._scope_index(bank_id, key, expr, now))
         dense.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
-        corpus = Corpus([(index.lexical, index.expired(now)) for index in indexes])
-        scores = corpus.bm25(
-            query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
-        )
-        ids = _concatenated([index.memory_ids for index in indexes])
-        lexical = [
-            (float(scores[position]), ids[position])
-            for position in best(scores, config.candidates, ids.__getitem__)
-        ]
         found = {
             hit.record.memory_id: (hit.record, hit.distance) for hit in dense[: config.candidates]
         }
-        missing = [memory_id for _, memory_id in lexical if memory_id not in found]
+        missing = [memory_id for memory_id in lexical.scores if memory_id not in found]
         target = np.asarray(vector, dtype=np.float64)
         for record in await self._context.store.get_memories(bank_id, missing, now):
-            gap = np.asarray(record.embedding, dtype=np.float64) - target
-            found[record.memory_id] = (record, float(np.linalg.norm(gap)))
-        lexical_score = {memory_id: score for score, memory_id in lexical}
-        fused = _fuse(found, lexical_score, [hit.record.memory_id for hit in dense], config)
-        chosen = sorted(fused, key=lambda memory_id: (-fused[memory_id], memory_id))[:top_k]
+            distance = exact_distances(np.asarray([record.embedding]), target)[0]
+            found[record.memory_id] = (record, float(distance))
+        distance_of = {memory_id: distance for memory_id, (_, distance) in found.items()}
+        dense_order = [hit.record.memory_id for hit in dense]
+        chosen = _fused_order(distance_of, lexical.scores, dense_order, config)[:top_k]
         return [Retrieved(*found[memory_id]) for memory_id in chosen]
 
     async def _scope_index(
         self, bank_id: str, key: ScopeKey, expr: FilterExpr | None, now: datetime
     ) -> ScopeIndex:
-        """The BM25 index of the scope's live memories matching `expr`, at `now`.
+        """The index of the scope's live memories matching `expr`, at `now`.
 
-        Without a filter, the process's cached index (checked by the scope's version); with
-        one, an index of the filtered scan, built for this query only.
+        Without a filter, the process's cached index (checked by the scope's version, with
+        vectors); with one, an index of the filtered scan, built for this query only.
         """
+        store = self._context.store
 
-        async def scan() -> list[MemoryRecord]:
+        async def scan(with_vectors: bool) -> list[MemoryRecord]:
             query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
-            return (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
+            records = (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
+            if not with_vectors or all(record.embedding for record in records):
+                return records
+            # A scan may leave vectors out (store contract): read the scope's records again
+            # with them. Those written since are newer than the version read before the scan.
+            ids = [record.memory_id for record in records]
+            found = await store.get_memories(bank_id, ids, now)
+            return [record for record in found if record.scope_key == key]
 
         if expr is not None:
-            return ScopeIndex.of(await scan(), None, now)
-        store = self._context.store
+            return ScopeIndex.of(await scan(False), None, now)
         return await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
 
     async def _nearest(
@@ -203,8 +249,93 @@ class Retrieval:
             fetch *= 4
 
 
+@dataclass(frozen=True, slots=True)
+class _LexicalRanking:
+    """The BM25 candidates of a query over the scopes' indexes."""
+
+    config: RetrievalConfig
+    scores: dict[str, float]
+    """Memory id -> BM25 score of the `config.candidates` best (positive) documents."""
+    rows: dict[str, tuple[int, int]]
+    """Memory id -> (index, row) of each of them."""
+
+
+def _lexical_ranking(
+    indexes: list[ScopeIndex], query_text: str, now: datetime, config: RetrievalConfig
+) -> _LexicalRanking:
+    corpus = Corpus([(index.lexical, index.expired(now)) for index in indexes])
+    scores = corpus.bm25(
+        query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
+    )
+    ids = _concatenated([index.memory_ids for index in indexes])
+    starts = list(itertools.accumulate((len(index.memory_ids) for index in indexes), initial=0))
+    ranked: dict[str, float] = {}
+    rows: dict[str, tuple[int, int]] = {}
+    for position in best(scores, config.candidates, ids.__getitem__):
+        part = bisect.bisect_right(starts, position) - 1
+        ranked[ids[position]] = float(scores[position])
+        rows[ids[position]] = (part, position - starts[part])
+    return _LexicalRanking(config, ranked, rows)
+
+
+def _cached_distances(
+    indexes: list[ScopeIndex],
+    lexical: _LexicalRanking,
+    vector: tuple[float, ...],
+    now: datetime,
+) -> tuple[dict[str, float], list[str], dict[str, tuple[int, int]]]:
+    """The true distances of the dense and lexical candidates, from the cached vectors.
+
+    Returns:
+        The distance of each candidate, the dense order, and each candidate's (index, row).
+    """
+    target = np.asarray(vector, dtype=np.float64)
+    dense: list[tuple[float, str]] = []
+    rows = dict(lexical.rows)
+    for part, index in enumerate(indexes):
+        assert index.vectors is not None
+        found, distances = index.vectors.nearest(target, index.live(now), lexical.config.candidates)
+        for row, distance in zip(found.tolist(), distances.tolist(), strict=True):
+            dense.append((distance, index.memory_ids[row]))
+            rows[index.memory_ids[row]] = (part, row)
+    dense.sort()
+    distance_of = {
+        memory_id: distance for distance, memory_id in dense[: lexical.config.candidates]
+    }
+    for part, index in enumerate(indexes):
+        assert index.vectors is not None
+        lexical_only = [
+            memory_id
+            for memory_id, (at, _) in lexical.rows.items()
+            if at == part and memory_id not in distance_of
+        ]
+        if not lexical_only:
+            continue
+        matrix = index.vectors.matrix[[lexical.rows[memory_id][1] for memory_id in lexical_only]]
+        distances = exact_distances(matrix, target).tolist()
+        distance_of.update(zip(lexical_only, distances, strict=True))
+    return distance_of, [memory_id for _, memory_id in dense], rows
+
+
+def _ranks_dense(index: ScopeIndex, vector: tuple[float, ...]) -> bool:
+    """Whether the index's own vectors can rank the dense side for `vector`."""
+    vectors = index.vectors
+    return vectors is not None and (not vectors.ids or vectors.dimensions == len(vector))
+
+
+def _fused_order(
+    distances: dict[str, float],
+    lexical: dict[str, float],
+    dense_order: list[str],
+    config: RetrievalConfig,
+) -> list[str]:
+    """The candidates with a distance, best fused score first (ties by memory id)."""
+    fused = _fuse(distances, lexical, dense_order, config)
+    return sorted(fused, key=lambda memory_id: (-fused[memory_id], memory_id))
+
+
 def _fuse(
-    found: dict[str, tuple[MemoryRecord, float]],
+    distances: dict[str, float],
     lexical: dict[str, float],
     dense_order: list[str],
     config: RetrievalConfig,
@@ -218,13 +349,13 @@ def _fuse(
         }
         for rank, memory_id in enumerate(sorted(lexical, key=lambda key: (-lexical[key], key))):
             fused[memory_id] = fused.get(memory_id, 0.0) + weight / (config.rrf_k + rank + 1)
-        return {memory_id: score for memory_id, score in fused.items() if memory_id in found}
-    closeness = {memory_id: -distance for memory_id, (_, distance) in found.items()}
+        return {memory_id: score for memory_id, score in fused.items() if memory_id in distances}
+    closeness = {memory_id: -distance for memory_id, distance in distances.items()}
     dense_norm = _min_max(closeness)
-    lexical_norm = _min_max({memory_id: lexical.get(memory_id, 0.0) for memory_id in found})
+    lexical_norm = _min_max({memory_id: lexical.get(memory_id, 0.0) for memory_id in distances})
     return {
         memory_id: (1 - weight) * dense_norm[memory_id] + weight * lexical_norm[memory_id]
-        for memory_id in found
+        for memory_id in distances
     }
 
 

@@ -11,11 +11,12 @@ import random
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from adk_memory_redis import RedisMemoryStore
 
@@ -24,6 +25,7 @@ from adk_memory._registry import store_from_uri
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryStore
+from adk_memory.testing.models import ScriptedMemoryModel
 
 U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
 FACTS = [
@@ -269,6 +271,137 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             assert await search(cached, bank, query, scope, 5) == await search(
                 scanned, bank, query, scope, 5
             ), step
+    finally:
+        await cached.aclose()
+        await scanned.aclose()
+
+
+async def true_distance(client: AsyncClient, name: str, query: str = "greyhound Biscuit") -> float:
+    """The Euclidean distance of memory `name`'s vector, as stored now, to `query`'s."""
+    bank_id, memory_id = name.split("/")[-3], name.split("/")[-1]
+    bank = await client.engine.context.load_bank(bank_id)
+    vector = np.asarray(await bank.embedder.embed_query(query))
+    [record] = await client.engine.store.get_memories(bank_id, [memory_id], datetime.now(UTC))
+    return float(np.linalg.norm(np.asarray(record.embedding) - vector))
+
+
+class _RacedMemory(ReferenceMemoryStore):
+    """The memory:// store with a write slipped in just before its next `get_memories`."""
+
+    race: Callable[[], Awaitable[None]] | None = None
+
+    async def get_memories(self, bank_id: str, memory_ids: Any, now: datetime) -> Any:
+        race, self.race = self.race, None
+        if race is not None:
+            await race()
+        return await super().get_memories(bank_id, memory_ids, now)
+
+
+class _RacedRedis(RedisMemoryStore):
+    """The Redis store with a write slipped in just before its next `get_memories`."""
+
+    race: Callable[[], Awaitable[None]] | None = None
+
+    async def get_memories(self, bank_id: str, memory_ids: Any, now: datetime) -> Any:
+        race, self.race = self.race, None
+        if race is not None:
+            await race()
+        return await super().get_memories(bank_id, memory_ids, now)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def raced_and_writer(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreMaker]:
+    """Makers of a store whose reads can be raced, and of a plain one over the same data."""
+    if request.param == "memory":
+        name = f"raced-{uuid.uuid4().hex[:8]}"
+        return lambda: _RacedMemory(name=name), lambda: ReferenceMemoryStore(name=name)
+    url = request.getfixturevalue("redis_url")
+    uri = f"{url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    return lambda: _RacedRedis.from_uri(uri), lambda: store_from_uri(uri)
+
+
+@pytest.mark.parametrize("write", ["delete", "update"])
+async def test_a_write_between_the_version_read_and_the_record_read_is_not_served_stale(
+    raced_and_writer: tuple[StoreMaker, StoreMaker], write: str
+) -> None:
+    """The records the cached ranking returns are read last: one rewritten since is caught."""
+    raced_maker, writer_maker = raced_and_writer
+    raced = raced_maker()
+    reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
+    writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
+    try:
+        bank = await hybrid_bank(reader, {"mode": "hybrid"})
+        target = await add(reader, bank, FACTS[0], U1)
+        for fact in FACTS[1:] + FILLER[:10]:
+            await add(reader, bank, fact, U1)
+        assert (await search(reader, bank, "greyhound Biscuit"))[0][0] == target  # warm
+
+        async def race() -> None:
+            if write == "delete":
+                await writer.memory_banks.memories.delete(name=target)
+            else:
+                await writer.memory_banks.memories.update(
+                    name=target, fact="I sold my sailing boat.", config={"update_mask": "fact"}
+                )
+
+        assert isinstance(raced, _RacedMemory | _RacedRedis)
+        raced.race = race
+        hits = await search(reader, bank, "greyhound Biscuit")
+        assert raced.race is None  # the race ran
+        assert len(hits) == 10  # of the 14 (or 15) memories left, none lost
+        if write == "delete":
+            assert target not in [hit[0] for hit in hits]
+        else:
+            served = {name: (fact, distance) for name, fact, distance in hits}
+            assert served[target][0] == "I sold my sailing boat."
+            assert served[target][1] == pytest.approx(await true_distance(reader, target))
+            assert all(fact != FACTS[0] for _, fact, _ in hits)
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_path() -> None:
+    """Two scope keys in one query (memory_types): each its own cached index, one fusion."""
+    name = f"profiles-{uuid.uuid4().hex[:8]}"
+    model = ScriptedMemoryModel()
+    cached = AsyncClient(
+        store=ReferenceMemoryStore(name=name), embedding_model="hash-64", generation_model=model
+    )
+    scanned = AsyncClient(store=_UnversionedMemory(name=name), embedding_model="hash-64")
+    schema = {"type": "OBJECT", "properties": {"name": {"type": "STRING"}}}
+    structured = [{"scope_keys": ["user_id"], "schema_configs": [{"id": "p", "schema": schema}]}]
+    try:
+        bank = (
+            await cached.memory_banks.create(
+                extensions={"retrieval": {"mode": "hybrid", "fusion": "rrf"}},
+                managed_semantic_memory_config={"structured_memory_configs": structured},
+            )
+        ).name
+        for fact in FACTS:
+            await add(cached, bank, fact, U1)
+        model.extractions += [{"memories": [], "profiles": {"p": {"name": "Biscuit Ada"}}}]
+        text = {"role": "user", "parts": [{"text": "I'm Biscuit Ada."}]}
+        await cached.memory_banks.memories.generate(
+            name=bank, scope=U1, direct_contents_source={"events": [{"content": text}]}
+        )
+
+        async def both(client: AsyncClient, query: str) -> list[tuple[str, str, float]]:
+            pager = await client.memory_banks.memories.retrieve(
+                name=bank,
+                scope=U1,
+                similarity_search_params={"search_query": query, "top_k": 10},
+                config={"memory_types": ["NATURAL_LANGUAGE_COLLECTION", "STRUCTURED_PROFILE"]},
+            )
+            return [
+                (hit.memory.name or "", str(hit.memory.memory_type), hit.distance or 0.0)
+                async for hit in pager
+            ]
+
+        for query in ("Biscuit", "greyhound Biscuit Ada", "teal cello"):
+            hits = await both(cached, query)
+            assert len(hits) == len(FACTS) + 1
+            assert hits == await both(scanned, query), query
     finally:
         await cached.aclose()
         await scanned.aclose()

@@ -209,3 +209,30 @@ def test_a_hybrid_retrieve_scans_the_scope_once_then_reads_only_its_version(
         assert "adk_memory.store.scan" not in warm
         client.memory_banks.memories.create(name=bank, fact="green tea", scope=scope)
         assert retrieve().count("adk_memory.store.scan") == 1
+
+
+@pytest.mark.parametrize("fusion", ["convex", "rrf"])
+def test_a_warm_unfiltered_hybrid_retrieve_reads_the_version_and_the_returned_records_only(
+    spans: InMemorySpanExporter, fusion: str
+) -> None:
+    with Client("memory://", embedding_model="hash-64") as client:
+        extensions = {"retrieval": {"mode": "hybrid", "fusion": fusion}}
+        bank = client.memory_banks.create(extensions=extensions).name
+        scope = {"user_id": "u1"}
+        for fact in ("tea with milk", "green tea", "coffee, black", "a walk in the park"):
+            client.memory_banks.memories.create(name=bank, fact=fact, scope=scope)
+
+        def retrieve() -> list[str]:
+            spans.clear()
+            client.memory_banks.memories.retrieve(
+                name=bank, scope=scope, similarity_search_params={"search_query": "tea"}
+            )
+            return [name for name in names(spans.get_finished_spans()) if ".store." in name]
+
+        retrieve()
+        # The bank read is every retrieve's (dense too); then the version, then the records.
+        assert retrieve() == [
+            "adk_memory.store.get_bank",
+            "adk_memory.store.scope_version",
+            "adk_memory.store.get_memories",
+        ]

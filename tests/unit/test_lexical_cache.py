@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from adk_memory.engine.lexical_cache import LexicalCache, ScopeIndex
+from adk_memory.engine.lexical_cache import LEXICAL_BYTES_PER_FACT, LexicalCache, ScopeIndex
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import MemoryRecord, ScanQuery, WriteBatch
@@ -23,7 +24,7 @@ class _Reads:
     async def index(self, scope: dict[str, str], now: datetime = T0) -> ScopeIndex:
         key = scope_key(scope)
 
-        async def scan() -> Sequence[MemoryRecord]:
+        async def scan(with_vectors: bool) -> Sequence[MemoryRecord]:
             self.scans += 1
             return await self.store.scan(BANK, ScanQuery(now=now, scope_key=key))
 
@@ -53,11 +54,17 @@ async def test_an_unchanged_scope_is_scanned_once_and_a_written_one_again() -> N
     assert (await reads.index(A)).memory_ids == ("a1", "a2") and reads.scans == 2
 
 
-async def test_the_least_recently_used_scope_leaves_when_the_facts_overflow() -> None:
+async def scope_bytes(store: ReferenceMemoryStore, scope: dict[str, str]) -> int:
+    """The weight of the scope's index in a cache's budget."""
+    return (await _Reads(LexicalCache(), store).index(scope)).nbytes
+
+
+async def test_the_least_recently_used_scope_leaves_when_the_bytes_overflow() -> None:
     store = await filled(3)
-    reads = _Reads(LexicalCache(max_facts=5), store)
+    one_scope = await scope_bytes(store, A)
+    reads = _Reads(LexicalCache(max_bytes=one_scope * 3 // 2), store)
     await reads.index(A)
-    await reads.index(B)  # 6 facts > 5: A goes
+    await reads.index(B)  # two scopes' bytes > the budget: A goes
     assert reads.scans == 2
     await reads.index(B)
     assert reads.scans == 2
@@ -67,7 +74,7 @@ async def test_the_least_recently_used_scope_leaves_when_the_facts_overflow() ->
 
 async def test_a_scope_larger_than_the_budget_is_served_but_not_kept() -> None:
     store = await filled(3)
-    reads = _Reads(LexicalCache(max_facts=2), store)
+    reads = _Reads(LexicalCache(max_bytes=await scope_bytes(store, A) - 1), store)
     assert len((await reads.index(A)).memory_ids) == 3
     await reads.index(A)
     assert reads.scans == 2
@@ -93,3 +100,22 @@ def test_expired_documents_are_those_whose_expiry_is_not_after_now() -> None:
     assert index.expired(T0) == frozenset()
     assert index.expired(T0 + timedelta(seconds=1)) == {2}
     assert index.expired(T0 + timedelta(days=1)) == {0, 2}
+
+
+async def test_an_entry_weighs_its_vectors_and_its_facts() -> None:
+    store = await filled(3)
+    index = await _Reads(LexicalCache(), store).index(A)
+    assert index.vectors is not None and index.vectors.ids == index.memory_ids
+    assert index.nbytes == 3 * LEXICAL_BYTES_PER_FACT + index.vectors.nbytes
+    assert index.vectors.nbytes > index.vectors.matrix.nbytes > 0
+
+
+async def test_an_unversioned_index_serves_its_query_without_vectors() -> None:
+    index = ScopeIndex.of([memory("m0", unit(0))], None, T0)
+    assert index.vectors is None
+
+
+def test_vectors_of_different_lengths_leave_the_index_without_vectors() -> None:
+    records = [memory("m0", unit(0)), replace(memory("m1", unit(1)), embedding=(1.0, 0.0))]
+    index = ScopeIndex.of(records, "v", T0, with_vectors=True)
+    assert index.vectors is None and index.memory_ids == ("m0", "m1")
