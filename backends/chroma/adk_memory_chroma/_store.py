@@ -97,6 +97,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -134,6 +135,7 @@ from adk_memory.errors import (
     StoreUnavailable,
 )
 from adk_memory.locks import FileLockProvider, LockProvider
+from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
     Expectation,
@@ -182,6 +184,9 @@ _JOURNAL_WAIT_SECONDS = 120.0
 _RERANK_MARGIN = 1e-3
 """Relative slack on the k-th squared distance Chroma reports, above float32 rounding error."""
 _IN_CHUNK = 1000
+_WHOLE_SCOPE_READ = 4 * _IN_CHUNK
+"""A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
+of the collection) rather than by ids in `_IN_CHUNK` calls."""
 """Distinct ids per `$in` list. Chroma documents no bound, but the embedded store binds one SQLite
 variable per value and fails past SQLite's limit (32766) with 'too many SQL variables'."""
 
@@ -229,6 +234,108 @@ class _BankRows:
             self._rows.clear()
 
 
+@dataclass(frozen=True, slots=True)
+class _BankState:
+    """What `_recover` and `_replay` look for before using a bank."""
+
+    journals: list[tuple[str, Any, str, Mapping[str, Any]]]
+    """Journals not yet closed, oldest first: (batch id, home, commit row id, its metadata)."""
+    indexed: bool
+    """The bank has its complete scope index (`j:layout`); else it is built first."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ScopeVectors:
+    """A scope's memories as of one version of its index: ids, float32 vectors, expiries."""
+
+    key: tuple[str, str]
+    """(memory collection id, scope digest)."""
+    version: str
+    ids: list[str]
+    matrix: np.ndarray[Any, np.dtype[np.float32]]
+    squared_norms: np.ndarray[Any, np.dtype[np.float64]]
+    live_us: np.ndarray[Any, np.dtype[np.int64]]
+
+    @classmethod
+    def build(
+        cls,
+        key: tuple[str, str],
+        version: str,
+        ids: list[str],
+        embeddings: list[Any],
+        live_us: Mapping[str, int],
+    ) -> _ScopeVectors:
+        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(ids), -1 if ids else 0)
+        squared = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
+        expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
+        return cls(key, version, ids, matrix, squared, expiries)
+
+    @property
+    def nbytes(self) -> int:
+        return self.matrix.nbytes + 16 * len(self.ids) + sum(64 + len(i) for i in self.ids)
+
+    def nearest(
+        self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
+    ) -> list[str]:
+        """The ids of the `k` allowed rows nearest to `vector`: exact distance, then id.
+
+        Candidates come from float32 dot products (`|m|^2 - 2 m.v + |v|^2`); every row that
+        float32 rounding could move into the top k is ranked again in float64.
+        """
+        rows = np.flatnonzero(allowed)
+        if rows.size == 0:
+            return []
+        probe = vector.astype(np.float32)
+        approx = self.squared_norms[rows] - 2.0 * (self.matrix[rows] @ probe) + vector @ vector
+        kth = float(np.partition(approx, min(k, rows.size) - 1)[min(k, rows.size) - 1])
+        candidates = rows[approx <= kth + _RERANK_MARGIN * max(1.0, abs(kth))]
+        exact = np.linalg.norm(self.matrix[candidates].astype(np.float64) - vector, axis=1)
+        order = sorted(
+            zip(exact.tolist(), candidates.tolist(), strict=True),
+            key=lambda p: (p[0], self.ids[p[1]]),
+        )
+        return [self.ids[row] for _distance, row in order[:k]]
+
+
+class _VectorCache:
+    """Recently searched scopes' `_ScopeVectors`, least recently used dropped beyond a budget."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], _ScopeVectors] = OrderedDict()
+        self._bytes = 0
+        self._guard = threading.Lock()
+
+    def get(self, key: tuple[str, str], version: str) -> _ScopeVectors | None:
+        """The entry of `key` if it was built from `version` of the scope's index."""
+        with self._guard:
+            entry = self._entries.get(key)
+            if entry is None or entry.version != version:
+                return None
+            self._entries.move_to_end(key)
+            return entry
+
+    def put(self, entry: _ScopeVectors) -> None:
+        size = entry.nbytes
+        with self._guard:
+            self._remove(entry.key)
+            if 2 * size > self._max_bytes:
+                return
+            self._entries[entry.key] = entry
+            self._bytes += size
+            while self._bytes > self._max_bytes:
+                self._remove(next(iter(self._entries)))
+
+    def drop(self, key: tuple[str, str]) -> None:
+        with self._guard:
+            self._remove(key)
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.nbytes
+
+
 class _Gone(Exception):
     """A collection this store had cached (or expected) no longer exists in Chroma."""
 
@@ -248,6 +355,20 @@ class _Plan:
     revision_rows: list[codec.Row]
     deletes: list[str]
     """What remains to write after `first`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """One batch as rows, before the scope index rows that `_write_changes` adds."""
+
+    memory_rows: list[codec.Row]
+    revision_rows: list[codec.Row]
+    """Revisions, documents and operations: every aux row of the batch."""
+    deletes: list[str]
+    batch: WriteBatch
+    """For its inserts, expectations and fences."""
+    expired_at: int | None = None
+    """A sweep: delete only those of `deletes` whose `live_us` is at most this."""
 
 
 class ChromaMemoryStore(MemoryStore):
@@ -317,6 +438,7 @@ class ChromaMemoryStore(MemoryStore):
         """Gives back this process's lock on the embedded directory (`_folder`), once."""
         self._bank_rows: _BankRows | None = None
         """The registry rows cached for an embedded directory this process holds, else None."""
+        self._vectors = _VectorCache(int(self._config.vector_cache_mb * 2**20))
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -601,7 +723,8 @@ class ChromaMemoryStore(MemoryStore):
             await self._drop_bank_collections(bank.bank_id)  # finish a crashed delete
         self._forget(bank.bank_id)
         await self._collection(self._name(bank.bank_id, _MEM), create=True, memories=True)
-        await self._collection(self._name(bank.bank_id, _AUX), create=True)
+        aux = await self._collection(self._name(bank.bank_id, _AUX), create=True)
+        await self._write("mark a bank indexed", aux, [codec.layout_row()])
         with _encoding("the bank config"):
             row = codec.bank_row(bank)
         await self._put_bank_row("register a bank", row)
@@ -741,27 +864,130 @@ class ChromaMemoryStore(MemoryStore):
         if not (memory_rows or revision_rows or deletes):
             await self._on_bank(bank_id, _MEM, _noop)  # NotFound without the bank
             return
-        plan = await self._plan(memory_rows, revision_rows, deletes)
+        changes = _Changes(memory_rows, revision_rows, deletes, batch)
+        await self._on_bank(
+            bank_id, _MEM, lambda memories: self._write_changes(bank_id, memories, changes),
+            recover=False,
+        )  # fmt: skip
 
-        async def work(memories: Any) -> None:
-            async with self._journal_lock(bank_id):
-                aux = await self._collection(self._name(bank_id, _AUX))
-                await self._replay(bank_id, memories, aux)
-                if batch.inserts:
-                    await self._check_inserts(memories, batch.inserts)
-                if batch.expect:
-                    await self._check_expectations(memories, batch.expect)
-                if dimensions:
-                    memories = await self._check_dimension(
-                        bank_id, memories, next(iter(dimensions))
-                    )
-                for lease in batch.fences:  # the last check: as close to the commit as can be
-                    await lease.verify()
-                # From the first journal row to the journal's removal nothing may stop half-way
-                # in this process: a cancelled caller waits for the end of the batch.
-                await _uncancellable(self._commit(bank_id, memories, aux, plan))
+    async def _write_changes(self, bank_id: str, memories: Any, changes: _Changes) -> int:
+        """Checks and writes one batch under the bank's journal lock; returns the deletions.
 
-        await self._on_bank(bank_id, _MEM, work, recover=False)
+        The scope index rows of every scope the batch changes are computed here, from the rows
+        as stored once any pending journal is replayed, and join the batch's memory rows.
+        """
+        batch = changes.batch
+        async with self._journal_lock(bank_id):
+            aux = await self._collection(self._name(bank_id, _AUX))
+            await self._replay(bank_id, memories, aux)
+            if changes.memory_rows:
+                memories = await self._check_dimension(
+                    bank_id, memories, len(changes.memory_rows[0][1])
+                )
+            new_scopes = {row[0]: str(row[3][codec.SCOPE_KEY]) for row in changes.memory_rows}
+            wanted = [
+                *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
+                *changes.deletes,
+                *(expected.memory_id for expected in batch.expect),
+                *_index_ids_of(new_scopes),
+            ]
+            stored = await self._read_metadata(memories, wanted)
+            if batch.inserts:
+                _check_inserts(stored, batch.inserts)
+            if batch.expect:
+                _check_expectations(stored, batch.expect)
+            deletes = changes.deletes
+            if changes.expired_at is not None:  # a sweep: only what is (still) expired
+                deletes = [
+                    memory_id
+                    for memory_id in deletes
+                    if memory_id in stored
+                    and int(stored[memory_id][codec.LIVE_US]) <= changes.expired_at
+                ]
+            index = await self._index_rows(memories, stored, changes.memory_rows, deletes)
+            for lease in batch.fences:  # the last check: as close to the commit as can be
+                await lease.verify()
+            plan = await self._plan([*changes.memory_rows, *index], changes.revision_rows, deletes)
+            # From the first journal row to the journal's removal nothing may stop half-way
+            # in this process: a cancelled caller waits for the end of the batch.
+            await _uncancellable(self._commit(bank_id, memories, aux, plan))
+            return len(deletes)
+
+    async def _read_metadata(self, memories: Any, ids: Sequence[str]) -> dict[str, Any]:
+        """The metadata of the rows among `ids` that exist, by id (`_IN_CHUNK` ids a call)."""
+        unique = list(dict.fromkeys(ids))
+        stored: dict[str, Any] = {}
+        for start in range(0, len(unique), _IN_CHUNK):
+            found = await self._call(
+                "read the rows a write changes",
+                memories.get,
+                ids=unique[start : start + _IN_CHUNK],
+                include=["metadatas"],
+            )
+            stored.update(zip(found["ids"], found["metadatas"], strict=True))
+        return stored
+
+    async def _index_rows(
+        self,
+        memories: Any,
+        stored: dict[str, Any],
+        memory_rows: Sequence[codec.Row],
+        deletes: Sequence[str],
+    ) -> list[codec.Row]:
+        """The scope index rows after a batch: a new version and the changed buckets per scope.
+
+        `stored` holds the rows the batch touches as they are now (and some index rows; the
+        missing ones are read here). A memory leaves the index of the scope it was in when it
+        is deleted or moves to another scope, and enters (or updates its expiry in) its new one.
+        """
+        changes: dict[str, dict[int, dict[str, int | None]]] = {}
+
+        def note(scope_key: str, memory_id: str, live_us: int | None) -> None:
+            bucket = changes.setdefault(scope_key, {}).setdefault(codec.scope_bucket(memory_id), {})
+            bucket[memory_id] = live_us
+
+        for memory_id in deletes:
+            if memory_id in stored:
+                note(str(stored[memory_id][codec.SCOPE_KEY]), memory_id, None)
+        for memory_id, _vector, _fact, meta in memory_rows:
+            scope_key = str(meta[codec.SCOPE_KEY])
+            before = stored.get(memory_id)
+            if before is not None and before.get(codec.SCOPE_KEY, scope_key) != scope_key:
+                note(str(before[codec.SCOPE_KEY]), memory_id, None)
+            note(scope_key, memory_id, int(meta[codec.LIVE_US]))
+        if not changes:
+            return []
+        bucket_ids = [
+            codec.scope_bucket_id(scope_key, bucket)
+            for scope_key, buckets in changes.items()
+            for bucket in buckets
+        ]
+        stored.update(
+            await self._read_metadata(memories, [i for i in bucket_ids if i not in stored])
+        )
+        dimension = len(memory_rows[0][1]) if memory_rows else await self._dimension(memories)
+        version = _batch_id()
+        rows: list[codec.Row] = []
+        for scope_key, buckets in changes.items():
+            contents: dict[int, dict[str, int]] = {}
+            for bucket, updates in buckets.items():
+                row = stored.get(codec.scope_bucket_id(scope_key, bucket))
+                members = {} if row is None else codec.decode_bucket(row)
+                for memory_id, live_us in updates.items():
+                    if live_us is None:
+                        members.pop(memory_id, None)
+                    else:
+                        members[memory_id] = live_us
+                contents[bucket] = members
+            rows += codec.index_rows(scope_key, version, contents, dimension)
+        return rows
+
+    async def _dimension(self, memories: Any) -> int:
+        """The vector dimension of a memory collection that holds rows."""
+        probe = await self._call(
+            "read the vector dimension", memories.get, limit=1, include=["embeddings"]
+        )
+        return len(probe["embeddings"][0])
 
     async def _plan(
         self, memory_rows: list[codec.Row], revision_rows: list[codec.Row], deletes: list[str]
@@ -947,50 +1173,57 @@ class ChromaMemoryStore(MemoryStore):
                 yield
 
     async def _recover(self, bank_id: str) -> None:
-        """Replays a journal left by a crashed writer, once per bank and store instance.
+        """Replays a journal left by a crashed writer (and indexes an old bank), once per bank.
 
-        The check is two small reads; the journal lock is taken only when a journal is pending.
+        The check is two small reads; the journal lock is taken only when there is work.
         """
         aux = await self._collection(self._name(bank_id, _AUX))
         memories = await self._collection(self._name(bank_id, _MEM))
-        if await self._pending(memories, aux):
+        state = await self._state(memories, aux)
+        if state.journals or not state.indexed:
             async with self._journal_lock(bank_id):
                 await self._replay(bank_id, memories, aux)
         self._recovered.add(bank_id)
 
-    async def _pending(
-        self, memories: Any, aux: Any
-    ) -> list[tuple[str, Any, str, Mapping[str, Any]]]:
-        """Journals not yet closed, oldest first: (batch id, home, commit row id, its metadata)."""
+    async def _state(self, memories: Any, aux: Any) -> _BankState:
+        """Journals not yet closed, oldest first, and whether the scope index is complete."""
         slot = await self._call(
             "look for a batch journal", memories.get, ids=[codec.SLOT_ID], include=["metadatas"]
         )
         marks = await self._call(
             "look for a batch journal",
             aux.get,
-            where={codec.KIND: {"$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE]}},
+            where={
+                codec.KIND: {
+                    "$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE, codec.KIND_LAYOUT]
+                }
+            },
             include=["metadatas"],
         )
         done = None
+        indexed = False
         pending: list[tuple[str, Any, str, Mapping[str, Any]]] = []
         for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
             if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
                 done = meta[codec.JOURNAL_BATCH]
+            elif meta[codec.KIND] == codec.KIND_LAYOUT:
+                indexed = int(meta[codec.SCOPE_VERSION]) >= codec.LAYOUT_VERSION
             else:
                 pending.append((str(meta[codec.JOURNAL_BATCH]), aux, row_id, meta))
         for meta in slot["metadatas"] or []:
             if meta[codec.JOURNAL_BATCH] != done:
                 pending.append((str(meta[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, meta))
-        return sorted(pending, key=lambda item: item[0])
+        return _BankState(sorted(pending, key=lambda item: item[0]), indexed)
 
     async def _replay(self, bank_id: str, memories: Any, aux: Any) -> None:
-        """Completes every journaled batch of the bank that is not closed, and closes it.
+        """Completes the bank's journaled batches not closed; indexes a bank of layout 1.
 
         Called with the journal lock held, so no live writer's journal is ever replayed: what is
         pending belongs to a writer that crashed (or lost Chroma) after writing it. Replaying is
         idempotent, so a crash during a replay only means another replay.
         """
-        for batch_id, home, head_id, head in await self._pending(memories, aux):
+        state = await self._state(memories, aux)
+        for batch_id, home, head_id, head in state.journals:
             count = int(head[codec.JOURNAL_PARTS])
             part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
             chunks: dict[str, str] = {} if count else {head_id: str(head[codec.PAYLOAD])}
@@ -1021,42 +1254,47 @@ class ChromaMemoryStore(MemoryStore):
             slot = home is memories
             ids = [] if slot else [head_id, *part_ids]
             await self._finish(memories, aux, _MEM if slot else _AUX, batch_id, ids, *rows)
+        if not state.indexed:
+            await self._index_bank(bank_id, memories, aux)
         self._recovered.add(bank_id)
 
-    async def _check_inserts(self, memories: Any, inserts: Sequence[MemoryRecord]) -> None:
-        ids = list(dict.fromkeys(record.memory_id for record in inserts))
-        found = await self._call(
-            "check for existing memories", memories.get, ids=ids, include=["metadatas"]
-        )
-        live_until = {
-            memory_id: int(meta[codec.LIVE_US])
-            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
-        }
-        for record in inserts:
-            until = live_until.get(record.memory_id)
-            if until is not None and until > codec.micros(record.create_time):
-                raise AlreadyExists(
-                    f"A memory with id {record.memory_id!r} already exists; nothing in the "
-                    "batch was written. Use another id or update the memory."
-                )
+    async def _index_bank(self, bank_id: str, memories: Any, aux: Any) -> None:
+        """Builds the scope index of a bank written before it existed (journal lock held).
 
-    async def _check_expectations(self, memories: Any, expectations: Sequence[Expectation]) -> None:
-        """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
-        ids = list(dict.fromkeys(expected.memory_id for expected in expectations))
-        found = await self._call(
-            "check memories a write expects", memories.get, ids=ids, include=["metadatas"]
-        )
-        stored = {
-            memory_id: (int(meta[codec.LIVE_US]), int(meta[codec.UPDATE_US]))
-            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
-        }
-        live: dict[str, datetime | None] = {}
-        for expected in expectations:
-            until, updated = stored.get(expected.memory_id, (0, 0))
-            alive = expected.memory_id in stored and until > codec.micros(expected.now)
-            at = codec.EPOCH + timedelta(microseconds=updated) if alive else None
-            live[expected.memory_id] = at
-        check_expectations(expectations, live)
+        Reads every memory row's scope and expiry a page at a time, writes each scope's head and
+        buckets, then the `j:layout` mark. A crash before the mark means another full build at
+        the next use, which overwrites what this one wrote (an id listed twice is harmless).
+        """
+        logger.warning("indexing the scopes of bank %s (written by an older version)", bank_id)
+        scopes: dict[str, dict[int, dict[str, int]]] = {}
+        page = await self._batch_size()
+        offset = 0
+        while True:
+            found = await self._call(
+                "read memories to index",
+                memories.get,
+                where={codec.LIVE_US: {"$gte": -codec.NEVER_US}},  # memories only
+                include=["metadatas"],
+                limit=page,
+                offset=offset,
+            )
+            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True):
+                buckets = scopes.setdefault(str(meta[codec.SCOPE_KEY]), {})
+                members = buckets.setdefault(codec.scope_bucket(memory_id), {})
+                members[memory_id] = int(meta[codec.LIVE_US])
+            if len(found["ids"]) < page:
+                break
+            offset += page
+        if scopes:
+            dimension = await self._dimension(memories)
+            version = _batch_id()
+            rows = [
+                row
+                for scope_key, buckets in scopes.items()
+                for row in codec.index_rows(scope_key, version, buckets, dimension)
+            ]
+            await self._write("index the scopes of a bank", memories, rows)
+        await self._write("mark a bank indexed", aux, [codec.layout_row()])
 
     async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:
         """Refuses vectors whose dimension differs from the bank's memories' (before any write).
@@ -1125,62 +1363,125 @@ class ChromaMemoryStore(MemoryStore):
     async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
         """Up to `query.k` live memories of one scope by true L2 distance, ties by memory id.
 
-        See the module docstring for the exact and the over-fetching paths.
+        Exact search over the scope's own rows (see the module docstring, "Search").
         """
-        where = all_of(
-            [
-                {codec.SCOPE_KEY: query.scope_key},
-                {codec.LIVE_US: {"$gt": codec.micros(query.now)}},
-                compile_filter(query.filter),
-            ]
-        )
+        pushed = compile_filter(query.filter)
         vector = np.asarray(query.vector, dtype=np.float64)
+        now_us = codec.micros(query.now)
 
         async def work(memories: Any) -> list[ScoredRecord]:
-            if where is False or query.k <= 0:
+            if pushed is False or query.k <= 0:
                 return []
-            config = self._config
-            wanted = max(
-                config.exact_limit, query.k * config.overfetch, query.k + config.overfetch_min
-            )
-            found = await self._call(
-                "query nearest neighbours",
-                memories.query,
-                query_embeddings=[vector.tolist()],
-                n_results=wanted,
-                where=where,
-                include=["distances"],
-            )
-            ids: list[str] = found["ids"][0]
-            if not ids:
-                return []
-            if len(ids) == wanted:
-                logger.debug("nearest: over %d candidates match; ranking the index's best", wanted)
-            # Chroma's squared distances come from float32 arithmetic; every candidate that
-            # float32 rounding could move into the top k is re-ranked exactly (SPEC §3).
-            squared = found["distances"][0]
-            kth = float(squared[min(query.k, len(ids)) - 1])
-            cutoff = kth + _RERANK_MARGIN * max(1.0, kth)
-            candidates = [
-                memory_id for memory_id, sq in zip(ids, squared, strict=True) if sq <= cutoff
-            ]
-            rows = await self._call(
-                "read nearest memories",
-                memories.get,
-                ids=candidates,
-                include=["metadatas", "documents", "embeddings"],
-            )
-            records = _decode_rows(rows)
-            if not records:
-                return []
-            matrix = _matrix([record.embedding for record in records], len(vector))
-            distances = np.linalg.norm(matrix - vector, axis=1).tolist()
-            ranked = sorted(
-                zip(distances, records, strict=True), key=lambda pair: (pair[0], pair[1].memory_id)
-            )
-            return [ScoredRecord(record, distance) for distance, record in ranked[: query.k]]
+            for attempt in range(2):
+                vectors = await self._scope_vectors(memories, query.scope_key)
+                if vectors.matrix.shape[0] and vectors.matrix.shape[1] != len(vector):
+                    _matrix([vector], vectors.matrix.shape[1])  # raises InvalidArgument
+                allowed = vectors.live_us > now_us
+                if pushed is not True and allowed.any():
+                    allowed &= await self._matching(
+                        memories, query.scope_key, vectors, pushed, now_us
+                    )
+                best = vectors.nearest(vector, allowed, query.k)
+                if not best:
+                    return []
+                rows = await self._call(
+                    "read nearest memories",
+                    memories.get,
+                    ids=best,
+                    where={codec.LIVE_US: {"$gt": now_us}},
+                    include=["metadatas", "documents", "embeddings"],
+                )
+                records = _decode_rows(rows)
+                if len(records) == len(best) or attempt:
+                    return _ranked(records, vector, query.k)
+                # A memory listed was deleted meanwhile: the scope's version has changed.
+                self._vectors.drop(vectors.key)
+            raise AssertionError("unreachable")
 
         return await self._on_bank(bank_id, _MEM, work)
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
+        """The version token of the scope's index head ("" for a scope never written)."""
+
+        async def work(memories: Any) -> str:
+            head, _members = await self._scope_index(memories, scope_key, buckets=False)
+            return head
+
+        return await self._on_bank(bank_id, _MEM, work)
+
+    async def _scope_index(
+        self, memories: Any, scope_key: str, *, buckets: bool = True
+    ) -> tuple[str, dict[str, int]]:
+        """A scope's version and, with `buckets`, its `{memory id: live_us}`, in one read."""
+        ids = codec.index_ids(scope_key) if buckets else [codec.scope_head_id(scope_key)]
+        found = await self._call(
+            "read a scope's index", memories.get, ids=ids, include=["metadatas"]
+        )
+        version = ""
+        members: dict[str, int] = {}
+        for meta in found["metadatas"]:
+            if meta[codec.KIND] == codec.KIND_SCOPE_HEAD:
+                version = str(meta[codec.SCOPE_VERSION])
+            else:
+                members.update(codec.decode_bucket(meta))
+        return version, members
+
+    async def _scope_vectors(self, memories: Any, scope_key: str) -> _ScopeVectors:
+        """The ids, vectors and expiries of a scope's memories, from the cache if still current.
+
+        The index and its version are read together; the vectors are read after, so they are at
+        least as new as the version they are cached under, and a later write changes it.
+        """
+        key = (str(memories.id), scope_key)
+        version, members = await self._scope_index(memories, scope_key)
+        cached = self._vectors.get(key, version)
+        if cached is not None:
+            return cached
+        ids: list[str] = []
+        embeddings: list[Any] = []
+        if len(members) > _WHOLE_SCOPE_READ:
+            # Thousands of ids bind as many SQLite variables per call; one scan is cheaper.
+            requests: list[dict[str, Any]] = [{"where": {codec.SCOPE_KEY: scope_key}}]
+        else:
+            listed = list(members)
+            requests = [
+                {"ids": listed[start : start + _IN_CHUNK], "where": {codec.SCOPE_KEY: scope_key}}
+                for start in range(0, len(listed), _IN_CHUNK)
+            ]
+        for request in requests:
+            found = await self._call(
+                "read a scope's vectors", memories.get, include=["embeddings"], **request
+            )
+            for memory_id, embedding in zip(found["ids"], found["embeddings"], strict=True):
+                if memory_id in members:  # the scope's memories, by the index
+                    ids.append(memory_id)
+                    embeddings.append(embedding)
+        vectors = _ScopeVectors.build(key, version, ids, embeddings, members)
+        self._vectors.put(vectors)
+        return vectors
+
+    async def _matching(
+        self,
+        memories: Any,
+        scope_key: str,
+        vectors: _ScopeVectors,
+        pushed: Mapping[str, Any],
+        now_us: int,
+    ) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which of `vectors`' rows the pushed filter keeps, asked of Chroma (ids only)."""
+        where = all_of([{codec.SCOPE_KEY: scope_key}, {codec.LIVE_US: {"$gt": now_us}}, pushed])
+        kept: set[str] = set()
+        if len(vectors.ids) > _WHOLE_SCOPE_READ:
+            requests: list[dict[str, Any]] = [{"where": where}]
+        else:
+            requests = [
+                {"ids": vectors.ids[start : start + _IN_CHUNK], "where": where}
+                for start in range(0, len(vectors.ids), _IN_CHUNK)
+            ]
+        for request in requests:
+            found = await self._call("filter a scope", memories.get, include=[], **request)
+            kept.update(found["ids"])
+        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
@@ -1468,8 +1769,11 @@ class ChromaMemoryStore(MemoryStore):
             found = await self._call(
                 "find expired memories", memories.get, where=expired, include=[]
             )
-            await self._delete_ids("delete expired memories", memories, found["ids"])
-            return len(found["ids"])
+            if not found["ids"]:
+                return 0
+            # Through the journal, so each scope's index drops them in the same commit.
+            changes = _Changes([], [], found["ids"], WriteBatch(), codec.micros(now))
+            return await self._write_changes(bank_id, memories, changes)
 
         async def sweep_revisions(aux: Any) -> int:
             found = await self._call(
@@ -1650,6 +1954,48 @@ def _is_plain_bank_id(bank_id: str) -> bool:
         and bank_id.isascii()
         and all(char.isdigit() or char.islower() or char == "-" for char in bank_id)
     )
+
+
+def _index_ids_of(scopes: Mapping[str, str]) -> list[str]:
+    """The bucket rows listing each memory id in `scopes` (memory id -> scope digest)."""
+    return [
+        codec.scope_bucket_id(scope_key, codec.scope_bucket(memory_id))
+        for memory_id, scope_key in scopes.items()
+    ]
+
+
+def _check_inserts(stored: Mapping[str, Any], inserts: Sequence[MemoryRecord]) -> None:
+    """`AlreadyExists` for an insert whose id is live at its `create_time` (`stored`: metadata)."""
+    for record in inserts:
+        meta = stored.get(record.memory_id)
+        if meta is not None and int(meta[codec.LIVE_US]) > codec.micros(record.create_time):
+            raise AlreadyExists(
+                f"A memory with id {record.memory_id!r} already exists; nothing in the "
+                "batch was written. Use another id or update the memory."
+            )
+
+
+def _check_expectations(stored: Mapping[str, Any], expectations: Sequence[Expectation]) -> None:
+    """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
+    live: dict[str, datetime | None] = {}
+    for expected in expectations:
+        meta = stored.get(expected.memory_id)
+        alive = meta is not None and int(meta[codec.LIVE_US]) > codec.micros(expected.now)
+        updated = int(meta[codec.UPDATE_US]) if alive and meta is not None else 0
+        live[expected.memory_id] = codec.EPOCH + timedelta(microseconds=updated) if alive else None
+    check_expectations(expectations, live)
+
+
+def _ranked(records: list[MemoryRecord], vector: Any, k: int) -> list[ScoredRecord]:
+    """The `k` records nearest to `vector` by their own embeddings: exact distance, then id."""
+    if not records:
+        return []
+    matrix = _matrix([record.embedding for record in records], len(vector))
+    distances = np.linalg.norm(matrix - vector, axis=1).tolist()
+    ranked = sorted(
+        zip(distances, records, strict=True), key=lambda pair: (pair[0], pair[1].memory_id)
+    )
+    return [ScoredRecord(record, distance) for distance, record in ranked[:k]]
 
 
 def _matrix(embeddings: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float64]]:

@@ -173,7 +173,7 @@ async def assert_no_journal_pending(path: Path) -> None:
     try:
         memories = await store._collection(store._name(BANK, _store._MEM))
         aux = await store._collection(store._name(BANK, _store._AUX))
-        assert await store._pending(memories, aux) == []
+        assert (await store._state(memories, aux)).journals == []
     finally:
         await store.aclose()
 
@@ -394,16 +394,22 @@ async def test_a_cancelled_apply_finishes_its_batch_before_raising(
 
 
 async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writes) -> None:
-    """A batch that one Chroma call can hold is atomic without a journal."""
+    """A batch that one Chroma call can hold is atomic without a journal (memories upserted with
+    their scope's index rows, or only revisions); a deletion changes the index in another call
+    than its own, so it is journaled, its index rows in the commit call."""
     store = await prepared(tmp_path)
     for batch in (
         WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)),
-        WriteBatch(deletes=("b",)),
         WriteBatch(revisions=(revision("a", "r9"),)),
     ):
         writes.log.clear()
         await store.apply(BANK, batch)
         assert len(writes.log) == 1 and not _has_commit_row(writes.log[0][2]), writes.log
+    writes.log.clear()
+    await store.apply(BANK, WriteBatch(deletes=("b",)))
+    commit = writes.log[writes.commit_index()][2]
+    assert codec.scope_head_id(KEY) in commit and codec.SLOT_ID in commit
+    assert [method for method, _, _ in writes.log] == ["upsert", "delete", "upsert"]
     await store.aclose()
 
 
@@ -493,7 +499,7 @@ async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_
         assert await snapshot(store) == await expected(SETUP, GENERATE)
         memories = await store._collection(store._name(BANK, _store._MEM))
         aux = await store._collection(store._name(BANK, _store._AUX))
-        assert await store._pending(memories, aux) == []
+        assert (await store._state(memories, aux)).journals == []
     finally:
         await store.drop_all()
         await store.aclose()
@@ -508,7 +514,7 @@ async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collectio
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     records = [memory(f"m{i:03d}", tuple(vectors[i].tolist())) for i in range(300)]
     exhaustive = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
-    overfetching = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}", exact_limit=0)
+    overfetching = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}", vector_cache_mb=0)
     await exhaustive.create_bank(bank_record())
     for start in range(0, 300, 50):
         chunk = records[start : start + 50]
