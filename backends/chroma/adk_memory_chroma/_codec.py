@@ -44,8 +44,9 @@ most `inline_chars` is kept in the commit row itself (`jn` = 0, `p` = the text).
   pending while its `jb` differs;
 * `j:<batch>` (`k` = `jnl`), in aux: the journal of any other batch, deleted once applied.
 
-Scope index rows (layout 2), in the memory collection, so that they are written in the same
-Chroma call as the memories they list (`_store`, "Layout"). Per scope digest `<sk>`:
+Scope index rows (layout 2), in aux, written by the batch that changes the scope: with its
+revisions, so they are journaled and replayed with them (`_store`, "Layout"). Per scope digest
+`<sk>`:
 
 * `x:<sk>` (`k` = `xh`): the scope's head; `v`, its version, a new unique token at every write
   that inserts, replaces or deletes a memory of the scope (`scope_version`);
@@ -53,9 +54,10 @@ Chroma call as the memories they list (`_store`, "Layout"). Per scope digest `<s
   scope's memories whose id falls in bucket `b` (`scope_bucket`), so a write rewrites one
   bucket, not the whole list. An id listed whose memory is gone is harmless (reads fetch by id).
 
-Like journal rows they carry a unit vector of the bank's dimension and no `sk` or `live_us`, so
-no memory read matches them. `j:layout` (`k` = `layout`, `v` = `LAYOUT_VERSION`) in aux marks a
-bank whose index is complete; a bank without it is indexed on first use (`_store`, "Migration").
+They are aux rows (1-d placeholder vectors) because Chroma re-indexes the vector of every row an
+upsert replaces: about 4 ms per 384-d row against 0.2 ms per 1-d row. `j:layout` (`k` =
+`layout`, `v` = `LAYOUT_VERSION`) in aux marks a bank whose index is complete; a bank without it
+is indexed on first use (`_store`, "Migration").
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ __all__ = [
     "document_id",
     "document_row",
     "batch_head_id",
+    "decode_bucket",
+    "index_ids",
     "index_rows",
     "layout_row",
     "scope_bucket",
@@ -471,23 +475,15 @@ def index_ids(scope_key: str) -> list[str]:
     ]
 
 
-def index_rows(
-    scope_key: str, version: str, buckets: Mapping[int, Mapping[str, int]], dimension: int
-) -> list[Row]:
+def index_rows(scope_key: str, version: str, buckets: Mapping[int, Mapping[str, int]]) -> list[Row]:
     """The head row of a scope with `version`, and the bucket rows given (`{id: live_us}`)."""
     head_id = scope_head_id(scope_key)
-    rows: list[Row] = [
-        (
-            head_id,
-            _journal_vector(head_id, dimension),
-            None,
-            {KIND: KIND_SCOPE_HEAD, SCOPE_VERSION: version},
-        )
-    ]
+    head = {KIND: KIND_SCOPE_HEAD, SCOPE_VERSION: version}
+    rows: list[Row] = [(head_id, placeholder_vector(head_id), None, head)]
     for bucket, members in sorted(buckets.items()):
         row_id = scope_bucket_id(scope_key, bucket)
         meta = {KIND: KIND_SCOPE_BUCKET, PAYLOAD: _dumps(dict(members))}
-        rows.append((row_id, _journal_vector(row_id, dimension), None, meta))
+        rows.append((row_id, placeholder_vector(row_id), None, meta))
     return rows
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import chromadb
 import numpy as np
@@ -394,22 +395,21 @@ async def test_a_cancelled_apply_finishes_its_batch_before_raising(
 
 
 async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writes) -> None:
-    """A batch that one Chroma call can hold is atomic without a journal (memories upserted with
-    their scope's index rows, or only revisions); a deletion changes the index in another call
-    than its own, so it is journaled, its index rows in the commit call."""
+    """A batch that one Chroma call can hold is atomic without a journal: only revisions. A
+    memory's write also changes its scope's index (aux rows), so it is journaled; the index rows
+    travel with the revisions (and, for deletions, with the aux journal's commit row)."""
     store = await prepared(tmp_path)
-    for batch in (
-        WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)),
-        WriteBatch(revisions=(revision("a", "r9"),)),
-    ):
-        writes.log.clear()
-        await store.apply(BANK, batch)
-        assert len(writes.log) == 1 and not _has_commit_row(writes.log[0][2]), writes.log
+    writes.log.clear()
+    await store.apply(BANK, WriteBatch(revisions=(revision("a", "r9"),)))
+    assert len(writes.log) == 1 and not _has_commit_row(writes.log[0][2]), writes.log
+    head = codec.scope_head_id(KEY)
+    writes.log.clear()
+    await store.apply(BANK, WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)))
+    assert [ids for _, _, ids in writes.log] == [["a", codec.SLOT_ID], [head, ANY, codec.DONE_ID]]
     writes.log.clear()
     await store.apply(BANK, WriteBatch(deletes=("b",)))
-    commit = writes.log[writes.commit_index()][2]
-    assert codec.scope_head_id(KEY) in commit and codec.SLOT_ID in commit
-    assert [method for method, _, _ in writes.log] == ["upsert", "delete", "upsert"]
+    assert head in writes.log[writes.commit_index()][2]
+    assert [method for method, _, _ in writes.log] == ["upsert", "delete", "delete"]
     await store.aclose()
 
 

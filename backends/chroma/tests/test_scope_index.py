@@ -99,11 +99,13 @@ async def test_stale_index_ids_never_leak_another_scope(store: ChromaMemoryStore
     vectors = unit_vectors(4, 2)
     await store.apply(BANK, WriteBatch(inserts=(memory("mine", vectors[0]),)))
     await store.apply(BANK, WriteBatch(inserts=(memory("theirs", vectors[1], scope=OTHER),)))
-    memories = await store._collection(store._name(BANK, _store._MEM))
+    aux = await store._collection(store._name(BANK, _store._AUX))
     bucket = codec.scope_bucket("theirs")
-    row = codec.index_rows(KEY, "forged", {bucket: {"theirs": codec.NEVER_US}}, DIM)
+    row = codec.index_rows(
+        KEY, "forged", {bucket: {"theirs": codec.NEVER_US, "mine": codec.NEVER_US}}
+    )
     await asyncio.to_thread(
-        memories.upsert,
+        aux.upsert,
         ids=[r[0] for r in row],
         embeddings=[r[1] for r in row],
         metadatas=[r[3] for r in row],
@@ -185,7 +187,7 @@ async def test_a_sweep_drops_expired_memories_from_their_scope(store: ChromaMemo
     assert await store.sweep_expired(BANK, NOW) == 1
     assert await store.scope_version(BANK, KEY) != version
     _version, members = await store._scope_index(
-        await store._collection(store._name(BANK, _store._MEM)), KEY
+        await store._collection(store._name(BANK, _store._AUX)), KEY
     )
     assert set(members) == {"kept"}
 
