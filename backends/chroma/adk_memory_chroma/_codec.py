@@ -307,7 +307,7 @@ def decode_memory(
         scope_key=ScopeKey(str(meta[SCOPE_KEY])),
         scope=payload["scope"],
         fact=document or "",
-        embedding=() if embedding is None else tuple(float(v) for v in embedding),
+        embedding=() if embedding is None else tuple(np.asarray(embedding, np.float64).tolist()),
         create_time=datetime.fromisoformat(payload["ct"]),
         update_time=datetime.fromisoformat(payload["ut"]),
         expire_time=_from_iso(payload["et"]),

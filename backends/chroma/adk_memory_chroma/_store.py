@@ -439,6 +439,11 @@ class ChromaMemoryStore(MemoryStore):
         self._bank_rows: _BankRows | None = None
         """The registry rows cached for an embedded directory this process holds, else None."""
         self._vectors = _VectorCache(int(self._config.vector_cache_mb * 2**20))
+        self._settled: set[str] | None = None
+        """Embedded only, shared by this process's stores on the directory: the banks with no
+        journal pending and a complete index, so that `apply` skips its replay check. A bank
+        leaves it when a batch starts committing and returns once the batch is complete; a
+        batch cut short (an error, a crash that left the process alive) keeps it out."""
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -493,11 +498,9 @@ class ChromaMemoryStore(MemoryStore):
                         _folder.release(folder)
                         raise
                     self._folder_release = weakref.finalize(self, _folder.release, folder)
-                    self._bank_rows = _folder.shared(
-                        folder,
-                        ("banks", config.tenant, config.database, config.collection_prefix),
-                        _BankRows,
-                    )
+                    namespace = (config.tenant, config.database, config.collection_prefix)
+                    self._bank_rows = _folder.shared(folder, ("banks", *namespace), _BankRows)
+                    self._settled = _folder.shared(folder, ("settled", *namespace), set)
                 else:
                     logger.debug("connecting to %s", config.location)
                     self._client = chromadb.HttpClient(
@@ -645,6 +648,7 @@ class ChromaMemoryStore(MemoryStore):
             self._collections.pop(self._name(bank_id, kind), None)
         self._dimensions.pop(bank_id, None)
         self._recovered.discard(bank_id)
+        self._settle(bank_id, False)
 
     async def _limits(self) -> tuple[int, int | None]:
         """Rows and (for a server) estimated bytes one write request may carry."""
@@ -879,7 +883,8 @@ class ChromaMemoryStore(MemoryStore):
         batch = changes.batch
         async with self._journal_lock(bank_id):
             aux = await self._collection(self._name(bank_id, _AUX))
-            await self._replay(bank_id, memories, aux)
+            if self._settled is None or bank_id not in self._settled:
+                await self._replay(bank_id, memories, aux)
             if changes.memory_rows:
                 memories = await self._check_dimension(
                     bank_id, memories, len(changes.memory_rows[0][1])
@@ -908,8 +913,18 @@ class ChromaMemoryStore(MemoryStore):
             plan = await self._plan(changes.memory_rows, [*changes.revision_rows, *index], deletes)
             # From the first journal row to the journal's removal nothing may stop half-way
             # in this process: a cancelled caller waits for the end of the batch.
+            self._settle(bank_id, False)
             await _uncancellable(self._commit(bank_id, memories, aux, plan))
+            self._settle(bank_id, True)
             return len(deletes)
+
+    def _settle(self, bank_id: str, settled: bool) -> None:
+        """Records whether the bank is known to have no pending journal (embedded only)."""
+        if self._settled is not None:
+            if settled:
+                self._settled.add(bank_id)
+            else:
+                self._settled.discard(bank_id)
 
     async def _read_metadata(self, collection: Any, ids: Sequence[str]) -> dict[str, Any]:
         """The metadata of the rows among `ids` that exist, by id (`_IN_CHUNK` ids a call)."""
@@ -1245,6 +1260,7 @@ class ChromaMemoryStore(MemoryStore):
         if not state.indexed:
             await self._index_bank(bank_id, memories, aux)
         self._recovered.add(bank_id)
+        self._settle(bank_id, True)
 
     async def _index_bank(self, bank_id: str, memories: Any, aux: Any) -> None:
         """Builds the scope index of a bank written before it existed (journal lock held).
