@@ -319,7 +319,7 @@ class _VectorCache:
         size = entry.nbytes
         with self._guard:
             self._remove(entry.key)
-            if 2 * size > self._max_bytes:
+            if size > self._max_bytes:
                 return
             self._entries[entry.key] = entry
             self._bytes += size
