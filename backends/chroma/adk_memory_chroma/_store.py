@@ -2,21 +2,41 @@
 
 Layout. Per bank, `<prefix>.<bank>.mem` holds the memories (L2 space set explicitly, vectors
 always passed in: no Chroma embedding function) and `<prefix>.<bank>.aux` holds its revisions,
-operations and engine documents; `<prefix>.banks` is the registry of banks. `_codec` documents
-the fields of each row. A scope is only ever matched by `$eq` on its digest; expiry is a
-`live_us > now` clause in every read, and `sweep_expired` deletes what has expired (Chroma has no
+operations, engine documents and the scope index; `<prefix>.banks` is the registry of banks.
+`_codec` documents the fields of each row. A scope is only ever matched by `$eq` on its digest;
+expiry is checked in every read, and `sweep_expired` deletes what has expired (Chroma has no
 TTL).
 
-Exact search. Chroma's HNSW index is approximate and reports squared float32 distances.
-`nearest` asks Chroma for the `n = max(exact_limit, k * overfetch, k + overfetch_min)` best rows
-within the `where` clause (scope digest, expiry, pushed filter), ids and distances only. When
-fewer than `n` rows come back, they are every row that matches, so the ranking is exhaustive;
-otherwise they are the index's best `n`, which for `n` far above `k` contain the true top `k` in
-practice (with the default `exact_limit` of 2,000 and `k` at most 100). The rows whose reported
-distance is within float32 rounding of the k-th are then read with their vectors and re-ranked
-with numpy: the distance returned is the true Euclidean one and ties break by memory id. Loading
-every vector of a scope into Python instead was measured slower (about 80 ms for 1,000
-384-dimensional vectors, against about 10 ms for Chroma's ranking of them).
+The scope index (layout 2, issue 18). Chroma's `where` walks every row of a collection, and its
+filtered HNSW search keeps going until it has `ef` allowed rows, so a search inside one scope
+cost what the whole bank costs (306 ms at 100,000 memories in 100 scopes). Each scope therefore
+has, in aux, a head row holding its version and 16 bucket rows listing its memory ids (by a hash
+of the id) with their expiry (`_codec`, "Scope index rows"). Every batch rewrites the head and
+the buckets it changes of each scope it touches, computed under the bank's journal lock from the
+rows as stored; they are aux rows of the batch, so they are journaled and replayed with its
+revisions and can never miss a committed memory. An id listed whose memory is gone is harmless.
+
+Search. `nearest` reads the scope's index (one `get` by 17 ids), then the vectors of the ids it
+lists (`get` by ids; past `_WHOLE_SCOPE_READ` ids, one `get` on the scope's digest), ranks them
+in numpy (float32 dot products, then every row that rounding could move into the top k again in
+float64: exact distances, ties by memory id) and reads the k winners whole, checking that each
+is still live and of the scope (else the scope is read again, verifying every row's scope). A
+pushed filter is asked of Chroma as the ids of the scope that match it. The HNSW index is not
+used. The vectors are kept per store in a cache bounded in bytes (`vector_cache_mb`, least
+recently used first) under the scope's version: the head and buckets come from one read and the
+vectors from a later one, so cached vectors are at least as new as their version, and any write
+to the scope, by any process, changes the version. So the cost follows the scope, not the bank:
+two small reads and the numpy ranking when cached, plus the scope's vectors when not.
+`scope_version` returns the head's version.
+
+Migration. A bank written before the index (layout 1) has no `j:layout` row in aux. Before its
+first use (`_recover`) or write (`_replay`), under the journal lock, a store completes any
+pending journal, then reads every memory row's scope and expiry a page at a time and writes
+every scope's head and buckets and the `j:layout` row in one call; a crash before that call
+only means the build is repeated. Nothing else changes (same collections, rows and journal), so
+an upgrade is in place and automatic; a bank of layout 2 must then not be written by an older
+version (its writes would miss the index): upgrade every process that shares a Chroma server
+together.
 
 Atomicity: a write-ahead journal. Chroma commits each call on its own (one `upsert` or `delete`
 is one SQLite transaction when embedded, one log append on a server), but a batch touches two
@@ -29,15 +49,18 @@ Documents and operations in a batch (`WriteBatch.documents`, `.operations`) are 
 with the revisions: below, "revisions" means all three, and they share the revisions' journal
 entries and replay.
 
-* memories and revisions (every engine write but purges): call 1 upserts the memories together
-  with the bank's journal slot `j:slot` in the memory collection, which holds the revisions and
+Every batch that writes or deletes a memory also has the scope index rows it changes among its
+revisions.
+
+* memories and revisions (every engine write): call 1 upserts the memories together with the
+  bank's journal slot `j:slot` in the memory collection, which holds the revisions and
   deletions; call 2 deletes (if any); call 3 upserts the revisions together with `j:done`, the
   id of the completed batch. Same number of calls as without a journal, and the journal is small
   (no vectors);
-* revisions and deletions without memories: call 1 upserts the revisions with a journal row in
-  aux (holding the deletions); then the deletions; then the journal row is deleted;
-* a batch that one call can hold (only upserts, only deletions, or only revisions) needs no
-  journal;
+* revisions and deletions without memories (purges, sweeps): call 1 upserts the revisions with a
+  journal row in aux (holding the deletions); then the deletions; then the journal row is
+  deleted;
+* a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
   then the batch, then the journal is deleted (the vectors travel twice).
@@ -45,7 +68,9 @@ entries and replay.
 A batch has happened once the call carrying its commit row succeeded. Replay: before its first
 read or write of a bank, and at the start of every `apply`, a store instance reads the slot and
 `j:done` and looks for aux journals (two small reads); a journal not closed is completed (its
-writes repeated) and closed. So after a crash at any step, once the bank is next used, either
+writes repeated) and closed. An embedded process skips the check in `apply` for a bank whose
+last batch in this process completed (`_settled`: the folder is single-process, so no other
+writer can have left a journal). So after a crash at any step, once the bank is next used, either
 none of a batch (crash before its commit row) or all of it is visible, and each memory agrees
 with its latest revision. A failure after the commit row is retried once and otherwise reported
 as `StoreUnavailable` saying that the batch will be completed, never rolled back; a request that
@@ -53,8 +78,9 @@ failed on the way back is checked for its commit row and completed if it is ther
 cancelled after the commit row waits for the end of the batch (the calls run in threads that
 cannot be stopped half-way anyway).
 
-Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads and one extra row in
-each of the two writes; +8 to 10% on batches of 100 to 200 memories with revisions, nothing
+Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads (skipped when
+settled), the reads of the touched memories and index buckets, and a few extra rows in each of
+the two writes; +8 to 10% on batches of 100 to 200 memories with revisions, nothing
 measurable at 1,000. A one-memory write is dominated by the disk syncs of Chroma's commits
 (two SQLite transactions per call): embedded folders are switched to SQLite's write-ahead log
 (`_folder`), which cut one upsert from 15-30 ms to 3-8 ms on this project's machines.

@@ -131,7 +131,8 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Writes]:
 
 
 async def snapshot(store: MemoryStore) -> dict[str, Any]:
-    """Everything a reader can see of the bank: memories, their vectors and revisions."""
+    """Everything a reader can see of the bank: memories, their vectors, the scope's search
+    (so its index) and revisions."""
     memories = await store.scan(BANK, ScanQuery(NOW))
     vectors = {r.memory_id: r.embedding for r in await store.get_memories(BANK, IDS, NOW)}
     revisions = {
@@ -141,8 +142,11 @@ async def snapshot(store: MemoryStore) -> dict[str, Any]:
         ]
         for memory_id in IDS
     }
+    probe = tuple(float(v) for v in np.full(8, 8**-0.5))
+    nearest = await store.nearest(BANK, NearestQuery(KEY, probe, 10, NOW))
     return {
         "memories": [(r.memory_id, r.fact, r.update_time.isoformat()) for r in memories],
+        "nearest": [(hit.record.memory_id, round(hit.distance, 9)) for hit in nearest],
         "vectors": {key: [float(v) for v in value] for key, value in vectors.items()},
         "revisions": revisions,
         "documents": await store.list_documents(BANK, "stream"),

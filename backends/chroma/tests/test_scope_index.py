@@ -297,3 +297,24 @@ async def test_an_upgrade_cut_short_is_redone(
     finally:
         await store.aclose()
         await crashed.aclose()
+
+
+async def test_concurrent_writers_of_one_scope_lose_no_index_entry(tmp_path: Path) -> None:
+    """Two stores creating in one scope at once: the index lists every memory (read-modify-write
+    of its buckets under the bank's journal lock)."""
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    second = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    vectors = unit_vectors(12, 40)
+    try:
+        await first.create_bank(bank_record())
+        await asyncio.gather(
+            *(
+                (first, second)[i % 2].apply(BANK, WriteBatch(inserts=(memory(f"m{i}", vector),)))
+                for i, vector in enumerate(vectors)
+            )
+        )
+        found = await top(first, KEY, vectors[0], 100)
+        assert sorted(found) == sorted(f"m{i}" for i in range(40))
+    finally:
+        await first.aclose()
+        await second.aclose()
