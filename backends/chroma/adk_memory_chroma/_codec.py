@@ -96,8 +96,8 @@ __all__ = [
     "document_id",
     "document_row",
     "batch_head_id",
+    "bucket_ids",
     "decode_bucket",
-    "index_ids",
     "index_rows",
     "layout_row",
     "scope_bucket",
@@ -468,11 +468,9 @@ def scope_bucket(memory_id: str) -> int:
     return int(digest(memory_id)[:8], 16) % SCOPE_BUCKETS
 
 
-def index_ids(scope_key: str) -> list[str]:
-    """The head row id, then every bucket row id, of a scope."""
-    return [scope_head_id(scope_key)] + [
-        scope_bucket_id(scope_key, bucket) for bucket in range(SCOPE_BUCKETS)
-    ]
+def bucket_ids(scope_key: str) -> list[str]:
+    """The ids of every bucket row of a scope's index."""
+    return [scope_bucket_id(scope_key, bucket) for bucket in range(SCOPE_BUCKETS)]
 
 
 def index_rows(scope_key: str, version: str, buckets: Mapping[int, Mapping[str, int]]) -> list[Row]:

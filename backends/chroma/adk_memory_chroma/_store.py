@@ -16,24 +16,25 @@ the buckets it changes of each scope it touches, computed under the bank's journ
 rows as stored; they are aux rows of the batch, so they are journaled and replayed with its
 revisions and can never miss a committed memory. An id listed whose memory is gone is harmless.
 
-Search. `nearest` reads the scope's index (one `get` by 17 ids), then the vectors of the ids it
-lists (`get` by ids; past `_WHOLE_SCOPE_READ` ids, one `get` on the scope's digest), ranks them
-in numpy (float32 dot products, then every row that rounding could move into the top k again in
+Search. `nearest` reads the scope's version (its head row), then, unless its vectors are cached
+under that version, the index (one `get` of 16 bucket rows) and the vectors of the ids it lists
+(`get` by ids; past `_WHOLE_SCOPE_READ` ids, one `get` on the scope's digest). It ranks them in
+numpy (float32 dot products, then every row that rounding could move into the top k again in
 float64: exact distances, ties by memory id) and reads the k winners whole, checking that each
 is still live and of the scope (else the scope is read again, verifying every row's scope). A
 pushed filter is asked of Chroma as the ids of the scope that match it. The HNSW index is not
 used. The vectors are kept per store in a cache bounded in bytes (`vector_cache_mb`, least
-recently used first) under the scope's version: the head and buckets come from one read and the
-vectors from a later one, so cached vectors are at least as new as their version, and any write
-to the scope, by any process, changes the version. So the cost follows the scope, not the bank:
-two small reads and the numpy ranking when cached, plus the scope's vectors when not.
+recently used first) under the scope's version: the index and the vectors are read after the
+version, so they are at least as new as it, and any write to the scope, by any process, changes
+the version. So the cost follows the scope, not the bank: two small reads and the numpy ranking
+when cached, plus the scope's index and vectors when not.
 `scope_version` returns the head's version.
 
 Migration. A bank written before the index (layout 1) has no `j:layout` row in aux. Before its
 first use (`_recover`) or write (`_replay`), under the journal lock, a store completes any
 pending journal, then reads every memory row's scope and expiry a page at a time and writes
-every scope's head and buckets and the `j:layout` row in one call; a crash before that call
-only means the build is repeated. Nothing else changes (same collections, rows and journal), so
+every scope's head and buckets, the `j:layout` row last; a crash before that row is written only
+means the build is repeated. Nothing else changes (same collections, rows and journal), so
 an upgrade is in place and automatic; a bank of layout 2 must then not be written by an older
 version (its writes would miss the index): upgrade every process that shares a Chroma server
 together.
@@ -1433,40 +1434,48 @@ class ChromaMemoryStore(MemoryStore):
         """The version token of the scope's index head ("" for a scope never written)."""
 
         async def work(aux: Any) -> str:
-            head, _members = await self._scope_index(aux, scope_key, buckets=False)
-            return head
+            return await self._scope_head(aux, scope_key)
 
         return await self._on_bank(bank_id, _AUX, work)
 
-    async def _scope_index(
-        self, aux: Any, scope_key: str, *, buckets: bool = True
-    ) -> tuple[str, dict[str, int]]:
-        """A scope's version and, with `buckets`, its `{memory id: live_us}`, in one read."""
-        ids = codec.index_ids(scope_key) if buckets else [codec.scope_head_id(scope_key)]
-        found = await self._call("read a scope's index", aux.get, ids=ids, include=["metadatas"])
-        version = ""
+    async def _scope_head(self, aux: Any, scope_key: str) -> str:
+        """A scope's version ("" for a scope never written)."""
+        found = await self._call(
+            "read a scope's version",
+            aux.get,
+            ids=[codec.scope_head_id(scope_key)],
+            include=["metadatas"],
+        )
+        return str(found["metadatas"][0][codec.SCOPE_VERSION]) if found["ids"] else ""
+
+    async def _scope_members(self, aux: Any, scope_key: str) -> dict[str, int]:
+        """The `{memory id: live_us}` the scope's index lists, in one read of its buckets."""
+        found = await self._call(
+            "read a scope's index",
+            aux.get,
+            ids=codec.bucket_ids(scope_key),
+            include=["metadatas"],
+        )
         members: dict[str, int] = {}
         for meta in found["metadatas"]:
-            if meta[codec.KIND] == codec.KIND_SCOPE_HEAD:
-                version = str(meta[codec.SCOPE_VERSION])
-            else:
-                members.update(codec.decode_bucket(meta))
-        return version, members
+            members.update(codec.decode_bucket(meta))
+        return members
 
     async def _scope_vectors(
         self, memories: Any, aux: Any, scope_key: str, verified: bool
     ) -> _ScopeVectors:
         """The ids, vectors and expiries of a scope's memories, from the cache if still current.
 
-        The index and its version are read together, the vectors after: they are at least as
-        new as the version they are cached under, and any later write changes it. `verified`
+        The version is read first, then the index and the vectors: they are at least as new as
+        the version they are cached under, and any later write changes it. `verified`
         reads only rows whose own scope is `scope_key` (slower: a `where` on every call).
         """
         key = (str(memories.id), scope_key)
-        version, members = await self._scope_index(aux, scope_key)
+        version = await self._scope_head(aux, scope_key)
         cached = None if verified else self._vectors.get(key, version)
         if cached is not None:
             return cached
+        members = await self._scope_members(aux, scope_key)
         scoped = {codec.SCOPE_KEY: scope_key}
         if len(members) > _WHOLE_SCOPE_READ:
             # Thousands of ids bind as many SQLite variables per call; one scan is cheaper.

@@ -186,7 +186,7 @@ async def test_a_sweep_drops_expired_memories_from_their_scope(store: ChromaMemo
     version = await store.scope_version(BANK, KEY)
     assert await store.sweep_expired(BANK, NOW) == 1
     assert await store.scope_version(BANK, KEY) != version
-    _version, members = await store._scope_index(
+    members = await store._scope_members(
         await store._collection(store._name(BANK, _store._AUX)), KEY
     )
     assert set(members) == {"kept"}
