@@ -16,8 +16,9 @@ the buckets it changes of each scope it touches, computed under the bank's journ
 rows as stored; they are aux rows of the batch, so they are journaled and replayed with its
 revisions and can never miss a committed memory. An id listed whose memory is gone is harmless.
 
-Search. `nearest` reads the scope's version (its head row), then, unless its vectors are cached
-under that version, the index (one `get` of 16 bucket rows) and the vectors of the ids it lists
+Search. `nearest` reads the scope's version (its head row) if its vectors are cached, then,
+unless they are cached under that version, the index (one `get` of 16 bucket rows; with the
+head when nothing is cached) and the vectors of the ids it lists
 (`get` by ids; past `_WHOLE_SCOPE_READ` ids, one `get` on the scope's digest). It ranks them in
 numpy (float32 dot products, then every row that rounding could move into the top k again in
 float64: exact distances, ties by memory id) and reads the k winners whole, checking that each
@@ -332,6 +333,11 @@ class _VectorCache:
         self._entries: OrderedDict[tuple[str, str], _ScopeVectors] = OrderedDict()
         self._bytes = 0
         self._guard = threading.Lock()
+
+    def holds(self, key: tuple[str, str]) -> bool:
+        """Whether some version of the scope is cached (then its version is worth checking)."""
+        with self._guard:
+            return key in self._entries
 
     def get(self, key: tuple[str, str], version: str) -> _ScopeVectors | None:
         """The entry of `key` if it was built from `version` of the scope's index."""
@@ -1450,16 +1456,27 @@ class ChromaMemoryStore(MemoryStore):
 
     async def _scope_members(self, aux: Any, scope_key: str) -> dict[str, int]:
         """The `{memory id: live_us}` the scope's index lists, in one read of its buckets."""
+        return (await self._scope_index(aux, scope_key, head=False))[1]
+
+    async def _scope_index(
+        self, aux: Any, scope_key: str, *, head: bool = True
+    ) -> tuple[str, dict[str, int]]:
+        """A scope's version (with `head`, else "") and the `{memory id: live_us}` it lists."""
+        ids = codec.bucket_ids(scope_key)
         found = await self._call(
             "read a scope's index",
             aux.get,
-            ids=codec.bucket_ids(scope_key),
+            ids=[codec.scope_head_id(scope_key), *ids] if head else ids,
             include=["metadatas"],
         )
+        version = ""
         members: dict[str, int] = {}
         for meta in found["metadatas"]:
-            members.update(codec.decode_bucket(meta))
-        return members
+            if meta[codec.KIND] == codec.KIND_SCOPE_HEAD:
+                version = str(meta[codec.SCOPE_VERSION])
+            else:
+                members.update(codec.decode_bucket(meta))
+        return version, members
 
     async def _scope_vectors(
         self, memories: Any, aux: Any, scope_key: str, verified: bool
@@ -1471,11 +1488,14 @@ class ChromaMemoryStore(MemoryStore):
         reads only rows whose own scope is `scope_key` (slower: a `where` on every call).
         """
         key = (str(memories.id), scope_key)
-        version = await self._scope_head(aux, scope_key)
-        cached = None if verified else self._vectors.get(key, version)
-        if cached is not None:
-            return cached
-        members = await self._scope_members(aux, scope_key)
+        if self._vectors.holds(key) and not verified:
+            version = await self._scope_head(aux, scope_key)
+            cached = self._vectors.get(key, version)
+            if cached is not None:
+                return cached
+            members = await self._scope_members(aux, scope_key)
+        else:  # nothing cached to check: the version and the index in one read
+            version, members = await self._scope_index(aux, scope_key)
         scoped = {codec.SCOPE_KEY: scope_key}
         if len(members) > _WHOLE_SCOPE_READ:
             # Thousands of ids bind as many SQLite variables per call; one scan is cheaper.
