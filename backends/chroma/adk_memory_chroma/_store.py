@@ -310,17 +310,18 @@ class _ScopeVectors:
         Candidates come from float32 dot products (`|m|^2 - 2 m.v + |v|^2`); every row that
         float32 rounding could move into the top k is ranked again in float64.
         """
-        rows = np.flatnonzero(allowed)
-        if rows.size == 0:
+        count = int(np.count_nonzero(allowed))
+        if count == 0:
             return []
-        probe = vector.astype(np.float32)
-        approx = self.squared_norms[rows] - 2.0 * (self.matrix[rows] @ probe) + vector @ vector
-        kth = float(np.partition(approx, min(k, rows.size) - 1)[min(k, rows.size) - 1])
-        candidates = rows[approx <= kth + _RERANK_MARGIN * max(1.0, abs(kth))]
+        # The whole matrix at once: selecting the allowed rows first would copy it.
+        approx = self.squared_norms - 2.0 * (self.matrix @ vector.astype(np.float32))
+        approx = np.where(allowed, approx + vector @ vector, np.inf)
+        kth = float(np.partition(approx, min(k, count) - 1)[min(k, count) - 1])
+        candidates = np.flatnonzero(approx <= kth + _RERANK_MARGIN * max(1.0, abs(kth)))
         exact = np.linalg.norm(self.matrix[candidates].astype(np.float64) - vector, axis=1)
         order = sorted(
             zip(exact.tolist(), candidates.tolist(), strict=True),
-            key=lambda p: (p[0], self.ids[p[1]]),
+            key=lambda pair: (pair[0], self.ids[pair[1]]),
         )
         return [self.ids[row] for _distance, row in order[:k]]
 
