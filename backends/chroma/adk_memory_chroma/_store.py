@@ -1526,7 +1526,7 @@ class ChromaMemoryStore(MemoryStore):
         memories: Any,
         scope_key: str,
         vectors: _ScopeVectors,
-        pushed: Mapping[str, Any],
+        pushed: dict[str, Any],
     ) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """Which of `vectors`' rows the pushed filter keeps, asked of Chroma (ids only).
 
