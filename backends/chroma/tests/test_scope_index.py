@@ -210,7 +210,7 @@ def write_layout_1(path: Path, records: list[Any]) -> None:
         f"adkmem.{BANK}.aux", configuration={"hnsw": {"space": "l2"}}
     )
 
-    def put(collection: Collection, rows: list[codec.Row]) -> None:
+    def put(collection: Any, rows: list[codec.Row]) -> None:
         documents = [row[2] for row in rows]
         collection.upsert(
             ids=[row[0] for row in rows],
