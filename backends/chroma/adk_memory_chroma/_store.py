@@ -283,6 +283,8 @@ class _ScopeVectors:
     matrix: np.ndarray[Any, np.dtype[np.float32]]
     squared_norms: np.ndarray[Any, np.dtype[np.float64]]
     live_us: np.ndarray[Any, np.dtype[np.int64]]
+    nbytes: int
+    """About what the entry holds in memory (the vectors, norms, expiries and ids)."""
 
     @classmethod
     def build(
@@ -296,11 +298,8 @@ class _ScopeVectors:
         matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(ids), -1 if ids else 0)
         squared = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
         expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
-        return cls(key, version, ids, matrix, squared, expiries)
-
-    @property
-    def nbytes(self) -> int:
-        return self.matrix.nbytes + 16 * len(self.ids) + sum(64 + len(i) for i in self.ids)
+        size = matrix.nbytes + 16 * len(ids) + sum(64 + len(memory_id) for memory_id in ids)
+        return cls(key, version, ids, matrix, squared, expiries, size)
 
     def nearest(
         self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
