@@ -57,18 +57,14 @@ class ChromaStoreConfig(BaseModel):
     """Start of every collection name this store creates (`<prefix>.banks`,
     `<prefix>.<bank>.mem`, `<prefix>.<bank>.aux`); stores with different prefixes share a Chroma
     without seeing each other. Letters, digits, `_` and `-`, starting with a letter or digit."""
-    overfetch: int = Field(default=4, ge=1)
-    """`nearest` asks Chroma for at least `k * overfetch` candidates and re-ranks them exactly."""
-    overfetch_min: int = Field(default=32, ge=0)
-    """`nearest` asks Chroma for at least `k + overfetch_min` candidates."""
-    exact_limit: int = Field(default=2000, ge=0)
-    """`nearest` asks Chroma for at least this many candidates: a scope with fewer matching
-    memories is ranked exhaustively; a larger one gets the HNSW index's best `exact_limit`,
-    re-ranked exactly. Larger is safer and slower."""
+    vector_cache_mb: float = Field(default=256.0, ge=0)
+    """Memory for the vectors of recently searched scopes, per store (least recently used
+    scopes are dropped first; a scope larger than all of it is never kept). Each entry is
+    checked against the scope's version before use, so it is never stale; 0 turns it off."""
     hnsw_ef_construction: int = Field(default=100, ge=1)
     """HNSW `ef_construction` of new memory collections (build quality)."""
     hnsw_ef_search: int = Field(default=100, ge=1)
-    """HNSW `ef_search` of new memory collections (query breadth)."""
+    """HNSW `ef_search` of new memory collections (searches are exact and do not use it)."""
     hnsw_max_neighbors: int = Field(default=16, ge=2)
     """HNSW `max_neighbors` (M) of new memory collections."""
     lock_url: str | None = None

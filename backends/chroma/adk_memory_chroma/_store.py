@@ -2,21 +2,43 @@
 
 Layout. Per bank, `<prefix>.<bank>.mem` holds the memories (L2 space set explicitly, vectors
 always passed in: no Chroma embedding function) and `<prefix>.<bank>.aux` holds its revisions,
-operations and engine documents; `<prefix>.banks` is the registry of banks. `_codec` documents
-the fields of each row. A scope is only ever matched by `$eq` on its digest; expiry is a
-`live_us > now` clause in every read, and `sweep_expired` deletes what has expired (Chroma has no
+operations, engine documents and the scope index; `<prefix>.banks` is the registry of banks.
+`_codec` documents the fields of each row. A scope is only ever matched by `$eq` on its digest;
+expiry is checked in every read, and `sweep_expired` deletes what has expired (Chroma has no
 TTL).
 
-Exact search. Chroma's HNSW index is approximate and reports squared float32 distances.
-`nearest` asks Chroma for the `n = max(exact_limit, k * overfetch, k + overfetch_min)` best rows
-within the `where` clause (scope digest, expiry, pushed filter), ids and distances only. When
-fewer than `n` rows come back, they are every row that matches, so the ranking is exhaustive;
-otherwise they are the index's best `n`, which for `n` far above `k` contain the true top `k` in
-practice (with the default `exact_limit` of 2,000 and `k` at most 100). The rows whose reported
-distance is within float32 rounding of the k-th are then read with their vectors and re-ranked
-with numpy: the distance returned is the true Euclidean one and ties break by memory id. Loading
-every vector of a scope into Python instead was measured slower (about 80 ms for 1,000
-384-dimensional vectors, against about 10 ms for Chroma's ranking of them).
+The scope index (layout 2, issue 18). Chroma's `where` walks every row of a collection, and its
+filtered HNSW search keeps going until it has `ef` allowed rows, so a search inside one scope
+cost what the whole bank costs (306 ms at 100,000 memories in 100 scopes). Each scope therefore
+has, in aux, a head row holding its version and 16 bucket rows listing its memory ids (by a hash
+of the id) with their expiry (`_codec`, "Scope index rows"). Every batch rewrites the head and
+the buckets it changes of each scope it touches, computed under the bank's journal lock from the
+rows as stored; they are aux rows of the batch, so they are journaled and replayed with its
+revisions and can never miss a committed memory. An id listed whose memory is gone is harmless.
+
+Search. `nearest` reads the scope's version (its head row) if its vectors are cached, then,
+unless they are cached under that version, the index (one `get` of 16 bucket rows; with the
+head when nothing is cached) and the vectors of the ids it lists
+(`get` by ids; past `_WHOLE_SCOPE_READ` ids, one `get` on the scope's digest). It ranks them in
+numpy (float32 dot products, then every row that rounding could move into the top k again in
+float64: exact distances, ties by memory id) and reads the k winners whole, checking that each
+is still live and of the scope (else the scope is read again, verifying every row's scope). A
+pushed filter is asked of Chroma as the ids of the scope that match it. The HNSW index is not
+used. The vectors are kept per store in a cache bounded in bytes (`vector_cache_mb`, least
+recently used first) under the scope's version: the index and the vectors are read after the
+version, so they are at least as new as it, and any write to the scope, by any process, changes
+the version. So the cost follows the scope, not the bank: two small reads and the numpy ranking
+when cached, plus the scope's index and vectors when not.
+`scope_version` returns the head's version.
+
+Migration. A bank written before the index (layout 1) has no `j:layout` row in aux. Before its
+first use (`_recover`) or write (`_replay`), under the journal lock, a store completes any
+pending journal, then reads every memory row's scope and expiry a page at a time and writes
+every scope's head and buckets, the `j:layout` row last; a crash before that row is written only
+means the build is repeated. Nothing else changes (same collections, rows and journal), so
+an upgrade is in place and automatic; a bank of layout 2 must then not be written by an older
+version (its writes would miss the index): upgrade every process that shares a Chroma server
+together.
 
 Atomicity: a write-ahead journal. Chroma commits each call on its own (one `upsert` or `delete`
 is one SQLite transaction when embedded, one log append on a server), but a batch touches two
@@ -29,15 +51,18 @@ Documents and operations in a batch (`WriteBatch.documents`, `.operations`) are 
 with the revisions: below, "revisions" means all three, and they share the revisions' journal
 entries and replay.
 
-* memories and revisions (every engine write but purges): call 1 upserts the memories together
-  with the bank's journal slot `j:slot` in the memory collection, which holds the revisions and
+Every batch that writes or deletes a memory also has the scope index rows it changes among its
+revisions.
+
+* memories and revisions (every engine write): call 1 upserts the memories together with the
+  bank's journal slot `j:slot` in the memory collection, which holds the revisions and
   deletions; call 2 deletes (if any); call 3 upserts the revisions together with `j:done`, the
   id of the completed batch. Same number of calls as without a journal, and the journal is small
   (no vectors);
-* revisions and deletions without memories: call 1 upserts the revisions with a journal row in
-  aux (holding the deletions); then the deletions; then the journal row is deleted;
-* a batch that one call can hold (only upserts, only deletions, or only revisions) needs no
-  journal;
+* revisions and deletions without memories (purges, sweeps): call 1 upserts the revisions with a
+  journal row in aux (holding the deletions); then the deletions; then the journal row is
+  deleted;
+* a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
   then the batch, then the journal is deleted (the vectors travel twice).
@@ -45,7 +70,9 @@ entries and replay.
 A batch has happened once the call carrying its commit row succeeded. Replay: before its first
 read or write of a bank, and at the start of every `apply`, a store instance reads the slot and
 `j:done` and looks for aux journals (two small reads); a journal not closed is completed (its
-writes repeated) and closed. So after a crash at any step, once the bank is next used, either
+writes repeated) and closed. An embedded process skips the check in `apply` for a bank whose
+last batch in this process completed (`_settled`: the folder is single-process, so no other
+writer can have left a journal). So after a crash at any step, once the bank is next used, either
 none of a batch (crash before its commit row) or all of it is visible, and each memory agrees
 with its latest revision. A failure after the commit row is retried once and otherwise reported
 as `StoreUnavailable` saying that the batch will be completed, never rolled back; a request that
@@ -53,8 +80,9 @@ failed on the way back is checked for its commit row and completed if it is ther
 cancelled after the commit row waits for the end of the batch (the calls run in threads that
 cannot be stopped half-way anyway).
 
-Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads and one extra row in
-each of the two writes; +8 to 10% on batches of 100 to 200 memories with revisions, nothing
+Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads (skipped when
+settled), the reads of the touched memories and index buckets, and a few extra rows in each of
+the two writes; +8 to 10% on batches of 100 to 200 memories with revisions, nothing
 measurable at 1,000. A one-memory write is dominated by the disk syncs of Chroma's commits
 (two SQLite transactions per call): embedded folders are switched to SQLite's write-ahead log
 (`_folder`), which cut one upsert from 15-30 ms to 3-8 ms on this project's machines.
@@ -105,6 +133,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -199,6 +228,9 @@ _JOURNAL_WAIT_SECONDS = 120.0
 _RERANK_MARGIN = 1e-3
 """Relative slack on the k-th squared distance Chroma reports, above float32 rounding error."""
 _IN_CHUNK = 1000
+_WHOLE_SCOPE_READ = 4 * _IN_CHUNK
+"""A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
+of the collection) rather than by ids in `_IN_CHUNK` calls."""
 """Distinct ids per `$in` list. Chroma documents no bound, but the embedded store binds one SQLite
 variable per value and fails past SQLite's limit (32766) with 'too many SQL variables'."""
 
@@ -246,6 +278,113 @@ class _BankRows:
             self._rows.clear()
 
 
+@dataclass(frozen=True, slots=True)
+class _BankState:
+    """What `_recover` and `_replay` look for before using a bank."""
+
+    journals: list[tuple[str, Any, str, Mapping[str, Any]]]
+    """Journals not yet closed, oldest first: (batch id, home, commit row id, its metadata)."""
+    indexed: bool
+    """The bank has its complete scope index (`j:layout`); else it is built first."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ScopeVectors:
+    """A scope's memories as of one version of its index: ids, float32 vectors, expiries."""
+
+    key: tuple[str, str]
+    """(memory collection id, scope digest)."""
+    version: str
+    ids: list[str]
+    matrix: np.ndarray[Any, np.dtype[np.float32]]
+    squared_norms: np.ndarray[Any, np.dtype[np.float64]]
+    live_us: np.ndarray[Any, np.dtype[np.int64]]
+    nbytes: int
+    """About what the entry holds in memory (the vectors, norms, expiries and ids)."""
+
+    @classmethod
+    def build(
+        cls,
+        key: tuple[str, str],
+        version: str,
+        ids: list[str],
+        embeddings: list[Any],
+        live_us: Mapping[str, int],
+    ) -> _ScopeVectors:
+        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(ids), -1 if ids else 0)
+        squared = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
+        expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
+        size = matrix.nbytes + 16 * len(ids) + sum(64 + len(memory_id) for memory_id in ids)
+        return cls(key, version, ids, matrix, squared, expiries, size)
+
+    def nearest(
+        self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
+    ) -> list[str]:
+        """The ids of the `k` allowed rows nearest to `vector`: exact distance, then id.
+
+        Candidates come from float32 dot products (`|m|^2 - 2 m.v + |v|^2`); every row that
+        float32 rounding could move into the top k is ranked again in float64.
+        """
+        count = int(np.count_nonzero(allowed))
+        if count == 0:
+            return []
+        # The whole matrix at once: selecting the allowed rows first would copy it.
+        approx = self.squared_norms - 2.0 * (self.matrix @ vector.astype(np.float32))
+        approx = np.where(allowed, approx + vector @ vector, np.inf)
+        kth = float(np.partition(approx, min(k, count) - 1)[min(k, count) - 1])
+        candidates = np.flatnonzero(approx <= kth + _RERANK_MARGIN * max(1.0, abs(kth)))
+        exact = np.linalg.norm(self.matrix[candidates].astype(np.float64) - vector, axis=1)
+        order = sorted(
+            zip(exact.tolist(), candidates.tolist(), strict=True),
+            key=lambda pair: (pair[0], self.ids[pair[1]]),
+        )
+        return [self.ids[row] for _distance, row in order[:k]]
+
+
+class _VectorCache:
+    """Recently searched scopes' `_ScopeVectors`, least recently used dropped beyond a budget."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], _ScopeVectors] = OrderedDict()
+        self._bytes = 0
+        self._guard = threading.Lock()
+
+    def holds(self, key: tuple[str, str]) -> bool:
+        """Whether some version of the scope is cached (then its version is worth checking)."""
+        with self._guard:
+            return key in self._entries
+
+    def get(self, key: tuple[str, str], version: str) -> _ScopeVectors | None:
+        """The entry of `key` if it was built from `version` of the scope's index."""
+        with self._guard:
+            entry = self._entries.get(key)
+            if entry is None or entry.version != version:
+                return None
+            self._entries.move_to_end(key)
+            return entry
+
+    def put(self, entry: _ScopeVectors) -> None:
+        size = entry.nbytes
+        with self._guard:
+            self._remove(entry.key)
+            if size > self._max_bytes:
+                return
+            self._entries[entry.key] = entry
+            self._bytes += size
+            while self._bytes > self._max_bytes:
+                self._remove(next(iter(self._entries)))
+
+    def drop(self, key: tuple[str, str]) -> None:
+        with self._guard:
+            self._remove(key)
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.nbytes
+
+
 class _Gone(Exception):
     """A collection this store had cached (or expected) no longer exists in Chroma."""
 
@@ -265,6 +404,20 @@ class _Plan:
     revision_rows: list[codec.Row]
     deletes: list[str]
     """What remains to write after `first`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """One batch as rows, before the scope index rows that `_write_changes` adds."""
+
+    memory_rows: list[codec.Row]
+    revision_rows: list[codec.Row]
+    """Revisions, documents and operations: every aux row of the batch."""
+    deletes: list[str]
+    batch: WriteBatch
+    """For its inserts, expectations and fences."""
+    expired_at: int | None = None
+    """A sweep: delete only those of `deletes` whose `live_us` is at most this."""
 
 
 class ChromaMemoryStore(MemoryStore):
@@ -334,6 +487,12 @@ class ChromaMemoryStore(MemoryStore):
         """Gives back this process's lock on the embedded directory (`_folder`), once."""
         self._bank_rows: _BankRows | None = None
         """The registry rows cached for an embedded directory this process holds, else None."""
+        self._vectors = _VectorCache(int(self._config.vector_cache_mb * 2**20))
+        self._settled: set[str] | None = None
+        """Embedded only, shared by this process's stores on the directory: the banks with no
+        journal pending and a complete index, so that `apply` skips its replay check. A bank
+        leaves it when a batch starts committing and returns once the batch is complete; a
+        batch cut short (an error, a crash that left the process alive) keeps it out."""
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -388,11 +547,9 @@ class ChromaMemoryStore(MemoryStore):
                         _folder.release(folder)
                         raise
                     self._folder_release = weakref.finalize(self, _folder.release, folder)
-                    self._bank_rows = _folder.shared(
-                        folder,
-                        ("banks", config.tenant, config.database, config.collection_prefix),
-                        _BankRows,
-                    )
+                    namespace = (config.tenant, config.database, config.collection_prefix)
+                    self._bank_rows = _folder.shared(folder, ("banks", *namespace), _BankRows)
+                    self._settled = _folder.shared(folder, ("settled", *namespace), set)
                 else:
                     logger.debug("connecting to %s", config.location)
                     self._client = chromadb.HttpClient(
@@ -545,6 +702,7 @@ class ChromaMemoryStore(MemoryStore):
             self._collections.pop(self._name(bank_id, kind), None)
         self._dimensions.pop(bank_id, None)
         self._recovered.discard(bank_id)
+        self._settle(bank_id, False)
 
     async def _limits(self) -> tuple[int, int | None]:
         """Rows and (for a server) estimated bytes one write request may carry."""
@@ -623,7 +781,8 @@ class ChromaMemoryStore(MemoryStore):
             await self._drop_bank_collections(bank.bank_id)  # finish a crashed delete
         self._forget(bank.bank_id)
         await self._collection(self._name(bank.bank_id, _MEM), create=True, memories=True)
-        await self._collection(self._name(bank.bank_id, _AUX), create=True)
+        aux = await self._collection(self._name(bank.bank_id, _AUX), create=True)
+        await self._write("mark a bank indexed", aux, [codec.layout_row()])
         with _encoding("the bank config"):
             row = codec.bank_row(bank)
         await self._put_bank_row("register a bank", row)
@@ -781,27 +940,129 @@ class ChromaMemoryStore(MemoryStore):
         if not (memory_rows or revision_rows or deletes):
             await self._on_bank(bank_id, _MEM, _noop)  # NotFound without the bank
             return
-        plan = await self._plan(memory_rows, revision_rows, deletes)
+        changes = _Changes(memory_rows, revision_rows, deletes, batch)
+        await self._on_bank(
+            bank_id, _MEM, lambda memories: self._write_changes(bank_id, memories, changes),
+            recover=False,
+        )  # fmt: skip
 
-        async def work(memories: Any) -> None:
-            async with self._journal_lock(bank_id):
-                aux = await self._collection(self._name(bank_id, _AUX))
+    async def _write_changes(self, bank_id: str, memories: Any, changes: _Changes) -> int:
+        """Checks and writes one batch under the bank's journal lock; returns the deletions.
+
+        The scope index rows of every scope the batch changes are computed here, from the rows
+        as stored once any pending journal is replayed, and join its aux rows.
+        """
+        batch = changes.batch
+        async with self._journal_lock(bank_id):
+            aux = await self._collection(self._name(bank_id, _AUX))
+            if self._settled is None or bank_id not in self._settled:
                 await self._replay(bank_id, memories, aux)
-                if batch.inserts:
-                    await self._check_inserts(memories, batch.inserts)
-                if batch.expect:
-                    await self._check_expectations(memories, batch.expect)
-                if dimensions:
-                    memories = await self._check_dimension(
-                        bank_id, memories, next(iter(dimensions))
-                    )
-                for lease in batch.fences:  # the last check: as close to the commit as can be
-                    await lease.verify()
-                # From the first journal row to the journal's removal nothing may stop half-way
-                # in this process: a cancelled caller waits for the end of the batch.
-                await _uncancellable(self._commit(bank_id, memories, aux, plan))
+            if changes.memory_rows:
+                memories = await self._check_dimension(
+                    bank_id, memories, len(changes.memory_rows[0][1])
+                )
+            wanted = [
+                *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
+                *changes.deletes,
+                *(expected.memory_id for expected in batch.expect),
+            ]
+            stored = await self._read_metadata(memories, wanted)
+            if batch.inserts:
+                _check_inserts(stored, batch.inserts)
+            if batch.expect:
+                _check_expectations(stored, batch.expect)
+            deletes = changes.deletes
+            if changes.expired_at is not None:  # a sweep: only what is (still) expired
+                deletes = [
+                    memory_id
+                    for memory_id in deletes
+                    if memory_id in stored
+                    and int(stored[memory_id][codec.LIVE_US]) <= changes.expired_at
+                ]
+            index = await self._index_rows(aux, stored, changes.memory_rows, deletes)
+            for lease in batch.fences:  # the last check: as close to the commit as can be
+                await lease.verify()
+            plan = await self._plan(changes.memory_rows, [*changes.revision_rows, *index], deletes)
+            # From the first journal row to the journal's removal nothing may stop half-way
+            # in this process: a cancelled caller waits for the end of the batch.
+            self._settle(bank_id, False)
+            await _uncancellable(self._commit(bank_id, memories, aux, plan))
+            self._settle(bank_id, True)
+            return len(deletes)
 
-        await self._on_bank(bank_id, _MEM, work, recover=False)
+    def _settle(self, bank_id: str, settled: bool) -> None:
+        """Records whether the bank is known to have no pending journal (embedded only)."""
+        if self._settled is not None:
+            if settled:
+                self._settled.add(bank_id)
+            else:
+                self._settled.discard(bank_id)
+
+    async def _read_metadata(self, collection: Any, ids: Sequence[str]) -> dict[str, Any]:
+        """The metadata of the rows among `ids` that exist, by id (`_IN_CHUNK` ids a call)."""
+        unique = list(dict.fromkeys(ids))
+        stored: dict[str, Any] = {}
+        for start in range(0, len(unique), _IN_CHUNK):
+            found = await self._call(
+                "read the rows a write changes",
+                collection.get,
+                ids=unique[start : start + _IN_CHUNK],
+                include=["metadatas"],
+            )
+            stored.update(zip(found["ids"], found["metadatas"], strict=True))
+        return stored
+
+    async def _index_rows(
+        self,
+        aux: Any,
+        stored: Mapping[str, Any],
+        memory_rows: Sequence[codec.Row],
+        deletes: Sequence[str],
+    ) -> list[codec.Row]:
+        """The scope index rows after a batch: a new version and the changed buckets per scope.
+
+        `stored` holds the memory rows the batch touches as they are now. A memory leaves the
+        index of the scope it was in when it is deleted or moves to another scope, and enters
+        (or updates its expiry in) its new one.
+        """
+        changes: dict[str, dict[int, dict[str, int | None]]] = {}
+
+        def note(scope_key: str, memory_id: str, live_us: int | None) -> None:
+            bucket = changes.setdefault(scope_key, {}).setdefault(codec.scope_bucket(memory_id), {})
+            bucket[memory_id] = live_us
+
+        for memory_id in deletes:
+            if memory_id in stored:
+                note(str(stored[memory_id][codec.SCOPE_KEY]), memory_id, None)
+        for memory_id, _vector, _fact, meta in memory_rows:
+            scope_key = str(meta[codec.SCOPE_KEY])
+            before = stored.get(memory_id)
+            if before is not None and before[codec.SCOPE_KEY] != scope_key:
+                note(str(before[codec.SCOPE_KEY]), memory_id, None)
+            note(scope_key, memory_id, int(meta[codec.LIVE_US]))
+        buckets = await self._read_metadata(
+            aux,
+            [
+                codec.scope_bucket_id(scope_key, bucket)
+                for scope_key, updates in changes.items()
+                for bucket in updates
+            ],
+        )
+        version = _batch_id()
+        rows: list[codec.Row] = []
+        for scope_key, updates in changes.items():
+            contents: dict[int, dict[str, int]] = {}
+            for bucket, members_changed in updates.items():
+                row = buckets.get(codec.scope_bucket_id(scope_key, bucket))
+                members = {} if row is None else codec.decode_bucket(row)
+                for memory_id, live_us in members_changed.items():
+                    if live_us is None:
+                        members.pop(memory_id, None)
+                    else:
+                        members[memory_id] = live_us
+                contents[bucket] = members
+            rows += codec.index_rows(scope_key, version, contents)
+        return rows
 
     async def _plan(
         self, memory_rows: list[codec.Row], revision_rows: list[codec.Row], deletes: list[str]
@@ -987,50 +1248,57 @@ class ChromaMemoryStore(MemoryStore):
                 yield
 
     async def _recover(self, bank_id: str) -> None:
-        """Replays a journal left by a crashed writer, once per bank and store instance.
+        """Replays a journal left by a crashed writer (and indexes an old bank), once per bank.
 
-        The check is two small reads; the journal lock is taken only when a journal is pending.
+        The check is two small reads; the journal lock is taken only when there is work.
         """
         aux = await self._collection(self._name(bank_id, _AUX))
         memories = await self._collection(self._name(bank_id, _MEM))
-        if await self._pending(memories, aux):
+        state = await self._state(memories, aux)
+        if state.journals or not state.indexed:
             async with self._journal_lock(bank_id):
                 await self._replay(bank_id, memories, aux)
         self._recovered.add(bank_id)
 
-    async def _pending(
-        self, memories: Any, aux: Any
-    ) -> list[tuple[str, Any, str, Mapping[str, Any]]]:
-        """Journals not yet closed, oldest first: (batch id, home, commit row id, its metadata)."""
+    async def _state(self, memories: Any, aux: Any) -> _BankState:
+        """Journals not yet closed, oldest first, and whether the scope index is complete."""
         slot = await self._call(
             "look for a batch journal", memories.get, ids=[codec.SLOT_ID], include=["metadatas"]
         )
         marks = await self._call(
             "look for a batch journal",
             aux.get,
-            where={codec.KIND: {"$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE]}},
+            where={
+                codec.KIND: {
+                    "$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE, codec.KIND_LAYOUT]
+                }
+            },
             include=["metadatas"],
         )
         done = None
+        indexed = False
         pending: list[tuple[str, Any, str, Mapping[str, Any]]] = []
         for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
             if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
                 done = meta[codec.JOURNAL_BATCH]
+            elif meta[codec.KIND] == codec.KIND_LAYOUT:
+                indexed = int(meta[codec.SCOPE_VERSION]) >= codec.LAYOUT_VERSION
             else:
                 pending.append((str(meta[codec.JOURNAL_BATCH]), aux, row_id, meta))
         for meta in slot["metadatas"] or []:
             if meta[codec.JOURNAL_BATCH] != done:
                 pending.append((str(meta[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, meta))
-        return sorted(pending, key=lambda item: item[0])
+        return _BankState(sorted(pending, key=lambda item: item[0]), indexed)
 
     async def _replay(self, bank_id: str, memories: Any, aux: Any) -> None:
-        """Completes every journaled batch of the bank that is not closed, and closes it.
+        """Completes the bank's journaled batches not closed; indexes a bank of layout 1.
 
         Called with the journal lock held, so no live writer's journal is ever replayed: what is
         pending belongs to a writer that crashed (or lost Chroma) after writing it. Replaying is
         idempotent, so a crash during a replay only means another replay.
         """
-        for batch_id, home, head_id, head in await self._pending(memories, aux):
+        state = await self._state(memories, aux)
+        for batch_id, home, head_id, head in state.journals:
             count = int(head[codec.JOURNAL_PARTS])
             part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
             chunks: dict[str, str] = {} if count else {head_id: str(head[codec.PAYLOAD])}
@@ -1061,42 +1329,45 @@ class ChromaMemoryStore(MemoryStore):
             slot = home is memories
             ids = [] if slot else [head_id, *part_ids]
             await self._finish(memories, aux, _MEM if slot else _AUX, batch_id, ids, *rows)
+        if not state.indexed:
+            await self._index_bank(bank_id, memories, aux)
         self._recovered.add(bank_id)
+        self._settle(bank_id, True)
 
-    async def _check_inserts(self, memories: Any, inserts: Sequence[MemoryRecord]) -> None:
-        ids = list(dict.fromkeys(record.memory_id for record in inserts))
-        found = await self._call(
-            "check for existing memories", memories.get, ids=ids, include=["metadatas"]
-        )
-        live_until = {
-            memory_id: int(meta[codec.LIVE_US])
-            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
-        }
-        for record in inserts:
-            until = live_until.get(record.memory_id)
-            if until is not None and until > codec.micros(record.create_time):
-                raise AlreadyExists(
-                    f"A memory with id {record.memory_id!r} already exists; nothing in the "
-                    "batch was written. Use another id or update the memory."
-                )
+    async def _index_bank(self, bank_id: str, memories: Any, aux: Any) -> None:
+        """Builds the scope index of a bank written before it existed (journal lock held).
 
-    async def _check_expectations(self, memories: Any, expectations: Sequence[Expectation]) -> None:
-        """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
-        ids = list(dict.fromkeys(expected.memory_id for expected in expectations))
-        found = await self._call(
-            "check memories a write expects", memories.get, ids=ids, include=["metadatas"]
-        )
-        stored = {
-            memory_id: (int(meta[codec.LIVE_US]), int(meta[codec.UPDATE_US]))
-            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True)
-        }
-        live: dict[str, datetime | None] = {}
-        for expected in expectations:
-            until, updated = stored.get(expected.memory_id, (0, 0))
-            alive = expected.memory_id in stored and until > codec.micros(expected.now)
-            at = codec.EPOCH + timedelta(microseconds=updated) if alive else None
-            live[expected.memory_id] = at
-        check_expectations(expectations, live)
+        Reads every memory row's scope and expiry a page at a time, writes each scope's head and
+        buckets, then the `j:layout` mark. A crash before the mark means another full build at
+        the next use, which overwrites what this one wrote (an id listed twice is harmless).
+        """
+        logger.warning("indexing the scopes of bank %s (written by an older version)", bank_id)
+        scopes: dict[str, dict[int, dict[str, int]]] = {}
+        page = await self._batch_size()
+        offset = 0
+        while True:
+            found = await self._call(
+                "read memories to index",
+                memories.get,
+                where={codec.LIVE_US: {"$gte": -codec.NEVER_US}},  # memories only
+                include=["metadatas"],
+                limit=page,
+                offset=offset,
+            )
+            for memory_id, meta in zip(found["ids"], found["metadatas"], strict=True):
+                buckets = scopes.setdefault(str(meta[codec.SCOPE_KEY]), {})
+                members = buckets.setdefault(codec.scope_bucket(memory_id), {})
+                members[memory_id] = int(meta[codec.LIVE_US])
+            if len(found["ids"]) < page:
+                break
+            offset += page
+        version = _batch_id()
+        rows = [
+            row
+            for scope_key, buckets in scopes.items()
+            for row in codec.index_rows(scope_key, version, buckets)
+        ]
+        await self._write("index the scopes of a bank", aux, [*rows, codec.layout_row()])
 
     async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:
         """Refuses vectors whose dimension differs from the bank's memories' (before any write).
@@ -1154,10 +1425,9 @@ class ChromaMemoryStore(MemoryStore):
                 "read memories",
                 memories.get,
                 ids=unique,
-                where={codec.LIVE_US: {"$gt": codec.micros(now)}},
                 include=["metadatas", "documents", "embeddings"],
             )
-            return _decode_rows(found)
+            return _decode_live(found, codec.micros(now))
 
         by_id = {record.memory_id: record for record in await self._on_bank(bank_id, _MEM, work)}
         return [by_id[memory_id] for memory_id in memory_ids if memory_id in by_id]
@@ -1165,62 +1435,154 @@ class ChromaMemoryStore(MemoryStore):
     async def nearest(self, bank_id: str, query: NearestQuery) -> list[ScoredRecord]:
         """Up to `query.k` live memories of one scope by true L2 distance, ties by memory id.
 
-        See the module docstring for the exact and the over-fetching paths.
+        Exact search over the scope's own rows (see the module docstring, "Search").
         """
-        where = all_of(
-            [
-                {codec.SCOPE_KEY: query.scope_key},
-                {codec.LIVE_US: {"$gt": codec.micros(query.now)}},
-                compile_filter(query.filter),
-            ]
-        )
+        pushed = compile_filter(query.filter)
         vector = np.asarray(query.vector, dtype=np.float64)
+        now_us = codec.micros(query.now)
 
         async def work(memories: Any) -> list[ScoredRecord]:
-            if where is False or query.k <= 0:
+            if pushed is False or query.k <= 0:
                 return []
-            config = self._config
-            wanted = max(
-                config.exact_limit, query.k * config.overfetch, query.k + config.overfetch_min
-            )
-            found = await self._call(
-                "query nearest neighbours",
-                memories.query,
-                query_embeddings=[vector.tolist()],
-                n_results=wanted,
-                where=where,
-                include=["distances"],
-            )
-            ids: list[str] = found["ids"][0]
-            if not ids:
-                return []
-            if len(ids) == wanted:
-                logger.debug("nearest: over %d candidates match; ranking the index's best", wanted)
-            # Chroma's squared distances come from float32 arithmetic; every candidate that
-            # float32 rounding could move into the top k is re-ranked exactly (SPEC §3).
-            squared = found["distances"][0]
-            kth = float(squared[min(query.k, len(ids)) - 1])
-            cutoff = kth + _RERANK_MARGIN * max(1.0, kth)
-            candidates = [
-                memory_id for memory_id, sq in zip(ids, squared, strict=True) if sq <= cutoff
-            ]
-            rows = await self._call(
-                "read nearest memories",
-                memories.get,
-                ids=candidates,
-                include=["metadatas", "documents", "embeddings"],
-            )
-            records = _decode_rows(rows)
-            if not records:
-                return []
-            matrix = _matrix([record.embedding for record in records], len(vector))
-            distances = np.linalg.norm(matrix - vector, axis=1).tolist()
-            ranked = sorted(
-                zip(distances, records, strict=True), key=lambda pair: (pair[0], pair[1].memory_id)
-            )
-            return [ScoredRecord(record, distance) for distance, record in ranked[: query.k]]
+            aux = await self._collection(self._name(bank_id, _AUX))
+            for verified in (False, True):
+                vectors = await self._scope_vectors(memories, aux, query.scope_key, verified)
+                if vectors.matrix.shape[0] and vectors.matrix.shape[1] != len(vector):
+                    _matrix([vector], vectors.matrix.shape[1])  # raises InvalidArgument
+                allowed = vectors.live_us > now_us
+                if pushed is not True and allowed.any():
+                    allowed &= await self._matching(memories, query.scope_key, vectors, pushed)
+                best = vectors.nearest(vector, allowed, query.k)
+                if not best:
+                    return []
+                found = await self._call(
+                    "read nearest memories",
+                    memories.get,
+                    ids=best,
+                    include=["metadatas", "documents", "embeddings"],
+                )
+                records = [
+                    record
+                    for record in _decode_live(found, now_us)
+                    if record.scope_key == query.scope_key
+                ]
+                if len(records) == len(best):
+                    return _ranked(records, vector, query.k)
+                # Gone or changed since the index was read (or an index that lists a memory
+                # of another scope): read the scope again, checking each row's scope.
+                self._vectors.drop(vectors.key)
+            return _ranked(records, vector, query.k)
 
         return await self._on_bank(bank_id, _MEM, work)
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
+        """The version token of the scope's index head ("" for a scope never written)."""
+
+        async def work(aux: Any) -> str:
+            return await self._scope_head(aux, scope_key)
+
+        return await self._on_bank(bank_id, _AUX, work)
+
+    async def _scope_head(self, aux: Any, scope_key: str) -> str:
+        """A scope's version ("" for a scope never written)."""
+        found = await self._call(
+            "read a scope's version",
+            aux.get,
+            ids=[codec.scope_head_id(scope_key)],
+            include=["metadatas"],
+        )
+        return str(found["metadatas"][0][codec.SCOPE_VERSION]) if found["ids"] else ""
+
+    async def _scope_members(self, aux: Any, scope_key: str) -> dict[str, int]:
+        """The `{memory id: live_us}` the scope's index lists, in one read of its buckets."""
+        return (await self._scope_index(aux, scope_key, head=False))[1]
+
+    async def _scope_index(
+        self, aux: Any, scope_key: str, *, head: bool = True
+    ) -> tuple[str, dict[str, int]]:
+        """A scope's version (with `head`, else "") and the `{memory id: live_us}` it lists."""
+        ids = codec.bucket_ids(scope_key)
+        found = await self._call(
+            "read a scope's index",
+            aux.get,
+            ids=[codec.scope_head_id(scope_key), *ids] if head else ids,
+            include=["metadatas"],
+        )
+        version = ""
+        members: dict[str, int] = {}
+        for meta in found["metadatas"]:
+            if meta[codec.KIND] == codec.KIND_SCOPE_HEAD:
+                version = str(meta[codec.SCOPE_VERSION])
+            else:
+                members.update(codec.decode_bucket(meta))
+        return version, members
+
+    async def _scope_vectors(
+        self, memories: Any, aux: Any, scope_key: str, verified: bool
+    ) -> _ScopeVectors:
+        """The ids, vectors and expiries of a scope's memories, from the cache if still current.
+
+        The version is read first, then the index and the vectors: they are at least as new as
+        the version they are cached under, and any later write changes it. `verified`
+        reads only rows whose own scope is `scope_key` (slower: a `where` on every call).
+        """
+        key = (str(memories.id), scope_key)
+        if self._vectors.holds(key) and not verified:
+            version = await self._scope_head(aux, scope_key)
+            cached = self._vectors.get(key, version)
+            if cached is not None:
+                return cached
+            members = await self._scope_members(aux, scope_key)
+        else:  # nothing cached to check: the version and the index in one read
+            version, members = await self._scope_index(aux, scope_key)
+        scoped = {codec.SCOPE_KEY: scope_key}
+        if len(members) > _WHOLE_SCOPE_READ:
+            # Thousands of ids bind as many SQLite variables per call; one scan is cheaper.
+            requests: list[dict[str, Any]] = [{"where": scoped}]
+        else:
+            listed = list(members)
+            requests = [
+                {"ids": listed[start : start + _IN_CHUNK]} | ({"where": scoped} if verified else {})
+                for start in range(0, len(listed), _IN_CHUNK)
+            ]
+        ids: list[str] = []
+        embeddings: list[Any] = []
+        for request in requests:
+            found = await self._call(
+                "read a scope's vectors", memories.get, include=["embeddings"], **request
+            )
+            for memory_id, embedding in zip(found["ids"], found["embeddings"], strict=True):
+                if memory_id in members:  # the scope's memories, by the index
+                    ids.append(memory_id)
+                    embeddings.append(embedding)
+        vectors = _ScopeVectors.build(key, version, ids, embeddings, members)
+        self._vectors.put(vectors)
+        return vectors
+
+    async def _matching(
+        self,
+        memories: Any,
+        scope_key: str,
+        vectors: _ScopeVectors,
+        pushed: dict[str, Any],
+    ) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which of `vectors`' rows the pushed filter keeps, asked of Chroma (ids only).
+
+        Expiry is left to the caller: a range on `live_us` makes Chroma walk every row.
+        """
+        where = all_of([{codec.SCOPE_KEY: scope_key}, pushed])
+        kept: set[str] = set()
+        if len(vectors.ids) > _WHOLE_SCOPE_READ:
+            requests: list[dict[str, Any]] = [{"where": where}]
+        else:
+            requests = [
+                {"ids": vectors.ids[start : start + _IN_CHUNK], "where": where}
+                for start in range(0, len(vectors.ids), _IN_CHUNK)
+            ]
+        for request in requests:
+            found = await self._call("filter a scope", memories.get, include=[], **request)
+            kept.update(found["ids"])
+        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
@@ -1335,10 +1697,11 @@ class ChromaMemoryStore(MemoryStore):
                 "read a revision",
                 aux.get,
                 ids=[codec.revision_id(memory_id, revision_id)],
-                where={codec.LIVE_US: {"$gt": codec.micros(now)}},
                 include=["metadatas"],
             )
-            return codec.decode_revision(found["metadatas"][0]) if found["ids"] else None
+            # Expiry checked here: with `ids`, a `where` range makes Chroma walk every row.
+            live = [m for m in found["metadatas"] if m[codec.LIVE_US] > codec.micros(now)]
+            return codec.decode_revision(live[0]) if live else None
 
         return await self._on_bank(bank_id, _AUX, work)
 
@@ -1593,8 +1956,11 @@ class ChromaMemoryStore(MemoryStore):
             found = await self._call(
                 "find expired memories", memories.get, where=expired, include=[]
             )
-            await self._delete_ids("delete expired memories", memories, found["ids"])
-            return len(found["ids"])
+            if not found["ids"]:
+                return 0
+            # Through the journal, so each scope's index drops them in the same commit.
+            changes = _Changes([], [], found["ids"], WriteBatch(), codec.micros(now))
+            return await self._write_changes(bank_id, memories, changes)
 
         async def sweep_revisions(aux: Any) -> int:
             found = await self._call(
@@ -1796,6 +2162,40 @@ def _is_plain_bank_id(bank_id: str) -> bool:
     )
 
 
+def _check_inserts(stored: Mapping[str, Any], inserts: Sequence[MemoryRecord]) -> None:
+    """`AlreadyExists` for an insert whose id is live at its `create_time` (`stored`: metadata)."""
+    for record in inserts:
+        meta = stored.get(record.memory_id)
+        if meta is not None and int(meta[codec.LIVE_US]) > codec.micros(record.create_time):
+            raise AlreadyExists(
+                f"A memory with id {record.memory_id!r} already exists; nothing in the "
+                "batch was written. Use another id or update the memory."
+            )
+
+
+def _check_expectations(stored: Mapping[str, Any], expectations: Sequence[Expectation]) -> None:
+    """`check_expectations` on the memories as stored (journal lock held, journal replayed)."""
+    live: dict[str, datetime | None] = {}
+    for expected in expectations:
+        meta = stored.get(expected.memory_id)
+        alive = meta is not None and int(meta[codec.LIVE_US]) > codec.micros(expected.now)
+        updated = int(meta[codec.UPDATE_US]) if alive and meta is not None else 0
+        live[expected.memory_id] = codec.EPOCH + timedelta(microseconds=updated) if alive else None
+    check_expectations(expectations, live)
+
+
+def _ranked(records: list[MemoryRecord], vector: Any, k: int) -> list[ScoredRecord]:
+    """The `k` records nearest to `vector` by their own embeddings: exact distance, then id."""
+    if not records:
+        return []
+    matrix = _matrix([record.embedding for record in records], len(vector))
+    distances = np.linalg.norm(matrix - vector, axis=1).tolist()
+    ranked = sorted(
+        zip(distances, records, strict=True), key=lambda pair: (pair[0], pair[1].memory_id)
+    )
+    return [ScoredRecord(record, distance) for distance, record in ranked[:k]]
+
+
 def _matrix(embeddings: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     matrix = np.asarray(embeddings, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape[1] != dimension:
@@ -1808,14 +2208,20 @@ def _matrix(embeddings: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.floa
     return matrix
 
 
-def _decode_rows(found: Mapping[str, Any]) -> list[MemoryRecord]:
+def _decode_live(found: Mapping[str, Any], now_us: int) -> list[MemoryRecord]:
+    """The memories of a `get` by ids that are live at `now_us` (journal rows are not).
+
+    Expiry is checked here rather than in a `where`: with `ids`, a range on `live_us` makes
+    Chroma walk every row of the collection (80 ms at 10,000 rows, against 1 ms).
+    """
     embeddings = found.get("embeddings")
     return [
         codec.decode_memory(
             memory_id,
             found["documents"][i],
-            found["metadatas"][i],
+            meta,
             None if embeddings is None else embeddings[i],
         )
-        for i, memory_id in enumerate(found["ids"])
+        for i, (memory_id, meta) in enumerate(zip(found["ids"], found["metadatas"], strict=True))
+        if meta.get(codec.LIVE_US, 0) > now_us
     ]

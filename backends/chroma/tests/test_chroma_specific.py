@@ -19,7 +19,7 @@ from typing import Any
 import chromadb
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig
+from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _store
 from adk_memory_chroma import _codec as codec
 from chromadb.config import Settings
 
@@ -98,10 +98,9 @@ async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
         ("chroma+http://chroma.local", {"port": 8000}),
         ("chroma+https://chroma.example.com", {"port": 443, "ssl": True}),
         (
-            "chroma+http://h:1?overfetch=8&exact_limit=0&hnsw_ef_search=50&tenant=t&database=d",
+            "chroma+http://h:1?vector_cache_mb=8&hnsw_ef_search=50&tenant=t&database=d",
             {
-                "overfetch": 8,
-                "exact_limit": 0,
+                "vector_cache_mb": 8,
                 "hnsw_ef_search": 50,
                 "tenant": "t",
                 "database": "d",
@@ -124,10 +123,10 @@ def test_uri_parses_into_config(uri: str, expected: dict[str, object]) -> None:
         ("redis://localhost", {}, "uri"),
         ("chroma+http://h:1/some/path", {}, "uri"),
         ("chroma:///x?colection_prefix=a", {}, "colection_prefix"),
-        ("chroma:///x?overfetch=lots", {}, "overfetch"),
-        ("chroma:///x?overfetch=0", {}, "overfetch"),
+        ("chroma:///x?vector_cache_mb=lots", {}, "vector_cache_mb"),
+        ("chroma:///x?vector_cache_mb=-1", {}, "vector_cache_mb"),
         ("chroma:///x?collection_prefix=bad.prefix", {}, "collection_prefix"),
-        ("chroma:///x?overfetch=2&overfetch=3", {}, "overfetch"),
+        ("chroma:///x?vector_cache_mb=2&vector_cache_mb=3", {}, "vector_cache_mb"),
         ("chroma:///x?path=/y", {}, "path"),
         ("chroma:///x?lock_url=http://r", {}, "lock_url"),
         ("chroma:///x", {"host": "h"}, "host"),
@@ -142,8 +141,10 @@ def test_bad_uris_are_invalid_argument_naming_the_part(
 
 
 def test_keyword_options_override_uri_parameters() -> None:
-    store = ChromaMemoryStore.from_uri("chroma:///x?overfetch=3&exact_limit=5", overfetch=7)
-    assert (store.config.overfetch, store.config.exact_limit) == (7, 5)
+    store = ChromaMemoryStore.from_uri(
+        "chroma:///x?vector_cache_mb=3&collection_prefix=p", vector_cache_mb=7
+    )
+    assert (store.config.vector_cache_mb, store.config.collection_prefix) == (7, "p")
 
 
 def test_a_store_needs_a_location_or_a_client() -> None:
@@ -390,12 +391,16 @@ async def test_a_bank_changed_by_another_process_after_release_is_read_afresh(
 # Exact search
 
 
-async def test_nearest_equals_brute_force_on_2000_random_vectors(tmp_path: Path) -> None:
-    """Both paths give the exact top 10: every row ranked (default), or the HNSW index's
-    over-fetched best (`exact_limit=0`, so `max(k * overfetch, k + overfetch_min)` candidates)."""
+@pytest.mark.parametrize("whole_scope_read", [_store._WHOLE_SCOPE_READ, 100])
+async def test_nearest_equals_brute_force_on_2000_random_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole_scope_read: int
+) -> None:
+    """Every path gives the exact top 10: vectors cached or read per query (`vector_cache_mb=0`),
+    the scope read by ids or, past `_WHOLE_SCOPE_READ` memories, by its digest."""
+    monkeypatch.setattr(_store, "_WHOLE_SCOPE_READ", whole_scope_read)
     uri = f"chroma://{tmp_path / 'db'}"
     exhaustive = ChromaMemoryStore.from_uri(uri)
-    overfetching = ChromaMemoryStore.from_uri(uri, exact_limit=0)
+    overfetching = ChromaMemoryStore.from_uri(uri, vector_cache_mb=0)
     rng = np.random.default_rng(11)
     dim, count, scope = 16, 2000, {"user_id": "u"}
     vectors = unit_vectors(rng, count, dim)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import chromadb
 import numpy as np
@@ -130,7 +131,8 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Writes]:
 
 
 async def snapshot(store: MemoryStore) -> dict[str, Any]:
-    """Everything a reader can see of the bank: memories, their vectors and revisions."""
+    """Everything a reader can see of the bank: memories, their vectors, the scope's search
+    (so its index) and revisions."""
     memories = await store.scan(BANK, ScanQuery(NOW))
     vectors = {r.memory_id: r.embedding for r in await store.get_memories(BANK, IDS, NOW)}
     revisions = {
@@ -140,8 +142,11 @@ async def snapshot(store: MemoryStore) -> dict[str, Any]:
         ]
         for memory_id in IDS
     }
+    probe = tuple(float(v) for v in np.full(8, 8**-0.5))
+    nearest = await store.nearest(BANK, NearestQuery(KEY, probe, 10, NOW))
     return {
         "memories": [(r.memory_id, r.fact, r.update_time.isoformat()) for r in memories],
+        "nearest": [(hit.record.memory_id, round(hit.distance, 9)) for hit in nearest],
         "vectors": {key: [float(v) for v in value] for key, value in vectors.items()},
         "revisions": revisions,
         "documents": await store.list_documents(BANK, "stream"),
@@ -173,7 +178,7 @@ async def assert_no_journal_pending(path: Path) -> None:
     try:
         memories = await store._collection(store._name(BANK, _store._MEM))
         aux = await store._collection(store._name(BANK, _store._AUX))
-        assert await store._pending(memories, aux) == []
+        assert (await store._state(memories, aux)).journals == []
     finally:
         await store.aclose()
 
@@ -394,16 +399,21 @@ async def test_a_cancelled_apply_finishes_its_batch_before_raising(
 
 
 async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writes) -> None:
-    """A batch that one Chroma call can hold is atomic without a journal."""
+    """A batch that one Chroma call can hold is atomic without a journal: only revisions. A
+    memory's write also changes its scope's index (aux rows), so it is journaled; the index rows
+    travel with the revisions (and, for deletions, with the aux journal's commit row)."""
     store = await prepared(tmp_path)
-    for batch in (
-        WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)),
-        WriteBatch(deletes=("b",)),
-        WriteBatch(revisions=(revision("a", "r9"),)),
-    ):
-        writes.log.clear()
-        await store.apply(BANK, batch)
-        assert len(writes.log) == 1 and not _has_commit_row(writes.log[0][2]), writes.log
+    writes.log.clear()
+    await store.apply(BANK, WriteBatch(revisions=(revision("a", "r9"),)))
+    assert len(writes.log) == 1 and not _has_commit_row(writes.log[0][2]), writes.log
+    head = codec.scope_head_id(KEY)
+    writes.log.clear()
+    await store.apply(BANK, WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)))
+    assert [ids for _, _, ids in writes.log] == [["a", codec.SLOT_ID], [head, ANY, codec.DONE_ID]]
+    writes.log.clear()
+    await store.apply(BANK, WriteBatch(deletes=("b",)))
+    assert head in writes.log[writes.commit_index()][2]
+    assert [method for method, _, _ in writes.log] == ["upsert", "delete", "delete"]
     await store.aclose()
 
 
@@ -493,7 +503,7 @@ async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_
         assert await snapshot(store) == await expected(SETUP, GENERATE)
         memories = await store._collection(store._name(BANK, _store._MEM))
         aux = await store._collection(store._name(BANK, _store._AUX))
-        assert await store._pending(memories, aux) == []
+        assert (await store._state(memories, aux)).journals == []
     finally:
         await store.drop_all()
         await store.aclose()
@@ -508,7 +518,7 @@ async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collectio
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     records = [memory(f"m{i:03d}", tuple(vectors[i].tolist())) for i in range(300)]
     exhaustive = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
-    overfetching = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}", exact_limit=0)
+    overfetching = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}", vector_cache_mb=0)
     await exhaustive.create_bank(bank_record())
     for start in range(0, 300, 50):
         chunk = records[start : start + 50]
