@@ -13,7 +13,7 @@ URIs:
   Chroma server.
 
 Query parameters are the field names of `ChromaStoreConfig` except the location fields, for
-example `chroma:///var/lib/adk-memory?collection_prefix=team-a&overfetch=8`.
+example `chroma:///var/lib/adk-memory?collection_prefix=team-a&vector_cache_mb=64`.
 """
 
 from __future__ import annotations

@@ -191,6 +191,7 @@ from adk_memory.store import (
     check_expectations,
     index_around,
 )
+from adk_memory.vectors import VectorMatrix, exact_distances
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
 from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_from_uri
@@ -225,8 +226,6 @@ _JOURNAL_LEASE_SECONDS = 30.0
 the OS releases a dead holder's)."""
 _JOURNAL_WAIT_SECONDS = 120.0
 """How long a write or a first read waits for another writer of the bank to finish its batch."""
-_RERANK_MARGIN = 1e-3
-"""Relative slack on the k-th squared distance Chroma reports, above float32 rounding error."""
 _IN_CHUNK = 1000
 _WHOLE_SCOPE_READ = 4 * _IN_CHUNK
 """A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
@@ -290,14 +289,12 @@ class _BankState:
 
 @dataclass(frozen=True, slots=True)
 class _ScopeVectors:
-    """A scope's memories as of one version of its index: ids, float32 vectors, expiries."""
+    """A scope's memories as of one version of its index: ids and vectors, expiries."""
 
     key: tuple[str, str]
     """(memory collection id, scope digest)."""
     version: str
-    ids: list[str]
-    matrix: np.ndarray[Any, np.dtype[np.float32]]
-    squared_norms: np.ndarray[Any, np.dtype[np.float64]]
+    vectors: VectorMatrix
     live_us: np.ndarray[Any, np.dtype[np.int64]]
     nbytes: int
     """About what the entry holds in memory (the vectors, norms, expiries and ids)."""
@@ -311,34 +308,21 @@ class _ScopeVectors:
         embeddings: list[Any],
         live_us: Mapping[str, int],
     ) -> _ScopeVectors:
-        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(ids), -1 if ids else 0)
-        squared = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
+        vectors = VectorMatrix.of(ids, embeddings)
         expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
-        size = matrix.nbytes + 16 * len(ids) + sum(64 + len(memory_id) for memory_id in ids)
-        return cls(key, version, ids, matrix, squared, expiries, size)
+        return cls(key, version, vectors, expiries, vectors.nbytes + expiries.nbytes)
+
+    @property
+    def ids(self) -> list[str]:
+        """The memory id of each row."""
+        return list(self.vectors.ids)
 
     def nearest(
         self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
     ) -> list[str]:
-        """The ids of the `k` allowed rows nearest to `vector`: exact distance, then id.
-
-        Candidates come from float32 dot products (`|m|^2 - 2 m.v + |v|^2`); every row that
-        float32 rounding could move into the top k is ranked again in float64.
-        """
-        count = int(np.count_nonzero(allowed))
-        if count == 0:
-            return []
-        # The whole matrix at once: selecting the allowed rows first would copy it.
-        approx = self.squared_norms - 2.0 * (self.matrix @ vector.astype(np.float32))
-        approx = np.where(allowed, approx + vector @ vector, np.inf)
-        kth = float(np.partition(approx, min(k, count) - 1)[min(k, count) - 1])
-        candidates = np.flatnonzero(approx <= kth + _RERANK_MARGIN * max(1.0, abs(kth)))
-        exact = np.linalg.norm(self.matrix[candidates].astype(np.float64) - vector, axis=1)
-        order = sorted(
-            zip(exact.tolist(), candidates.tolist(), strict=True),
-            key=lambda pair: (pair[0], self.ids[pair[1]]),
-        )
-        return [self.ids[row] for _distance, row in order[:k]]
+        """The ids of the `k` allowed rows nearest to `vector`: exact distance, then id."""
+        rows, _ = self.vectors.nearest(vector, allowed, k)
+        return [self.vectors.ids[row] for row in rows]
 
 
 class _VectorCache:
@@ -1447,8 +1431,9 @@ class ChromaMemoryStore(MemoryStore):
             aux = await self._collection(self._name(bank_id, _AUX))
             for verified in (False, True):
                 vectors = await self._scope_vectors(memories, aux, query.scope_key, verified)
-                if vectors.matrix.shape[0] and vectors.matrix.shape[1] != len(vector):
-                    _matrix([vector], vectors.matrix.shape[1])  # raises InvalidArgument
+                dimensions = vectors.vectors.dimensions
+                if vectors.vectors.ids and dimensions != len(vector):
+                    _matrix([vector], dimensions)  # raises InvalidArgument
                 allowed = vectors.live_us > now_us
                 if pushed is not True and allowed.any():
                     allowed &= await self._matching(memories, query.scope_key, vectors, pushed)
@@ -2189,7 +2174,7 @@ def _ranked(records: list[MemoryRecord], vector: Any, k: int) -> list[ScoredReco
     if not records:
         return []
     matrix = _matrix([record.embedding for record in records], len(vector))
-    distances = np.linalg.norm(matrix - vector, axis=1).tolist()
+    distances = exact_distances(matrix, vector).tolist()
     ranked = sorted(
         zip(distances, records, strict=True), key=lambda pair: (pair[0], pair[1].memory_id)
     )
