@@ -7,8 +7,7 @@ times `memories.retrieve(top_k=10)` through the public async client, query by qu
 * `dense`        the dense bank;
 * `hybrid`       the hybrid bank (its scope's BM25 index cached, checked by `scope_version`);
 * `hybrid scan`  the hybrid bank through a store that keeps no scope version, so every query
-                 scans the scope (the path before the cache, and embedded Chroma's on this
-                 branch, whose `scope_version` is not built yet).
+                 scans the scope (the path before the cache).
 
 Queries are embedded by the `hash-384` test embedder (cheap, identical for every path). Prints
 one line per backend and path: p50 / p99 in ms.
@@ -51,8 +50,10 @@ def _stores(backend: str, redis_url: str | None, tmp: str) -> tuple[Any, Any]:
 
         uri = f"{redis_url}?key_prefix=hyb&index_algorithm=FLAT"
         return store_from_uri(uri), _unversioned(RedisMemoryStore).from_uri(uri)
-    store = store_from_uri(f"chroma://{tmp}/chroma")
-    return store, store  # no scope_version on this branch: both scan
+    from adk_memory_chroma import ChromaMemoryStore
+
+    uri = f"chroma://{tmp}/chroma"  # two stores of one process share an embedded folder
+    return store_from_uri(uri), _unversioned(ChromaMemoryStore).from_uri(uri)
 
 
 async def _load(store: Any, bank_id: str, size: int, rng: np.random.Generator) -> None:
