@@ -982,13 +982,15 @@ class ChromaMemoryStore(MemoryStore):
             else:
                 self._settled.discard(bank_id)
 
-    async def _read_metadata(self, collection: Any, ids: Sequence[str]) -> dict[str, Any]:
+    async def _read_metadata(
+        self, collection: Any, ids: Sequence[str], action: str = "read the rows a write changes"
+    ) -> dict[str, Any]:
         """The metadata of the rows among `ids` that exist, by id (`_IN_CHUNK` ids a call)."""
         unique = list(dict.fromkeys(ids))
         stored: dict[str, Any] = {}
         for start in range(0, len(unique), _IN_CHUNK):
             found = await self._call(
-                "read the rows a write changes",
+                action,
                 collection.get,
                 ids=unique[start : start + _IN_CHUNK],
                 include=["metadatas"],
@@ -1286,17 +1288,10 @@ class ChromaMemoryStore(MemoryStore):
             count = int(head[codec.JOURNAL_PARTS])
             part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
             chunks: dict[str, str] = {} if count else {head_id: str(head[codec.PAYLOAD])}
-            size = await self._batch_size()
-            for start in range(0, len(part_ids), size):
-                found = await self._call(
-                    "read a batch journal",
-                    home.get,
-                    ids=part_ids[start : start + size],
-                    include=["metadatas"],
-                )
-                for part_id, meta in zip(found["ids"], found["metadatas"], strict=True):
-                    if meta.get(codec.JOURNAL_BATCH) == batch_id:
-                        chunks[part_id] = str(meta[codec.PAYLOAD])
+            parts = await self._read_metadata(home, part_ids, "read a batch journal")
+            for part_id, meta in parts.items():
+                if meta.get(codec.JOURNAL_BATCH) == batch_id:
+                    chunks[part_id] = str(meta[codec.PAYLOAD])
             if len(chunks) < max(count, 1):  # parts go only after the commit row, once applied
                 logger.warning("removing the rest of the journal of applied batch %s", batch_id)
                 await self._delete_ids("remove a batch journal", home, [head_id, *part_ids])
@@ -1521,18 +1516,9 @@ class ChromaMemoryStore(MemoryStore):
         else:  # nothing cached to check: the version and the index in one read
             version, members = await self._scope_index(aux, scope_key)
         scoped = {codec.SCOPE_KEY: scope_key}
-        if len(members) > _WHOLE_SCOPE_READ:
-            # Thousands of ids bind as many SQLite variables per call; one scan is cheaper.
-            requests: list[dict[str, Any]] = [{"where": scoped}]
-        else:
-            listed = list(members)
-            requests = [
-                {"ids": listed[start : start + _IN_CHUNK]} | ({"where": scoped} if verified else {})
-                for start in range(0, len(listed), _IN_CHUNK)
-            ]
         ids: list[str] = []
         embeddings: list[Any] = []
-        for request in requests:
+        for request in _scope_requests(list(members), scoped, scoped if verified else None):
             found = await self._call(
                 "read a scope's vectors", memories.get, include=["embeddings"], **request
             )
@@ -1557,14 +1543,7 @@ class ChromaMemoryStore(MemoryStore):
         """
         where = all_of([{codec.SCOPE_KEY: scope_key}, pushed])
         kept: set[str] = set()
-        if len(vectors.ids) > _WHOLE_SCOPE_READ:
-            requests: list[dict[str, Any]] = [{"where": where}]
-        else:
-            requests = [
-                {"ids": vectors.ids[start : start + _IN_CHUNK], "where": where}
-                for start in range(0, len(vectors.ids), _IN_CHUNK)
-            ]
-        for request in requests:
+        for request in _scope_requests(vectors.ids, where, where):
             found = await self._call("filter a scope", memories.get, include=[], **request)
             kept.update(found["ids"])
         return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
@@ -2167,6 +2146,23 @@ def _check_expectations(stored: Mapping[str, Any], expectations: Sequence[Expect
         updated = int(meta[codec.UPDATE_US]) if alive and meta is not None else 0
         live[expected.memory_id] = codec.EPOCH + timedelta(microseconds=updated) if alive else None
     check_expectations(expectations, live)
+
+
+def _scope_requests(
+    ids: list[str], scope_where: Compiled, id_where: Compiled | None
+) -> list[dict[str, Any]]:
+    """`get` arguments that read a scope's rows among `ids`.
+
+    By id, `_IN_CHUNK` a call, narrowed by `id_where` when given; for thousands of ids, one
+    `scope_where` scan instead (each id binds a SQLite variable, so the scan is cheaper there).
+    """
+    if len(ids) > _WHOLE_SCOPE_READ:
+        return [{"where": scope_where}]
+    narrowed = {"where": id_where} if id_where is not None else {}
+    return [
+        {"ids": ids[start : start + _IN_CHUNK]} | narrowed
+        for start in range(0, len(ids), _IN_CHUNK)
+    ]
 
 
 def _ranked(records: list[MemoryRecord], vector: Any, k: int) -> list[ScoredRecord]:
