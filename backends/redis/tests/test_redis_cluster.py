@@ -295,6 +295,35 @@ async def _write_until_refused(store: RedisMemoryStore, bank_id: str, acked: lis
         acked.append(memory_id)
 
 
+async def _kill_under_writer(
+    cluster: ValkeyCluster, port: int, store: RedisMemoryStore, bank_id: str
+) -> list[str]:
+    """Kills the node at `port` once 20 writes to the bank were acknowledged; returns those
+    acknowledged before the store refused one."""
+    acked: list[str] = []
+    writer = asyncio.create_task(_write_until_refused(store, bank_id, acked))
+    while len(acked) < 20:
+        await asyncio.sleep(0.01)
+    cluster.kill(port)
+    await asyncio.wait_for(writer, timeout=60)
+    return acked
+
+
+async def _stored_and_revised(
+    store: RedisMemoryStore, bank_id: str, acked: list[str]
+) -> tuple[set[str], set[str]]:
+    """Of the writer's memories (the acknowledged ones and the next, which may have landed),
+    those stored and those with a revision."""
+    tried = [f"w{index}" for index in range(len(acked) + 1)]
+    stored = {record.memory_id for record in await store.get_memories(bank_id, tried, T)}
+    revised = {
+        memory_id
+        for memory_id, revisions in (await store.list_revisions_many(bank_id, tried, T)).items()
+        if revisions
+    }
+    return stored, revised
+
+
 async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
     redis_cluster: ValkeyCluster | None, topology: redis.cluster.RedisCluster
 ) -> None:
@@ -316,12 +345,7 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
     try:
         for bank_id in (doomed, survivor):
             await store.create_bank(bank_record(bank_id))
-        acked: list[str] = []
-        writer = asyncio.create_task(_write_until_refused(store, doomed, acked))
-        while len(acked) < 20:
-            await asyncio.sleep(0.01)
-        redis_cluster.kill(victim_port)
-        await asyncio.wait_for(writer, timeout=60)
+        acked = await _kill_under_writer(redis_cluster, victim_port, store, doomed)
         with pytest.raises(StoreUnavailable):
             await store.get_memories(doomed, ["w0"], T)
         with pytest.raises(StoreUnavailable):
@@ -340,13 +364,7 @@ async def test_a_dead_primary_takes_only_its_banks_and_they_come_back_whole(
         finally:
             await latecomer.aclose()
         redis_cluster.restart(victim_port)
-        tried = [f"w{index}" for index in range(len(acked) + 1)]  # the last one may have landed
-        stored = {record.memory_id for record in await store.get_memories(doomed, tried, T)}
-        revised = {
-            memory_id
-            for memory_id, revisions in (await store.list_revisions_many(doomed, tried, T)).items()
-            if revisions
-        }
+        stored, revised = await _stored_and_revised(store, doomed, acked)
         assert set(acked) <= stored
         assert stored == revised  # a memory and its revision: both or neither
         hits = await store.nearest(doomed, NearestQuery(KEY, unit(0), 1, T))
@@ -384,12 +402,7 @@ async def test_a_primary_with_a_replica_fails_over_and_its_bank_comes_back_whole
         await store.apply(doomed, first)
         victim_client = _node_client(topology, victim)
         assert await asyncio.to_thread(victim_client.execute_command, "WAIT", 1, 5000) == 1
-        acked: list[str] = []
-        writer = asyncio.create_task(_write_until_refused(store, doomed, acked))
-        while len(acked) < 20:
-            await asyncio.sleep(0.01)
-        redis_cluster.kill(victim_port)
-        await asyncio.wait_for(writer, timeout=60)
+        acked = await _kill_under_writer(redis_cluster, victim_port, store, doomed)
         with pytest.raises(StoreUnavailable):
             await store.get_memories(doomed, ["first"], T)
         await store.apply(survivor, WriteBatch(inserts=(memory("alive", unit(0)),)))
@@ -402,13 +415,7 @@ async def test_a_primary_with_a_replica_fails_over_and_its_bank_comes_back_whole
                 assert asyncio.get_running_loop().time() < deadline, "no failover in 30 s"
                 await asyncio.sleep(0.2)
         assert [record.memory_id for record in found] == ["first"]
-        tried = [f"w{index}" for index in range(len(acked) + 1)]
-        stored = {record.memory_id for record in await store.get_memories(doomed, tried, T)}
-        revised = {
-            memory_id
-            for memory_id, revisions in (await store.list_revisions_many(doomed, tried, T)).items()
-            if revisions
-        }
+        stored, revised = await _stored_and_revised(store, doomed, acked)
         assert stored == revised
         await store.apply(doomed, WriteBatch(inserts=(memory("after", unit(5)),)))
         hits = await store.nearest(doomed, NearestQuery(KEY, unit(5), 1, T))
