@@ -285,8 +285,8 @@ async def true_distance(client: AsyncClient, name: str, query: str = "greyhound 
     return float(np.linalg.norm(np.asarray(record.embedding) - vector))
 
 
-class _RacedMemory(ReferenceMemoryStore):
-    """The memory:// store with a write slipped in just before its next `get_memories`."""
+class _Raced:
+    """A store mixin that slips a write in just before the store's next `get_memories`."""
 
     race: Callable[[], Awaitable[None]] | None = None
 
@@ -294,19 +294,15 @@ class _RacedMemory(ReferenceMemoryStore):
         race, self.race = self.race, None
         if race is not None:
             await race()
-        return await super().get_memories(bank_id, memory_ids, now)
+        return await super().get_memories(bank_id, memory_ids, now)  # type: ignore[misc]
 
 
-class _RacedRedis(RedisMemoryStore):
-    """The Redis store with a write slipped in just before its next `get_memories`."""
+class _RacedMemory(_Raced, ReferenceMemoryStore):
+    """The memory:// store, raced."""
 
-    race: Callable[[], Awaitable[None]] | None = None
 
-    async def get_memories(self, bank_id: str, memory_ids: Any, now: datetime) -> Any:
-        race, self.race = self.race, None
-        if race is not None:
-            await race()
-        return await super().get_memories(bank_id, memory_ids, now)
+class _RacedRedis(_Raced, RedisMemoryStore):
+    """The Redis store, raced."""
 
 
 @pytest.fixture(params=["memory", "redis"])
