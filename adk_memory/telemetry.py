@@ -451,6 +451,11 @@ class TracingStore:
             span.set_attribute(RESULTS, removed)
             return removed
 
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """See `MemoryStore.earliest_expiry`."""
+        with self._call("earliest_expiry", bank_id):
+            return await self.inner.earliest_expiry(bank_id)
+
     async def aclose(self) -> None:
         """Closes the wrapped store."""
         await self.inner.aclose()

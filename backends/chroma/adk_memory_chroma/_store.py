@@ -189,6 +189,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_expectations,
+    expiry_around,
     index_around,
 )
 from adk_memory.vectors import VectorMatrix, exact_distances
@@ -872,13 +873,14 @@ class ChromaMemoryStore(MemoryStore):
     # Memories
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """`_apply`, with its documents' due entries written around it (`index_around`)."""
+        """`_apply`, with the due entries of its documents and of the bank's expiry around it.
+
+        See `index_around` and `expiry_around`.
+        """
+        write = functools.partial(self._apply, bank_id, batch)
         if batch.documents:
-            await index_around(
-                self, bank_id, batch.documents, functools.partial(self._apply, bank_id, batch)
-            )
-        else:
-            await self._apply(bank_id, batch)
+            write = functools.partial(index_around, self, bank_id, batch.documents, write)
+        await expiry_around(self, bank_id, batch, write)
 
     async def _apply(self, bank_id: str, batch: WriteBatch) -> None:
         """Applies the whole batch through the journal (see the module docstring).
@@ -1941,6 +1943,27 @@ class ChromaMemoryStore(MemoryStore):
         if removed:
             logger.debug("swept %d expired rows from bank %s", removed, bank_id)
         return removed
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """The earliest expiry among the bank's memories and revisions.
+
+        One `get` of the metadata of the rows with an expiry in each collection.
+        """
+        expiring = {codec.LIVE_US: {"$lt": codec.NEVER_US}}
+        revisions = {"$and": [{codec.KIND: codec.KIND_REVISION}, expiring]}
+        earliest = [
+            await self._on_bank(bank_id, kind, functools.partial(self._earliest_live_us, where))
+            for kind, where in ((_MEM, expiring), (_AUX, revisions))
+        ]
+        found = [live_us for live_us in earliest if live_us is not None]
+        return codec.EPOCH + timedelta(microseconds=min(found)) if found else None
+
+    async def _earliest_live_us(self, where: Mapping[str, Any], collection: Any) -> int | None:
+        """The least `live_us` of the collection's rows matching `where` (None: no such row)."""
+        found = await self._call(
+            "find the earliest expiry", collection.get, where=where, include=["metadatas"]
+        )
+        return min((int(meta[codec.LIVE_US]) for meta in found["metadatas"]), default=None)
 
     async def aclose(self) -> None:
         """Closes the client the store built (never one passed in) and forgets its handles."""

@@ -120,6 +120,7 @@ from adk_memory.store import (
     check_dimensions,
     check_expectations,
     cursor_key,
+    expiry_around,
     index_around,
 )
 from adk_memory_redis._codec import (
@@ -965,10 +966,12 @@ class RedisMemoryStore(MemoryStore):
         The transaction also writes a short-lived marker key. When the connection drops while
         the transaction is in flight, the marker tells whether Redis committed it (then the call
         succeeds) or discarded it (then it raises `StoreUnavailable`, and nothing was written).
-        On a cluster the due entries of its documents are lowered before it and set after it.
+        On a cluster the due entries of its documents are lowered before it and set after it;
+        the bank's expiry entry is lowered before and after it (`expiry_around`).
         """
         write = functools.partial(self._apply_batch, bank_id, batch)
-        await self._index_apart(bank_id, batch.documents, write)
+        indexed = functools.partial(self._index_apart, bank_id, batch.documents, write)
+        await expiry_around(self, bank_id, batch, indexed)
 
     async def _apply_batch(self, bank_id: str, batch: WriteBatch) -> None:
         bank_key = self._bank_key(bank_id)
@@ -1835,6 +1838,32 @@ class RedisMemoryStore(MemoryStore):
         if removed:
             logger.debug("swept %d expired records from bank %s", removed, bank_id)
         return removed
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """The earliest `live_until` of the bank's memories and revisions, in one round trip.
+
+        FT.AGGREGATE MIN over the expiring memories, and the first of each revision expiry set.
+        """
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            pipe.execute_command(
+                "FT.AGGREGATE",
+                bank.index_name,
+                "@live_until:[-inf (+inf]",
+                "LOAD", 1, "@live_until",
+                "GROUPBY", 0, "REDUCE", "MIN", 1, "@live_until", "AS", "earliest",
+                *self._search_args(),
+            )  # fmt: skip
+            for expiry_set in (bank.revision_expiry, bank.revision_expiry_native):
+                pipe.zrange(expiry_set, 0, 0, withscores=True)
+
+        async with self._call("find the earliest expiry") as client:
+            await self._ensure_index(client, await self._bank(client, bank_id))
+            _bank, (aggregate, *firsts) = await self._with_bank(client, bank_id, queue)
+        rows, _warnings = parse_aggregate(aggregate)
+        times = [float(row["earliest"]) for row in rows if row.get("earliest") is not None]
+        times += [float(score) for first in firsts for _member, score in first]
+        return from_us(int(min(times))) if times else None
 
     @staticmethod
     async def _sweep_revisions(
