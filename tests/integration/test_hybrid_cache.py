@@ -80,11 +80,19 @@ async def add(
 
 
 async def search(
-    client: AsyncClient, bank: str, query: str, scope: dict[str, str] = U1, top_k: int = 10
+    client: AsyncClient,
+    bank: str,
+    query: str,
+    scope: dict[str, str] = U1,
+    top_k: int = 10,
+    filter: str | None = None,
 ) -> list[tuple[str, str, float]]:
     """(name, fact, distance) of each hit, best first."""
     pager = await client.memory_banks.memories.retrieve(
-        name=bank, scope=scope, similarity_search_params={"search_query": query, "top_k": top_k}
+        name=bank,
+        scope=scope,
+        similarity_search_params={"search_query": query, "top_k": top_k},
+        config={"filter": filter} if filter else None,
     )
     found = []
     async for hit in pager:
@@ -233,7 +241,8 @@ _WORDS = (
 async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
     seed: int, versioned_and_not: tuple[StoreMaker, StoreMaker]
 ) -> None:
-    """Random facts, writes and clock moves: the cached path ranks exactly as a fresh scan."""
+    """Random facts, writes, clock moves and filters: the cached path (restricted to a filter's
+    matches when there is one) ranks exactly as a fresh scan."""
     rng = random.Random(seed)
     versioned, unversioned = versioned_and_not
     cached = AsyncClient(store=versioned(), embedding_model="hash-64", run_scheduler=False)
@@ -254,10 +263,11 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             if action < 0.5 or not durable:
                 scope = rng.choice([U1, U1, U2])
                 ttl = rng.choice([None, "30s", "300s"])
+                tag = {"metadata": {"tag": {"string_value": rng.choice("ab")}}}
                 if ttl is None:
-                    durable.append(await add(cached, bank, sentence(), scope))
+                    durable.append(await add(cached, bank, sentence(), scope, **tag))
                 else:
-                    await add(cached, bank, sentence(), scope, ttl=ttl)
+                    await add(cached, bank, sentence(), scope, ttl=ttl, **tag)
             elif action < 0.65:
                 await cached.memory_banks.memories.update(
                     name=rng.choice(durable), fact=sentence(), config={"update_mask": "fact"}
@@ -268,12 +278,32 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             else:
                 now[0] += timedelta(seconds=rng.choice([0, 20, 100]))
             query, scope = sentence(), rng.choice([U1, U2])
-            assert await search(cached, bank, query, scope, 5) == await search(
-                scanned, bank, query, scope, 5
-            ), step
+            chosen = _random_filter(rng, now[0])
+            assert await search(cached, bank, query, scope, 5, chosen) == await search(
+                scanned, bank, query, scope, 5, chosen
+            ), (step, chosen)
     finally:
         await cached.aclose()
         await scanned.aclose()
+
+
+def _random_filter(rng: random.Random, now: datetime) -> str | None:
+    """None half the time, else a filter on facts, metadata or expiry (pushed down or not)."""
+    word, other = rng.choice(_WORDS), rng.choice(_WORDS)
+    return rng.choice(
+        [
+            None,
+            None,
+            None,
+            f'fact:"{word}"',
+            f'NOT fact:"{word}"',
+            f'fact:"{word}" OR fact:"{other}"',
+            f'metadata.tag = "{rng.choice("ab")}"',
+            f'metadata.tag = "a" AND NOT fact:"{word}"',
+            f'expire_time > "{(now + timedelta(seconds=100)).isoformat()}"',
+            f'fact=~"{word}|{other}"',
+        ]
+    )
 
 
 async def true_distance(client: AsyncClient, name: str, query: str = "greyhound Biscuit") -> float:

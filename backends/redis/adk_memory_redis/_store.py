@@ -7,7 +7,8 @@ slot and one MULTI/EXEC or script may touch any of them:
 ```
 P:banks                    SET    ids of the banks (for list_banks)
 P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still being removed
-P:due:<kind>               ZSET   "B\x1f<key>" of documents with a due time, scored by it (µs)
+P:due:<kind>               ZSET   "B\x1f<key>" of documents with a due time, scored by it (µs);
+                                  kind `expiry`: "B\x1fbank", the bank's earliest expiry
 {P:B}:bank                 HASH   record (JSON), epoch, dim, algorithm, dtype
 {P:B}:E:idx                       the bank's search index (RediSearch treats its name as a key)
 {P:B}:E:m:<memory>         HASH   a memory, indexed by the search index {P:B}:E:idx
