@@ -316,15 +316,24 @@ async def true_distance(client: AsyncClient, name: str, query: str = "greyhound 
 
 
 class _Raced:
-    """A store mixin that slips a write in just before the store's next `get_memories`."""
+    """A store mixin that slips a write in just before the store's next call of `raced`."""
 
     race: Callable[[], Awaitable[None]] | None = None
+    raced = "get_memories"
+    """`get_memories` or `scan`."""
+
+    async def _run_race(self, method: str) -> None:
+        if self.race is not None and method == self.raced:
+            race, self.race = self.race, None
+            await race()
 
     async def get_memories(self, bank_id: str, memory_ids: Any, now: datetime) -> Any:
-        race, self.race = self.race, None
-        if race is not None:
-            await race()
+        await self._run_race("get_memories")
         return await super().get_memories(bank_id, memory_ids, now)  # type: ignore[misc]
+
+    async def scan(self, bank_id: str, query: Any) -> Any:
+        await self._run_race("scan")
+        return await super().scan(bank_id, query)  # type: ignore[misc]
 
 
 class _RacedMemory(_Raced, ReferenceMemoryStore):
@@ -382,6 +391,39 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
             assert served[target][0] == "I sold my sailing boat."
             assert served[target][1] == pytest.approx(await true_distance(reader, target))
             assert all(fact != FACTS[0] for _, fact, _ in hits)
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def test_a_write_between_the_cached_index_and_a_filters_scan_is_not_missed(
+    raced_and_writer: tuple[StoreMaker, StoreMaker],
+) -> None:
+    """A filtered query restricts the cached index to the ids its filtered scan returns; a
+    memory written just before that scan is not in the index: the query must see the version
+    moved and rank its own index of the scan instead."""
+    raced_maker, writer_maker = raced_and_writer
+    raced = raced_maker()
+    reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
+    writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
+    try:
+        bank = await hybrid_bank(reader, {"mode": "hybrid"})
+        for fact in FACTS + FILLER[:10]:
+            await add(reader, bank, fact, U1)
+        await search(reader, bank, "greyhound Biscuit")  # warm: the scope's index is cached
+        written: list[str] = []
+
+        async def race() -> None:
+            written.append(await add(writer, bank, "Biscuit the greyhound loves the beach.", U1))
+
+        assert isinstance(raced, _RacedMemory | _RacedRedis)
+        raced.race, raced.raced = race, "scan"
+        hits = await search(reader, bank, "greyhound Biscuit", filter='fact:"Biscuit"')
+        assert raced.race is None  # the race ran
+        assert sorted(hit[1] for hit in hits) == sorted(
+            ["Biscuit the greyhound loves the beach.", FACTS[0]]
+        )
+        assert written[0] in [hit[0] for hit in hits]
     finally:
         await reader.aclose()
         await writer.aclose()
