@@ -355,25 +355,31 @@ def raced_and_writer(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreM
     return lambda: _RacedRedis.from_uri(uri), lambda: store_from_uri(uri)
 
 
-@pytest.mark.parametrize("write", ["delete", "update"])
+@pytest.mark.parametrize("write", ["delete", "update", "retag"])
 async def test_a_write_between_the_version_read_and_the_record_read_is_not_served_stale(
     raced_and_writer: tuple[StoreMaker, StoreMaker], write: str
 ) -> None:
-    """The records the cached ranking returns are read last: one rewritten since is caught."""
+    """The records the cached ranking returns are read last: one rewritten since is caught
+    (`retag`: its metadata changed so that the query's filter no longer matches it)."""
     raced_maker, writer_maker = raced_and_writer
+    tagged = 'metadata.tag = "a"' if write == "retag" else None
+    tag = {"metadata": {"tag": {"string_value": "a"}}}
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
     writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
     try:
         bank = await hybrid_bank(reader, {"mode": "hybrid"})
-        target = await add(reader, bank, FACTS[0], U1)
+        target = await add(reader, bank, FACTS[0], U1, **tag)
         for fact in FACTS[1:] + FILLER[:10]:
-            await add(reader, bank, fact, U1)
-        assert (await search(reader, bank, "greyhound Biscuit"))[0][0] == target  # warm
+            await add(reader, bank, fact, U1, **tag)
+        assert (await search(reader, bank, "greyhound Biscuit", filter=tagged))[0][0] == target
 
         async def race() -> None:
             if write == "delete":
                 await writer.memory_banks.memories.delete(name=target)
+            elif write == "retag":
+                retagged = {"metadata": {"tag": {"string_value": "b"}}, "update_mask": "metadata"}
+                await writer.memory_banks.memories.update(name=target, config=retagged)
             else:
                 await writer.memory_banks.memories.update(
                     name=target, fact="I sold my sailing boat.", config={"update_mask": "fact"}
@@ -381,10 +387,10 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
 
         assert isinstance(raced, _RacedMemory | _RacedRedis)
         raced.race = race
-        hits = await search(reader, bank, "greyhound Biscuit")
+        hits = await search(reader, bank, "greyhound Biscuit", filter=tagged)
         assert raced.race is None  # the race ran
         assert len(hits) == 10  # of the 14 (or 15) memories left, none lost
-        if write == "delete":
+        if write in ("delete", "retag"):
             assert target not in [hit[0] for hit in hits]
         else:
             served = {name: (fact, distance) for name, fact, distance in hits}
