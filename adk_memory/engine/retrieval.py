@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -139,7 +139,7 @@ class Retrieval:
         Cost, when the process's cached index of each scope is current (one version read each):
         exact dense ranking over the cached vectors, BM25 over the postings of the query's terms
         (with RM3 feedback, two passes), fusion, and one read of the `top_k` records returned;
-        a filter adds a filtered scan of the scope for the ids it keeps and two version reads.
+        a filter adds the ids it keeps (from the store, else a filtered scan), two version reads.
         Otherwise (a scope written since, a store without versions) one scan of the scope, the
         store's nearest query and one read of the vectors of lexical-only hits.
         """
@@ -219,8 +219,9 @@ class Retrieval:
         """The index of the scope's live memories matching `expr`, at `now`.
 
         The process's cached index (checked by the scope's version, with vectors); with a
-        filter, restricted to the ids of a filtered scan (no tokenizing, no vectors), if the
-        scope's version is the same after that scan (so no write came in between). A store
+        filter, restricted to the ids that match (`_matching_ids`: no records read where the
+        store can say), if the scope's version is the same after that (so no write came in
+        between). A store
         without versions, or a scope written meanwhile: an index of the filtered scan, built for
         this query only.
         """
@@ -242,10 +243,30 @@ class Retrieval:
         if await store.scope_version(bank_id, key) is None:
             return ScopeIndex.of(await scan(False, expr), None, now)
         index = await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
-        matching = await scan(False, expr)
+        matching = await self._matching_ids(bank_id, key, expr, scan)
         if index.version == await store.scope_version(bank_id, key):
-            return index.restricted(record.memory_id for record in matching)
-        return ScopeIndex.of(matching, None, now)  # written meanwhile: this query's own index
+            return index.restricted(matching)
+        return ScopeIndex.of(await scan(False, expr), None, now)  # written meanwhile
+
+    async def _matching_ids(
+        self,
+        bank_id: str,
+        key: ScopeKey,
+        expr: FilterExpr,
+        scan: Callable[[bool, FilterExpr], Awaitable[list[MemoryRecord]]],
+    ) -> frozenset[str]:
+        """Ids of the scope's memories matching `expr` (expired ones possibly included).
+
+        Asked of the store (ids only) when it evaluates the whole filter and can say; else
+        those of a filtered scan.
+        """
+        store = self._context.store
+        pushed, residual = partition(expr, store.capabilities.pushdown)
+        if residual is None and pushed is not None:
+            found = await store.matching_ids(bank_id, key, pushed)
+            if found is not None:
+                return found
+        return frozenset(record.memory_id for record in await scan(False, expr))
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None

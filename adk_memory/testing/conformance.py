@@ -573,7 +573,10 @@ class MemoryStoreConformance:
     async def test_nearest_applies_pushed_filters_before_top_k(
         self, store: MemoryStore, bank: str
     ) -> None:
-        """Each supported filter is applied before the k nearest are taken."""
+        """Each supported filter is applied before the k nearest are taken.
+
+        And by a scan and `matching_ids` of the scope (never another scope's memories).
+        """
         records = (
             memory(
                 "near",
@@ -596,6 +599,14 @@ class MemoryStoreConformance:
                 fact="coffee with milk",
                 metadata={"n": 9.0},
                 create_time=T0 + timedelta(hours=2),
+            ),
+            memory(  # another scope's: matches most filters, never found through KEY
+                "elsewhere",
+                unit(0),
+                scope={"user_id": "u2"},
+                fact="coffee black tea green",
+                topics=(TopicRef(managed="USER_PREFERENCES"), TopicRef(custom="drinks")),
+                metadata={"lang": "en", "n": 5.0, "ok": True, "t": T0 + timedelta(days=1)},
             ),
         )
         await store.apply(bank, WriteBatch(inserts=records))
@@ -643,6 +654,8 @@ class MemoryStoreConformance:
                 ),
             )
             assert [record.memory_id for record in scanned] == expected, expr
+            found = await store.matching_ids(bank, KEY, expr)
+            assert found is None or found == set(expected), expr
         assert tried or not supported
 
     # Scan

@@ -316,14 +316,14 @@ async def true_distance(client: AsyncClient, name: str, query: str = "greyhound 
 
 
 class _Raced:
-    """A store mixin that slips a write in just before the store's next call of `raced`."""
+    """A store mixin that slips a write in just before the store's next call of one of `raced`."""
 
     race: Callable[[], Awaitable[None]] | None = None
-    raced = "get_memories"
-    """`get_memories` or `scan`."""
+    raced: tuple[str, ...] = ("get_memories",)
+    """Of `get_memories`, `scan`, `matching_ids`."""
 
     async def _run_race(self, method: str) -> None:
-        if self.race is not None and method == self.raced:
+        if self.race is not None and method in self.raced:
             race, self.race = self.race, None
             await race()
 
@@ -334,6 +334,10 @@ class _Raced:
     async def scan(self, bank_id: str, query: Any) -> Any:
         await self._run_race("scan")
         return await super().scan(bank_id, query)  # type: ignore[misc]
+
+    async def matching_ids(self, bank_id: str, scope_key: Any, filter: Any) -> Any:
+        await self._run_race("matching_ids")
+        return await super().matching_ids(bank_id, scope_key, filter)  # type: ignore[misc]
 
 
 class _RacedMemory(_Raced, ReferenceMemoryStore):
@@ -405,9 +409,9 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
 async def test_a_write_between_the_cached_index_and_a_filters_scan_is_not_missed(
     raced_and_writer: tuple[StoreMaker, StoreMaker],
 ) -> None:
-    """A filtered query restricts the cached index to the ids its filtered scan returns; a
-    memory written just before that scan is not in the index: the query must see the version
-    moved and rank its own index of the scan instead."""
+    """A filtered query restricts the cached index to the ids that match (asked of the store,
+    or a filtered scan's); a memory written just before that read is not in the index: the
+    query must see the version moved and rank its own index of a scan instead."""
     raced_maker, writer_maker = raced_and_writer
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
@@ -423,7 +427,7 @@ async def test_a_write_between_the_cached_index_and_a_filters_scan_is_not_missed
             written.append(await add(writer, bank, "Biscuit the greyhound loves the beach.", U1))
 
         assert isinstance(raced, _RacedMemory | _RacedRedis)
-        raced.race, raced.raced = race, "scan"
+        raced.race, raced.raced = race, ("scan", "matching_ids")
         hits = await search(reader, bank, "greyhound Biscuit", filter='fact:"Biscuit"')
         assert raced.race is None  # the race ran
         assert sorted(hit[1] for hit in hits) == sorted(

@@ -170,6 +170,7 @@ from adk_memory.errors import (
     ResourceExhausted,
     StoreUnavailable,
 )
+from adk_memory.filters import FilterExpr
 from adk_memory.locks import FileLockProvider, LockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -1543,12 +1544,39 @@ class ChromaMemoryStore(MemoryStore):
 
         Expiry is left to the caller: a range on `live_us` makes Chroma walk every row.
         """
+        kept = await self._matching_ids(memories, scope_key, list(vectors.ids), pushed)
+        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
+
+    async def _matching_ids(
+        self, memories: Any, scope_key: str, ids: list[str], pushed: dict[str, Any]
+    ) -> set[str]:
+        """Those of the scope's `ids` whose rows the pushed filter keeps (ids only)."""
         where = all_of([{codec.SCOPE_KEY: scope_key}, pushed])
         kept: set[str] = set()
-        for request in _scope_requests(vectors.ids, where, where):
+        for request in _scope_requests(ids, where, where):
             found = await self._call("filter a scope", memories.get, include=[], **request)
             kept.update(found["ids"])
-        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
+        return kept
+
+    async def matching_ids(
+        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
+    ) -> frozenset[str]:
+        """The scope's memories that match, by id: those its index lists, asked of Chroma.
+
+        One `get` (ids only) with the pushed filter; expired ones are not left out.
+        """
+        pushed = compile_filter(filter)
+
+        async def work(memories: Any) -> frozenset[str]:
+            if pushed is False:
+                return frozenset()
+            aux = await self._collection(self._name(bank_id, _AUX))
+            ids = list(await self._scope_members(aux, scope_key))
+            if pushed is True:
+                return frozenset(ids)
+            return frozenset(await self._matching_ids(memories, scope_key, ids, pushed))
+
+        return await self._on_bank(bank_id, _MEM, work)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
