@@ -221,9 +221,8 @@ class Retrieval:
         The process's cached index (checked by the scope's version, with vectors); with a
         filter, restricted to the ids that match (`_matching_ids`: no records read where the
         store can say), if the scope's version is the same after that (so no write came in
-        between). A store
-        without versions, or a scope written meanwhile: an index of the filtered scan, built for
-        this query only.
+        between). A store without versions, or a scope written meanwhile: an index of the
+        filtered scan, built for this query only.
         """
         store = self._context.store
 
