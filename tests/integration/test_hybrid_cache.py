@@ -1,8 +1,8 @@
 """Attacks on the per-process BM25 index of hybrid retrieval (adk_memory.engine.lexical_cache).
 
 Every test runs two clients, each on its own store instance over the same data, as two
-processes would: one's cached index must see what the other wrote. The stores are real; Chroma
-keeps no scope version on this branch, so it exercises the scan-every-query fallback.
+processes would: one's cached index must see what the other wrote. The stores are real; the
+equality tests pair each with a subclass that keeps no scope version (the scan-every-query path).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from adk_memory_chroma import ChromaMemoryStore
 from adk_memory_redis import RedisMemoryStore
 
 from adk_memory import AsyncClient
@@ -220,12 +221,24 @@ class _UnversionedRedis(RedisMemoryStore):
         return None
 
 
-@pytest.fixture(params=["memory", "redis"])
-def versioned_and_not(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreMaker]:
+class _UnversionedChroma(ChromaMemoryStore):
+    """The Chroma store as one that keeps no scope version: the scan-every-query path."""
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> None:
+        return None
+
+
+@pytest.fixture(params=["memory", "redis", "chroma"])
+def versioned_and_not(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[StoreMaker, StoreMaker]:
     """Makers of a versioned store and an unversioned one over the same data."""
     if request.param == "memory":
         name = f"equal-{uuid.uuid4().hex[:8]}"
         return lambda: ReferenceMemoryStore(name=name), lambda: _UnversionedMemory(name=name)
+    if request.param == "chroma":  # two stores of one process share an embedded folder
+        uri = f"chroma://{tmp_path}"
+        return lambda: store_from_uri(uri), lambda: _UnversionedChroma.from_uri(uri)
     url = request.getfixturevalue("redis_url")
     uri = f"{url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
     return lambda: store_from_uri(uri), lambda: _UnversionedRedis.from_uri(uri)
