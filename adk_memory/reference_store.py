@@ -19,10 +19,12 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
-from adk_memory.filters import matches
+from adk_memory.filters import FilterExpr, matches
 from adk_memory.locks import InProcessLockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
+    EXPIRY_KEY,
+    EXPIRY_KIND,
     BankRecord,
     DocumentRecord,
     DueDocument,
@@ -35,6 +37,7 @@ from adk_memory.store import (
     ScoredRecord,
     StoreCapabilities,
     WriteBatch,
+    batch_expiry,
     check_cursor,
     check_dimensions,
     check_expectations,
@@ -243,9 +246,10 @@ class ReferenceMemoryStore(MemoryStore):
         bank = self._banks.pop(bank_id, None)
         for kind, key in bank.documents if bank is not None else ():
             self._due_index(kind).set(bank_id, key, None)
+        self._due_index(EXPIRY_KIND).set(bank_id, EXPIRY_KEY, None)
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch, or raises and changes nothing.
+        """Applies the whole batch with its expiry entry lowered, or raises and changes nothing.
 
         Atomic because nothing below the fence checks awaits: no other task runs in between.
         """
@@ -275,6 +279,7 @@ class ReferenceMemoryStore(MemoryStore):
         for document in documents.values():
             self._put_document(bank_id, bank, document)
         bank.operations.update((op.operation_path, op) for op in batch.operations)
+        self._lower(bank_id, EXPIRY_KIND, {EXPIRY_KEY: batch_expiry(batch)})
 
     async def get_memories(
         self, bank_id: str, memory_ids: Sequence[str], now: datetime
@@ -307,6 +312,16 @@ class ReferenceMemoryStore(MemoryStore):
     async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str:
         """A number drawn afresh by every write that touches the scope ("0": never written)."""
         return str(self._bank(bank_id).versions.get(scope_key, 0))
+
+    async def matching_ids(
+        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
+    ) -> frozenset[str]:
+        """The scope's memories that match, by their ids (one pass over the scope)."""
+        bank = self._bank(bank_id)
+        members = bank.members.get(scope_key, {})
+        return frozenset(
+            memory_id for memory_id in members if matches(filter, bank.memories[memory_id])
+        )
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit."""
@@ -429,13 +444,20 @@ class ReferenceMemoryStore(MemoryStore):
         only_earlier: bool = False,
     ) -> None:
         """Sets (or with `only_earlier` lowers) entries; only removes in a deleted bank."""
+        if only_earlier:
+            self._lower(bank_id, kind, dues)
+            return
+        index = self._due_index(kind)
+        for key, due in dues.items():
+            if due is None or bank_id in self._banks:
+                index.set(bank_id, key, due)
+
+    def _lower(self, bank_id: str, kind: str, dues: Mapping[str, datetime | None]) -> None:
+        """Lowers entries (adding missing ones) of an existing bank; None lowers nothing."""
         index = self._due_index(kind)
         for key, due in dues.items():
             current = index.entries.get((bank_id, key))
-            if only_earlier:
-                if due is None or (current is not None and current <= due):
-                    continue
-            if due is None or bank_id in self._banks:
+            if due is not None and (current is None or due < current) and bank_id in self._banks:
                 index.set(bank_id, key, due)
 
     def lock_provider(self) -> InProcessLockProvider:
@@ -455,6 +477,13 @@ class ReferenceMemoryStore(MemoryStore):
                 del revisions[key]
             removed += len(stale)
         return removed
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """The earliest expire time among the bank's memories and revisions (a full pass)."""
+        bank = self._bank(bank_id)
+        rows: list[MemoryRecord | RevisionRecord] = [*bank.memories.values()]
+        rows += (revision for by_id in bank.revisions.values() for revision in by_id.values())
+        return min((row.expire_time for row in rows if row.expire_time is not None), default=None)
 
     async def drop_all(self) -> None:
         """Deletes every bank (tests)."""

@@ -6,13 +6,20 @@ lock and re-reads it there, so several schedulers on one store, in any number of
 generate from each event once (`adk_memory.engine.ingest` names the one at-least-once case).
 
 A tick costs what is due: it asks the store's due index for the streams whose time has come
-(across all banks, one query) and flushes those. Maintenance is spread over the ticks of a
-sweep cycle (`sweep_seconds`): each bank in turn has its expired memories and revisions
-reclaimed (stores without native expiry need this; reads never return expired memories either
-way) and its streams' index entries checked (`reindex_streams`), about `banks x poll_seconds /
-sweep_seconds` banks per tick, all of them in a scheduler's first tick. Background
-tasks are kept referenced and their failures logged (an untracked task can be collected and its
-error lost).
+(across all banks, one query) and flushes those, then for the banks whose expiry entry
+(`EXPIRY_KIND`) has come, and sweeps those: their expired memories and revisions are reclaimed
+(stores without native expiry need this; reads never return expired memories either way). A
+write of a row with an expire time lowers its bank's entry; a sweep sets it to the bank's
+earliest remaining expiry, but not before `sweep_seconds` from then, so a bank's own schedule
+sweeps it at most once per `sweep_seconds` (a write of an earlier expiry brings it forward), and
+a bank where nothing expires has no entry and is never swept.
+
+Maintenance is spread over the ticks of a cycle (`sweep_seconds`): each bank in turn has its
+streams' index entries checked (`reindex_streams`), about `banks x poll_seconds / sweep_seconds`
+banks per tick. A scheduler's first tick maintains every bank and also sweeps each and sets its
+expiry entry, so rows stored before the expiry index (an upgrade), or an entry left late by a
+sweep that crashed half-way (`_sweep`), are caught up on every start. Background tasks are kept
+referenced and their failures logged (an untracked task can be collected and its error lost).
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import contextlib
 import logging
 import math
 import time
+from datetime import timedelta
 
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.ingest import STREAM_KIND, reindex_streams
 from adk_memory.errors import AdkMemoryError, NotFound, ResourceExhausted
+from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
 
 __all__ = ["IngestScheduler"]
 
@@ -36,6 +45,8 @@ DEFAULT_SWEEP_SECONDS = 300.0
 _CLAIM_WAIT_SECONDS = 0.2
 _DUE_PER_TICK = 1000
 """Due streams taken per tick, earliest first (the rest wait for the next tick)."""
+_SWEEPS_PER_TICK = 50
+"""Banks due for a sweep taken per tick, earliest first (a sweep reads the bank's expiring rows)."""
 
 
 class IngestScheduler:
@@ -71,9 +82,9 @@ class IngestScheduler:
         self._track(asyncio.get_running_loop().create_task(self._flush(bank_id, key)))
 
     async def run_once(self) -> int:
-        """Maintains this tick's share of the banks, then flushes the due streams once.
+        """Maintains this tick's share of the banks, flushes due streams, sweeps due banks.
 
-        Returns how many memories changed.
+        Returns how many memories changed (by flushes).
         """
         await self._maintain()
         changed = 0
@@ -84,15 +95,17 @@ class IngestScheduler:
             due = []
         for entry in due:
             changed += await self._flush(entry.bank_id, entry.key)
+        await self._sweep_due()
         return changed
 
     async def _maintain(self) -> None:
-        """Sweeps and re-indexes this tick's share of the banks (starting a cycle when it is time).
+        """Re-indexes this tick's share of the banks' streams (starting a cycle when it is time).
 
         A cycle lists the banks once and visits each within `sweep_seconds`; the first cycle of a
-        scheduler visits them all at once, so a restart (or an upgrade to the due index) finds
-        every pending stream in its first tick.
+        scheduler visits them all at once, and sweeps each, so a restart (or an upgrade to the due
+        index) finds every pending stream and expired row in its first tick.
         """
+        first = False
         if not self._backlog and time.monotonic() >= self._next_cycle:
             try:
                 banks = await self._engine.store.list_banks()
@@ -106,7 +119,8 @@ class IngestScheduler:
             self._per_tick = math.ceil(len(self._backlog) / ticks)
         share, self._backlog = self._backlog[: self._per_tick], self._backlog[self._per_tick :]
         for bank_id in share:
-            await self._sweep(bank_id)
+            if first:
+                await self._sweep(bank_id)
             await self._reindex(bank_id)
 
     async def run_forever(self) -> None:
@@ -142,10 +156,44 @@ class IngestScheduler:
             self._loop_task = None
         await self.drain()
 
-    async def _sweep(self, bank_id: str) -> None:
+    async def _sweep_due(self) -> None:
+        """Sweeps the banks whose expiry entry has come (earliest first)."""
+        now = self._engine.context.clock()
         try:
-            removed = await self._engine.store.sweep_expired(bank_id, self._engine.context.clock())
+            due = await self._engine.store.due_documents(EXPIRY_KIND, now, limit=_SWEEPS_PER_TICK)
         except AdkMemoryError as exc:
+            logger.warning("Listing banks due for a sweep failed: %s", exc.status)
+            return
+        for entry in due:
+            await self._sweep(entry.bank_id)
+
+    async def _sweep(self, bank_id: str) -> None:
+        """Sweeps a bank, then sets its expiry entry to when it next needs a sweep.
+
+        The entry is set exactly from the bank's earliest expiry, which is then read again and
+        the entry lowered to it. A write whose rows the first read missed either lowers the
+        entry after the exact set (it lowers after storing them: `expiry_around`), or stored
+        them before it, and so before the second read. Either way no entry ends later than a
+        stored row's expiry (or the bank's next regular sweep). A crash between the two leaves
+        at worst one entry late, until the next scheduler start sweeps every bank.
+        """
+        store = self._engine.store
+        now = self._engine.context.clock()
+        not_before = now + timedelta(seconds=self._sweep_seconds)
+        try:
+            removed = await store.sweep_expired(bank_id, now)
+            for only_earlier in (False, True):
+                earliest = await store.earliest_expiry(bank_id)
+                entry = None if earliest is None else max(earliest, not_before)
+                if entry is not None or not only_earlier:
+                    await store.set_due(
+                        bank_id, EXPIRY_KIND, {EXPIRY_KEY: entry}, only_earlier=only_earlier
+                    )
+        except NotFound:  # the bank is gone (an entry its deletion missed): drop the entry
+            with contextlib.suppress(AdkMemoryError):
+                await store.set_due(bank_id, EXPIRY_KIND, {EXPIRY_KEY: None})
+            return
+        except AdkMemoryError as exc:  # the entry stays due: the next tick retries
             logger.warning("Sweeping expired memories failed: %s", exc.status)
             return
         if removed:

@@ -33,6 +33,8 @@ __all__ = [
     "BankRecord",
     "DocumentRecord",
     "DueDocument",
+    "EXPIRY_KEY",
+    "EXPIRY_KIND",
     "Expectation",
     "MemoryRecord",
     "MemoryStore",
@@ -49,13 +51,24 @@ __all__ = [
     "WriteBatch",
     "check_cursor",
     "check_dimensions",
+    "batch_expiry",
     "check_expectations",
     "cursor_of",
+    "expiry_around",
     "index_around",
     "sort_records",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+EXPIRY_KIND = "expiry"
+"""The due-index kind of expiry work: one entry per bank (key `EXPIRY_KEY`), no document.
+
+Its due time is never later than the earliest expire time of the bank's stored memories and
+revisions, except that a sweep may put it off to its next regular sweep (`IngestScheduler`):
+`apply` lowers it before and after every write of a row with an expire time
+(`expiry_around`), and a sweep sets it from `MemoryStore.earliest_expiry`."""
+EXPIRY_KEY = "bank"
 
 MetadataValue = str | float | bool | datetime
 """A metadata value: Memory Bank's string, double, bool or timestamp (test `bool` first)."""
@@ -407,6 +420,36 @@ async def index_around(
         await store.set_due(bank_id, kind, dues)
 
 
+def batch_expiry(batch: WriteBatch) -> datetime | None:
+    """The earliest expire time among the memories and revisions `batch` writes (None: none)."""
+    rows: tuple[MemoryRecord | RevisionRecord, ...] = (
+        *batch.inserts,
+        *batch.upserts,
+        *batch.revisions,
+    )
+    return min((row.expire_time for row in rows if row.expire_time is not None), default=None)
+
+
+async def expiry_around(
+    store: MemoryStore, bank_id: str, batch: WriteBatch, write: Callable[[], Awaitable[object]]
+) -> None:
+    """Runs `write` (of `batch`) between two lowerings of the bank's expiry entry.
+
+    For a store that cannot lower it atomically with the batch. Before: a crash after `write`
+    leaves the entry early, never late. After: a sweep that raised the entry while `write` ran,
+    having read the bank before the batch landed, cannot leave it later than the batch's rows
+    (the sweep reads the bank again after raising it, so a batch that landed earlier is seen).
+    """
+    earliest = batch_expiry(batch)
+    if earliest is None:
+        await write()
+        return
+    lowered = {EXPIRY_KEY: earliest}
+    await store.set_due(bank_id, EXPIRY_KIND, lowered, only_earlier=True)
+    await write()
+    await store.set_due(bank_id, EXPIRY_KIND, lowered, only_earlier=True)
+
+
 @runtime_checkable
 class MemoryStore(Protocol):
     """Async persistence for memory banks. The contract is `adk_memory.testing.conformance`.
@@ -445,7 +488,11 @@ class MemoryStore(Protocol):
 
     # Memories
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch atomically, or raises and changes nothing."""
+        """Applies the whole batch atomically, or raises and changes nothing.
+
+        Lowers the bank's `EXPIRY_KIND` entry to `batch_expiry(batch)` atomically with the
+        batch, or before and after it (`expiry_around`).
+        """
         ...
 
     async def get_memories(
@@ -465,6 +512,17 @@ class MemoryStore(Protocol):
         replaced or deleted in between, by any process (expiry need not change it: a cache
         filters by `expire_time` itself). None (the default): the store keeps no version, and
         callers must read the scope again.
+        """
+        return None
+
+    async def matching_ids(
+        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
+    ) -> frozenset[str] | None:
+        """The ids of the scope's memories that match `filter`, expired ones possibly included.
+
+        `filter` holds only conditions of `capabilities.pushdown`. For a caller that keeps the
+        scope's records itself (hybrid retrieval's cache): the cost follows the ids, not the
+        records. None (the default): the store cannot say cheaply; callers scan instead.
         """
         return None
 
@@ -597,6 +655,14 @@ class MemoryStore(Protocol):
     # Maintenance
     async def sweep_expired(self, bank_id: str, now: datetime) -> int:
         """Reclaims storage of expired memories and revisions; returns how many were removed."""
+        ...
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """The earliest expire time of the bank's stored memories and revisions, or None.
+
+        Rows expired but not swept yet count (their time is then in the past). What a sweep
+        sets the bank's `EXPIRY_KIND` entry from; `NotFound` without the bank.
+        """
         ...
 
     async def aclose(self) -> None:

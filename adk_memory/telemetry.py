@@ -40,6 +40,7 @@ from adk_memory.errors import AdkMemoryError
 if TYPE_CHECKING:
     from adk_memory.embeddings import Embedder
     from adk_memory.engine.context import EngineContext
+    from adk_memory.filters import FilterExpr
     from adk_memory.locks import LockProvider
     from adk_memory.scope import ScopeKey
     from adk_memory.store import (
@@ -317,6 +318,15 @@ class TracingStore:
             span.set_attribute(RESULTS, int(found is not None))
             return found
 
+    async def matching_ids(
+        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
+    ) -> frozenset[str] | None:
+        """See `MemoryStore.matching_ids`."""
+        with self._call("matching_ids", bank_id) as span:
+            found = await self.inner.matching_ids(bank_id, scope_key, filter)
+            span.set_attribute(RESULTS, -1 if found is None else len(found))
+            return found
+
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """See `MemoryStore.scan`."""
         with self._call("scan", bank_id, **{"adk_memory.limit": query.limit}) as span:
@@ -450,6 +460,11 @@ class TracingStore:
             removed = await self.inner.sweep_expired(bank_id, now)
             span.set_attribute(RESULTS, removed)
             return removed
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """See `MemoryStore.earliest_expiry`."""
+        with self._call("earliest_expiry", bank_id):
+            return await self.inner.earliest_expiry(bank_id)
 
     async def aclose(self) -> None:
         """Closes the wrapped store."""

@@ -7,7 +7,10 @@ times `memories.retrieve(top_k=10)` through the public async client, query by qu
 * `dense`        the dense bank;
 * `hybrid`       the hybrid bank (its scope's BM25 index cached, checked by `scope_version`);
 * `hybrid scan`  the hybrid bank through a store that keeps no scope version, so every query
-                 scans the scope (the path before the cache).
+                 scans the scope (the path before the cache);
+* `... filtered` the same three with `--filter` (default: half the memories, by metadata): the
+                 cached hybrid path restricts its index to the ids of a filtered scan, the
+                 unversioned one indexes the filtered scan on every query (the path before).
 
 Queries are embedded by the `hash-384` test embedder (cheap, identical for every path). Prints
 one line per backend and path: p50 / p99 in ms.
@@ -74,6 +77,7 @@ async def _load(store: Any, bank_id: str, size: int, rng: np.random.Generator) -
                 embedding=tuple(vectors[i].tolist()),
                 create_time=now,
                 update_time=now,
+                metadata={"tag": "ab"[i % 2]},
             )
             for i in range(start, min(size, start + 1000))
         )
@@ -81,7 +85,7 @@ async def _load(store: Any, bank_id: str, size: int, rng: np.random.Generator) -
 
 
 async def run_backend(
-    backend: str, redis_url: str | None, tmp: str, size: int, queries: int
+    backend: str, redis_url: str | None, tmp: str, size: int, queries: int, filter: str
 ) -> dict[str, dict[str, float]]:
     from adk_memory import AsyncClient
 
@@ -101,25 +105,29 @@ async def run_backend(
         vocab = _vocab(np.random.default_rng(7))
         texts = [" ".join(vocab[j] for j in rng.integers(0, len(vocab), 3)) for _ in range(queries)]
 
-        async def retrieve(on: Any, bank: str, text: str) -> None:
+        async def retrieve(on: Any, bank: str, text: str, where: str | None) -> None:
             await on.memory_banks.memories.retrieve(
                 name=bank,
                 scope={"user_id": "bench"},
                 similarity_search_params={"search_query": text, "top_k": K},
+                config={"filter": where} if where else None,
             )
 
         paths = {
-            "dense": (client, dense),
-            "hybrid": (client, hybrid),
-            "hybrid scan": (scanning, hybrid),
+            "dense": (client, dense, None),
+            "hybrid": (client, hybrid, None),
+            "hybrid scan": (scanning, hybrid, None),
+            "dense filtered": (client, dense, filter),
+            "hybrid filtered": (client, hybrid, filter),
+            "hybrid filtered scan": (scanning, hybrid, filter),
         }
-        for on, bank in paths.values():  # warm up: the first hybrid query builds the index
-            await retrieve(on, bank, "warm up")
+        for on, bank, where in paths.values():  # warm up: the first hybrid query builds the index
+            await retrieve(on, bank, "warm up", where)
         series: dict[str, list[float]] = {name: [] for name in paths}
         for text in texts:  # alternate query by query, so load changes hit every path alike
-            for name, (on, bank) in paths.items():
+            for name, (on, bank, where) in paths.items():
                 with Timer() as t:
-                    await retrieve(on, bank, text)
+                    await retrieve(on, bank, text, where)
                 series[name].append(t.ms)
         return {name: summary(ms) for name, ms in series.items()}
     finally:
@@ -133,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--backends", nargs="+", default=["memory", "redis", "chroma"])
+    parser.add_argument("--filter", default='metadata.tag = "a"')
     args = parser.parse_args(argv)
     with (
         backends(need_redis="redis" in args.backends) as where,
@@ -141,13 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         for backend in args.backends:
             if backend == "redis" and not where.redis_url:
                 continue
-            rows = asyncio.run(run_backend(backend, where.redis_url, tmp, args.size, args.queries))
-            dense = rows["dense"]["p50_ms"]
+            rows = asyncio.run(
+                run_backend(backend, where.redis_url, tmp, args.size, args.queries, args.filter)
+            )
             for name, row in rows.items():
+                dense = rows["dense filtered" if "filtered" in name else "dense"]["p50_ms"]
                 ratio = row["p50_ms"] / dense
                 p50, p99 = row["p50_ms"], row["p99_ms"]
                 print(
-                    f"{backend:7} {name:12} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms"
+                    f"{backend:7} {name:20} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms"
                     f"  ({ratio:.1f}x dense)",
                     flush=True,
                 )

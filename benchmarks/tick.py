@@ -1,26 +1,40 @@
 """The cost of one scheduler tick: BANKS banks x STREAMS idle streams, before and after the index.
 
-    python -m benchmarks.tick [--banks 1000] [--streams 10] [--backends memory chroma redis]
+    python -m benchmarks.tick [--banks 1000] [--streams 10] [--expiring 10]
+        [--backends memory chroma redis] [--parts streams expiry]
 
 An idle stream is one whose events were all flushed (nothing pending), the common state of a
 deployment between conversations. Per backend, in one run and alternating:
 
+`streams` part:
 * `scan`: what a tick did before the due index (every bank read, every stream read and checked),
   discovery only;
-* `tick`: `IngestScheduler.run_once` now, between maintenance cycles: one due-index query; its
-  first tick, which maintains (sweeps, re-indexes) every bank, is timed apart;
+* `tick`: `IngestScheduler.run_once` now, between maintenance cycles: two due-index queries
+  (streams, expiry); its first tick, which maintains (sweeps, re-indexes) every bank, is timed
+  apart;
 * `tick+share`: a tick that also maintains its share of the banks, banks x poll_seconds /
   sweep_seconds of them (4 of 1,000 with the defaults, 1 s and 300 s);
 * `tick+1`: the same with one stream due among them (one event ingested before each tick, and
   flushed by it with a scripted model), against `scan+1`, the old discovery of that stream.
 
-Prints one line per backend; the figures go to NOTES.md by hand.
+`expiry` part (EXPIRING of the banks hold memories with a TTL, the others none):
+* `old share`: a tick's maintenance before expiry was indexed: its share of the banks each
+  swept and re-indexed, whether or not anything of them can expire (with the due-streams query);
+* `new share`: `run_once` of a scheduler in the same cycle now: its share only re-indexed, then
+  the expiry entries that are due (none);
+* `new 10 due`: `run_once` between cycles just after one memory of each expiring bank expired
+  (written untimed before each tick): it sweeps exactly those banks.
+
+Prints one line per backend and part; the figures go to NOTES.md by hand.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import itertools
+import math
 import os
 import statistics
 import time
@@ -69,11 +83,8 @@ async def _timed(call: Callable[[], Awaitable[object]]) -> float:
     return timer.ms
 
 
-async def _tick(uri: str, options: dict[str, Any], banks: int, streams: int, ticks: int) -> str:
-    from adk_memory import AsyncClient, types
-    from adk_memory.engine.ingest import stream_document
-    from adk_memory.scheduler import IngestScheduler
-    from adk_memory.store import BankRecord
+async def _tick(uri: str, options: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    from adk_memory import AsyncClient
     from adk_memory.testing.models import ScriptedMemoryModel
 
     model = ScriptedMemoryModel(
@@ -83,11 +94,36 @@ async def _tick(uri: str, options: dict[str, Any], banks: int, streams: int, tic
     client = AsyncClient(
         uri, run_scheduler=False, embedding_model="hash-64", generation_model=model, **options
     )
+    started = time.perf_counter()
+    banks = await _load(client, args.banks, args.streams)
+    expiring = banks[:: max(1, len(banks) // args.expiring)][: args.expiring]
+    for bank_id in expiring:
+        await _expire_soon(client, bank_id, ttl="3600s")  # TTL'd rows, none due yet
+    load_s = time.perf_counter() - started
+    first = await _timed(client.ingest_scheduler.run_once)  # maintains every bank
+    head = f"{uri.split(':')[0]}: {args.banks} banks x {args.streams} idle streams"
+    lines = []
+    if "streams" in args.parts:
+        lines.append(f"{head} [streams] " + await _streams_part(client, args.ticks))
+    if "expiry" in args.parts:
+        lines.append(f"{head} [expiry] " + await _expiry_part(client, banks, expiring, args.ticks))
+    await client.aclose()
+    return [
+        f"{line}; loaded in {load_s:.0f} s, first tick {first:.0f} ms; "
+        f"load average {os.getloadavg()}"
+        for line in lines
+    ]
+
+
+async def _load(client: Any, banks: int, streams: int) -> list[str]:
+    """Creates the banks and their idle streams straight in the store; returns the bank ids."""
+    from adk_memory.engine.ingest import stream_document
+    from adk_memory.store import BankRecord
+
     store = client.engine.store
     now = datetime.now(UTC)
-    started = time.perf_counter()
-    for index in range(banks):
-        bank_id = str(1000 + index)
+    bank_ids = [str(1000 + index) for index in range(banks)]
+    for bank_id in bank_ids:
         await store.create_bank(BankRecord(bank_id, {}, "hash-64", 64, now, now))
         config = (await client.engine.context.load_bank(bank_id)).config
         for stream in range(streams):
@@ -100,9 +136,26 @@ async def _tick(uri: str, options: dict[str, Any], banks: int, streams: int, tic
                 scope_key=document.scope_key,
                 due=document.due,
             )
-    load_s = time.perf_counter() - started
+    return bank_ids
+
+
+async def _expire_soon(client: Any, bank_id: str, *, ttl: str) -> None:
+    await client.memory_banks.memories.create(
+        name=client.engine.names.bank(bank_id), fact="brief", scope=_SCOPE, config={"ttl": ttl}
+    )
+
+
+def _sharing(client: Any) -> Any:
+    """A scheduler whose cycle restarts within the run with the default share (1 s / 300 s)."""
+    from adk_memory.scheduler import IngestScheduler
+
+    return IngestScheduler(client.engine, poll_seconds=0.004, sweep_seconds=1.2)
+
+
+async def _streams_part(client: Any, ticks: int) -> str:
+    from adk_memory import types
+
     scheduler = client.ingest_scheduler
-    first = await _timed(scheduler.run_once)  # maintains (sweeps, re-indexes) every bank
 
     async def one_due() -> None:
         await client.engine.ingest.ingest(
@@ -114,8 +167,7 @@ async def _tick(uri: str, options: dict[str, Any], banks: int, streams: int, tic
             config=types.IngestEventsConfig(),
         )
 
-    # The default share (1 s / 300 s) in a cycle that restarts within the run.
-    sharing = IngestScheduler(client.engine, poll_seconds=0.004, sweep_seconds=1.2)
+    sharing = _sharing(client)
     await sharing.run_once()
     await asyncio.sleep(1.3)
     times: dict[str, list[float]] = {
@@ -133,14 +185,49 @@ async def _tick(uri: str, options: dict[str, Any], banks: int, streams: int, tic
         await one_due()
         times["scan+1"].append(await _timed(lambda: _old_scan(client)))
         times["tick+1"].append(await _timed(scheduler.run_once))
-    await client.aclose()
     p50 = {name: statistics.median(values) for name, values in times.items()}
     return (
-        f"{uri.split(':')[0]}: {banks} banks x {streams} idle streams (loaded in {load_s:.0f} s), "
         f"p50 of n={ticks}: scan {p50['scan']:.1f} ms, tick {p50['tick']:.1f} ms, "
         f"tick+share {p50['tick+share']:.1f} ms; "
-        f"one due: scan {p50['scan+1']:.1f} ms, tick (with its flush) {p50['tick+1']:.1f} ms; "
-        f"first tick {first:.0f} ms; load average {os.getloadavg()}"
+        f"one due: scan {p50['scan+1']:.1f} ms, tick (with its flush) {p50['tick+1']:.1f} ms"
+    )
+
+
+async def _old_share(client: Any, share: list[str]) -> None:
+    """One tick's maintenance before expiry was indexed: each bank of its share swept and its
+    streams re-indexed, then the due streams listed."""
+    from adk_memory.engine.ingest import reindex_streams
+
+    engine = client.engine
+    for bank_id in share:
+        await engine.store.sweep_expired(bank_id, engine.context.clock())
+        await reindex_streams(engine.context, bank_id)
+    await engine.ingest.due_streams()
+
+
+async def _expiry_part(client: Any, banks: list[str], expiring: list[str], ticks: int) -> str:
+    scheduler = client.ingest_scheduler
+    sharing = _sharing(client)
+    await sharing.run_once()
+    await asyncio.sleep(1.3)
+    per_tick = math.ceil(len(banks) / 300)  # banks x 1 s / 300 s
+    rotation = itertools.cycle(range(0, len(banks), per_tick))
+    times: dict[str, list[float]] = {"old share": [], "new share": [], "new due": []}
+    for _ in range(ticks):
+        start = next(rotation)
+        share = banks[start : start + per_tick]
+        times["old share"].append(await _timed(functools.partial(_old_share, client, share)))
+        times["new share"].append(await _timed(sharing.run_once))
+        for bank_id in expiring:
+            await _expire_soon(client, bank_id, ttl="0.2s")
+        await asyncio.sleep(0.25)
+        times["new due"].append(await _timed(scheduler.run_once))
+    p50 = {name: statistics.median(values) for name, values in times.items()}
+    return (
+        f"{len(expiring)} banks with TTL'd rows, p50 of n={ticks}: "
+        f"old share ({per_tick} banks swept + re-indexed) {p50['old share']:.1f} ms, "
+        f"new share ({per_tick} re-indexed + expiry query) {p50['new share']:.1f} ms, "
+        f"new tick with {len(expiring)} banks due (swept) {p50['new due']:.1f} ms"
     )
 
 
@@ -149,6 +236,8 @@ def main() -> None:
     parser.add_argument("--banks", type=int, default=1000)
     parser.add_argument("--streams", type=int, default=10)
     parser.add_argument("--ticks", type=int, default=5)
+    parser.add_argument("--expiring", type=int, default=10)
+    parser.add_argument("--parts", nargs="+", default=["streams", "expiry"])
     parser.add_argument("--backends", nargs="+", default=["memory", "chroma", "redis"])
     args = parser.parse_args()
     with backends("redis" in args.backends) as found:
@@ -160,9 +249,8 @@ def main() -> None:
                 "chroma": (f"chroma://{found.tmp}/chroma", {}),
                 "redis": (found.redis_url or "", {"key_prefix": "tick"}),
             }[backend]
-            print(
-                asyncio.run(_tick(uri, options, args.banks, args.streams, args.ticks)), flush=True
-            )
+            for line in asyncio.run(_tick(uri, options, args)):
+                print(line, flush=True)
 
 
 if __name__ == "__main__":

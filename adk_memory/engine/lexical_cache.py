@@ -23,8 +23,8 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -60,6 +60,8 @@ class ScopeIndex:
     vectors: VectorMatrix | None = None
     """The documents' vectors (rows in document order); None when not read, or not all of one
     length (a re-embedding under way)."""
+    excluded: frozenset[int] = frozenset()
+    """Documents this view leaves out as if expired (those a query's filter does not match)."""
 
     @classmethod
     def of(
@@ -96,13 +98,23 @@ class ScopeIndex:
         vectors = self.vectors.nbytes if self.vectors is not None else 0
         return LEXICAL_BYTES_PER_FACT * max(len(self.memory_ids), 1) + vectors
 
+    def restricted(self, memory_ids: Iterable[str]) -> ScopeIndex:
+        """This index with only the documents of `memory_ids` kept (a filter's matches)."""
+        kept = set(memory_ids)
+        left_out = (doc for doc, memory_id in enumerate(self.memory_ids) if memory_id not in kept)
+        return replace(self, excluded=frozenset(left_out))
+
     def expired(self, now: datetime) -> frozenset[int]:
-        """The documents expired at `now` (a memory is live while its expiry is after `now`)."""
-        return frozenset(self.expiring[: bisect.bisect_right(self.expire_times, now)])
+        """The documents expired at `now`, and those the view excludes.
+
+        A memory is live while its expiry is after `now`.
+        """
+        expired = self.expiring[: bisect.bisect_right(self.expire_times, now)]
+        return frozenset(expired) | self.excluded
 
     def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-        """A mask over the documents, True for those not expired at `now`; None: all live."""
-        expired = self.expiring[: bisect.bisect_right(self.expire_times, now)]
+        """A mask over the documents, False for those `expired(now)`; None: all live."""
+        expired = self.expired(now)
         if not expired:
             return None
         mask = np.ones(len(self.memory_ids), dtype=bool)

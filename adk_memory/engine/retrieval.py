@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -136,17 +136,19 @@ class Retrieval:
     ) -> list[Retrieved]:
         """Dense and BM25 rankings of the scope fused as `config.fusion` says (extension).
 
-        Cost, when the process's cached index of each scope is current (one version read each)
-        and no filter is set: exact dense ranking over the cached vectors, BM25 over the
-        postings of the query's terms (with RM3 feedback, two passes), fusion, and one read of
-        the `top_k` records returned. Otherwise (a scope written since, a filter, a store
-        without versions) one scan of the scope, the store's nearest query and one read of the
-        vectors of lexical-only hits.
+        Cost, when the process's cached index of each scope is current (one version read each):
+        exact dense ranking over the cached vectors, BM25 over the postings of the query's terms
+        (with RM3 feedback, two passes), fusion, and one read of the `top_k` records returned;
+        a filter adds the ids it keeps (from the store, else a filtered scan), two version reads.
+        Otherwise (a scope written since, a store without versions) one scan of the scope, the
+        store's nearest query and one read of the vectors of lexical-only hits.
         """
         indexes = [await self._scope_index(bank_id, key, expr, now) for key in keys]
         lexical = _lexical_ranking(indexes, query_text, now, config)
         if all(_ranks_dense(index, vector) for index in indexes):
-            fused = await self._hybrid_cached(bank_id, keys, indexes, lexical, vector, top_k, now)
+            fused = await self._hybrid_cached(
+                bank_id, keys, indexes, lexical, vector, top_k, expr, now
+            )
             if fused is not None:
                 return fused
         return await self._hybrid_scanned(bank_id, keys, lexical, vector, top_k, expr, now)
@@ -159,6 +161,7 @@ class Retrieval:
         lexical: _LexicalRanking,
         vector: tuple[float, ...],
         top_k: int,
+        expr: FilterExpr | None,
         now: datetime,
     ) -> list[Retrieved] | None:
         """The fusion ranked from the cached indexes; None if a returned record changed since."""
@@ -173,7 +176,7 @@ class Retrieval:
             vectors = indexes[part].vectors
             assert vectors is not None
             same = np.array_equal(np.asarray(record.embedding), vectors.matrix[row])
-            if record.scope_key != keys[part] or not same:
+            if record.scope_key != keys[part] or not same or not matches(expr, record):
                 return None  # rewritten since the version read: its ranking is stale
         return [Retrieved(record, distance_of[record.memory_id]) for record in records]
 
@@ -201,6 +204,8 @@ class Retrieval:
         missing = [memory_id for memory_id in lexical.scores if memory_id not in found]
         target = np.asarray(vector, dtype=np.float64)
         for record in await self._context.store.get_memories(bank_id, missing, now):
+            if not matches(expr, record):
+                continue  # changed since the lexical ranking's index was read
             distance = exact_distances(np.asarray([record.embedding]), target)[0]
             found[record.memory_id] = (record, float(distance))
         distance_of = {memory_id: distance for memory_id, (_, distance) in found.items()}
@@ -213,12 +218,15 @@ class Retrieval:
     ) -> ScopeIndex:
         """The index of the scope's live memories matching `expr`, at `now`.
 
-        Without a filter, the process's cached index (checked by the scope's version, with
-        vectors); with one, an index of the filtered scan, built for this query only.
+        The process's cached index (checked by the scope's version, with vectors); with a
+        filter, restricted to the ids that match (`_matching_ids`: no records read where the
+        store can say), if the scope's version is the same after that (so no write came in
+        between). A store without versions, or a scope written meanwhile: an index of the
+        filtered scan, built for this query only.
         """
         store = self._context.store
 
-        async def scan(with_vectors: bool) -> list[MemoryRecord]:
+        async def scan(with_vectors: bool, expr: FilterExpr | None = None) -> list[MemoryRecord]:
             query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
             records = (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
             if not with_vectors or all(record.embedding for record in records):
@@ -229,9 +237,35 @@ class Retrieval:
             found = await store.get_memories(bank_id, ids, now)
             return [record for record in found if record.scope_key == key]
 
-        if expr is not None:
-            return ScopeIndex.of(await scan(False), None, now)
-        return await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
+        if expr is None:
+            return await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
+        if await store.scope_version(bank_id, key) is None:
+            return ScopeIndex.of(await scan(False, expr), None, now)
+        index = await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
+        matching = await self._matching_ids(bank_id, key, expr, scan)
+        if index.version == await store.scope_version(bank_id, key):
+            return index.restricted(matching)
+        return ScopeIndex.of(await scan(False, expr), None, now)  # written meanwhile
+
+    async def _matching_ids(
+        self,
+        bank_id: str,
+        key: ScopeKey,
+        expr: FilterExpr,
+        scan: Callable[[bool, FilterExpr], Awaitable[list[MemoryRecord]]],
+    ) -> frozenset[str]:
+        """Ids of the scope's memories matching `expr` (expired ones possibly included).
+
+        Asked of the store (ids only) when it evaluates the whole filter and can say; else
+        those of a filtered scan.
+        """
+        store = self._context.store
+        pushed, residual = partition(expr, store.capabilities.pushdown)
+        if residual is None and pushed is not None:
+            found = await store.matching_ids(bank_id, key, pushed)
+            if found is not None:
+                return found
+        return frozenset(record.memory_id for record in await scan(False, expr))
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None

@@ -30,11 +30,13 @@ from typing import Any
 
 import pytest
 
-from adk_memory.errors import Aborted, AlreadyExists, InvalidArgument
+from adk_memory.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import (
+    EXPIRY_KEY,
+    EXPIRY_KIND,
     BankRecord,
     DocumentRecord,
     Expectation,
@@ -374,6 +376,61 @@ class MemoryStoreConformance:
         assert await store.list_revisions(bank, "gone", T0) == []
         assert len(await store.list_revisions(bank, "kept", T0)) == 1
 
+    async def test_a_write_of_an_expiring_row_lowers_its_banks_expiry_entry(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """Memories and revisions alike, to the earliest; a later one or none leaves it."""
+        await store.create_bank(bank_record(OTHER_BANK))
+
+        async def entries() -> list[tuple[str, str, datetime]]:
+            found = await store.due_documents(EXPIRY_KIND, T0 + timedelta(days=9999))
+            return [(entry.bank_id, entry.key, entry.due) for entry in found]
+
+        await store.apply(bank, WriteBatch(inserts=(memory("forever", unit(0)),)))
+        assert await entries() == []
+        day, hour = T0 + timedelta(days=1), T0 + timedelta(hours=1)
+        await store.apply(bank, WriteBatch(inserts=(memory("m1", unit(1), expire_time=day),)))
+        assert await entries() == [(bank, EXPIRY_KEY, day)]
+        await store.apply(
+            bank,
+            WriteBatch(
+                upserts=(memory("m1", unit(1), expire_time=day + timedelta(days=1)),),
+                revisions=(revision("m1", "r1", expire_time=hour),),
+            ),
+        )
+        assert await entries() == [(bank, EXPIRY_KEY, hour)]
+        await store.apply(OTHER_BANK, WriteBatch(revisions=(revision("o", "r1", expire_time=day),)))
+        await store.apply(bank, WriteBatch(revisions=(revision("m1", "r2", expire_time=day),)))
+        assert await entries() == [(bank, EXPIRY_KEY, hour), (OTHER_BANK, EXPIRY_KEY, day)]
+        await store.delete_bank(OTHER_BANK)
+        assert await entries() == [(bank, EXPIRY_KEY, hour)]
+
+    async def test_earliest_expiry_covers_memories_and_revisions_until_swept(
+        self, store: MemoryStore, bank: str
+    ) -> None:
+        """None without an expiring row; expired rows count until a sweep reclaims them."""
+        assert await store.earliest_expiry(bank) is None
+        await store.apply(bank, WriteBatch(inserts=(memory("forever", unit(0)),)))
+        assert await store.earliest_expiry(bank) is None
+        times = [T0 + timedelta(minutes=minutes, microseconds=123457) for minutes in (1, 2, 3)]
+        await store.apply(
+            bank,
+            WriteBatch(
+                inserts=(memory("m2", unit(1), expire_time=times[1]),),
+                revisions=(revision("m2", "r1", expire_time=times[0]),),
+            ),
+        )
+        await store.apply(bank, WriteBatch(revisions=(revision("m2", "r2", expire_time=times[2]),)))
+        assert await store.earliest_expiry(bank) == times[0]
+        await store.sweep_expired(bank, times[0])
+        assert await store.earliest_expiry(bank) == times[1]
+        await store.sweep_expired(bank, times[1])
+        assert await store.earliest_expiry(bank) == times[2]
+        await store.sweep_expired(bank, times[2])
+        assert await store.earliest_expiry(bank) is None
+        with pytest.raises(NotFound):
+            await store.earliest_expiry("no-such-bank")
+
     # Scope versions
 
     async def test_scope_version_changes_with_every_write_to_its_scope(
@@ -516,7 +573,10 @@ class MemoryStoreConformance:
     async def test_nearest_applies_pushed_filters_before_top_k(
         self, store: MemoryStore, bank: str
     ) -> None:
-        """Each supported filter is applied before the k nearest are taken."""
+        """Each supported filter is applied before the k nearest are taken.
+
+        And by a scan and `matching_ids` of the scope (never another scope's memories).
+        """
         records = (
             memory(
                 "near",
@@ -539,6 +599,14 @@ class MemoryStoreConformance:
                 fact="coffee with milk",
                 metadata={"n": 9.0},
                 create_time=T0 + timedelta(hours=2),
+            ),
+            memory(  # another scope's: matches most filters, never found through KEY
+                "elsewhere",
+                unit(0),
+                scope={"user_id": "u2"},
+                fact="coffee black tea green",
+                topics=(TopicRef(managed="USER_PREFERENCES"), TopicRef(custom="drinks")),
+                metadata={"lang": "en", "n": 5.0, "ok": True, "t": T0 + timedelta(days=1)},
             ),
         )
         await store.apply(bank, WriteBatch(inserts=records))
@@ -586,6 +654,8 @@ class MemoryStoreConformance:
                 ),
             )
             assert [record.memory_id for record in scanned] == expected, expr
+            found = await store.matching_ids(bank, KEY, expr)
+            assert found is None or found == set(expected), expr
         assert tried or not supported
 
     # Scan

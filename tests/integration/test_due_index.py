@@ -20,7 +20,6 @@ from adk_memory import AsyncClient, types
 from adk_memory.engine.ingest import STREAM_KIND, stream_key
 from adk_memory.errors import StoreUnavailable
 from adk_memory.scheduler import IngestScheduler
-from adk_memory.store import ScanQuery
 from adk_memory.testing.models import ScriptedMemoryModel
 
 _TOKEN = re.compile(r"tok-[0-9a-z-]+")
@@ -271,33 +270,33 @@ async def test_streams_of_a_scope_are_read_by_scope(client: AsyncClient) -> None
     assert len(await client.engine.ingest.streams(bank_id)) == 3
 
 
-async def test_maintenance_visits_a_share_of_the_banks_per_tick() -> None:
-    """All banks in a scheduler's first tick, then banks x poll / sweep_seconds per tick."""
-    async with AsyncClient("memory://", embedding_model="hash-64", run_scheduler=False) as client:
-        names = [(await client.memory_banks.create()).name for _ in range(6)]
-        scheduler = IngestScheduler(client.engine, poll_seconds=0.1, sweep_seconds=0.3)
+async def test_maintenance_visits_a_share_of_the_banks_per_tick(
+    client: AsyncClient,
+) -> None:
+    """All banks in a scheduler's first tick, then banks x poll / sweep_seconds per tick: each
+    visit restores the entries of the bank's streams (here removed, as by a crash)."""
+    banks = [await new_bank(client, {"idle_duration": "3600s"}) for _ in range(6)]
+    key = stream_key({"user_id": "u1"}, "s")
+    for bank_id in banks:
+        await ingest(client, bank_id, "u1", "tok")
+    scheduler = IngestScheduler(client.engine, poll_seconds=0.1, sweep_seconds=0.3)
+    store = client.engine.store
 
-        async def stored() -> list[int]:
-            """Memories still stored per bank, expired or not."""
-            past = client.engine.context.clock() - timedelta(hours=1)
-            return [
-                len(await client.engine.store.scan(name.rsplit("/", 1)[-1], ScanQuery(now=past)))
-                for name in names
-            ]
+    async def indexed() -> list[int]:
+        later = client.engine.context.clock() + timedelta(days=1)
+        found = {entry.bank_id for entry in await store.due_documents(STREAM_KIND, later)}
+        return [int(bank_id in found) for bank_id in banks]
 
-        async def expire_one_per_bank() -> None:
-            for name in names:
-                await client.memory_banks.memories.create(
-                    name=name, fact="brief", scope={"user_id": "u1"}, config={"ttl": "0.01s"}
-                )
-            await asyncio.sleep(0.05)
+    async def forget_entries() -> None:
+        for bank_id in banks:
+            await store.set_due(bank_id, STREAM_KIND, {key: None})
 
-        await expire_one_per_bank()
-        await scheduler.run_once()
-        assert await stored() == [0] * 6
-        await expire_one_per_bank()
-        await asyncio.sleep(0.3)  # the next cycle: 3 ticks of 2 banks
-        await scheduler.run_once()
-        assert await stored() == [0, 0, 1, 1, 1, 1]
-        await scheduler.run_once()
-        assert await stored() == [0, 0, 0, 0, 1, 1]
+    await forget_entries()
+    await scheduler.run_once()
+    assert await indexed() == [1] * 6
+    await forget_entries()
+    await asyncio.sleep(0.3)  # the next cycle: 3 ticks of 2 banks
+    await scheduler.run_once()
+    assert await indexed() == [1, 1, 0, 0, 0, 0]
+    await scheduler.run_once()
+    assert await indexed() == [1, 1, 1, 1, 0, 0]

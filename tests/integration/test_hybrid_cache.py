@@ -1,8 +1,8 @@
 """Attacks on the per-process BM25 index of hybrid retrieval (adk_memory.engine.lexical_cache).
 
 Every test runs two clients, each on its own store instance over the same data, as two
-processes would: one's cached index must see what the other wrote. The stores are real; Chroma
-keeps no scope version on this branch, so it exercises the scan-every-query fallback.
+processes would: one's cached index must see what the other wrote. The stores are real; the
+equality tests pair each with a subclass that keeps no scope version (the scan-every-query path).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from adk_memory_chroma import ChromaMemoryStore
 from adk_memory_redis import RedisMemoryStore
 
 from adk_memory import AsyncClient
@@ -80,11 +81,19 @@ async def add(
 
 
 async def search(
-    client: AsyncClient, bank: str, query: str, scope: dict[str, str] = U1, top_k: int = 10
+    client: AsyncClient,
+    bank: str,
+    query: str,
+    scope: dict[str, str] = U1,
+    top_k: int = 10,
+    filter: str | None = None,
 ) -> list[tuple[str, str, float]]:
     """(name, fact, distance) of each hit, best first."""
     pager = await client.memory_banks.memories.retrieve(
-        name=bank, scope=scope, similarity_search_params={"search_query": query, "top_k": top_k}
+        name=bank,
+        scope=scope,
+        similarity_search_params={"search_query": query, "top_k": top_k},
+        config={"filter": filter} if filter else None,
     )
     found = []
     async for hit in pager:
@@ -212,12 +221,24 @@ class _UnversionedRedis(RedisMemoryStore):
         return None
 
 
-@pytest.fixture(params=["memory", "redis"])
-def versioned_and_not(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreMaker]:
+class _UnversionedChroma(ChromaMemoryStore):
+    """The Chroma store as one that keeps no scope version: the scan-every-query path."""
+
+    async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> None:
+        return None
+
+
+@pytest.fixture(params=["memory", "redis", "chroma"])
+def versioned_and_not(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[StoreMaker, StoreMaker]:
     """Makers of a versioned store and an unversioned one over the same data."""
     if request.param == "memory":
         name = f"equal-{uuid.uuid4().hex[:8]}"
         return lambda: ReferenceMemoryStore(name=name), lambda: _UnversionedMemory(name=name)
+    if request.param == "chroma":  # two stores of one process share an embedded folder
+        uri = f"chroma://{tmp_path}"
+        return lambda: store_from_uri(uri), lambda: _UnversionedChroma.from_uri(uri)
     url = request.getfixturevalue("redis_url")
     uri = f"{url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
     return lambda: store_from_uri(uri), lambda: _UnversionedRedis.from_uri(uri)
@@ -233,7 +254,8 @@ _WORDS = (
 async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
     seed: int, versioned_and_not: tuple[StoreMaker, StoreMaker]
 ) -> None:
-    """Random facts, writes and clock moves: the cached path ranks exactly as a fresh scan."""
+    """Random facts, writes, clock moves and filters: the cached path (restricted to a filter's
+    matches when there is one) ranks exactly as a fresh scan."""
     rng = random.Random(seed)
     versioned, unversioned = versioned_and_not
     cached = AsyncClient(store=versioned(), embedding_model="hash-64", run_scheduler=False)
@@ -254,10 +276,11 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             if action < 0.5 or not durable:
                 scope = rng.choice([U1, U1, U2])
                 ttl = rng.choice([None, "30s", "300s"])
+                tag = {"metadata": {"tag": {"string_value": rng.choice("ab")}}}
                 if ttl is None:
-                    durable.append(await add(cached, bank, sentence(), scope))
+                    durable.append(await add(cached, bank, sentence(), scope, **tag))
                 else:
-                    await add(cached, bank, sentence(), scope, ttl=ttl)
+                    await add(cached, bank, sentence(), scope, ttl=ttl, **tag)
             elif action < 0.65:
                 await cached.memory_banks.memories.update(
                     name=rng.choice(durable), fact=sentence(), config={"update_mask": "fact"}
@@ -268,12 +291,32 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             else:
                 now[0] += timedelta(seconds=rng.choice([0, 20, 100]))
             query, scope = sentence(), rng.choice([U1, U2])
-            assert await search(cached, bank, query, scope, 5) == await search(
-                scanned, bank, query, scope, 5
-            ), step
+            chosen = _random_filter(rng, now[0])
+            assert await search(cached, bank, query, scope, 5, chosen) == await search(
+                scanned, bank, query, scope, 5, chosen
+            ), (step, chosen)
     finally:
         await cached.aclose()
         await scanned.aclose()
+
+
+def _random_filter(rng: random.Random, now: datetime) -> str | None:
+    """None half the time, else a filter on facts, metadata or expiry (pushed down or not)."""
+    word, other = rng.choice(_WORDS), rng.choice(_WORDS)
+    return rng.choice(
+        [
+            None,
+            None,
+            None,
+            f'fact:"{word}"',
+            f'NOT fact:"{word}"',
+            f'fact:"{word}" OR fact:"{other}"',
+            f'metadata.tag = "{rng.choice("ab")}"',
+            f'metadata.tag = "a" AND NOT fact:"{word}"',
+            f'expire_time > "{(now + timedelta(seconds=100)).isoformat()}"',
+            f'fact=~"{word}|{other}"',
+        ]
+    )
 
 
 async def true_distance(client: AsyncClient, name: str, query: str = "greyhound Biscuit") -> float:
@@ -286,15 +329,28 @@ async def true_distance(client: AsyncClient, name: str, query: str = "greyhound 
 
 
 class _Raced:
-    """A store mixin that slips a write in just before the store's next `get_memories`."""
+    """A store mixin that slips a write in just before the store's next call of one of `raced`."""
 
     race: Callable[[], Awaitable[None]] | None = None
+    raced: tuple[str, ...] = ("get_memories",)
+    """Of `get_memories`, `scan`, `matching_ids`."""
+
+    async def _run_race(self, method: str) -> None:
+        if self.race is not None and method in self.raced:
+            race, self.race = self.race, None
+            await race()
 
     async def get_memories(self, bank_id: str, memory_ids: Any, now: datetime) -> Any:
-        race, self.race = self.race, None
-        if race is not None:
-            await race()
+        await self._run_race("get_memories")
         return await super().get_memories(bank_id, memory_ids, now)  # type: ignore[misc]
+
+    async def scan(self, bank_id: str, query: Any) -> Any:
+        await self._run_race("scan")
+        return await super().scan(bank_id, query)  # type: ignore[misc]
+
+    async def matching_ids(self, bank_id: str, scope_key: Any, filter: Any) -> Any:
+        await self._run_race("matching_ids")
+        return await super().matching_ids(bank_id, scope_key, filter)  # type: ignore[misc]
 
 
 class _RacedMemory(_Raced, ReferenceMemoryStore):
@@ -316,25 +372,31 @@ def raced_and_writer(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreM
     return lambda: _RacedRedis.from_uri(uri), lambda: store_from_uri(uri)
 
 
-@pytest.mark.parametrize("write", ["delete", "update"])
+@pytest.mark.parametrize("write", ["delete", "update", "retag"])
 async def test_a_write_between_the_version_read_and_the_record_read_is_not_served_stale(
     raced_and_writer: tuple[StoreMaker, StoreMaker], write: str
 ) -> None:
-    """The records the cached ranking returns are read last: one rewritten since is caught."""
+    """The records the cached ranking returns are read last: one rewritten since is caught
+    (`retag`: its metadata changed so that the query's filter no longer matches it)."""
     raced_maker, writer_maker = raced_and_writer
+    tagged = 'metadata.tag = "a"' if write == "retag" else None
+    tag = {"metadata": {"tag": {"string_value": "a"}}}
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
     writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
     try:
         bank = await hybrid_bank(reader, {"mode": "hybrid"})
-        target = await add(reader, bank, FACTS[0], U1)
+        target = await add(reader, bank, FACTS[0], U1, **tag)
         for fact in FACTS[1:] + FILLER[:10]:
-            await add(reader, bank, fact, U1)
-        assert (await search(reader, bank, "greyhound Biscuit"))[0][0] == target  # warm
+            await add(reader, bank, fact, U1, **tag)
+        assert (await search(reader, bank, "greyhound Biscuit", filter=tagged))[0][0] == target
 
         async def race() -> None:
             if write == "delete":
                 await writer.memory_banks.memories.delete(name=target)
+            elif write == "retag":
+                retagged = {"metadata": {"tag": {"string_value": "b"}}, "update_mask": "metadata"}
+                await writer.memory_banks.memories.update(name=target, config=retagged)
             else:
                 await writer.memory_banks.memories.update(
                     name=target, fact="I sold my sailing boat.", config={"update_mask": "fact"}
@@ -342,16 +404,49 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
 
         assert isinstance(raced, _RacedMemory | _RacedRedis)
         raced.race = race
-        hits = await search(reader, bank, "greyhound Biscuit")
+        hits = await search(reader, bank, "greyhound Biscuit", filter=tagged)
         assert raced.race is None  # the race ran
         assert len(hits) == 10  # of the 14 (or 15) memories left, none lost
-        if write == "delete":
+        if write in ("delete", "retag"):
             assert target not in [hit[0] for hit in hits]
         else:
             served = {name: (fact, distance) for name, fact, distance in hits}
             assert served[target][0] == "I sold my sailing boat."
             assert served[target][1] == pytest.approx(await true_distance(reader, target))
             assert all(fact != FACTS[0] for _, fact, _ in hits)
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+async def test_a_write_between_the_cached_index_and_a_filters_scan_is_not_missed(
+    raced_and_writer: tuple[StoreMaker, StoreMaker],
+) -> None:
+    """A filtered query restricts the cached index to the ids that match (asked of the store,
+    or a filtered scan's); a memory written just before that read is not in the index: the
+    query must see the version moved and rank its own index of a scan instead."""
+    raced_maker, writer_maker = raced_and_writer
+    raced = raced_maker()
+    reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
+    writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
+    try:
+        bank = await hybrid_bank(reader, {"mode": "hybrid"})
+        for fact in FACTS + FILLER[:10]:
+            await add(reader, bank, fact, U1)
+        await search(reader, bank, "greyhound Biscuit")  # warm: the scope's index is cached
+        written: list[str] = []
+
+        async def race() -> None:
+            written.append(await add(writer, bank, "Biscuit the greyhound loves the beach.", U1))
+
+        assert isinstance(raced, _RacedMemory | _RacedRedis)
+        raced.race, raced.raced = race, ("scan", "matching_ids")
+        hits = await search(reader, bank, "greyhound Biscuit", filter='fact:"Biscuit"')
+        assert raced.race is None  # the race ran
+        assert sorted(hit[1] for hit in hits) == sorted(
+            ["Biscuit the greyhound loves the beach.", FACTS[0]]
+        )
+        assert written[0] in [hit[0] for hit in hits]
     finally:
         await reader.aclose()
         await writer.aclose()

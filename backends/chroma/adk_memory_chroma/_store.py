@@ -170,6 +170,7 @@ from adk_memory.errors import (
     ResourceExhausted,
     StoreUnavailable,
 )
+from adk_memory.filters import FilterExpr
 from adk_memory.locks import FileLockProvider, LockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -189,6 +190,7 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_expectations,
+    expiry_around,
     index_around,
 )
 from adk_memory.vectors import VectorMatrix, exact_distances
@@ -872,13 +874,14 @@ class ChromaMemoryStore(MemoryStore):
     # Memories
 
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """`_apply`, with its documents' due entries written around it (`index_around`)."""
+        """`_apply`, with the due entries of its documents and of the bank's expiry around it.
+
+        See `index_around` and `expiry_around`.
+        """
+        write = functools.partial(self._apply, bank_id, batch)
         if batch.documents:
-            await index_around(
-                self, bank_id, batch.documents, functools.partial(self._apply, bank_id, batch)
-            )
-        else:
-            await self._apply(bank_id, batch)
+            write = functools.partial(index_around, self, bank_id, batch.documents, write)
+        await expiry_around(self, bank_id, batch, write)
 
     async def _apply(self, bank_id: str, batch: WriteBatch) -> None:
         """Applies the whole batch through the journal (see the module docstring).
@@ -1541,12 +1544,39 @@ class ChromaMemoryStore(MemoryStore):
 
         Expiry is left to the caller: a range on `live_us` makes Chroma walk every row.
         """
+        kept = await self._matching_ids(memories, scope_key, list(vectors.ids), pushed)
+        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
+
+    async def _matching_ids(
+        self, memories: Any, scope_key: str, ids: list[str], pushed: dict[str, Any]
+    ) -> set[str]:
+        """Those of the scope's `ids` whose rows the pushed filter keeps (ids only)."""
         where = all_of([{codec.SCOPE_KEY: scope_key}, pushed])
         kept: set[str] = set()
-        for request in _scope_requests(vectors.ids, where, where):
+        for request in _scope_requests(ids, where, where):
             found = await self._call("filter a scope", memories.get, include=[], **request)
             kept.update(found["ids"])
-        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
+        return kept
+
+    async def matching_ids(
+        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
+    ) -> frozenset[str]:
+        """The scope's memories that match, by id: those its index lists, asked of Chroma.
+
+        One `get` (ids only) with the pushed filter; expired ones are not left out.
+        """
+        pushed = compile_filter(filter)
+
+        async def work(memories: Any) -> frozenset[str]:
+            if pushed is False:
+                return frozenset()
+            aux = await self._collection(self._name(bank_id, _AUX))
+            ids = list(await self._scope_members(aux, scope_key))
+            if pushed is True:
+                return frozenset(ids)
+            return frozenset(await self._matching_ids(memories, scope_key, ids, pushed))
+
+        return await self._on_bank(bank_id, _MEM, work)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
@@ -1941,6 +1971,27 @@ class ChromaMemoryStore(MemoryStore):
         if removed:
             logger.debug("swept %d expired rows from bank %s", removed, bank_id)
         return removed
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """The earliest expiry among the bank's memories and revisions.
+
+        One `get` of the metadata of the rows with an expiry in each collection.
+        """
+        expiring = {codec.LIVE_US: {"$lt": codec.NEVER_US}}
+        revisions = {"$and": [{codec.KIND: codec.KIND_REVISION}, expiring]}
+        earliest = [
+            await self._on_bank(bank_id, kind, functools.partial(self._earliest_live_us, where))
+            for kind, where in ((_MEM, expiring), (_AUX, revisions))
+        ]
+        found = [live_us for live_us in earliest if live_us is not None]
+        return codec.EPOCH + timedelta(microseconds=min(found)) if found else None
+
+    async def _earliest_live_us(self, where: Mapping[str, Any], collection: Any) -> int | None:
+        """The least `live_us` of the collection's rows matching `where` (None: no such row)."""
+        found = await self._call(
+            "find the earliest expiry", collection.get, where=where, include=["metadatas"]
+        )
+        return min((int(meta[codec.LIVE_US]) for meta in found["metadatas"]), default=None)
 
     async def aclose(self) -> None:
         """Closes the client the store built (never one passed in) and forgets its handles."""

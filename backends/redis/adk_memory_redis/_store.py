@@ -7,7 +7,8 @@ slot and one MULTI/EXEC or script may touch any of them:
 ```
 P:banks                    SET    ids of the banks (for list_banks)
 P:garbage                  SET    "B\x1fE" of deleted banks whose keys are still being removed
-P:due:<kind>               ZSET   "B\x1f<key>" of documents with a due time, scored by it (µs)
+P:due:<kind>               ZSET   "B\x1f<key>" of documents with a due time, scored by it (µs);
+                                  kind `expiry`: "B\x1fbank", the bank's earliest expiry
 {P:B}:bank                 HASH   record (JSON), epoch, dim, algorithm, dtype
 {P:B}:E:idx                       the bank's search index (RediSearch treats its name as a key)
 {P:B}:E:m:<memory>         HASH   a memory, indexed by the search index {P:B}:E:idx
@@ -99,6 +100,7 @@ from adk_memory.errors import (
     NotFound,
     StoreUnavailable,
 )
+from adk_memory.filters import FilterExpr
 from adk_memory.locks import lease_lapsed
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -120,6 +122,7 @@ from adk_memory.store import (
     check_dimensions,
     check_expectations,
     cursor_key,
+    expiry_around,
     index_around,
 )
 from adk_memory_redis._codec import (
@@ -965,10 +968,12 @@ class RedisMemoryStore(MemoryStore):
         The transaction also writes a short-lived marker key. When the connection drops while
         the transaction is in flight, the marker tells whether Redis committed it (then the call
         succeeds) or discarded it (then it raises `StoreUnavailable`, and nothing was written).
-        On a cluster the due entries of its documents are lowered before it and set after it.
+        On a cluster the due entries of its documents are lowered before it and set after it;
+        the bank's expiry entry is lowered before and after it (`expiry_around`).
         """
         write = functools.partial(self._apply_batch, bank_id, batch)
-        await self._index_apart(bank_id, batch.documents, write)
+        indexed = functools.partial(self._index_apart, bank_id, batch.documents, write)
+        await expiry_around(self, bank_id, batch, indexed)
 
     async def _apply_batch(self, bank_id: str, batch: WriteBatch) -> None:
         bank_key = self._bank_key(bank_id)
@@ -1377,6 +1382,31 @@ class RedisMemoryStore(MemoryStore):
                 client, bank_id, lambda pipe, bank: pipe.get(bank.scope_version(key))
             )
         return f"{bank.epoch}:{_text(replies[0] or b'0')}"
+
+    async def matching_ids(
+        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
+    ) -> frozenset[str]:
+        """The scope's memories that match, by id: one FT.AGGREGATE with a single row.
+
+        Its `REDUCE TOLIST` of the ids took a third to a fifth of the time of FT.SEARCH
+        NOCONTENT's reply of 5,000 keys. Expired ones are not left out (the caller does that).
+        """
+        query = self._base_query(0, scope_key, filter)
+        if query is None:
+            return frozenset()
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            pipe.execute_command(
+                "FT.AGGREGATE", bank.index_name, query,
+                "GROUPBY", 0, "REDUCE", "TOLIST", 1, "@memory_id", "AS", "ids",
+                *self._search_args(),
+            )  # fmt: skip
+
+        async with self._call("filter a scope") as client:
+            _bank, replies = await self._with_bank(client, bank_id, queue)
+        rows, warnings = parse_aggregate(replies[0])
+        self._check_warnings(warnings)
+        return frozenset(_text(memory_id) for row in rows for memory_id in row.get("ids") or ())
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.
@@ -1835,6 +1865,32 @@ class RedisMemoryStore(MemoryStore):
         if removed:
             logger.debug("swept %d expired records from bank %s", removed, bank_id)
         return removed
+
+    async def earliest_expiry(self, bank_id: str) -> datetime | None:
+        """The earliest `live_until` of the bank's memories and revisions, in one round trip.
+
+        FT.AGGREGATE MIN over the expiring memories, and the first of each revision expiry set.
+        """
+
+        def queue(pipe: Any, bank: _Bank) -> None:
+            pipe.execute_command(
+                "FT.AGGREGATE",
+                bank.index_name,
+                "@live_until:[-inf (+inf]",
+                "LOAD", 1, "@live_until",
+                "GROUPBY", 0, "REDUCE", "MIN", 1, "@live_until", "AS", "earliest",
+                *self._search_args(),
+            )  # fmt: skip
+            for expiry_set in (bank.revision_expiry, bank.revision_expiry_native):
+                pipe.zrange(expiry_set, 0, 0, withscores=True)
+
+        async with self._call("find the earliest expiry") as client:
+            await self._ensure_index(client, await self._bank(client, bank_id))
+            _bank, (aggregate, *firsts) = await self._with_bank(client, bank_id, queue)
+        rows, _warnings = parse_aggregate(aggregate)
+        times = [float(row["earliest"]) for row in rows if row.get("earliest") is not None]
+        times += [float(score) for first in firsts for _member, score in first]
+        return from_us(int(min(times))) if times else None
 
     @staticmethod
     async def _sweep_revisions(
