@@ -18,9 +18,10 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
-from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
@@ -34,7 +35,7 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.scope import validate_scope
-from adk_memory.server.auth import ApiKeys, Principal, authenticate, is_loopback
+from adk_memory.server.auth import ApiKeys, Principal, is_loopback, principal_of
 from adk_memory.server.confine import load_in_scope
 from adk_memory.server.wire import error_response
 
@@ -319,38 +320,22 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
     return server
 
 
-class _Authenticated:
-    """Refuses HTTP requests without a valid key (401); passes the caller on in `state`."""
-
-    def __init__(self, app: ASGIApp, keys: ApiKeys | None) -> None:
-        self.app = app
-        self.keys = keys
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        bearer = request.headers.get("authorization", "")
-        token = bearer[7:].strip() if bearer[:7].lower() == "bearer " else None
-        try:
-            principal = authenticate(
-                self.keys, api_key=request.headers.get("x-goog-api-key"), bearer=token or None
-            )
-        except Unauthenticated as exc:
-            await error_response(exc)(scope, receive, send)
-            return
-        scope.setdefault("state", {})["principal"] = principal
-        await self.app(scope, receive, send)
-
-
 def mcp_http_app(server: MCPServer, keys: ApiKeys | None, *, host: str = "127.0.0.1") -> ASGIApp:
-    """The streamable HTTP app (`/mcp`) behind the key check.
+    """The streamable HTTP app (`/mcp`) behind the key check (401 without a valid key).
 
     Stateless: every request is authenticated on its own, so a session id is never a credential.
     """
-    app: Starlette = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
-    return _Authenticated(app, keys)
+
+    async def authenticated(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        try:
+            request.state.principal = await principal_of(request, keys)
+        except Unauthenticated as exc:
+            return error_response(exc)
+        return await call_next(request)
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=authenticated)
+    return app
 
 
 async def serve_mcp(
