@@ -53,7 +53,6 @@ from adk_memory.adk._convert import (
     batches,
     create_config,
     event_for_ingest,
-    from_metadata_values,
     generate_config,
     memory_entry_fact,
     memory_id_of_entry,
@@ -68,7 +67,7 @@ from adk_memory.adk._options import (
     split_service_parameters,
 )
 from adk_memory.embeddings import preload_embedder
-from adk_memory.engine.convert import parse_model
+from adk_memory.engine.convert import metadata_from_request, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
 from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
 from adk_memory.errors import (
@@ -480,7 +479,12 @@ class MemoryBankService(BaseMemoryService):
         try:
             client = await self._client()
             if wait_for_generation and self._generation_wait > 0:
-                await self._generate_pending_or_warn(scope)
+                try:  # a failure to generate first must not fail the search itself
+                    await self._generate_pending(scope, except_session_id=None, only_asked=True)
+                except StoreUnavailable as error:
+                    logger.warning(
+                        "Searching without generating pending memories: %s", error.message
+                    )
             pager = await client.memory_banks.memories.retrieve(
                 name=self.bank_name,
                 scope=scope,
@@ -543,11 +547,11 @@ class MemoryBankService(BaseMemoryService):
     ) -> bool:
         """Stores the session's new events for the turn path: never raises a store failure.
 
-        The events go to the session's stream with the idle trigger (or the one given); with
-        `generate_now` their generation starts in the background. A store that fails or takes
-        longer than 5 s is logged at WARNING with the cause, and the events are sent again by
-        the background poller and by the session's next call; after 3 failures in a row the
-        store is left alone for 30 s (the events wait in this process meanwhile).
+        The events go to the session's stream (`stream_id` = session id) with the idle trigger (or
+        the one given); with `generate_now` their generation starts in the background. A store
+        that fails or takes longer than 5 s is logged at WARNING with the cause, and the events
+        are sent again by the background poller and by the session's next call; after 3 failures
+        in a row the store is left alone for 30 s (the events wait in this process meanwhile).
 
         Returns:
             Whether the store holds the events now.
@@ -560,10 +564,21 @@ class MemoryBankService(BaseMemoryService):
             _put_bounded(self._unsent, key, unsent)
             logger.debug("Memory store circuit open; a session's events wait in this process.")
             return False
+        kept = _with_content(session.events)
+        ids = [event.id for event, _ in kept]
+        if (last := self._last_sent.get(key)) in ids:
+            kept = kept[ids.index(last) + 1 :]
+        if not kept and not generate_now:
+            return True
+        scope = _scope(session.app_name, session.user_id)
         try:
-            stream = await asyncio.wait_for(
-                self.ingest_session(
-                    session, generation_trigger_config=trigger, force_flush=generate_now
+            await asyncio.wait_for(
+                self._ingest(
+                    scope,
+                    stream_id=session.id,
+                    items=kept,
+                    trigger=trigger,
+                    force_flush=generate_now,
                 ),
                 timeout=WRITE_TIMEOUT,
             )
@@ -586,52 +601,11 @@ class MemoryBankService(BaseMemoryService):
             )
             return False
         self._breaker.succeeded()
-        if generate_now and stream is not None:
-            self._start_flush(stream)
-        return True
-
-    async def ingest_session(
-        self,
-        session: Session,
-        *,
-        generation_trigger_config: Mapping[str, Any]
-        | types.MemoryGenerationTriggerConfig
-        | None = None,
-        force_flush: bool = False,
-    ) -> str | None:
-        """Sends the session's events not sent before to its stream (`stream_id` = session id).
-
-        Args:
-            session: The ADK session.
-            generation_trigger_config: Stored on the stream, e.g.
-                `{"generation_rule": {"idle_duration": "60s"}}`; None keeps the stream's.
-            force_flush: Generate from everything buffered now.
-
-        Returns:
-            The stream's key when events were sent, else None.
-
-        Raises:
-            AdkMemoryError: The store failed or refused the events (nothing is marked sent).
-        """
-        key = (session.app_name, session.user_id, session.id)
-        kept = _with_content(session.events)
-        last = self._last_sent.get(key)
-        ids = [event.id for event, _ in kept]
-        if last is not None and last in ids:
-            kept = kept[ids.index(last) + 1 :]
-        if not kept and not force_flush:
-            return None
-        scope = _scope(session.app_name, session.user_id)
-        await self._ingest(
-            scope,
-            stream_id=session.id,
-            items=kept,
-            trigger=generation_trigger_config,
-            force_flush=force_flush,
-        )
         if kept and kept[-1][0].id:
             _put_bounded(self._last_sent, key, kept[-1][0].id)
-        return stream_key(scope, session.id)
+        if generate_now:
+            self._start_flush(stream_key(scope, session.id))
+        return True
 
     async def generate_pending(
         self,
@@ -777,13 +751,6 @@ class MemoryBankService(BaseMemoryService):
         except AdkMemoryError as error:
             logger.warning("Memory generation failed (%s: %s).", error.status, error.message)
 
-    async def _generate_pending_or_warn(self, scope: dict[str, str]) -> None:
-        """The search's first step; a failure there must not fail the search itself."""
-        try:
-            await self._generate_pending(scope, except_session_id=None, only_asked=True)
-        except StoreUnavailable as error:
-            logger.warning("Searching without generating pending memories first: %s", error.message)
-
     async def _generate_pending(
         self,
         scope: dict[str, str],
@@ -916,7 +883,7 @@ def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryB
         author="user",
         content=genai_types.Content(role="user", parts=[genai_types.Part(text=memory.fact)]),
         timestamp=memory.update_time.isoformat() if memory.update_time else None,
-        custom_metadata=from_metadata_values(memory.metadata),
+        custom_metadata=dict(metadata_from_request(memory.metadata)),
         name=memory.name,
         distance=hit.distance,
     )
@@ -943,15 +910,8 @@ def _check_client(
             "a blocking Client runs on its own loop thread.",
             field="client",
         )
-    given = [
-        name
-        for name, value in (
-            ("uri", uri),
-            ("embedding_model", embedding_model),
-            ("generation_model", model),
-        )
-        if value is not None
-    ]
+    named = {"uri": uri, "embedding_model": embedding_model, "generation_model": model}
+    given = [name for name, value in named.items() if value is not None]
     if given:
         raise InvalidArgument(
             f"Pass either client or {', '.join(given)}: a client you built already "
@@ -968,27 +928,20 @@ def _check_client(
         )
 
 
-_warm_lock = threading.Lock()
-_warm_models: dict[str, threading.Event] = {}
-
-
+@functools.cache
 def _warm_up(model: str | None) -> threading.Event:
     """Loads a local embedding model in a daemon thread, once per process; set when done."""
-    key = model or ""
-    with _warm_lock:
-        ready = _warm_models.get(key)
-        if ready is None:
-            ready = _warm_models[key] = threading.Event()
+    ready = threading.Event()
 
-            def load() -> None:
-                try:
-                    preload_embedder(model)
-                except Exception as error:  # the first search reports it again, with the fix
-                    logger.warning("Preloading the embedding model failed: %s", error)
-                finally:
-                    ready.set()
+    def load() -> None:
+        try:
+            preload_embedder(model)
+        except Exception as error:  # the first search reports it again, with the fix
+            logger.warning("Preloading the embedding model failed: %s", error)
+        finally:
+            ready.set()
 
-            threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
+    threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
     return ready
 
 
