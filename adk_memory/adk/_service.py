@@ -6,23 +6,11 @@ when `custom_metadata` asks for a generate-only setting), `add_memory` creates m
 consolidates them with `enable_consolidation`), and `search_memory` is a similarity retrieve.
 The engine runs in this process, on the store the URI names; nothing here talks to Google Cloud.
 
-Event loops: an async store client belongs to the loop that opened it (as ADK's
-`_get_api_client` notes), and ADK calls memory services from several loops (`Runner.run` runs
-each call on a new one), so the service keeps one `AsyncClient` per running loop
-(`adk_memory.adk._loops`). The bank is looked up, and created if absent, on first use; creation
-tolerates `AlreadyExists`, so several processes may start at once.
-
-The turn path (`remember_session`, `generate_pending`, `search_memory`) is bounded and guarded
-by a circuit breaker; storing events never raises a store failure into a turn (the events wait
-in this process and are re-sent). When memories are generated: at once after
-`add_session_to_memory`; before the user's next session searches (the plugin calls
-`generate_pending`); after `idle_duration` of quiet; or on `flush`.
-
-Incrementality: a session is one ingest stream (`stream_id` = session id) and every event is
-sent with its ADK event id, which the stream remembers; an event id already seen is ignored by
-the store, so no event is generated from twice, whichever process sends it. On top of that the
-service remembers, per session, the last event it sent, so `add_session_to_memory` sends only
-the events after it (a process-local saving; the store's dedup is what guarantees it).
+One `AsyncClient` per event loop (`_loops`), the bank ensured on first use (tolerating
+`AlreadyExists`, so several processes may start at once), and the turn path (bounded writes that
+never raise, a circuit breaker, when generation runs) are described in ARCHITECTURE.md. A session
+is one ingest stream (`stream_id` = session id) whose store drops event ids it has seen, so no
+event is generated from twice; remembering each session's last sent event only saves resending.
 """
 
 from __future__ import annotations
@@ -61,10 +49,13 @@ from adk_memory.adk._convert import (
 )
 from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, LoopClients, LoopState
 from adk_memory.adk._options import (
-    idle_duration_text,
+    DEFAULT_GENERATION_WAIT,
+    DEFAULT_IDLE_DURATION,
+    DEFAULT_TOP_K,
     options_from_agents_dir,
     parse_options,
     split_service_parameters,
+    top_k_within,
 )
 from adk_memory.embeddings import preload_embedder
 from adk_memory.engine.convert import metadata_from_request, parse_model
@@ -96,20 +87,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOP_K = 3
-"""Memories per search: Memory Bank's own default, which ADK's Vertex service relies on."""
-
-DEFAULT_IDLE_DURATION = "60s"
-"""A session's memories are generated after it has been quiet this long (if nothing came first)."""
-
-DEFAULT_GENERATION_WAIT = 10.0
-"""Seconds a search waits for the user's pending memories to be generated."""
-
 WRITE_TIMEOUT = 5.0
 """Seconds the turn path waits for the store to take a run's events (or list the user's streams)
 before it counts a failure and, for events, retries later."""
 
-_MAX_TOP_K = 100
 _MAX_TRACKED_SESSIONS = 10_000
 _TRANSIENT = (StoreUnavailable, TimeoutError, OSError)
 """Failures the turn path retries later (and counts towards the circuit breaker)."""
@@ -151,19 +132,10 @@ class MemoryBankService(BaseMemoryService):
                         memory_service=memory)
         ```
 
-    The bank: `bank=` (an id such as `"coffee-shop"` or a full bank name), else the URI's
-    `?bank=` parameter, else `ADK_MEMORY_BANK`, else `"adk-default"`. It is created on first
-    use if absent, with `**bank_config` (the fields of a Memory Bank config:
-    `customization_configs`, `generation_config`, `similarity_search_config`, `ttl_config`, …);
-    when the bank exists and `bank_config` is given, those top-level fields are merged into it,
-    so the code stays the source of the bank's configuration. Customization configs meant for
-    ADK traffic select the scope keys `["app_name", "user_id"]`, ADK's scope.
-
-    Models: `embedding_model` is the model of a bank created without one (default: the
-    offline all-MiniLM-L6-v2); `generation_model` (a model name or an ADK `BaseLlm`, such as
-    `adk_memory.testing.models.ScriptedMemoryModel` in tests) overrides the bank's
-    `generation_config.model`. Or pass `client=`, an `AsyncClient` you built, instead of `uri`
-    and both models; the service then never closes it.
+    The bank (`bank=`, the URI's `?bank=`, `ADK_MEMORY_BANK`, else `"adk-default"`) is created
+    on first use with `**bank_config` (Memory Bank config fields); for an existing bank those
+    top-level fields are merged in, so the code stays the source of the bank's configuration.
+    Customization configs meant for ADK traffic select the scope keys `["app_name", "user_id"]`.
 
     Long-running work: like Memory Bank's operations, generation asked through
     `add_events_to_memory`/`add_memory` runs in the background unless `custom_metadata`
@@ -206,8 +178,10 @@ class MemoryBankService(BaseMemoryService):
                 same URI and models (and closes them with their loop). Then `uri`,
                 `embedding_model` and `generation_model` must be None. Never closed here.
             top_k: Memories returned per search (above 100 means 100). Default: 3.
-            embedding_model: The embedding model of a bank created without one.
-            generation_model: A model name or `BaseLlm` instance for memory generation,
+            embedding_model: The embedding model of a bank created without one. Default: the
+                offline all-MiniLM-L6-v2.
+            generation_model: A model name or `BaseLlm` instance (in tests, e.g.
+                `adk_memory.testing.models.ScriptedMemoryModel`) for memory generation,
                 overriding the bank's `generation_config.model`.
             run_scheduler: Flush due ingest streams (and retry unstored events) in the
                 background on each event loop the service is used on. Default: True.
@@ -243,15 +217,9 @@ class MemoryBankService(BaseMemoryService):
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
-        self._top_k = _check_top_k(
-            options.top_k if options.top_k is not None else DEFAULT_TOP_K, field="top_k"
-        )
-        self._idle_duration = idle_duration_text(options.idle_duration or DEFAULT_IDLE_DURATION)
-        self._generation_wait = (
-            options.generation_wait
-            if options.generation_wait is not None
-            else DEFAULT_GENERATION_WAIT
-        )
+        self._top_k = options.top_k
+        self._idle_duration = options.idle_duration
+        self._generation_wait = options.generation_wait
         parse_model(
             types.ReasoningEngineContextSpecMemoryBankConfig, bank_config, field="bank_config"
         )
@@ -267,7 +235,7 @@ class MemoryBankService(BaseMemoryService):
         if client is not None:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        self._run_scheduler = options.run_scheduler is not False
+        self._run_scheduler = options.run_scheduler
         self._names = client.engine.names if client is not None else Names()
         self._loops = LoopClients(self._build_client)
         self._bank_ready = False
@@ -473,7 +441,7 @@ class MemoryBankService(BaseMemoryService):
         """
         if not query or not query.strip():
             return SearchMemoryResponse()
-        count = self._top_k if top_k is None else _check_top_k(top_k, field="top_k")
+        count = self._top_k if top_k is None else top_k_within(top_k)
         scope = _scope(app_name, user_id)
         self._refuse_while_open()
         try:
@@ -956,19 +924,6 @@ def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     if not memories:
         raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
     return list(memories)
-
-
-def _check_top_k(value: object, *, field: str) -> int:
-    """A positive count; above 100 is coerced to 100, as Memory Bank's retrieve does (SPEC §3)."""
-    try:
-        count = value if isinstance(value, int) else int(str(value))
-    except ValueError:
-        count = 0
-    if isinstance(value, bool) or count < 1:
-        raise InvalidArgument(
-            f"{field} must be a positive whole number, not {str(value)[:20]!r}.", field=field
-        )
-    return min(count, _MAX_TOP_K)
 
 
 def _shared_memory_uri(uri: str) -> str:

@@ -1,37 +1,15 @@
-"""API keys for the REST server: who may call which method on which bank.
+"""API keys for the REST and MCP servers: who may call which method on which bank and scope.
 
-A key file (YAML or JSON, `adk-memory serve --keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) lists
-keys, each with a label, the secret (or its SHA-256), a permission set named like Agent
-Platform's IAM permissions and, optionally, the banks it may touch:
-
-```yaml
-keys:
-  - name: support-agent              # a label for logs and error messages; never the secret
-    key: "a-long-random-secret"      # or key_sha256: "<hex digest of the secret>"
-    permissions: [memories.generate, memories.retrieve]   # what an ADK agent needs
-    banks: ["1234567890"]            # optional; full bank names work too
-  - name: admin
-    key_sha256: "<64 hex digits>"     # printf %s "$SECRET" | sha256sum
-    permissions: ["*"]
-```
-
-Permissions may be spelled with or without the `aiplatform.` prefix; `*`, `memories.*`,
-`memoryRevisions.*` and `reasoningEngines.*` grant a whole family. An unknown permission is an
-error when the file is loaded, so a typo never silently grants nothing.
-
-A key may also be bound to a scope: `scope: {user_id: "alice"}` fixes entries, and a token key
-(`token_secret`, an HS256 secret shared with the service that signs each end user's JWT) takes
-entries from the token's claims, e.g. `scope_claims: {user_id: sub}`. Every call with a bound key
-is confined to scopes that carry those entries (`Principal.check_scope`, `confine_filter`); the
-routes apply it. A wildcard permission never grants a bound key bank writes
-(`reasoningEngines.create`, `.update`, `.delete`): those must be listed by name.
+The key file format (YAML or JSON, `--keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) is in README
+§"REST server". Permissions are named like Agent Platform's IAM permissions, with or without the
+`aiplatform.` prefix, or a family wildcard; an unknown one fails the load, so a typo never
+silently grants nothing. A key bound to a scope (`scope`, or a signed token's claims through
+`scope_claims`) confines every call to scopes carrying those entries (`Principal.check_scope`,
+`confine_filter`), and a wildcard never grants it bank writes: those must be listed by name.
 
 A server without keys trusts whoever can reach it, so it must refuse what a web page can send
 it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
 rebinding) and, without keys, only requests from its own origin or a configured CORS origin.
-
-`authorize` and `guard` are FastAPI dependencies; the errors they raise become 401, 403 and 400
-responses in the Google envelope.
 """
 
 from __future__ import annotations
