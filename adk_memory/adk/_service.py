@@ -534,7 +534,7 @@ class MemoryBankService(BaseMemoryService):
             return False
         kept = _with_content(session.events)
         ids = [event.id for event, _ in kept]
-        if (last := self._last_sent.get(key)) in ids:
+        if (last := self._last_sent.get(key)) is not None and last in ids:
             kept = kept[ids.index(last) + 1 :]
         if not kept and not generate_now:
             return True
