@@ -536,8 +536,6 @@ class MemoryBankService(BaseMemoryService):
         ids = [event.id for event, _ in kept]
         if (last := self._last_sent.get(key)) is not None and last in ids:
             kept = kept[ids.index(last) + 1 :]
-        if not kept and not generate_now:
-            return True
         scope = _scope(session.app_name, session.user_id)
         try:
             await asyncio.wait_for(
@@ -545,7 +543,7 @@ class MemoryBankService(BaseMemoryService):
                     scope,
                     stream_id=session.id,
                     items=kept,
-                    trigger=trigger,
+                    trigger=trigger if kept or generate_now else None,  # None: nothing to send
                     force_flush=generate_now,
                 ),
                 timeout=WRITE_TIMEOUT,
