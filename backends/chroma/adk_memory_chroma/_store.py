@@ -204,6 +204,11 @@ __all__ = ["ChromaMemoryStore"]
 _T = TypeVar("_T")
 _MEM = "mem"
 _AUX = "aux"
+_SLOT = "slot"
+"""`_Plan.home` of a batch journaled in the bank's slot (in aux, with its revisions)."""
+_LEGACY_SLOT = "mem-slot"
+"""Home of a slot journal in the memory collection, written before the slot moved to aux: only
+ever replayed (closed by `j:done`)."""
 _REGISTRY = "banks"
 _DUE = "due"
 _DUE_KIND, _DUE_BANK, _DUE_KEY, _DUE_US = "dk", "b", "key", "due_us"
@@ -378,7 +383,7 @@ class _Plan:
     """How `apply` writes one batch (see the module docstring, "Atomicity")."""
 
     home: str | None
-    """`_MEM` (the slot journal, written with the memories), `_AUX`, or None (one call)."""
+    """`_SLOT` (the slot journal, written with the revisions), `_AUX`, or None (one call)."""
     batch_id: str
     first: list[codec.Row]
     """The call that commits the batch: journal rows and what is written together with them."""
@@ -955,13 +960,14 @@ class ChromaMemoryStore(MemoryStore):
                 _check_inserts(stored, batch.inserts)
             if batch.expect:
                 _check_expectations(stored, batch.expect)
-            deletes = changes.deletes
+            # Only rows that exist: deleting another is a no-op, and the slot's probe of its
+            # last deletion must be a row that its batch removes.
+            deletes = [memory_id for memory_id in changes.deletes if memory_id in stored]
             if changes.expired_at is not None:  # a sweep: only what is (still) expired
                 deletes = [
                     memory_id
                     for memory_id in deletes
-                    if memory_id in stored
-                    and int(stored[memory_id][codec.LIVE_US]) <= changes.expired_at
+                    if int(stored[memory_id][codec.LIVE_US]) <= changes.expired_at
                 ]
             index = await self._index_rows(aux, stored, changes.memory_rows, deletes)
             for lease in batch.fences:  # the last check: as close to the commit as can be
@@ -1056,51 +1062,30 @@ class ChromaMemoryStore(MemoryStore):
         """Chooses how to write a batch; pure computation besides reading the batch limit."""
         limits = await self._limits()
         batch_id = _batch_id()
-        kinds = sum(1 for part in (memory_rows, revision_rows, deletes) if part)
-        if kinds == 1 and (
-            len(deletes) <= limits[0]
-            if deletes
-            else _fits_one_request(memory_rows or revision_rows, limits)
-        ):
-            # One Chroma call is atomic by itself (it still runs after any replay).
-            return _Plan(None, batch_id, [], [], memory_rows, revision_rows, deletes)
+        if not (memory_rows or deletes) and _fits_one_request(revision_rows, limits):
+            # One Chroma call is atomic by itself (it still runs after any replay). Every write
+            # of a memory goes through a journal, so that the slot's probes stay true.
+            return _Plan(None, batch_id, [], [], [], revision_rows, [])
+        memory_rows = [
+            (row_id, vector, fact, {**meta, codec.JOURNAL_BATCH: batch_id})
+            for row_id, vector, fact, meta in memory_rows
+        ]  # the slot's probe: which batch last wrote each row
         chunk = _JOURNAL_CHUNK_CHARS
         with _encoding("a memory or revision"):
-            if memory_rows:
-                journal = codec.journal_rows(
-                    codec.SLOT_ID,
-                    batch_id,
-                    [],
-                    revision_rows,
-                    deletes,
-                    kind=codec.KIND_JOURNAL_SLOT,
-                    chunk_chars=chunk,
-                    inline_chars=_JOURNAL_INLINE_CHARS,
-                    dimension=len(memory_rows[0][1]),
-                )
-                first = [*memory_rows, *journal]
-                if _fits_one_request(first, limits):
-                    return _Plan(_MEM, batch_id, first, [], [], revision_rows, deletes)
-            head = codec.batch_head_id(batch_id)
-            if not memory_rows:
-                journal = codec.journal_rows(
-                    head,
-                    batch_id,
-                    [],
-                    [],
-                    deletes,
-                    kind=codec.KIND_JOURNAL,
-                    chunk_chars=chunk,
-                    inline_chars=_JOURNAL_INLINE_CHARS,
-                )
-                first = [*revision_rows, *journal]
-                if _fits_one_request(first, limits):
-                    ids = [row[0] for row in journal][::-1]
-                    return _Plan(_AUX, batch_id, first, ids, [], [], deletes)
+            slot = codec.slot_rows(
+                batch_id,
+                memory_rows,
+                deletes,
+                chunk_chars=chunk,
+                inline_chars=_JOURNAL_INLINE_CHARS,
+            )
+            first = [*revision_rows, *slot]
+            if _fits_one_request(first, limits) and _fits_one_request(memory_rows, limits):
+                return _Plan(_SLOT, batch_id, first, [], memory_rows, [], deletes)
             # Too large for one call: everything goes into an aux journal written first (its
             # parts, then its commit row), then the batch.
             journal = codec.journal_rows(
-                head,
+                codec.batch_head_id(batch_id),
                 batch_id,
                 memory_rows,
                 revision_rows,
@@ -1113,26 +1098,23 @@ class ChromaMemoryStore(MemoryStore):
         return _Plan(_AUX, batch_id, journal, ids, memory_rows, revision_rows, deletes)
 
     async def _commit(self, bank_id: str, memories: Any, aux: Any, plan: _Plan) -> None:
-        """Writes `plan.first`, then the rest, then closes the journal (journal lock held).
+        """Writes `plan.first`, then the rest, then closes an aux journal (journal lock held).
 
         Once the call holding the commit row has succeeded the batch has happened: a failure
         after it is retried once here and otherwise left to the next replay, never undone.
         """
         if plan.home is None:  # a single call, atomic by itself
-            await self._apply_rows(
-                memories, aux, plan.memory_rows, plan.revision_rows, plan.deletes
-            )
+            await self._write("write revisions", aux, plan.revision_rows)
             return
-        home = memories if plan.home == _MEM else aux
         try:
-            await self._write("write a batch and its journal", home, plan.first)
+            await self._write("write a batch and its journal", aux, plan.first)
         except AdkMemoryError as exc:
             # A request that failed on the way back may have been committed anyway: if the
             # commit row is there, the batch has happened and is completed below.
-            head = codec.SLOT_ID if plan.home == _MEM else plan.journal_ids[0]
+            head = codec.SLOT_ID if plan.home == _SLOT else plan.journal_ids[0]
             try:
                 found = await self._call(
-                    "check a batch journal", home.get, ids=[head], include=["metadatas"]
+                    "check a batch journal", aux.get, ids=[head], include=["metadatas"]
                 )
             except (AdkMemoryError, _Gone):
                 self._recovered.discard(bank_id)  # the next use of the bank replays it if it was
@@ -1179,38 +1161,36 @@ class ChromaMemoryStore(MemoryStore):
     ) -> None:
         """Writes what a committed batch still lacks, then closes its journal (idempotent).
 
-        A slot journal is closed by the `j:done` row, written with the revisions (after the
-        deletes); an aux journal is deleted.
+        The slot needs no closing (its probes show the batch complete); an aux journal is
+        deleted; a slot journal of the memory collection (`_LEGACY_SLOT`) is closed by the
+        `j:done` row, written with the revisions (after the deletes).
         """
+        if home == _AUX:
+            # The slot is emptied before this batch rewrites or deletes the rows it probes, so
+            # that its (complete) batch cannot look interrupted afterwards.
+            empty = codec.slot_rows(
+                batch_id,
+                [],
+                [],
+                chunk_chars=_JOURNAL_CHUNK_CHARS,
+                inline_chars=_JOURNAL_INLINE_CHARS,
+            )
+            await self._write("write revisions", aux, [*revision_rows, *empty])
         if memory_rows:
             await self._write("write memories", memories, memory_rows)
         if deletes:
             await self._delete_ids("delete memories", memories, deletes)
-        if home == _MEM:
+        if home == _LEGACY_SLOT:
             await self._write("write revisions", aux, [*revision_rows, codec.done_row(batch_id)])
-            return
-        if revision_rows:
-            await self._write("write revisions", aux, revision_rows)
+        elif home == _AUX:
+            await self._remove_journal(aux, journal_ids)
+
+    async def _remove_journal(self, aux: Any, journal_ids: Sequence[str]) -> None:
+        """Deletes the aux journal of a completed batch (a failure only leaves a no-op replay)."""
         try:
             await self._delete_ids("remove a batch journal", aux, journal_ids)
         except (AdkMemoryError, _Gone) as exc:  # the batch is complete; a replay is a no-op
             logger.warning("could not remove the journal of a completed batch: %s", exc)
-
-    async def _apply_rows(
-        self,
-        memories: Any,
-        aux: Any,
-        memory_rows: Sequence[codec.Row],
-        revision_rows: Sequence[codec.Row],
-        deletes: Sequence[str],
-    ) -> None:
-        """Writes rows without a journal (one call when `_plan` chose that)."""
-        if revision_rows:
-            await self._write("write revisions", aux, revision_rows)
-        if memory_rows:
-            await self._write("write memories", memories, memory_rows)
-        if deletes:
-            await self._delete_ids("delete memories", memories, deletes)
 
     @contextlib.asynccontextmanager
     async def _journal_lock(self, bank_id: str) -> AsyncIterator[None]:
@@ -1247,33 +1227,48 @@ class ChromaMemoryStore(MemoryStore):
         self._recovered.add(bank_id)
 
     async def _state(self, memories: Any, aux: Any) -> _BankState:
-        """Journals not yet closed, oldest first, and whether the scope index is complete."""
-        slot = await self._call(
-            "look for a batch journal", memories.get, ids=[codec.SLOT_ID], include=["metadatas"]
-        )
+        """Journals not yet closed, oldest first, and whether the scope index is complete.
+
+        Two reads: the journal rows of aux, then, in the memory collection, the rows the slot's
+        probes name and the slot an older version kept there (`_LEGACY_SLOT`).
+        """
         marks = await self._call(
             "look for a batch journal",
             aux.get,
             where={
                 codec.KIND: {
-                    "$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE, codec.KIND_LAYOUT]
+                    "$in": [
+                        codec.KIND_JOURNAL,
+                        codec.KIND_JOURNAL_SLOT,
+                        codec.KIND_JOURNAL_DONE,
+                        codec.KIND_LAYOUT,
+                    ]
                 }
             },
             include=["metadatas"],
         )
         done = None
         indexed = False
+        slot: Mapping[str, Any] | None = None
         pending: list[tuple[str, Any, str, Mapping[str, Any]]] = []
         for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
             if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
                 done = meta[codec.JOURNAL_BATCH]
             elif meta[codec.KIND] == codec.KIND_LAYOUT:
                 indexed = int(meta[codec.SCOPE_VERSION]) >= codec.LAYOUT_VERSION
+            elif meta[codec.KIND] == codec.KIND_JOURNAL_SLOT:
+                slot = meta
             else:
                 pending.append((str(meta[codec.JOURNAL_BATCH]), aux, row_id, meta))
-        for meta in slot["metadatas"] or []:
-            if meta[codec.JOURNAL_BATCH] != done:
-                pending.append((str(meta[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, meta))
+        probes = [] if slot is None else codec.slot_probes(slot)
+        probed = await self._read_metadata(
+            memories, [codec.SLOT_ID, *probes], "look for a batch journal"
+        )
+        legacy = probed.pop(codec.SLOT_ID, None)
+        if legacy is not None and legacy[codec.JOURNAL_BATCH] != done:
+            pending.append((str(legacy[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, legacy))
+        if slot is not None and not codec.slot_complete(slot, probed):
+            pending.append((str(slot[codec.JOURNAL_BATCH]), aux, codec.SLOT_ID, slot))
         return _BankState(sorted(pending, key=lambda item: item[0]), indexed)
 
     async def _replay(self, bank_id: str, memories: Any, aux: Any) -> None:
@@ -1305,9 +1300,12 @@ class ChromaMemoryStore(MemoryStore):
                     "it to complete the batch."
                 ) from exc
             logger.warning("completing batch %s of bank %s from its journal", batch_id, bank_id)
-            slot = home is memories
-            ids = [] if slot else [head_id, *part_ids]
-            await self._finish(memories, aux, _MEM if slot else _AUX, batch_id, ids, *rows)
+            if home is memories:
+                await self._finish(memories, aux, _LEGACY_SLOT, batch_id, [], *rows)
+            elif head_id == codec.SLOT_ID:
+                await self._finish(memories, aux, _SLOT, batch_id, [], *rows)
+            else:
+                await self._finish(memories, aux, _AUX, batch_id, [head_id, *part_ids], *rows)
         if not state.indexed:
             await self._index_bank(bank_id, memories, aux)
         self._recovered.add(bank_id)

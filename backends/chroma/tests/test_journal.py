@@ -400,8 +400,9 @@ async def test_a_cancelled_apply_finishes_its_batch_before_raising(
 
 async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writes) -> None:
     """A batch that one Chroma call can hold is atomic without a journal: only revisions. A
-    memory's write also changes its scope's index (aux rows), so it is journaled; the index rows
-    travel with the revisions (and, for deletions, with the aux journal's commit row)."""
+    memory's write also changes its scope's index (aux rows), so it is journaled: the index rows
+    travel with the revisions and the slot journal in the first call, the memory alone (no
+    closing write) in the second."""
     store = await prepared(tmp_path)
     writes.log.clear()
     await store.apply(BANK, WriteBatch(revisions=(revision("a", "r9"),)))
@@ -409,11 +410,11 @@ async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writ
     head = codec.scope_head_id(KEY)
     writes.log.clear()
     await store.apply(BANK, WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)))
-    assert [ids for _, _, ids in writes.log] == [["a", codec.SLOT_ID], [head, ANY, codec.DONE_ID]]
+    assert [ids for _, _, ids in writes.log] == [[head, ANY, codec.SLOT_ID], ["a"]]
     writes.log.clear()
     await store.apply(BANK, WriteBatch(deletes=("b",)))
-    assert head in writes.log[writes.commit_index()][2]
-    assert [method for method, _, _ in writes.log] == ["upsert", "delete", "delete"]
+    assert [ids for _, _, ids in writes.log] == [[head, ANY, codec.SLOT_ID], ["b"]]
+    assert [method for method, _, _ in writes.log] == ["upsert", "delete"]
     await store.aclose()
 
 
@@ -509,10 +510,12 @@ async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_
         await store.aclose()
 
 
-async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collection(
+async def test_a_slot_journal_left_in_the_memory_collection_is_completed_and_never_found(
     tmp_path: Path,
 ) -> None:
-    """The slot's rows (vectors of the bank's dimension, no scope) never reach a result."""
+    """Before the slot moved to aux, it lived in the memory collection (a vector of the bank's
+    dimension, no scope) with the memories, closed by `j:done`. A batch an older version left
+    there half-written is completed on upgrade, and the row never reaches a result."""
     rng = np.random.default_rng(5)
     vectors = rng.normal(size=(300, 8))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -524,8 +527,26 @@ async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collectio
         chunk = records[start : start + 50]
         revisions = tuple(revision(r.memory_id, "r1") for r in chunk)
         await exhaustive.apply(BANK, WriteBatch(inserts=tuple(chunk), revisions=revisions))
+    # What an older version's crash left: call 1 (the memory with the slot) done, call 3 not.
+    updated = replace(records[1], fact="m001, updated", update_time=T1)
+    legacy = codec.journal_rows(
+        codec.SLOT_ID, "00000000000000000001-legacy", [],
+        [codec.revision_row(revision("m001", "r2", fact="m001, updated", create_time=T1))], [],
+        kind=codec.KIND_JOURNAL_SLOT, chunk_chars=10_000, inline_chars=10_000, dimension=8,
+    )  # fmt: skip
     memories = await exhaustive._collection(exhaustive._name(BANK, _store._MEM))
-    assert (await asyncio.to_thread(memories.get, ids=[codec.SLOT_ID]))["ids"]  # it is there
+    rows = [codec.memory_row(updated), *legacy]
+    await asyncio.to_thread(
+        memories.upsert,
+        ids=[row[0] for row in rows],
+        embeddings=[row[1] for row in rows],
+        metadatas=[row[3] for row in rows],
+        documents=[row[2] or "" for row in rows],
+    )
+    await exhaustive.aclose()
+    exhaustive = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    [revised, _] = await exhaustive.list_revisions(BANK, "m001", NOW)  # completed on first use
+    assert (revised.revision_id, revised.fact) == ("r2", "m001, updated")
     for query in rng.normal(size=(5, 8)):
         query /= np.linalg.norm(query)
         distances = np.linalg.norm(vectors - query, axis=1)
@@ -536,6 +557,7 @@ async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collectio
     assert len(await exhaustive.scan(BANK, ScanQuery(NOW))) == 300
     await exhaustive.aclose()
     await overfetching.aclose()
+    await assert_no_journal_pending(tmp_path)
 
 
 def test_write_requests_are_bounded_in_rows_and_bytes() -> None:
