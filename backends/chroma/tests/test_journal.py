@@ -12,6 +12,7 @@ case kills a real process (`os._exit`) mid-batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -65,6 +66,10 @@ DELETE_ONLY = WriteBatch(  # no memory rows: the journal lives in aux
         revision("a", "r2", fact="fact of a", create_time=T1, deleted=True),
         revision("b", "r2", fact="fact of b", create_time=T1, deleted=True),
     ),
+)
+UPDATE_ONLY = WriteBatch(  # its only memory exists already: the slot's probe must see the batch
+    upserts=(memory("a", HALF, fact="a, updated", update_time=T1),),
+    revisions=(revision("a", "r2", fact="a, updated", create_time=T1),),
 )
 STREAM = (DocumentRecord("stream", "s1", {"pending": [], "processed": [{"text": "hi"}]}),)
 GENERATE_WITH_STREAM = replace(GENERATE, documents=STREAM)  # an ingest flush
@@ -222,8 +227,14 @@ async def count_writes(path: Path, writes: Writes, batch: WriteBatch) -> tuple[i
 
 @pytest.mark.parametrize(
     "batch",
-    [GENERATE, DELETE_ONLY, GENERATE_WITH_STREAM, DELETE_ONLY_WITH_STREAM],
-    ids=["generate", "deletes-only", "generate-and-document", "deletes-and-document"],
+    [GENERATE, DELETE_ONLY, UPDATE_ONLY, GENERATE_WITH_STREAM, DELETE_ONLY_WITH_STREAM],
+    ids=[
+        "generate",
+        "deletes-only",
+        "update-only",
+        "generate-and-document",
+        "deletes-and-document",
+    ],
 )
 async def test_a_crash_between_any_two_calls_leaves_none_or_all(
     tmp_path: Path, writes: Writes, batch: WriteBatch
@@ -585,3 +596,97 @@ async def test_writers_of_one_bank_take_turns_across_store_instances(
     assert await snapshot(other) == await expected(SETUP, GENERATE)
     await other.aclose()
     await writer.aclose()
+
+
+# The slot's probes: a batch journaled in the slot has no closing write, so a replay decides
+# from the rows it probes whether the batch is complete. Each attack below would make a wrong
+# probe re-apply an old batch over newer rows, or skip an interrupted one.
+
+
+async def test_a_complete_slot_is_not_replayed_over_a_larger_later_batch(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot's batch wrote `a` and `c`; a later batch too large for one call (an aux
+    journal, which does not fill the slot) rewrites them and crashes after its commit. Neither
+    its replay nor a later open may bring back the slot's older rows."""
+    store = await prepared(tmp_path)
+    await store.apply(BANK, GENERATE)  # in the slot: it probes one of `a`, `c`
+    later = WriteBatch(
+        upserts=tuple(
+            memory(memory_id, HALF, fact=f"{memory_id}, later", update_time=NOW)
+            for memory_id in ("a", "c")
+        ),
+        revisions=tuple(
+            revision(memory_id, "r3", fact=f"{memory_id}, later", create_time=NOW)
+            for memory_id in ("a", "c")
+        ),
+    )
+
+    async def tiny_limits(self: ChromaMemoryStore) -> tuple[int, int | None]:
+        return 2, None
+
+    async def apply_large(target: ChromaMemoryStore) -> None:
+        with monkeypatch.context() as patch:
+            patch.setattr(ChromaMemoryStore, "_limits", tiny_limits)
+            patch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
+            await target.apply(BANK, later)
+
+    writes.log.clear()
+    await apply_large(store)
+    total = len(writes.log)
+    await store.aclose()
+    for crash_at in range(writes.commit_index() + 1, total + 1):  # after its commit row
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, GENERATE)
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < total else contextlib.nullcontext():
+            await apply_large(crashed)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        state = await snapshot(fresh)
+        assert state == await expected(SETUP, GENERATE, later), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
+
+
+async def test_deleting_an_absent_id_last_cannot_hide_an_interrupted_deletion(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """The slot probes the last id its batch deletes: an id that never existed is not one."""
+    batch = WriteBatch(
+        deletes=("a", "ghost"),
+        revisions=(revision("a", "r2", fact="fact of a", create_time=T1, deleted=True),),
+    )
+    before, after = await expected(SETUP), await expected(SETUP, batch)
+    total, commit = await count_writes(tmp_path / "dry", writes, batch)
+    for crash_at in range(total):
+        state = await crash_and_recover(tmp_path / f"crash-{crash_at}", writes, batch, crash_at)
+        assert state == (before if crash_at <= commit else after), f"crash before write {crash_at}"
+        await assert_no_journal_pending(tmp_path / f"crash-{crash_at}")
+
+
+async def test_a_deleted_then_recreated_memory_is_not_deleted_again(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """A batch deletes `b`; the next creates `b` again and is cut short after its commit; the
+    replay of the second must not be preceded by a replay of the first."""
+    recreate = WriteBatch(
+        inserts=(memory("b", HALF, fact="b, again", create_time=NOW),),
+        revisions=(revision("b", "r3", fact="b, again", create_time=NOW),),
+    )
+    for crash_at in (1, 2):  # before the memory row; after it (the batch has two writes)
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, DELETE_ONLY)
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
+            await crashed.apply(BANK, recreate)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        assert await snapshot(fresh) == await expected(SETUP, DELETE_ONLY, recreate)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
