@@ -37,12 +37,16 @@ bit-identical to a directly written one), cut into part rows `<head>:<i>` (`k` =
 the text) under a commit row `<head>` (`jb` = batch id, `jn` = number of parts); a text of at
 most `inline_chars` is kept in the commit row itself (`jn` = 0, `p` = the text). Homes:
 
-* `j:slot` (`k` = `jslot`): the journal slot of a memory collection, overwritten by each batch
-  written together with its memories; its rows carry a unit vector of the bank's dimension and
-  no `sk` or `live_us`, so no memory read matches them;
-* `j:done` (`k` = `jdone`), in aux: the batch id of the last slot journal completed; the slot is
-  pending while its `jb` differs;
-* `j:<batch>` (`k` = `jnl`), in aux: the journal of any other batch, deleted once applied.
+* `j:slot` (`k` = `jslot`), in aux: the bank's journal slot, overwritten by each batch that
+  writes or deletes memories, written together with its revisions; it holds the memory rows and
+  deletions (no revisions), and its probes `jw` (its first memory row's id, each of its memory
+  rows carrying `jb`) and `jx` (the last id it deletes), "" for none (`slot_complete`);
+* `j:slot` (`k` = `jslot`) in the memory collection and `j:done` (`k` = `jdone`) in aux: the
+  slot of versions before issue 18's fast writes, written with the memories (a unit vector of
+  the bank's dimension, no `sk` or `live_us`, so no memory read matches it) and pending while
+  `j:done` names another batch; only replayed now;
+* `j:<batch>` (`k` = `jnl`), in aux: the journal of a batch too large for one request, deleted
+  once applied.
 
 Scope index rows (layout 2), in aux, written by the batch that changes the scope: with its
 revisions, so they are journaled and replayed with them (`_store`, "Layout"). Per scope digest

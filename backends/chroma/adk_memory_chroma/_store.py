@@ -54,23 +54,30 @@ entries and replay.
 Every batch that writes or deletes a memory also has the scope index rows it changes among its
 revisions.
 
-* memories and revisions (every engine write): call 1 upserts the memories together with the
-  bank's journal slot `j:slot` in the memory collection, which holds the revisions and
-  deletions; call 2 deletes (if any); call 3 upserts the revisions together with `j:done`, the
-  id of the completed batch. Same number of calls as without a journal, and the journal is small
-  (no vectors);
-* revisions and deletions without memories (purges, sweeps): call 1 upserts the revisions with a
-  journal row in aux (holding the deletions); then the deletions; then the journal row is
-  deleted;
+* a batch that writes or deletes memories (every engine write, purges, sweeps): call 1 upserts
+  the revisions together with the bank's journal slot `j:slot` in aux, which holds the memory
+  rows (vectors included) and the deletions; call 2 upserts the memories, each row carrying the
+  batch id (`jb`); call 3 deletes (if any). Nothing closes the slot: the next batch overwrites
+  it, and a replay tells a complete batch from an interrupted one by the rows the slot names
+  (`_codec.slot_complete`: its first memory row carries its `jb`, its last deleted id is gone).
+  That holds because every later write of a memory overwrites the slot first, under the lock,
+  and a batch deletes only ids that exist. A create is thus two calls, neither rewriting a
+  vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at 384-d);
 * a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
-  then the batch, then the journal is deleted (the vectors travel twice).
+  then the revisions with an emptied slot (so that the slot's batch, which this one may rewrite,
+  cannot look interrupted later), the memories and deletions, then the journal is deleted (the
+  vectors travel twice).
+
+Before issue 18's fast writes, the slot lived in the memory collection with a vector of the
+bank's dimension, written with the memories, and `j:done` in aux closed it; a slot of that kind
+left pending by an older version is still completed (`_LEGACY_SLOT`).
 
 A batch has happened once the call carrying its commit row succeeded. Replay: before its first
-read or write of a bank, and at the start of every `apply`, a store instance reads the slot and
-`j:done` and looks for aux journals (two small reads); a journal not closed is completed (its
-writes repeated) and closed. An embedded process skips the check in `apply` for a bank whose
+read or write of a bank, and at the start of every `apply`, a store instance reads aux's journal
+rows and the memory rows the slot names (two small reads); a journal not complete is completed
+(its writes repeated). An embedded process skips the check in `apply` for a bank whose
 last batch in this process completed (`_settled`: the folder is single-process, so no other
 writer can have left a journal). So after a crash at any step, once the bank is next used, either
 none of a batch (crash before its commit row) or all of it is visible, and each memory agrees
@@ -81,14 +88,13 @@ cancelled after the commit row waits for the end of the batch (the calls run in 
 cannot be stopped half-way anyway).
 
 Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads (skipped when
-settled), the reads of the touched memories and index buckets, and a few extra rows in each of
-the two writes; +8 to 10% on batches of 100 to 200 memories with revisions, nothing
-measurable at 1,000. A one-memory write is dominated by the disk syncs of Chroma's commits
-(two SQLite transactions per call): embedded folders are switched to SQLite's write-ahead log
-(`_folder`), which cut one upsert from 15-30 ms to 3-8 ms on this project's machines.
+settled), the reads of the touched memories and index buckets, and the slot row in the first
+write. A one-memory write is dominated by Chroma's per-call cost: each upsert is two SQLite
+commits (embedded folders use SQLite's write-ahead log, `_folder`, which cut one upsert from
+15-30 ms to 3-8 ms) plus ~3 ms of Chroma's own work even on tmpfs, whatever the rows' size.
 
-Concurrency. Each `apply` holds a per-bank journal lock from its checks to the closing of its
-journal (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
+Concurrency. Each `apply` holds a per-bank journal lock from its checks to the end of its
+batch (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
 Redis lock with `lock_url`), and a replay takes the same lock. So a replay never re-applies the
 journal of a live writer (which could overwrite a newer write of the same memory once that
 writer is done), the slot is only overwritten once its batch is complete, and duplicate-insert
@@ -102,6 +108,12 @@ The promise is about crashes; readers are eventually consistent within one `appl
 generation, which reads and writes one scope under its own lock, always writes its decisions
 after any pending batch is completed. A multi-request aux journal whose writer dies before its
 commit row leaves part rows that nothing reads; they go with the bank.
+
+The lock is per bank, not per scope: per-scope locks cannot make embedded writes overlap.
+chromadb 1.5's embedded `upsert` and `delete` hold Python's GIL for the whole call (its bindings
+release it only in `get` and `query`), so a process runs one Chroma write at a time whatever we
+lock, and its event loop waits meanwhile; creates in flight together run at about the rate of
+one-by-one creates, in one scope or in many (issue 18's measurements, `benchmarks/NOTES.md`).
 
 The due index (`MemoryStore.due_documents`) is one store-wide collection, `<prefix>.due`: a row
 per (kind, bank, document) with its due time (`due_us`), so a scheduler's tick is one `get` with
