@@ -6,7 +6,7 @@ revisions, no other scope's, and no journal left pending."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,7 +15,7 @@ import pytest
 from adk_memory_chroma import ChromaMemoryStore, _store
 
 from adk_memory.scope import scope_key
-from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, WriteBatch
+from adk_memory.store import MemoryRecord, NearestQuery, RevisionRecord, ScanQuery, WriteBatch
 from adk_memory.testing.conformance import BANK, DIM, T0, bank_record, memory, revision
 
 NOW = T0 + timedelta(hours=1)
@@ -35,7 +35,7 @@ def created(memory_id: str, vector: tuple[float, ...], scope: int, **fields: obj
     return WriteBatch(inserts=(record,), revisions=(revision_of(record),))
 
 
-def revision_of(record: MemoryRecord, revision_id: str = "r1") -> object:
+def revision_of(record: MemoryRecord, revision_id: str = "r1") -> RevisionRecord:
     return revision(
         record.memory_id,
         revision_id,
@@ -45,7 +45,7 @@ def revision_of(record: MemoryRecord, revision_id: str = "r1") -> object:
     )
 
 
-async def assert_scopes_hold(store: ChromaMemoryStore, expected: dict[str, set[str]]) -> None:
+async def assert_scopes_hold(store: ChromaMemoryStore, expected: Mapping[str, set[str]]) -> None:
     """Each scope's search and scan list exactly `expected[key]`; each memory has revisions."""
     for key in KEYS:
         probe = vectors(99, 1)[0]
@@ -100,9 +100,9 @@ async def test_a_sweep_racing_creates_removes_only_what_expired(store: ChromaMem
     for batch in expiring:
         await store.apply(BANK, batch)
     fresh = [created(f"new{i:02d}", rows[20 + i], i % 4) for i in range(20)]
-    writes = [store.apply(BANK, batch) for batch in fresh]
-    removed, *_ = await asyncio.gather(store.sweep_expired(BANK, NOW), *writes)
-    assert removed >= 20  # the expired memories (and their revisions)
+    sweep = asyncio.create_task(store.sweep_expired(BANK, NOW))
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in fresh))
+    assert await sweep >= 20  # the expired memories (and their revisions)
     expected: dict[str, set[str]] = {}
     for i in range(20):
         expected.setdefault(KEYS[i % 4], set()).add(f"new{i:02d}")
@@ -178,7 +178,7 @@ async def test_batches_spanning_two_scopes_race_single_scope_writes(
     ]
     single = [created(f"s{i:02d}", rows[40 + i], i % 2) for i in range(24)]
     await asyncio.gather(*(store.apply(BANK, batch) for batch in [*spanning, *single]))
-    expected = {
+    expected: dict[str, set[str]] = {
         KEYS[0]: {f"x{i}" for i in range(4)} | {f"s{i:02d}" for i in range(0, 24, 2)},
         KEYS[1]: {f"y{i}" for i in range(4)} | {f"s{i:02d}" for i in range(1, 24, 2)},
     }
