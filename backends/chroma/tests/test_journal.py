@@ -690,3 +690,41 @@ async def test_a_deleted_then_recreated_memory_is_not_deleted_again(
         await fresh.aclose()
         await crashed.aclose()
         await assert_no_journal_pending(path)
+
+
+async def test_a_slot_in_several_parts_is_replayed_whole_and_ignores_older_parts(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot journal longer than a row holds is cut into parts written in its one call; a
+    shorter later slot leaves the older batch's extra parts behind, which must not disturb its
+    replay."""
+    monkeypatch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
+    monkeypatch.setattr(_store, "_JOURNAL_CHUNK_CHARS", 300)
+    later = WriteBatch(
+        upserts=(memory("a", HALF, fact="a, later", update_time=NOW),),
+        revisions=(revision("a", "r3", fact="a, later", create_time=NOW),),
+    )
+    before, after = await expected(SETUP, GENERATE), await expected(SETUP, GENERATE, later)
+
+    def slot_parts() -> int:
+        return sum(bool(re.match(r"^j:slot:\d+$", row_id)) for row_id in writes.log[0][2])
+
+    await count_writes(tmp_path / "dry", writes, later)
+    fewer = slot_parts()
+    _, commit = await count_writes(tmp_path / "dry-2", writes, GENERATE)
+    assert commit == 0 and slot_parts() > fewer > 1
+    for crash_at in range(3):
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, GENERATE)  # more parts than the later batch's slot
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
+            await crashed.apply(BANK, later)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        state = await snapshot(fresh)
+        assert state == (before if crash_at == 0 else after), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
