@@ -72,7 +72,9 @@ revisions.
 
 Before issue 18's fast writes, the slot lived in the memory collection with a vector of the
 bank's dimension, written with the memories, and `j:done` in aux closed it; a slot of that kind
-left pending by an older version is still completed (`_LEGACY_SLOT`).
+left pending by an older version is still completed (`_LEGACY_SLOT`). As for the index, no older
+version may write a bank once this one has: its writes leave the aux slot as it is, so a replay
+could take the slot's batch for an interrupted one and write its rows again over newer ones.
 
 A batch has happened once the call carrying its commit row succeeded. Replay: before its first
 read or write of a bank, and at the start of every `apply`, a store instance reads aux's journal
