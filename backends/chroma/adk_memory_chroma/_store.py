@@ -422,6 +422,72 @@ class _Changes:
     expired_at: int | None = None
     """A sweep: delete only those of `deletes` whose `live_us` is at most this."""
 
+    @property
+    def memory_ids(self) -> set[str]:
+        """The memories the batch writes or deletes."""
+        return {row[0] for row in self.memory_rows} | set(self.deletes)
+
+    @property
+    def dimension(self) -> int | None:
+        """The dimension of the batch's vectors (None without memory rows)."""
+        return len(self.memory_rows[0][1]) if self.memory_rows else None
+
+    def joins(self, group: Sequence[_Queued]) -> bool:
+        """Whether the batch may be written together with `group` (see `_take_group`).
+
+        Only plain batches do: no expectations or fences (checked for one batch alone), no
+        documents (their due entries are written around one batch) and no sweep; and none that
+        touches a memory of the group or brings vectors of another dimension.
+        """
+        batch = self.batch
+        if self.expired_at is not None or batch.expect or batch.fences or batch.documents:
+            return False
+        dimensions = {self.dimension, *(entry.changes.dimension for entry in group)} - {None}
+        taken = set().union(*(entry.changes.memory_ids for entry in group))
+        return len(dimensions) <= 1 and not self.memory_ids & taken
+
+    def checked_deletes(self, stored: Mapping[str, Any]) -> list[str]:
+        """Checks the batch against the rows as stored; returns the ids it deletes.
+
+        Raises:
+            AlreadyExists: An insert names a live memory.
+            Aborted: An expectation does not hold.
+        """
+        batch = self.batch
+        if batch.inserts:
+            _check_inserts(stored, batch.inserts)
+        if batch.expect:
+            _check_expectations(stored, batch.expect)
+        # Only rows that exist: deleting another is a no-op, and the slot's probe of its last
+        # deletion must be a row that its batch removes.
+        deletes = [memory_id for memory_id in self.deletes if memory_id in stored]
+        if self.expired_at is not None:  # a sweep: only what is (still) expired
+            deletes = [
+                memory_id
+                for memory_id in deletes
+                if int(stored[memory_id][codec.LIVE_US]) <= self.expired_at
+            ]
+        return deletes
+
+    @property
+    def wanted(self) -> list[str]:
+        """The memory rows the checks and the scope index need as stored."""
+        batch = self.batch
+        return [
+            *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
+            *self.deletes,
+            *(expected.memory_id for expected in batch.expect),
+        ]
+
+
+@dataclass(eq=False, slots=True)
+class _Queued:
+    """A batch waiting for the bank's journal lock, and what its `apply` will return."""
+
+    changes: _Changes
+    outcome: asyncio.Future[int]
+    """Set by whichever writer writes the batch: its deletions, or the error."""
+
 
 class ChromaMemoryStore(MemoryStore):
     """Memory banks in Chroma: embedded (`chroma:///path`) or a server (`chroma+http://h:p`).
@@ -484,6 +550,10 @@ class ChromaMemoryStore(MemoryStore):
             asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
         """Per event loop (an `asyncio.Lock` belongs to one) and bank: see `_journal_lock`."""
+        self._queues: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, list[_Queued]]
+        ] = weakref.WeakKeyDictionary()
+        """Per event loop and bank, the batches waiting for the journal lock, oldest first."""
         self._finalizer: weakref.finalize[Any, Any] | None = None
         """Closes the client we built if the store is dropped without `aclose()`."""
         self._folder_release: weakref.finalize[Any, Any] | None = None
@@ -950,49 +1020,99 @@ class ChromaMemoryStore(MemoryStore):
         )  # fmt: skip
 
     async def _write_changes(self, bank_id: str, memories: Any, changes: _Changes) -> int:
-        """Checks and writes one batch under the bank's journal lock; returns the deletions.
+        """Writes one batch under the bank's journal lock; returns its deletions.
 
-        The scope index rows of every scope the batch changes are computed here, from the rows
-        as stored once any pending journal is replayed, and join its aux rows.
+        Group commit: the batch waits in the bank's queue, and whichever writer holds the lock
+        writes the queued batches that can go together as one (`_take_group`), so writers of
+        one process in flight together share Chroma's calls instead of taking turns for them.
         """
-        batch = changes.batch
-        async with self._journal_lock(bank_id):
-            aux = await self._collection(self._name(bank_id, _AUX))
-            if self._settled is None or bank_id not in self._settled:
-                await self._replay(bank_id, memories, aux)
-            if changes.memory_rows:
-                memories = await self._check_dimension(
-                    bank_id, memories, len(changes.memory_rows[0][1])
-                )
-            wanted = [
-                *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
-                *changes.deletes,
-                *(expected.memory_id for expected in batch.expect),
-            ]
-            stored = await self._read_metadata(memories, wanted)
-            if batch.inserts:
-                _check_inserts(stored, batch.inserts)
-            if batch.expect:
-                _check_expectations(stored, batch.expect)
-            # Only rows that exist: deleting another is a no-op, and the slot's probe of its
-            # last deletion must be a row that its batch removes.
-            deletes = [memory_id for memory_id in changes.deletes if memory_id in stored]
-            if changes.expired_at is not None:  # a sweep: only what is (still) expired
-                deletes = [
-                    memory_id
-                    for memory_id in deletes
-                    if int(stored[memory_id][codec.LIVE_US]) <= changes.expired_at
-                ]
-            index = await self._index_rows(aux, stored, changes.memory_rows, deletes)
-            for lease in batch.fences:  # the last check: as close to the commit as can be
+        entry = _Queued(changes, asyncio.get_running_loop().create_future())
+        queue = self._queues.setdefault(asyncio.get_running_loop(), {}).setdefault(bank_id, [])
+        queue.append(entry)
+        try:
+            async with self._journal_lock(bank_id):
+                while not entry.outcome.done():
+                    await self._write_group(bank_id, memories, _take_group(queue), queue)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if not entry.outcome.done():  # else another writer wrote it: its outcome stands
+                raise
+        finally:
+            if entry in queue:
+                queue.remove(entry)
+        return entry.outcome.result()
+
+    async def _write_group(
+        self, bank_id: str, memories: Any, group: list[_Queued], queue: list[_Queued]
+    ) -> None:
+        """`_write_checked`, giving every batch of the group its outcome whatever happens.
+
+        A writer cancelled before the group's commit (the commit itself cannot be cancelled)
+        puts the others back at the front of the queue: their own writers, waiting for the lock,
+        write them next.
+        """
+        try:
+            await self._write_checked(bank_id, memories, group)
+        except Exception as exc:
+            for entry in group:
+                if not entry.outcome.done():
+                    entry.outcome.set_exception(exc)
+            raise
+        except BaseException:
+            queue[:0] = [entry for entry in group if not entry.outcome.done()]
+            raise
+
+    async def _write_checked(self, bank_id: str, memories: Any, group: list[_Queued]) -> None:
+        """Checks each batch of the group, then writes those that pass as one batch.
+
+        The scope index rows of every scope the group changes are computed here, from the rows
+        as stored once any pending journal is replayed, and join its aux rows. A batch that
+        fails its checks gets its error and is left out; the others are written.
+        """
+        aux = await self._collection(self._name(bank_id, _AUX))
+        if self._settled is None or bank_id not in self._settled:
+            await self._replay(bank_id, memories, aux)
+        dimension = next((e.changes.dimension for e in group if e.changes.dimension), None)
+        if dimension is not None:
+            memories = await self._check_dimension(bank_id, memories, dimension)
+        stored = await self._read_metadata(
+            memories, [memory_id for entry in group for memory_id in entry.changes.wanted]
+        )
+        accepted: list[tuple[_Queued, list[str]]] = []
+        for entry in group:
+            try:
+                accepted.append((entry, entry.changes.checked_deletes(stored)))
+            except AdkMemoryError as exc:
+                entry.outcome.set_exception(exc)
+        if not accepted:
+            return
+        memory_rows = [row for entry, _ in accepted for row in entry.changes.memory_rows]
+        revision_rows = [row for entry, _ in accepted for row in entry.changes.revision_rows]
+        deletes = [memory_id for _, deleted in accepted for memory_id in deleted]
+        index = await self._index_rows(aux, stored, memory_rows, deletes)
+        for entry, _ in accepted:  # a batch with fences is alone in its group
+            for lease in entry.changes.batch.fences:  # the last check, just before the commit
                 await lease.verify()
-            plan = await self._plan(changes.memory_rows, [*changes.revision_rows, *index], deletes)
-            # From the first journal row to the journal's removal nothing may stop half-way
-            # in this process: a cancelled caller waits for the end of the batch.
-            self._settle(bank_id, False)
-            await _uncancellable(self._commit(bank_id, memories, aux, plan))
-            self._settle(bank_id, True)
-            return len(deletes)
+        plan = await self._plan(memory_rows, [*revision_rows, *index], deletes)
+        # From the first journal row to the journal's removal nothing may stop half-way in this
+        # process: a cancelled caller waits for the end of the batch.
+        self._settle(bank_id, False)
+        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted))
+
+    async def _commit_group(
+        self,
+        bank_id: str,
+        memories: Any,
+        aux: Any,
+        plan: _Plan,
+        accepted: list[tuple[_Queued, list[str]]],
+    ) -> None:
+        """`_commit`, then each batch's outcome (in one uncancellable step)."""
+        await self._commit(bank_id, memories, aux, plan)
+        self._settle(bank_id, True)
+        for entry, deleted in accepted:
+            entry.outcome.set_result(len(deleted))
 
     def _settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""
@@ -2136,6 +2256,24 @@ def _is_plain_bank_id(bank_id: str) -> bool:
         and bank_id.isascii()
         and all(char.isdigit() or char.islower() or char == "-" for char in bank_id)
     )
+
+
+_GROUP_BATCHES = 32
+"""At most this many batches are written together (`_take_group`)."""
+
+
+def _take_group(queue: list[_Queued]) -> list[_Queued]:
+    """Takes from the front of `queue` the batches to write together.
+
+    The first, and those right behind it that can join it (`_Changes.joins`); stopping at the
+    first that cannot keeps batches in the order their writers asked for the lock.
+    """
+    group = [queue.pop(0)]
+    while queue and len(group) < _GROUP_BATCHES and group[0].changes.joins([]):
+        if not queue[0].changes.joins(group):
+            break
+        group.append(queue.pop(0))
+    return group
 
 
 def _check_inserts(stored: Mapping[str, Any], inserts: Sequence[MemoryRecord]) -> None:

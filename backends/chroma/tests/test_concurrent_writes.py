@@ -6,13 +6,17 @@ revisions, no other scope's, and no journal left pending."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from adk_memory_chroma import ChromaMemoryStore, _store
+from chromadb.api.models.Collection import Collection
 
 from adk_memory.scope import scope_key
 from adk_memory.store import MemoryRecord, NearestQuery, RevisionRecord, ScanQuery, WriteBatch
@@ -184,3 +188,149 @@ async def test_batches_spanning_two_scopes_race_single_scope_writes(
     }
     await assert_scopes_hold(store, expected)
     await assert_no_journal_pending(store)
+
+
+# Group commit: the writer holding a bank's journal lock writes the batches queued behind it
+# together. The first batch below always goes alone (nothing is queued yet when it starts); the
+# ones started with it queue and form the next group.
+
+
+class Crash(BaseException):
+    """The process dies here: nothing in the store catches a `BaseException`."""
+
+
+@dataclass
+class ChromaWrites:
+    """Counts chromadb `Collection` writes; optionally crashes from write `crash_at` on, or
+    sleeps in the first write (so that the batches started with it queue behind it)."""
+
+    count: int = 0
+    crash_at: int | None = None
+    first_sleep: float = 0.0
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for method in ("upsert", "delete"):
+            monkeypatch.setattr(Collection, method, self._wrap(getattr(Collection, method)))
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def write(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+            index, self.count = self.count, self.count + 1
+            if self.crash_at is not None and index >= self.crash_at:
+                raise Crash(f"crash before write {index}")
+            if index == 0 and self.first_sleep:
+                time.sleep(self.first_sleep)
+            return original(collection, *args, **kwargs)
+
+        return write
+
+
+async def ids_in(store: ChromaMemoryStore, ids: list[str]) -> set[str]:
+    return {record.memory_id for record in await store.get_memories(BANK, ids, NOW)}
+
+
+async def test_batches_in_flight_together_share_chroma_calls(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(5, 12)
+    writes = ChromaWrites()
+    writes.install(monkeypatch)
+    await asyncio.gather(*(store.apply(BANK, created(f"g{i}", rows[i], i % 4)) for i in range(12)))
+    assert writes.count == 4  # the first batch alone, then the eleven others as one
+    expected: dict[str, set[str]] = {}
+    for i in range(12):
+        expected.setdefault(KEYS[i % 4], set()).add(f"g{i}")
+    await assert_scopes_hold(store, expected)
+
+
+async def test_a_batch_failing_its_checks_is_left_out_of_its_group_alone(
+    store: ChromaMemoryStore,
+) -> None:
+    rows = vectors(6, 6)
+    await store.apply(BANK, created("taken", rows[0], 0))
+    duplicate = created("taken", rows[1], 1)  # another scope's insert of a live id
+    outcomes = await asyncio.gather(
+        store.apply(BANK, created("first", rows[2], 0)),
+        store.apply(BANK, created("b", rows[3], 1)),
+        store.apply(BANK, duplicate),
+        store.apply(BANK, created("c", rows[4], 2)),
+        return_exceptions=True,
+    )
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        "NoneType",
+        "NoneType",
+        "AlreadyExists",
+        "NoneType",
+    ]
+    await assert_scopes_hold(store, {KEYS[0]: {"taken", "first"}, KEYS[1]: {"b"}, KEYS[2]: {"c"}})
+    assert len(await store.list_revisions(BANK, "taken", NOW)) == 1  # none of the duplicate's
+
+
+async def test_batches_of_one_memory_queued_together_apply_in_their_order(
+    store: ChromaMemoryStore,
+) -> None:
+    """Insert, then update, then update again of one id, queued behind one another: each
+    touches a memory of the one before, so none joins its group and the last update wins."""
+    rows = vectors(7, 5)
+    first = memory("m", rows[1], scope=SCOPES[0], fact="one")
+    batches = [
+        created("lead", rows[0], 0),
+        WriteBatch(inserts=(first,), revisions=(revision_of(first, "r1"),)),
+        *(
+            WriteBatch(
+                upserts=(replace(first, fact=fact, embedding=rows[2 + n]),),
+                revisions=(revision_of(replace(first, fact=fact), f"r{2 + n}"),),
+            )
+            for n, fact in enumerate(("two", "three"))
+        ),
+        created("other", rows[4], 1),
+    ]
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in batches))
+    [record] = await store.get_memories(BANK, ["m"], NOW)
+    assert (record.fact, record.embedding) == ("three", rows[3])
+    history = await store.list_revisions(BANK, "m", NOW)
+    assert sorted(revision.revision_id for revision in history) == ["r1", "r2", "r3"]
+    await assert_scopes_hold(store, {KEYS[0]: {"lead", "m"}, KEYS[1]: {"other"}})
+
+
+@pytest.mark.parametrize("crash_at", [2, 3], ids=["before-the-group-commit", "after-it"])
+async def test_a_crash_in_a_group_leaves_all_of_it_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_at: int
+) -> None:
+    rows = vectors(8, 4)
+    crashed = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await crashed.create_bank(bank_record())
+    writes = ChromaWrites(crash_at=crash_at)  # the first batch: writes 0 and 1; the group: 2, 3
+    writes.install(monkeypatch)
+    outcomes = await asyncio.gather(
+        *(crashed.apply(BANK, created(f"k{i}", rows[i], i % 2)) for i in range(4)),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and all(isinstance(o, Crash) for o in outcomes[1:]), outcomes
+    writes.crash_at = None
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    group = {"k1", "k2", "k3"} if crash_at > 2 else set()
+    everything = {"k0", *group}
+    await assert_scopes_hold(
+        fresh, {KEYS[0]: everything & {"k0", "k2"}, KEYS[1]: everything & {"k1", "k3"}}
+    )
+    await assert_no_journal_pending(fresh)
+    await fresh.aclose()
+    await crashed.aclose()
+
+
+async def test_a_batch_cancelled_while_queued_is_not_written_and_its_group_is(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(9, 4)
+    writes = ChromaWrites(first_sleep=0.3)
+    writes.install(monkeypatch)
+    tasks = [
+        asyncio.create_task(store.apply(BANK, created(f"q{i}", rows[i], i % 2))) for i in range(4)
+    ]
+    await asyncio.sleep(0.1)  # the first batch is in its first write, the others queued
+    tasks[2].cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(outcomes[2], asyncio.CancelledError)
+    assert [outcomes[i] for i in (0, 1, 3)] == [None, None, None]
+    assert await ids_in(store, ["q0", "q1", "q2", "q3"]) == {"q0", "q1", "q3"}
+    await assert_scopes_hold(store, {KEYS[0]: {"q0"}, KEYS[1]: {"q1", "q3"}})
