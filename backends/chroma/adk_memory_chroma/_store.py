@@ -111,11 +111,18 @@ generation, which reads and writes one scope under its own lock, always writes i
 after any pending batch is completed. A multi-request aux journal whose writer dies before its
 commit row leaves part rows that nothing reads; they go with the bank.
 
-The lock is per bank, not per scope: per-scope locks cannot make embedded writes overlap.
-chromadb 1.5's embedded `upsert` and `delete` hold Python's GIL for the whole call (its bindings
-release it only in `get` and `query`), so a process runs one Chroma write at a time whatever we
-lock, and its event loop waits meanwhile; creates in flight together run at about the rate of
-one-by-one creates, in one scope or in many (issue 18's measurements, `benchmarks/NOTES.md`).
+Group commit. The lock is per bank, not per scope: per-scope locks cannot make embedded writes
+overlap. chromadb 1.5's embedded `upsert` and `delete` hold Python's GIL for the whole call (its
+bindings release it only in `get` and `query`), so a process runs one Chroma write at a time
+whatever we lock, and its event loop waits meanwhile. A Chroma call's cost is mostly fixed
+(16 memories with their revisions in one pair of calls cost about 2.3 times one), so writes in
+flight together share calls instead: each `apply` queues its batch, and the writer that holds
+the lock writes the batches queued behind it as one (`_take_group`: up to 32 consecutive plain
+batches, no two touching one memory, so their order cannot matter; a batch with expectations,
+fences, documents or a sweep goes alone). Each batch is checked alone against the rows as
+stored, and one that fails gets its own error and is left out; the rest share one journal, so a
+crash leaves all of them or none. A writer cancelled before the commit hands the others back to
+the queue; one whose batch another writer took gets that batch's outcome.
 
 The due index (`MemoryStore.due_documents`) is one store-wide collection, `<prefix>.due`: a row
 per (kind, bank, document) with its due time (`due_us`), so a scheduler's tick is one `get` with
