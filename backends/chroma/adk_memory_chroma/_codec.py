@@ -37,12 +37,16 @@ bit-identical to a directly written one), cut into part rows `<head>:<i>` (`k` =
 the text) under a commit row `<head>` (`jb` = batch id, `jn` = number of parts); a text of at
 most `inline_chars` is kept in the commit row itself (`jn` = 0, `p` = the text). Homes:
 
-* `j:slot` (`k` = `jslot`): the journal slot of a memory collection, overwritten by each batch
-  written together with its memories; its rows carry a unit vector of the bank's dimension and
-  no `sk` or `live_us`, so no memory read matches them;
-* `j:done` (`k` = `jdone`), in aux: the batch id of the last slot journal completed; the slot is
-  pending while its `jb` differs;
-* `j:<batch>` (`k` = `jnl`), in aux: the journal of any other batch, deleted once applied.
+* `j:slot` (`k` = `jslot`), in aux: the bank's journal slot, overwritten by each batch that
+  writes or deletes memories, written together with its revisions; it holds the memory rows and
+  deletions (no revisions), and its probes `jw` (its first memory row's id, each of its memory
+  rows carrying `jb`) and `jx` (the last id it deletes), "" for none (`slot_complete`);
+* `j:slot` (`k` = `jslot`) in the memory collection and `j:done` (`k` = `jdone`) in aux: the
+  slot of versions before issue 18's fast writes, written with the memories (a unit vector of
+  the bank's dimension, no `sk` or `live_us`, so no memory read matches it) and pending while
+  `j:done` names another batch; only replayed now;
+* `j:<batch>` (`k` = `jnl`), in aux: the journal of a batch too large for one request, deleted
+  once applied.
 
 Scope index rows (layout 2), in aux, written by the batch that changes the scope: with its
 revisions, so they are journaled and replayed with them (`_store`, "Layout"). Per scope digest
@@ -155,10 +159,15 @@ KIND_JOURNAL_DONE = "jdone"
 JOURNAL_BATCH = "jb"
 JOURNAL_PARTS = "jn"
 JOURNAL_VERSION = 1
+JOURNAL_WRITTEN = "jw"
+"""Of a slot journal: the id of one memory its batch writes (each written row carries `jb`)."""
+JOURNAL_DELETED = "jx"
+"""Of a slot journal: the id of the last memory its batch deletes."""
 SLOT_ID = "j:slot"
-"""Commit row of the journal slot of a memory collection (one per bank, overwritten per batch)."""
+"""Commit row of a bank's journal slot in aux (one per bank, overwritten per batch); before
+issue 18's fast writes, the slot of the memory collection, closed by `DONE_ID`."""
 DONE_ID = "j:done"
-"""Aux row naming the last batch whose slot journal was completed."""
+"""Aux row naming the last batch whose slot journal in the memory collection was completed."""
 KIND_SCOPE_HEAD = "xh"
 KIND_SCOPE_BUCKET = "xb"
 KIND_LAYOUT = "layout"
@@ -562,6 +571,59 @@ def journal_rows(
     head[JOURNAL_PARTS] = len(rows)
     rows.append((head_id, _journal_vector(head_id, dimension), None, head))
     return rows
+
+
+def slot_rows(
+    batch_id: str,
+    memory_rows: list[Row],
+    deletes: list[str],
+    *,
+    chunk_chars: int,
+    inline_chars: int,
+) -> list[Row]:
+    """A bank's slot journal in aux: the memory rows and deletions of a batch, with its probes.
+
+    The memory rows must carry `jb` = `batch_id`. The probes (`jw`, `jx`) tell a completed batch
+    from an interrupted one without a closing write: the memory rows are written in one call and
+    the deletions after it, in order, so the batch is complete once its first memory row carries
+    its `jb` and its last deleted id is gone.
+    """
+    rows = journal_rows(
+        SLOT_ID,
+        batch_id,
+        memory_rows,
+        [],
+        deletes,
+        kind=KIND_JOURNAL_SLOT,
+        chunk_chars=chunk_chars,
+        inline_chars=inline_chars,
+    )
+    row_id, vector, document, head = rows[-1]
+    probes = {  # "" for none: an upsert keeps the fields of the replaced row that it lacks
+        JOURNAL_WRITTEN: memory_rows[0][0] if memory_rows else "",
+        JOURNAL_DELETED: deletes[-1] if deletes else "",
+    }
+    rows[-1] = (row_id, vector, document, {**head, **probes})
+    return rows
+
+
+def slot_complete(head: Mapping[str, Any], probed: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether the batch of a slot journal is fully written, from the memory rows it probes.
+
+    `probed`: the metadata of the memory rows among the head's probes that exist, by id.
+    """
+    written = str(head[JOURNAL_WRITTEN])
+    if written:
+        row = probed.get(written)
+        if row is None or row.get(JOURNAL_BATCH) != head[JOURNAL_BATCH]:
+            return False
+    deleted = str(head[JOURNAL_DELETED])
+    return not deleted or deleted not in probed
+
+
+def slot_probes(head: Mapping[str, Any]) -> list[str]:
+    """The memory ids `slot_complete` needs to read."""
+    return [str(head[key]) for key in (JOURNAL_WRITTEN, JOURNAL_DELETED) if head[key]]
 
 
 def done_row(batch_id: str) -> Row:

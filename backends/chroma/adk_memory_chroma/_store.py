@@ -54,23 +54,32 @@ entries and replay.
 Every batch that writes or deletes a memory also has the scope index rows it changes among its
 revisions.
 
-* memories and revisions (every engine write): call 1 upserts the memories together with the
-  bank's journal slot `j:slot` in the memory collection, which holds the revisions and
-  deletions; call 2 deletes (if any); call 3 upserts the revisions together with `j:done`, the
-  id of the completed batch. Same number of calls as without a journal, and the journal is small
-  (no vectors);
-* revisions and deletions without memories (purges, sweeps): call 1 upserts the revisions with a
-  journal row in aux (holding the deletions); then the deletions; then the journal row is
-  deleted;
+* a batch that writes or deletes memories (every engine write, purges, sweeps): call 1 upserts
+  the revisions together with the bank's journal slot `j:slot` in aux, which holds the memory
+  rows (vectors included) and the deletions; call 2 upserts the memories, each row carrying the
+  batch id (`jb`); call 3 deletes (if any). Nothing closes the slot: the next batch overwrites
+  it, and a replay tells a complete batch from an interrupted one by the rows the slot names
+  (`_codec.slot_complete`: its first memory row carries its `jb`, its last deleted id is gone).
+  That holds because every later write of a memory overwrites the slot first, under the lock,
+  and a batch deletes only ids that exist. A create is thus two calls, neither rewriting a
+  vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at 384-d);
 * a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
-  then the batch, then the journal is deleted (the vectors travel twice).
+  then the revisions with an emptied slot (so that the slot's batch, which this one may rewrite,
+  cannot look interrupted later), the memories and deletions, then the journal is deleted (the
+  vectors travel twice).
+
+Before issue 18's fast writes, the slot lived in the memory collection with a vector of the
+bank's dimension, written with the memories, and `j:done` in aux closed it; a slot of that kind
+left pending by an older version is still completed (`_LEGACY_SLOT`). As for the index, no older
+version may write a bank once this one has: its writes leave the aux slot as it is, so a replay
+could take the slot's batch for an interrupted one and write its rows again over newer ones.
 
 A batch has happened once the call carrying its commit row succeeded. Replay: before its first
-read or write of a bank, and at the start of every `apply`, a store instance reads the slot and
-`j:done` and looks for aux journals (two small reads); a journal not closed is completed (its
-writes repeated) and closed. An embedded process skips the check in `apply` for a bank whose
+read or write of a bank, and at the start of every `apply`, a store instance reads aux's journal
+rows and the memory rows the slot names (two small reads); a journal not complete is completed
+(its writes repeated). An embedded process skips the check in `apply` for a bank whose
 last batch in this process completed (`_settled`: the folder is single-process, so no other
 writer can have left a journal). So after a crash at any step, once the bank is next used, either
 none of a batch (crash before its commit row) or all of it is visible, and each memory agrees
@@ -81,14 +90,13 @@ cancelled after the commit row waits for the end of the batch (the calls run in 
 cannot be stopped half-way anyway).
 
 Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads (skipped when
-settled), the reads of the touched memories and index buckets, and a few extra rows in each of
-the two writes; +8 to 10% on batches of 100 to 200 memories with revisions, nothing
-measurable at 1,000. A one-memory write is dominated by the disk syncs of Chroma's commits
-(two SQLite transactions per call): embedded folders are switched to SQLite's write-ahead log
-(`_folder`), which cut one upsert from 15-30 ms to 3-8 ms on this project's machines.
+settled), the reads of the touched memories and index buckets, and the slot row in the first
+write. A one-memory write is dominated by Chroma's per-call cost: each upsert is two SQLite
+commits (embedded folders use SQLite's write-ahead log, `_folder`, which cut one upsert from
+15-30 ms to 3-8 ms) plus ~3 ms of Chroma's own work even on tmpfs, whatever the rows' size.
 
-Concurrency. Each `apply` holds a per-bank journal lock from its checks to the closing of its
-journal (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
+Concurrency. Each `apply` holds a per-bank journal lock from its checks to the end of its
+batch (an `asyncio.Lock`, then the store's lock provider: a file lock next to embedded data, a
 Redis lock with `lock_url`), and a replay takes the same lock. So a replay never re-applies the
 journal of a live writer (which could overwrite a newer write of the same memory once that
 writer is done), the slot is only overwritten once its batch is complete, and duplicate-insert
@@ -102,6 +110,19 @@ The promise is about crashes; readers are eventually consistent within one `appl
 generation, which reads and writes one scope under its own lock, always writes its decisions
 after any pending batch is completed. A multi-request aux journal whose writer dies before its
 commit row leaves part rows that nothing reads; they go with the bank.
+
+Group commit. The lock is per bank, not per scope: per-scope locks cannot make embedded writes
+overlap. chromadb 1.5's embedded `upsert` and `delete` hold Python's GIL for the whole call (its
+bindings release it only in `get` and `query`), so a process runs one Chroma write at a time
+whatever we lock, and its event loop waits meanwhile. A Chroma call's cost is mostly fixed
+(16 memories with their revisions in one pair of calls cost about 2.3 times one), so writes in
+flight together share calls instead: each `apply` queues its batch, and the writer that holds
+the lock writes the batches queued behind it as one (`_take_group`: up to 32 consecutive plain
+batches, no two touching one memory, so their order cannot matter; a batch with expectations,
+fences, documents or a sweep goes alone). Each batch is checked alone against the rows as
+stored, and one that fails gets its own error and is left out; the rest share one journal, so a
+crash leaves all of them or none. A writer cancelled before the commit hands the others back to
+the queue; one whose batch another writer took gets that batch's outcome.
 
 The due index (`MemoryStore.due_documents`) is one store-wide collection, `<prefix>.due`: a row
 per (kind, bank, document) with its due time (`due_us`), so a scheduler's tick is one `get` with
@@ -206,6 +227,11 @@ __all__ = ["ChromaMemoryStore"]
 _T = TypeVar("_T")
 _MEM = "mem"
 _AUX = "aux"
+_SLOT = "slot"
+"""`_Plan.home` of a batch journaled in the bank's slot (in aux, with its revisions)."""
+_LEGACY_SLOT = "mem-slot"
+"""Home of a slot journal in the memory collection, written before the slot moved to aux: only
+ever replayed (closed by `j:done`)."""
 _REGISTRY = "banks"
 _DUE = "due"
 _DUE_KIND, _DUE_BANK, _DUE_KEY, _DUE_US = "dk", "b", "key", "due_us"
@@ -380,7 +406,7 @@ class _Plan:
     """How `apply` writes one batch (see the module docstring, "Atomicity")."""
 
     home: str | None
-    """`_MEM` (the slot journal, written with the memories), `_AUX`, or None (one call)."""
+    """`_SLOT` (the slot journal, written with the revisions), `_AUX`, or None (one call)."""
     batch_id: str
     first: list[codec.Row]
     """The call that commits the batch: journal rows and what is written together with them."""
@@ -404,6 +430,72 @@ class _Changes:
     """For its inserts, expectations and fences."""
     expired_at: int | None = None
     """A sweep: delete only those of `deletes` whose `live_us` is at most this."""
+
+    @property
+    def memory_ids(self) -> set[str]:
+        """The memories the batch writes or deletes."""
+        return {row[0] for row in self.memory_rows} | set(self.deletes)
+
+    @property
+    def dimension(self) -> int | None:
+        """The dimension of the batch's vectors (None without memory rows)."""
+        return len(self.memory_rows[0][1]) if self.memory_rows else None
+
+    def joins(self, group: Sequence[_Queued]) -> bool:
+        """Whether the batch may be written together with `group` (see `_take_group`).
+
+        Only plain batches do: no expectations or fences (checked for one batch alone), no
+        documents (their due entries are written around one batch) and no sweep; and none that
+        touches a memory of the group or brings vectors of another dimension.
+        """
+        batch = self.batch
+        if self.expired_at is not None or batch.expect or batch.fences or batch.documents:
+            return False
+        dimensions = {self.dimension, *(entry.changes.dimension for entry in group)} - {None}
+        taken = set().union(*(entry.changes.memory_ids for entry in group))
+        return len(dimensions) <= 1 and not self.memory_ids & taken
+
+    def checked_deletes(self, stored: Mapping[str, Any]) -> list[str]:
+        """Checks the batch against the rows as stored; returns the ids it deletes.
+
+        Raises:
+            AlreadyExists: An insert names a live memory.
+            Aborted: An expectation does not hold.
+        """
+        batch = self.batch
+        if batch.inserts:
+            _check_inserts(stored, batch.inserts)
+        if batch.expect:
+            _check_expectations(stored, batch.expect)
+        # Only rows that exist: deleting another is a no-op, and the slot's probe of its last
+        # deletion must be a row that its batch removes.
+        deletes = [memory_id for memory_id in self.deletes if memory_id in stored]
+        if self.expired_at is not None:  # a sweep: only what is (still) expired
+            deletes = [
+                memory_id
+                for memory_id in deletes
+                if int(stored[memory_id][codec.LIVE_US]) <= self.expired_at
+            ]
+        return deletes
+
+    @property
+    def wanted(self) -> list[str]:
+        """The memory rows the checks and the scope index need as stored."""
+        batch = self.batch
+        return [
+            *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
+            *self.deletes,
+            *(expected.memory_id for expected in batch.expect),
+        ]
+
+
+@dataclass(eq=False, slots=True)
+class _Queued:
+    """A batch waiting for the bank's journal lock, and what its `apply` will return."""
+
+    changes: _Changes
+    outcome: asyncio.Future[int]
+    """Set by whichever writer writes the batch: its deletions, or the error."""
 
 
 class ChromaMemoryStore(MemoryStore):
@@ -467,6 +559,10 @@ class ChromaMemoryStore(MemoryStore):
             asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
         """Per event loop (an `asyncio.Lock` belongs to one) and bank: see `_journal_lock`."""
+        self._queues: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, list[_Queued]]
+        ] = weakref.WeakKeyDictionary()
+        """Per event loop and bank, the batches waiting for the journal lock, oldest first."""
         self._finalizer: weakref.finalize[Any, Any] | None = None
         """Closes the client we built if the store is dropped without `aclose()`."""
         self._folder_release: weakref.finalize[Any, Any] | None = None
@@ -934,48 +1030,99 @@ class ChromaMemoryStore(MemoryStore):
         )  # fmt: skip
 
     async def _write_changes(self, bank_id: str, memories: Any, changes: _Changes) -> int:
-        """Checks and writes one batch under the bank's journal lock; returns the deletions.
+        """Writes one batch under the bank's journal lock; returns its deletions.
 
-        The scope index rows of every scope the batch changes are computed here, from the rows
-        as stored once any pending journal is replayed, and join its aux rows.
+        Group commit: the batch waits in the bank's queue, and whichever writer holds the lock
+        writes the queued batches that can go together as one (`_take_group`), so writers of
+        one process in flight together share Chroma's calls instead of taking turns for them.
         """
-        batch = changes.batch
-        async with self._journal_lock(bank_id):
-            aux = await self._collection(self._name(bank_id, _AUX))
-            if self._settled is None or bank_id not in self._settled:
-                await self._replay(bank_id, memories, aux)
-            if changes.memory_rows:
-                memories = await self._check_dimension(
-                    bank_id, memories, len(changes.memory_rows[0][1])
-                )
-            wanted = [
-                *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
-                *changes.deletes,
-                *(expected.memory_id for expected in batch.expect),
-            ]
-            stored = await self._read_metadata(memories, wanted)
-            if batch.inserts:
-                _check_inserts(stored, batch.inserts)
-            if batch.expect:
-                _check_expectations(stored, batch.expect)
-            deletes = changes.deletes
-            if changes.expired_at is not None:  # a sweep: only what is (still) expired
-                deletes = [
-                    memory_id
-                    for memory_id in deletes
-                    if memory_id in stored
-                    and int(stored[memory_id][codec.LIVE_US]) <= changes.expired_at
-                ]
-            index = await self._index_rows(aux, stored, changes.memory_rows, deletes)
-            for lease in batch.fences:  # the last check: as close to the commit as can be
+        entry = _Queued(changes, asyncio.get_running_loop().create_future())
+        queue = self._queues.setdefault(asyncio.get_running_loop(), {}).setdefault(bank_id, [])
+        queue.append(entry)
+        try:
+            async with self._journal_lock(bank_id):
+                while not entry.outcome.done():
+                    await self._write_group(bank_id, memories, _take_group(queue), queue)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if not entry.outcome.done():  # else another writer wrote it: its outcome stands
+                raise
+        finally:
+            if entry in queue:
+                queue.remove(entry)
+        return entry.outcome.result()
+
+    async def _write_group(
+        self, bank_id: str, memories: Any, group: list[_Queued], queue: list[_Queued]
+    ) -> None:
+        """`_write_checked`, giving every batch of the group its outcome whatever happens.
+
+        A writer cancelled before the group's commit (the commit itself cannot be cancelled)
+        puts the others back at the front of the queue: their own writers, waiting for the lock,
+        write them next.
+        """
+        try:
+            await self._write_checked(bank_id, memories, group)
+        except Exception as exc:
+            for entry in group:
+                if not entry.outcome.done():
+                    entry.outcome.set_exception(exc)
+            raise
+        except BaseException:
+            queue[:0] = [entry for entry in group if not entry.outcome.done()]
+            raise
+
+    async def _write_checked(self, bank_id: str, memories: Any, group: list[_Queued]) -> None:
+        """Checks each batch of the group, then writes those that pass as one batch.
+
+        The scope index rows of every scope the group changes are computed here, from the rows
+        as stored once any pending journal is replayed, and join its aux rows. A batch that
+        fails its checks gets its error and is left out; the others are written.
+        """
+        aux = await self._collection(self._name(bank_id, _AUX))
+        if self._settled is None or bank_id not in self._settled:
+            await self._replay(bank_id, memories, aux)
+        dimension = next((e.changes.dimension for e in group if e.changes.dimension), None)
+        if dimension is not None:
+            memories = await self._check_dimension(bank_id, memories, dimension)
+        stored = await self._read_metadata(
+            memories, [memory_id for entry in group for memory_id in entry.changes.wanted]
+        )
+        accepted: list[tuple[_Queued, list[str]]] = []
+        for entry in group:
+            try:
+                accepted.append((entry, entry.changes.checked_deletes(stored)))
+            except AdkMemoryError as exc:
+                entry.outcome.set_exception(exc)
+        if not accepted:
+            return
+        memory_rows = [row for entry, _ in accepted for row in entry.changes.memory_rows]
+        revision_rows = [row for entry, _ in accepted for row in entry.changes.revision_rows]
+        deletes = [memory_id for _, deleted in accepted for memory_id in deleted]
+        index = await self._index_rows(aux, stored, memory_rows, deletes)
+        for entry, _ in accepted:  # a batch with fences is alone in its group
+            for lease in entry.changes.batch.fences:  # the last check, just before the commit
                 await lease.verify()
-            plan = await self._plan(changes.memory_rows, [*changes.revision_rows, *index], deletes)
-            # From the first journal row to the journal's removal nothing may stop half-way
-            # in this process: a cancelled caller waits for the end of the batch.
-            self._settle(bank_id, False)
-            await _uncancellable(self._commit(bank_id, memories, aux, plan))
-            self._settle(bank_id, True)
-            return len(deletes)
+        plan = await self._plan(memory_rows, [*revision_rows, *index], deletes)
+        # From the first journal row to the journal's removal nothing may stop half-way in this
+        # process: a cancelled caller waits for the end of the batch.
+        self._settle(bank_id, False)
+        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted))
+
+    async def _commit_group(
+        self,
+        bank_id: str,
+        memories: Any,
+        aux: Any,
+        plan: _Plan,
+        accepted: list[tuple[_Queued, list[str]]],
+    ) -> None:
+        """`_commit`, then each batch's outcome (in one uncancellable step)."""
+        await self._commit(bank_id, memories, aux, plan)
+        self._settle(bank_id, True)
+        for entry, deleted in accepted:
+            entry.outcome.set_result(len(deleted))
 
     def _settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""
@@ -1059,51 +1206,30 @@ class ChromaMemoryStore(MemoryStore):
         """Chooses how to write a batch; pure computation besides reading the batch limit."""
         limits = await self._limits()
         batch_id = _batch_id()
-        kinds = sum(1 for part in (memory_rows, revision_rows, deletes) if part)
-        if kinds == 1 and (
-            len(deletes) <= limits[0]
-            if deletes
-            else _fits_one_request(memory_rows or revision_rows, limits)
-        ):
-            # One Chroma call is atomic by itself (it still runs after any replay).
-            return _Plan(None, batch_id, [], [], memory_rows, revision_rows, deletes)
+        if not (memory_rows or deletes) and _fits_one_request(revision_rows, limits):
+            # One Chroma call is atomic by itself (it still runs after any replay). Every write
+            # of a memory goes through a journal, so that the slot's probes stay true.
+            return _Plan(None, batch_id, [], [], [], revision_rows, [])
+        memory_rows = [
+            (row_id, vector, fact, {**meta, codec.JOURNAL_BATCH: batch_id})
+            for row_id, vector, fact, meta in memory_rows
+        ]  # the slot's probe: which batch last wrote each row
         chunk = _JOURNAL_CHUNK_CHARS
         with _encoding("a memory or revision"):
-            if memory_rows:
-                journal = codec.journal_rows(
-                    codec.SLOT_ID,
-                    batch_id,
-                    [],
-                    revision_rows,
-                    deletes,
-                    kind=codec.KIND_JOURNAL_SLOT,
-                    chunk_chars=chunk,
-                    inline_chars=_JOURNAL_INLINE_CHARS,
-                    dimension=len(memory_rows[0][1]),
-                )
-                first = [*memory_rows, *journal]
-                if _fits_one_request(first, limits):
-                    return _Plan(_MEM, batch_id, first, [], [], revision_rows, deletes)
-            head = codec.batch_head_id(batch_id)
-            if not memory_rows:
-                journal = codec.journal_rows(
-                    head,
-                    batch_id,
-                    [],
-                    [],
-                    deletes,
-                    kind=codec.KIND_JOURNAL,
-                    chunk_chars=chunk,
-                    inline_chars=_JOURNAL_INLINE_CHARS,
-                )
-                first = [*revision_rows, *journal]
-                if _fits_one_request(first, limits):
-                    ids = [row[0] for row in journal][::-1]
-                    return _Plan(_AUX, batch_id, first, ids, [], [], deletes)
+            slot = codec.slot_rows(
+                batch_id,
+                memory_rows,
+                deletes,
+                chunk_chars=chunk,
+                inline_chars=_JOURNAL_INLINE_CHARS,
+            )
+            first = [*revision_rows, *slot]
+            if _fits_one_request(first, limits) and _fits_one_request(memory_rows, limits):
+                return _Plan(_SLOT, batch_id, first, [], memory_rows, [], deletes)
             # Too large for one call: everything goes into an aux journal written first (its
             # parts, then its commit row), then the batch.
             journal = codec.journal_rows(
-                head,
+                codec.batch_head_id(batch_id),
                 batch_id,
                 memory_rows,
                 revision_rows,
@@ -1116,26 +1242,23 @@ class ChromaMemoryStore(MemoryStore):
         return _Plan(_AUX, batch_id, journal, ids, memory_rows, revision_rows, deletes)
 
     async def _commit(self, bank_id: str, memories: Any, aux: Any, plan: _Plan) -> None:
-        """Writes `plan.first`, then the rest, then closes the journal (journal lock held).
+        """Writes `plan.first`, then the rest, then closes an aux journal (journal lock held).
 
         Once the call holding the commit row has succeeded the batch has happened: a failure
         after it is retried once here and otherwise left to the next replay, never undone.
         """
         if plan.home is None:  # a single call, atomic by itself
-            await self._apply_rows(
-                memories, aux, plan.memory_rows, plan.revision_rows, plan.deletes
-            )
+            await self._write("write revisions", aux, plan.revision_rows)
             return
-        home = memories if plan.home == _MEM else aux
         try:
-            await self._write("write a batch and its journal", home, plan.first)
+            await self._write("write a batch and its journal", aux, plan.first)
         except AdkMemoryError as exc:
             # A request that failed on the way back may have been committed anyway: if the
             # commit row is there, the batch has happened and is completed below.
-            head = codec.SLOT_ID if plan.home == _MEM else plan.journal_ids[0]
+            head = codec.SLOT_ID if plan.home == _SLOT else plan.journal_ids[0]
             try:
                 found = await self._call(
-                    "check a batch journal", home.get, ids=[head], include=["metadatas"]
+                    "check a batch journal", aux.get, ids=[head], include=["metadatas"]
                 )
             except (AdkMemoryError, _Gone):
                 self._recovered.discard(bank_id)  # the next use of the bank replays it if it was
@@ -1182,38 +1305,36 @@ class ChromaMemoryStore(MemoryStore):
     ) -> None:
         """Writes what a committed batch still lacks, then closes its journal (idempotent).
 
-        A slot journal is closed by the `j:done` row, written with the revisions (after the
-        deletes); an aux journal is deleted.
+        The slot needs no closing (its probes show the batch complete); an aux journal is
+        deleted; a slot journal of the memory collection (`_LEGACY_SLOT`) is closed by the
+        `j:done` row, written with the revisions (after the deletes).
         """
+        if home == _AUX:
+            # The slot is emptied before this batch rewrites or deletes the rows it probes, so
+            # that its (complete) batch cannot look interrupted afterwards.
+            empty = codec.slot_rows(
+                batch_id,
+                [],
+                [],
+                chunk_chars=_JOURNAL_CHUNK_CHARS,
+                inline_chars=_JOURNAL_INLINE_CHARS,
+            )
+            await self._write("write revisions", aux, [*revision_rows, *empty])
         if memory_rows:
             await self._write("write memories", memories, memory_rows)
         if deletes:
             await self._delete_ids("delete memories", memories, deletes)
-        if home == _MEM:
+        if home == _LEGACY_SLOT:
             await self._write("write revisions", aux, [*revision_rows, codec.done_row(batch_id)])
-            return
-        if revision_rows:
-            await self._write("write revisions", aux, revision_rows)
+        elif home == _AUX:
+            await self._remove_journal(aux, journal_ids)
+
+    async def _remove_journal(self, aux: Any, journal_ids: Sequence[str]) -> None:
+        """Deletes the aux journal of a completed batch (a failure only leaves a no-op replay)."""
         try:
             await self._delete_ids("remove a batch journal", aux, journal_ids)
         except (AdkMemoryError, _Gone) as exc:  # the batch is complete; a replay is a no-op
             logger.warning("could not remove the journal of a completed batch: %s", exc)
-
-    async def _apply_rows(
-        self,
-        memories: Any,
-        aux: Any,
-        memory_rows: Sequence[codec.Row],
-        revision_rows: Sequence[codec.Row],
-        deletes: Sequence[str],
-    ) -> None:
-        """Writes rows without a journal (one call when `_plan` chose that)."""
-        if revision_rows:
-            await self._write("write revisions", aux, revision_rows)
-        if memory_rows:
-            await self._write("write memories", memories, memory_rows)
-        if deletes:
-            await self._delete_ids("delete memories", memories, deletes)
 
     @contextlib.asynccontextmanager
     async def _journal_lock(self, bank_id: str) -> AsyncIterator[None]:
@@ -1250,33 +1371,48 @@ class ChromaMemoryStore(MemoryStore):
         self._recovered.add(bank_id)
 
     async def _state(self, memories: Any, aux: Any) -> _BankState:
-        """Journals not yet closed, oldest first, and whether the scope index is complete."""
-        slot = await self._call(
-            "look for a batch journal", memories.get, ids=[codec.SLOT_ID], include=["metadatas"]
-        )
+        """Journals not yet closed, oldest first, and whether the scope index is complete.
+
+        Two reads: the journal rows of aux, then, in the memory collection, the rows the slot's
+        probes name and the slot an older version kept there (`_LEGACY_SLOT`).
+        """
         marks = await self._call(
             "look for a batch journal",
             aux.get,
             where={
                 codec.KIND: {
-                    "$in": [codec.KIND_JOURNAL, codec.KIND_JOURNAL_DONE, codec.KIND_LAYOUT]
+                    "$in": [
+                        codec.KIND_JOURNAL,
+                        codec.KIND_JOURNAL_SLOT,
+                        codec.KIND_JOURNAL_DONE,
+                        codec.KIND_LAYOUT,
+                    ]
                 }
             },
             include=["metadatas"],
         )
         done = None
         indexed = False
+        slot: Mapping[str, Any] | None = None
         pending: list[tuple[str, Any, str, Mapping[str, Any]]] = []
         for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
             if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
                 done = meta[codec.JOURNAL_BATCH]
             elif meta[codec.KIND] == codec.KIND_LAYOUT:
                 indexed = int(meta[codec.SCOPE_VERSION]) >= codec.LAYOUT_VERSION
+            elif meta[codec.KIND] == codec.KIND_JOURNAL_SLOT:
+                slot = meta
             else:
                 pending.append((str(meta[codec.JOURNAL_BATCH]), aux, row_id, meta))
-        for meta in slot["metadatas"] or []:
-            if meta[codec.JOURNAL_BATCH] != done:
-                pending.append((str(meta[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, meta))
+        probes = [] if slot is None else codec.slot_probes(slot)
+        probed = await self._read_metadata(
+            memories, [codec.SLOT_ID, *probes], "look for a batch journal"
+        )
+        legacy = probed.pop(codec.SLOT_ID, None)
+        if legacy is not None and legacy[codec.JOURNAL_BATCH] != done:
+            pending.append((str(legacy[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, legacy))
+        if slot is not None and not codec.slot_complete(slot, probed):
+            pending.append((str(slot[codec.JOURNAL_BATCH]), aux, codec.SLOT_ID, slot))
         return _BankState(sorted(pending, key=lambda item: item[0]), indexed)
 
     async def _replay(self, bank_id: str, memories: Any, aux: Any) -> None:
@@ -1308,9 +1444,12 @@ class ChromaMemoryStore(MemoryStore):
                     "it to complete the batch."
                 ) from exc
             logger.warning("completing batch %s of bank %s from its journal", batch_id, bank_id)
-            slot = home is memories
-            ids = [] if slot else [head_id, *part_ids]
-            await self._finish(memories, aux, _MEM if slot else _AUX, batch_id, ids, *rows)
+            if home is memories:
+                await self._finish(memories, aux, _LEGACY_SLOT, batch_id, [], *rows)
+            elif head_id == codec.SLOT_ID:
+                await self._finish(memories, aux, _SLOT, batch_id, [], *rows)
+            else:
+                await self._finish(memories, aux, _AUX, batch_id, [head_id, *part_ids], *rows)
         if not state.indexed:
             await self._index_bank(bank_id, memories, aux)
         self._recovered.add(bank_id)
@@ -2175,6 +2314,24 @@ def _is_plain_bank_id(bank_id: str) -> bool:
         and bank_id.isascii()
         and all(char.isdigit() or char.islower() or char == "-" for char in bank_id)
     )
+
+
+_GROUP_BATCHES = 32
+"""At most this many batches are written together (`_take_group`)."""
+
+
+def _take_group(queue: list[_Queued]) -> list[_Queued]:
+    """Takes from the front of `queue` the batches to write together.
+
+    The first, and those right behind it that can join it (`_Changes.joins`); stopping at the
+    first that cannot keeps batches in the order their writers asked for the lock.
+    """
+    group = [queue.pop(0)]
+    while queue and len(group) < _GROUP_BATCHES and group[0].changes.joins([]):
+        if not queue[0].changes.joins(group):
+            break
+        group.append(queue.pop(0))
+    return group
 
 
 def _check_inserts(stored: Mapping[str, Any], inserts: Sequence[MemoryRecord]) -> None:

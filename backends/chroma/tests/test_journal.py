@@ -12,6 +12,7 @@ case kills a real process (`os._exit`) mid-batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -65,6 +66,10 @@ DELETE_ONLY = WriteBatch(  # no memory rows: the journal lives in aux
         revision("a", "r2", fact="fact of a", create_time=T1, deleted=True),
         revision("b", "r2", fact="fact of b", create_time=T1, deleted=True),
     ),
+)
+UPDATE_ONLY = WriteBatch(  # its only memory exists already: the slot's probe must see the batch
+    upserts=(memory("a", HALF, fact="a, updated", update_time=T1),),
+    revisions=(revision("a", "r2", fact="a, updated", create_time=T1),),
 )
 STREAM = (DocumentRecord("stream", "s1", {"pending": [], "processed": [{"text": "hi"}]}),)
 GENERATE_WITH_STREAM = replace(GENERATE, documents=STREAM)  # an ingest flush
@@ -222,8 +227,14 @@ async def count_writes(path: Path, writes: Writes, batch: WriteBatch) -> tuple[i
 
 @pytest.mark.parametrize(
     "batch",
-    [GENERATE, DELETE_ONLY, GENERATE_WITH_STREAM, DELETE_ONLY_WITH_STREAM],
-    ids=["generate", "deletes-only", "generate-and-document", "deletes-and-document"],
+    [GENERATE, DELETE_ONLY, UPDATE_ONLY, GENERATE_WITH_STREAM, DELETE_ONLY_WITH_STREAM],
+    ids=[
+        "generate",
+        "deletes-only",
+        "update-only",
+        "generate-and-document",
+        "deletes-and-document",
+    ],
 )
 async def test_a_crash_between_any_two_calls_leaves_none_or_all(
     tmp_path: Path, writes: Writes, batch: WriteBatch
@@ -400,8 +411,9 @@ async def test_a_cancelled_apply_finishes_its_batch_before_raising(
 
 async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writes) -> None:
     """A batch that one Chroma call can hold is atomic without a journal: only revisions. A
-    memory's write also changes its scope's index (aux rows), so it is journaled; the index rows
-    travel with the revisions (and, for deletions, with the aux journal's commit row)."""
+    memory's write also changes its scope's index (aux rows), so it is journaled: the index rows
+    travel with the revisions and the slot journal in the first call, the memory alone (no
+    closing write) in the second."""
     store = await prepared(tmp_path)
     writes.log.clear()
     await store.apply(BANK, WriteBatch(revisions=(revision("a", "r9"),)))
@@ -409,11 +421,11 @@ async def test_single_call_batches_write_no_journal(tmp_path: Path, writes: Writ
     head = codec.scope_head_id(KEY)
     writes.log.clear()
     await store.apply(BANK, WriteBatch(upserts=(replace(SETUP.inserts[0], fact="re-embedded"),)))
-    assert [ids for _, _, ids in writes.log] == [["a", codec.SLOT_ID], [head, ANY, codec.DONE_ID]]
+    assert [ids for _, _, ids in writes.log] == [[head, ANY, codec.SLOT_ID], ["a"]]
     writes.log.clear()
     await store.apply(BANK, WriteBatch(deletes=("b",)))
-    assert head in writes.log[writes.commit_index()][2]
-    assert [method for method, _, _ in writes.log] == ["upsert", "delete", "delete"]
+    assert [ids for _, _, ids in writes.log] == [[head, ANY, codec.SLOT_ID], ["b"]]
+    assert [method for method, _, _ in writes.log] == ["upsert", "delete"]
     await store.aclose()
 
 
@@ -509,10 +521,12 @@ async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_
         await store.aclose()
 
 
-async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collection(
+async def test_a_slot_journal_left_in_the_memory_collection_is_completed_and_never_found(
     tmp_path: Path,
 ) -> None:
-    """The slot's rows (vectors of the bank's dimension, no scope) never reach a result."""
+    """Before the slot moved to aux, it lived in the memory collection (a vector of the bank's
+    dimension, no scope) with the memories, closed by `j:done`. A batch an older version left
+    there half-written is completed on upgrade, and the row never reaches a result."""
     rng = np.random.default_rng(5)
     vectors = rng.normal(size=(300, 8))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -524,8 +538,26 @@ async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collectio
         chunk = records[start : start + 50]
         revisions = tuple(revision(r.memory_id, "r1") for r in chunk)
         await exhaustive.apply(BANK, WriteBatch(inserts=tuple(chunk), revisions=revisions))
+    # What an older version's crash left: call 1 (the memory with the slot) done, call 3 not.
+    updated = replace(records[1], fact="m001, updated", update_time=T1)
+    legacy = codec.journal_rows(
+        codec.SLOT_ID, "00000000000000000001-legacy", [],
+        [codec.revision_row(revision("m001", "r2", fact="m001, updated", create_time=T1))], [],
+        kind=codec.KIND_JOURNAL_SLOT, chunk_chars=10_000, inline_chars=10_000, dimension=8,
+    )  # fmt: skip
     memories = await exhaustive._collection(exhaustive._name(BANK, _store._MEM))
-    assert (await asyncio.to_thread(memories.get, ids=[codec.SLOT_ID]))["ids"]  # it is there
+    rows = [codec.memory_row(updated), *legacy]
+    await asyncio.to_thread(
+        memories.upsert,
+        ids=[row[0] for row in rows],
+        embeddings=[row[1] for row in rows],
+        metadatas=[row[3] for row in rows],
+        documents=[row[2] or "" for row in rows],
+    )
+    await exhaustive.aclose()
+    exhaustive = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    [revised, _] = await exhaustive.list_revisions(BANK, "m001", NOW)  # completed on first use
+    assert (revised.revision_id, revised.fact) == ("r2", "m001, updated")
     for query in rng.normal(size=(5, 8)):
         query /= np.linalg.norm(query)
         distances = np.linalg.norm(vectors - query, axis=1)
@@ -536,6 +568,7 @@ async def test_nearest_stays_exact_with_the_journal_slot_in_the_memory_collectio
     assert len(await exhaustive.scan(BANK, ScanQuery(NOW))) == 300
     await exhaustive.aclose()
     await overfetching.aclose()
+    await assert_no_journal_pending(tmp_path)
 
 
 def test_write_requests_are_bounded_in_rows_and_bytes() -> None:
@@ -563,3 +596,135 @@ async def test_writers_of_one_bank_take_turns_across_store_instances(
     assert await snapshot(other) == await expected(SETUP, GENERATE)
     await other.aclose()
     await writer.aclose()
+
+
+# The slot's probes: a batch journaled in the slot has no closing write, so a replay decides
+# from the rows it probes whether the batch is complete. Each attack below would make a wrong
+# probe re-apply an old batch over newer rows, or skip an interrupted one.
+
+
+async def test_a_complete_slot_is_not_replayed_over_a_larger_later_batch(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot's batch wrote `a` and `c`; a later batch too large for one call (an aux
+    journal, which does not fill the slot) rewrites them and crashes after its commit. Neither
+    its replay nor a later open may bring back the slot's older rows."""
+    store = await prepared(tmp_path)
+    await store.apply(BANK, GENERATE)  # in the slot: it probes one of `a`, `c`
+    later = WriteBatch(
+        upserts=tuple(
+            memory(memory_id, HALF, fact=f"{memory_id}, later", update_time=NOW)
+            for memory_id in ("a", "c")
+        ),
+        revisions=tuple(
+            revision(memory_id, "r3", fact=f"{memory_id}, later", create_time=NOW)
+            for memory_id in ("a", "c")
+        ),
+    )
+
+    async def tiny_limits(self: ChromaMemoryStore) -> tuple[int, int | None]:
+        return 2, None
+
+    async def apply_large(target: ChromaMemoryStore) -> None:
+        with monkeypatch.context() as patch:
+            patch.setattr(ChromaMemoryStore, "_limits", tiny_limits)
+            patch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
+            await target.apply(BANK, later)
+
+    writes.log.clear()
+    await apply_large(store)
+    total = len(writes.log)
+    await store.aclose()
+    for crash_at in range(writes.commit_index() + 1, total + 1):  # after its commit row
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, GENERATE)
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < total else contextlib.nullcontext():
+            await apply_large(crashed)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        state = await snapshot(fresh)
+        assert state == await expected(SETUP, GENERATE, later), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
+
+
+async def test_deleting_an_absent_id_last_cannot_hide_an_interrupted_deletion(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """The slot probes the last id its batch deletes: an id that never existed is not one."""
+    batch = WriteBatch(
+        deletes=("a", "ghost"),
+        revisions=(revision("a", "r2", fact="fact of a", create_time=T1, deleted=True),),
+    )
+    before, after = await expected(SETUP), await expected(SETUP, batch)
+    total, commit = await count_writes(tmp_path / "dry", writes, batch)
+    for crash_at in range(total):
+        state = await crash_and_recover(tmp_path / f"crash-{crash_at}", writes, batch, crash_at)
+        assert state == (before if crash_at <= commit else after), f"crash before write {crash_at}"
+        await assert_no_journal_pending(tmp_path / f"crash-{crash_at}")
+
+
+async def test_a_deleted_then_recreated_memory_is_not_deleted_again(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """A batch deletes `b`; the next creates `b` again and is cut short after its commit; the
+    replay of the second must not be preceded by a replay of the first."""
+    recreate = WriteBatch(
+        inserts=(memory("b", HALF, fact="b, again", create_time=NOW),),
+        revisions=(revision("b", "r3", fact="b, again", create_time=NOW),),
+    )
+    for crash_at in (1, 2):  # before the memory row; after it (the batch has two writes)
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, DELETE_ONLY)
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
+            await crashed.apply(BANK, recreate)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        assert await snapshot(fresh) == await expected(SETUP, DELETE_ONLY, recreate)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
+
+
+async def test_a_slot_in_several_parts_is_replayed_whole_and_ignores_older_parts(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot journal longer than a row holds is cut into parts written in its one call; a
+    shorter later slot leaves the older batch's extra parts behind, which must not disturb its
+    replay."""
+    monkeypatch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
+    monkeypatch.setattr(_store, "_JOURNAL_CHUNK_CHARS", 300)
+    later = WriteBatch(
+        upserts=(memory("a", HALF, fact="a, later", update_time=NOW),),
+        revisions=(revision("a", "r3", fact="a, later", create_time=NOW),),
+    )
+    before, after = await expected(SETUP, GENERATE), await expected(SETUP, GENERATE, later)
+
+    def slot_parts() -> int:
+        return sum(bool(re.match(r"^j:slot:\d+$", row_id)) for row_id in writes.log[0][2])
+
+    await count_writes(tmp_path / "dry", writes, later)
+    fewer = slot_parts()
+    _, commit = await count_writes(tmp_path / "dry-2", writes, GENERATE)
+    assert commit == 0 and slot_parts() > fewer > 1
+    for crash_at in range(3):
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, GENERATE)  # more parts than the later batch's slot
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
+            await crashed.apply(BANK, later)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        state = await snapshot(fresh)
+        assert state == (before if crash_at == 0 else after), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)

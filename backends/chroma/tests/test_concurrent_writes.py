@@ -1,0 +1,336 @@
+"""Concurrent writes on embedded Chroma (issue 18): writers of many scopes and of one scope, a
+sweep, two store instances on one folder and batches spanning two scopes, all at once. After
+each race every memory is where the writes put it: in its scope's search and scan, with its
+revisions, no other scope's, and no journal left pending."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from adk_memory_chroma import ChromaMemoryStore, _store
+from chromadb.api.models.Collection import Collection
+
+from adk_memory.scope import scope_key
+from adk_memory.store import MemoryRecord, NearestQuery, RevisionRecord, ScanQuery, WriteBatch
+from adk_memory.testing.conformance import BANK, DIM, T0, bank_record, memory, revision
+
+NOW = T0 + timedelta(hours=1)
+SCOPES = [{"user_id": f"u{i}"} for i in range(4)]
+KEYS = [scope_key(scope) for scope in SCOPES]
+
+
+def vectors(seed: int, count: int) -> list[tuple[float, ...]]:
+    rows = np.random.default_rng(seed).normal(size=(count, DIM))
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return [tuple(float(v) for v in row.astype(np.float32)) for row in rows]
+
+
+def created(memory_id: str, vector: tuple[float, ...], scope: int, **fields: object) -> WriteBatch:
+    """What one create writes: the memory and its first revision."""
+    record = memory(memory_id, vector, scope=SCOPES[scope], **fields)
+    return WriteBatch(inserts=(record,), revisions=(revision_of(record),))
+
+
+def revision_of(record: MemoryRecord, revision_id: str = "r1") -> RevisionRecord:
+    return revision(
+        record.memory_id,
+        revision_id,
+        fact=record.fact,
+        scope=dict(record.scope),
+        scope_key=record.scope_key,
+    )
+
+
+async def assert_scopes_hold(store: ChromaMemoryStore, expected: Mapping[str, set[str]]) -> None:
+    """Each scope's search and scan list exactly `expected[key]`; each memory has revisions."""
+    for key in KEYS:
+        probe = vectors(99, 1)[0]
+        hits = await store.nearest(BANK, NearestQuery(key, probe, 1000, NOW))
+        scanned = await store.scan(BANK, ScanQuery(NOW, scope_key=key))
+        assert {hit.record.memory_id for hit in hits} == expected.get(key, set()), key
+        assert {record.memory_id for record in scanned} == expected.get(key, set()), key
+        assert all(hit.record.scope_key == key for hit in hits)
+    ids = [memory_id for members in expected.values() for memory_id in members]
+    history = await store.list_revisions_many(BANK, ids, NOW)
+    assert all(history[memory_id] for memory_id in ids), "a memory lost its revision"
+
+
+async def assert_no_journal_pending(store: ChromaMemoryStore) -> None:
+    memories = await store._collection(store._name(BANK, _store._MEM))
+    aux = await store._collection(store._name(BANK, _store._AUX))
+    assert (await store._state(memories, aux)).journals == []
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await store.create_bank(bank_record())
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def test_creates_of_many_scopes_and_of_one_scope_at_once_lose_nothing(
+    store: ChromaMemoryStore,
+) -> None:
+    rows = vectors(1, 64)
+    batches = [created(f"m{i:02d}", rows[i], i % 4 if i < 32 else 0) for i in range(64)]
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in batches))
+    expected: dict[str, set[str]] = {}
+    for i in range(64):
+        expected.setdefault(KEYS[i % 4 if i < 32 else 0], set()).add(f"m{i:02d}")
+    await assert_scopes_hold(store, expected)
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{store.config.path}")
+    await assert_scopes_hold(fresh, expected)
+    await assert_no_journal_pending(fresh)
+    await fresh.aclose()
+
+
+async def test_a_sweep_racing_creates_removes_only_what_expired(store: ChromaMemoryStore) -> None:
+    rows = vectors(2, 40)
+    expiring = [
+        created(f"old{i:02d}", rows[i], i % 4, expire_time=NOW - timedelta(minutes=1))
+        for i in range(20)
+    ]
+    for batch in expiring:
+        await store.apply(BANK, batch)
+    fresh = [created(f"new{i:02d}", rows[20 + i], i % 4) for i in range(20)]
+    sweep = asyncio.create_task(store.sweep_expired(BANK, NOW))
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in fresh))
+    assert await sweep >= 20  # the expired memories (and their revisions)
+    expected: dict[str, set[str]] = {}
+    for i in range(20):
+        expected.setdefault(KEYS[i % 4], set()).add(f"new{i:02d}")
+    await assert_scopes_hold(store, expected)
+    await assert_no_journal_pending(store)
+
+
+async def test_two_store_instances_on_one_folder_write_at_once_without_loss(
+    tmp_path: Path,
+) -> None:
+    """Two instances (one file lock between them) create in all scopes and update one memory
+    each other's way: nothing lost, the updated memory is one update's, whole."""
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    second = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    rows = vectors(3, 41)
+    try:
+        await first.create_bank(bank_record())
+        shared = memory("shared", rows[40], scope=SCOPES[0])
+        await first.apply(BANK, WriteBatch(inserts=(shared,), revisions=(revision_of(shared),)))
+        updates = [
+            WriteBatch(
+                upserts=(memory("shared", rows[i], scope=SCOPES[0], fact=f"take {i}"),),
+                revisions=(revision("shared", f"r{i + 2:02d}", fact=f"take {i}"),),
+            )
+            for i in range(8)
+        ]
+        creates = [created(f"m{i:02d}", rows[i], i % 4) for i in range(32)]
+        await asyncio.gather(
+            *(
+                (first, second)[i % 2].apply(BANK, batch)
+                for i, batch in enumerate([*creates, *updates])
+            )
+        )
+        expected: dict[str, set[str]] = {KEYS[0]: {"shared"}}
+        for i in range(32):
+            expected.setdefault(KEYS[i % 4], set()).add(f"m{i:02d}")
+        third = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+        await assert_scopes_hold(third, expected)
+        [record] = await third.get_memories(BANK, ["shared"], NOW)
+        history = await third.list_revisions(BANK, "shared", NOW)
+        assert len(history) == 9  # none of the updates' revisions lost
+        assert record.fact in {f"take {i}" for i in range(8)}  # one update won, whole:
+        [winner] = [update for update in updates if update.upserts[0].fact == record.fact]
+        assert record.embedding == winner.upserts[0].embedding
+        await assert_no_journal_pending(third)
+        await third.aclose()
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_batches_spanning_two_scopes_race_single_scope_writes(
+    store: ChromaMemoryStore,
+) -> None:
+    """A batch inserting into scopes 0 and 1 and deleting from both, against creates of one
+    scope each: every scope's index equals its memories."""
+    rows = vectors(4, 80)
+    for i in range(8):
+        await store.apply(BANK, created(f"pre{i}", rows[i], i % 2))
+    spanning = [
+        WriteBatch(
+            inserts=(
+                memory(f"x{i}", rows[10 + i], scope=SCOPES[0]),
+                memory(f"y{i}", rows[20 + i], scope=SCOPES[1]),
+            ),
+            deletes=(f"pre{2 * i}", f"pre{2 * i + 1}"),
+            revisions=(
+                revision(f"x{i}", "r1", scope=SCOPES[0], scope_key=KEYS[0]),
+                revision(f"y{i}", "r1", scope=SCOPES[1], scope_key=KEYS[1]),
+            ),
+        )
+        for i in range(4)
+    ]
+    single = [created(f"s{i:02d}", rows[40 + i], i % 2) for i in range(24)]
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in [*spanning, *single]))
+    expected: dict[str, set[str]] = {
+        KEYS[0]: {f"x{i}" for i in range(4)} | {f"s{i:02d}" for i in range(0, 24, 2)},
+        KEYS[1]: {f"y{i}" for i in range(4)} | {f"s{i:02d}" for i in range(1, 24, 2)},
+    }
+    await assert_scopes_hold(store, expected)
+    await assert_no_journal_pending(store)
+
+
+# Group commit: the writer holding a bank's journal lock writes the batches queued behind it
+# together. The first batch below always goes alone (nothing is queued yet when it starts); the
+# ones started with it queue and form the next group.
+
+
+class Crash(BaseException):
+    """The process dies here: nothing in the store catches a `BaseException`."""
+
+
+@dataclass
+class ChromaWrites:
+    """Counts chromadb `Collection` writes; optionally crashes from write `crash_at` on, or
+    sleeps in the first write (so that the batches started with it queue behind it)."""
+
+    count: int = 0
+    crash_at: int | None = None
+    first_sleep: float = 0.0
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for method in ("upsert", "delete"):
+            monkeypatch.setattr(Collection, method, self._wrap(getattr(Collection, method)))
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def write(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+            index, self.count = self.count, self.count + 1
+            if self.crash_at is not None and index >= self.crash_at:
+                raise Crash(f"crash before write {index}")
+            if index == 0 and self.first_sleep:
+                time.sleep(self.first_sleep)
+            return original(collection, *args, **kwargs)
+
+        return write
+
+
+async def ids_in(store: ChromaMemoryStore, ids: list[str]) -> set[str]:
+    return {record.memory_id for record in await store.get_memories(BANK, ids, NOW)}
+
+
+async def test_batches_in_flight_together_share_chroma_calls(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(5, 12)
+    writes = ChromaWrites()
+    writes.install(monkeypatch)
+    await asyncio.gather(*(store.apply(BANK, created(f"g{i}", rows[i], i % 4)) for i in range(12)))
+    assert writes.count == 4  # the first batch alone, then the eleven others as one
+    expected: dict[str, set[str]] = {}
+    for i in range(12):
+        expected.setdefault(KEYS[i % 4], set()).add(f"g{i}")
+    await assert_scopes_hold(store, expected)
+
+
+async def test_a_batch_failing_its_checks_is_left_out_of_its_group_alone(
+    store: ChromaMemoryStore,
+) -> None:
+    rows = vectors(6, 6)
+    await store.apply(BANK, created("taken", rows[0], 0))
+    duplicate = created("taken", rows[1], 1)  # another scope's insert of a live id
+    outcomes = await asyncio.gather(
+        store.apply(BANK, created("first", rows[2], 0)),
+        store.apply(BANK, created("b", rows[3], 1)),
+        store.apply(BANK, duplicate),
+        store.apply(BANK, created("c", rows[4], 2)),
+        return_exceptions=True,
+    )
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        "NoneType",
+        "NoneType",
+        "AlreadyExists",
+        "NoneType",
+    ]
+    await assert_scopes_hold(store, {KEYS[0]: {"taken", "first"}, KEYS[1]: {"b"}, KEYS[2]: {"c"}})
+    assert len(await store.list_revisions(BANK, "taken", NOW)) == 1  # none of the duplicate's
+
+
+async def test_batches_of_one_memory_queued_together_apply_in_their_order(
+    store: ChromaMemoryStore,
+) -> None:
+    """Insert, then update, then update again of one id, queued behind one another: each
+    touches a memory of the one before, so none joins its group and the last update wins."""
+    rows = vectors(7, 5)
+    first = memory("m", rows[1], scope=SCOPES[0], fact="one")
+    batches = [
+        created("lead", rows[0], 0),
+        WriteBatch(inserts=(first,), revisions=(revision_of(first, "r1"),)),
+        *(
+            WriteBatch(
+                upserts=(replace(first, fact=fact, embedding=rows[2 + n]),),
+                revisions=(revision_of(replace(first, fact=fact), f"r{2 + n}"),),
+            )
+            for n, fact in enumerate(("two", "three"))
+        ),
+        created("other", rows[4], 1),
+    ]
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in batches))
+    [record] = await store.get_memories(BANK, ["m"], NOW)
+    assert (record.fact, record.embedding) == ("three", rows[3])
+    history = await store.list_revisions(BANK, "m", NOW)
+    assert sorted(revision.revision_id for revision in history) == ["r1", "r2", "r3"]
+    await assert_scopes_hold(store, {KEYS[0]: {"lead", "m"}, KEYS[1]: {"other"}})
+
+
+@pytest.mark.parametrize("crash_at", [2, 3], ids=["before-the-group-commit", "after-it"])
+async def test_a_crash_in_a_group_leaves_all_of_it_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_at: int
+) -> None:
+    rows = vectors(8, 4)
+    crashed = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await crashed.create_bank(bank_record())
+    writes = ChromaWrites(crash_at=crash_at)  # the first batch: writes 0 and 1; the group: 2, 3
+    writes.install(monkeypatch)
+    outcomes = await asyncio.gather(
+        *(crashed.apply(BANK, created(f"k{i}", rows[i], i % 2)) for i in range(4)),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and all(isinstance(o, Crash) for o in outcomes[1:]), outcomes
+    writes.crash_at = None
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    group = {"k1", "k2", "k3"} if crash_at > 2 else set()
+    everything = {"k0", *group}
+    await assert_scopes_hold(
+        fresh, {KEYS[0]: everything & {"k0", "k2"}, KEYS[1]: everything & {"k1", "k3"}}
+    )
+    await assert_no_journal_pending(fresh)
+    await fresh.aclose()
+    await crashed.aclose()
+
+
+async def test_a_batch_cancelled_while_queued_is_not_written_and_its_group_is(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(9, 4)
+    writes = ChromaWrites(first_sleep=0.3)
+    writes.install(monkeypatch)
+    tasks = [
+        asyncio.create_task(store.apply(BANK, created(f"q{i}", rows[i], i % 2))) for i in range(4)
+    ]
+    await asyncio.sleep(0.1)  # the first batch is in its first write, the others queued
+    tasks[2].cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(outcomes[2], asyncio.CancelledError)
+    assert [outcomes[i] for i in (0, 1, 3)] == [None, None, None]
+    assert await ids_in(store, ["q0", "q1", "q2", "q3"]) == {"q0", "q1", "q3"}
+    await assert_scopes_hold(store, {KEYS[0]: {"q0"}, KEYS[1]: {"q1", "q3"}})
