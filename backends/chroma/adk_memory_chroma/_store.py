@@ -129,7 +129,12 @@ per (kind, bank, document) with its due time (`due_us`), so a scheduler's tick i
 `due_us <= now`. It cannot be written with the document (another collection), so a document
 write first lowers the entry (a crash after the document leaves it early, never late), then
 writes the document, then raises or removes it if its due is later or gone. Documents written
-with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters on.
+with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters on. Embedded, the process
+keeps what it read and wrote of the index (`_DueMirror`; the directory is its alone) and changes
+it under one lock: a lowering's read and write are one step, and one the mirror shows to be no
+earlier (every create lowers its bank's expiry entry) costs no call. On a server, a lowering is a
+read then a write, so an exact write landing between them may leave the entry late until the
+bank's next sweep sets it again.
 
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
@@ -303,6 +308,21 @@ class _BankRows:
         with self._guard:
             self.generation += 1
             self._rows.clear()
+
+
+class _DueMirror:
+    """Embedded only: the due index's rows as this process last read or wrote them.
+
+    The directory is this process's alone (`_folder`), so a row the mirror knows is the row
+    stored. Every change of the index goes through `lock` in a worker thread, so a lowering's
+    read and write are one step (no exact write lands between them) and a lowering the mirror
+    shows to be no earlier costs no call at all (every create lowers its bank's expiry entry).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.due_us: dict[str, int | None] = {}
+        """Row id -> its `due_us`, or None for a row known to be absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,6 +590,8 @@ class ChromaMemoryStore(MemoryStore):
         self._bank_rows: _BankRows | None = None
         """The registry rows cached for an embedded directory this process holds, else None."""
         self._vectors = _VectorCache(int(self._config.vector_cache_mb * 2**20))
+        self._due_mirror: _DueMirror | None = None
+        """Embedded only, shared by this process's stores on the directory: `_DueMirror`."""
         self._settled: set[str] | None = None
         """Embedded only, shared by this process's stores on the directory: the banks with no
         journal pending and a complete index, so that `apply` skips its replay check. A bank
@@ -632,6 +654,7 @@ class ChromaMemoryStore(MemoryStore):
                     namespace = (config.tenant, config.database, config.collection_prefix)
                     self._bank_rows = _folder.shared(folder, ("banks", *namespace), _BankRows)
                     self._settled = _folder.shared(folder, ("settled", *namespace), set)
+                    self._due_mirror = _folder.shared(folder, ("due", *namespace), _DueMirror)
                 else:
                     logger.debug("connecting to %s", config.location)
                     self._client = chromadb.HttpClient(
@@ -802,15 +825,7 @@ class ChromaMemoryStore(MemoryStore):
     async def _write(self, action: str, collection: Any, rows: Sequence[codec.Row]) -> None:
         """Upserts rows in as few calls as Chroma's batch limit and `_REQUEST_BYTES` allow."""
         for chunk in _requests(rows, await self._limits()):
-            documents = [row[2] for row in chunk]
-            await self._call(
-                action,
-                collection.upsert,
-                ids=[row[0] for row in chunk],
-                embeddings=[row[1] for row in chunk],
-                documents=documents if any(doc is not None for doc in documents) else None,
-                metadatas=[row[3] for row in chunk],
-            )
+            await self._call(action, collection.upsert, **_upsert_arguments(chunk))
 
     async def _delete_ids(self, action: str, collection: Any, ids: Sequence[str]) -> None:
         size = await self._batch_size()
@@ -928,8 +943,16 @@ class ChromaMemoryStore(MemoryStore):
     async def _forget_due(self, bank_id: str) -> None:
         """Removes a deleted bank's due entries (of every kind)."""
 
+        def forget(index: Any, mirror: _DueMirror) -> None:
+            with mirror.lock:
+                mirror.due_us.clear()  # its row ids do not say which bank they belong to
+                index.delete(where={_DUE_BANK: bank_id})
+
         async def work(index: Any) -> None:
-            await self._call("remove due entries", index.delete, where={_DUE_BANK: bank_id})
+            if self._due_mirror is not None:
+                await self._call("remove due entries", forget, index=index, mirror=self._due_mirror)
+            else:
+                await self._call("remove due entries", index.delete, where={_DUE_BANK: bank_id})
 
         await self._on_registry(work, kind=_DUE)
 
@@ -966,6 +989,9 @@ class ChromaMemoryStore(MemoryStore):
         self._dimensions.clear()
         if self._bank_rows is not None:
             self._bank_rows.changed()
+        if self._due_mirror is not None:
+            with self._due_mirror.lock:
+                self._due_mirror.due_us.clear()
 
     # Memories
 
@@ -2021,35 +2047,48 @@ class ChromaMemoryStore(MemoryStore):
         *,
         only_earlier: bool = False,
     ) -> None:
-        """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert)."""
-        ids = {_due_id(kind, bank_id, key): (key, due) for key, due in dues.items()}
+        """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert).
 
-        async def lowered(index: Any) -> list[codec.Row]:
-            found = await self._call(
-                "read due entries", index.get, ids=list(ids), include=["metadatas"]
-            )
-            current = {
-                row_id: meta[_DUE_US]
-                for row_id, meta in zip(found["ids"], found["metadatas"], strict=True)
-            }
-            return [
-                _due_row(kind, bank_id, key, due)
-                for row_id, (key, due) in ids.items()
-                if due is not None and current.get(row_id, codec.NEVER_US) > codec.micros(due)
-            ]
+        Embedded, each is one step under the `_DueMirror`'s lock, and reads only rows the mirror
+        does not know.
+        """
+        ids = [_due_id(kind, bank_id, key) for key in dues]
+
+        def change(index: Any, mirror: _DueMirror, limits: tuple[int, int | None]) -> None:
+            with mirror.lock:
+                unknown = [row_id for row_id in ids if row_id not in mirror.due_us]
+                if only_earlier and unknown:
+                    found = index.get(ids=unknown, include=["metadatas"])
+                    mirror.due_us.update(dict.fromkeys(unknown))
+                    mirror.due_us.update(_due_times(found))
+                rows, gone = _due_changes(
+                    kind, bank_id, dues, mirror.due_us if only_earlier else None
+                )
+                for row_id in [*gone, *(row[0] for row in rows)]:
+                    mirror.due_us.pop(row_id, None)  # unknown until written
+                for start in range(0, len(gone), limits[0]):
+                    index.delete(ids=gone[start : start + limits[0]])
+                for chunk in _requests(rows, limits):
+                    index.upsert(**_upsert_arguments(chunk))
+                mirror.due_us.update(dict.fromkeys(gone))
+                mirror.due_us.update((row[0], row[3][_DUE_US]) for row in rows)
 
         async def work(index: Any) -> None:
+            if self._due_mirror is not None:
+                mirror, limits = self._due_mirror, await self._limits()
+                await self._call(
+                    "write due entries", change, index=index, mirror=mirror, limits=limits
+                )
+                return
+            current = None
             if only_earlier:
-                rows = await lowered(index)
-            else:
-                rows = [
-                    _due_row(kind, bank_id, key, due)
-                    for key, due in dues.items()
-                    if due is not None
-                ]
-                gone = [row_id for row_id, (_key, due) in ids.items() if due is None]
-                if gone:
-                    await self._delete_ids("remove due entries", index, gone)
+                found = await self._call(
+                    "read due entries", index.get, ids=ids, include=["metadatas"]
+                )
+                current = dict(_due_times(found))
+            rows, gone = _due_changes(kind, bank_id, dues, current)
+            if gone:
+                await self._delete_ids("remove due entries", index, gone)
             if rows:
                 await self._write("write due entries", index, rows)
 
@@ -2234,6 +2273,48 @@ def _due_row(kind: str, bank_id: str, key: str, due: datetime) -> codec.Row:
     row_id = _due_id(kind, bank_id, key)
     meta = {_DUE_KIND: kind, _DUE_BANK: bank_id, _DUE_KEY: key, _DUE_US: codec.micros(due)}
     return row_id, codec.placeholder_vector(row_id), None, meta
+
+
+def _due_times(found: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+    """`(row id, due_us)` of the due rows a `get` found."""
+    for row_id, meta in zip(found["ids"], found["metadatas"], strict=True):
+        yield row_id, int(meta[_DUE_US])
+
+
+def _due_changes(
+    kind: str,
+    bank_id: str,
+    dues: Mapping[str, datetime | None],
+    stored: Mapping[str, int | None] | None,
+) -> tuple[list[codec.Row], list[str]]:
+    """The due rows to write and the row ids to delete.
+
+    Exactly `dues`, or with `stored` (the stored `due_us` by row id) only the entries that
+    `dues` makes earlier (a lowering).
+    """
+    rows: list[codec.Row] = []
+    gone: list[str] = []
+    for key, due in dues.items():
+        row_id = _due_id(kind, bank_id, key)
+        if due is None:
+            if stored is None:
+                gone.append(row_id)
+            continue
+        current = None if stored is None else stored.get(row_id)
+        if stored is None or current is None or current > codec.micros(due):
+            rows.append(_due_row(kind, bank_id, key, due))
+    return rows, gone
+
+
+def _upsert_arguments(rows: Sequence[codec.Row]) -> dict[str, Any]:
+    """A chromadb `upsert`'s keyword arguments for `rows`."""
+    documents = [row[2] for row in rows]
+    return {
+        "ids": [row[0] for row in rows],
+        "embeddings": [row[1] for row in rows],
+        "documents": documents if any(doc is not None for doc in documents) else None,
+        "metadatas": [row[3] for row in rows],
+    }
 
 
 def _batch_id() -> str:

@@ -1,0 +1,131 @@
+"""Embedded Chroma's due index through the process's `_DueMirror`: what the mirror remembers
+always matches the rows stored, across store instances on one folder, bank deletion, threads
+with their own event loops, and a reopened folder."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from adk_memory_chroma import ChromaMemoryStore, _store
+
+from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
+from adk_memory.testing.conformance import BANK, T0, bank_record
+
+LATER = T0 + timedelta(days=3650)
+
+
+async def entry(store: ChromaMemoryStore, bank_id: str = BANK) -> datetime | None:
+    """The bank's expiry entry as stored."""
+    due = await store.due_documents(EXPIRY_KIND, LATER)
+    return next((item.due for item in due if item.bank_id == bank_id), None)
+
+
+async def lower(store: ChromaMemoryStore, due: datetime, bank_id: str = BANK) -> None:
+    await store.set_due(bank_id, EXPIRY_KIND, {EXPIRY_KEY: due}, only_earlier=True)
+
+
+async def put(store: ChromaMemoryStore, due: datetime | None, bank_id: str = BANK) -> None:
+    await store.set_due(bank_id, EXPIRY_KIND, {EXPIRY_KEY: due})
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await store.create_bank(bank_record())
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def test_a_lowering_follows_an_exact_write_of_another_instance(tmp_path: Path) -> None:
+    """Each instance remembering the entry on its own would keep the first instance's lower
+    value and skip the lowering after the second instance raised it: the entry would be late."""
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    second = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    try:
+        await first.create_bank(bank_record())
+        await put(first, T0)
+        await put(second, T0 + timedelta(days=9))  # a sweep raises it
+        await lower(first, T0 + timedelta(days=5))
+        assert await entry(second) == T0 + timedelta(days=5)
+        await lower(second, T0 + timedelta(days=7))  # no earlier: stays
+        assert await entry(first) == T0 + timedelta(days=5)
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_deleted_bank_forgets_its_entry_so_a_new_bank_of_that_id_gets_one(
+    store: ChromaMemoryStore,
+) -> None:
+    await put(store, T0)
+    await store.delete_bank(BANK)
+    await store.create_bank(bank_record())
+    await lower(store, T0 + timedelta(days=1))  # the old T0 must not be taken as still stored
+    assert await entry(store) == T0 + timedelta(days=1)
+
+
+async def test_removing_an_entry_then_lowering_writes_it_again(store: ChromaMemoryStore) -> None:
+    await put(store, T0)
+    await put(store, None)
+    assert await entry(store) is None
+    await lower(store, T0 + timedelta(hours=2))
+    assert await entry(store) == T0 + timedelta(hours=2)
+
+
+async def test_an_entry_written_before_the_process_opened_the_folder_is_read_once(
+    tmp_path: Path,
+) -> None:
+    before = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await before.create_bank(bank_record())
+    await put(before, T0)
+    await before.aclose()
+    reopened = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    try:
+        await lower(reopened, T0 + timedelta(days=1))  # later than stored: no change
+        assert await entry(reopened) == T0
+        await lower(reopened, T0 - timedelta(days=1))
+        assert await entry(reopened) == T0 - timedelta(days=1)
+    finally:
+        await reopened.aclose()
+
+
+async def stored_unseen(store: ChromaMemoryStore, bank_id: str, due: datetime) -> None:
+    """Writes an entry straight into Chroma, as a process before this one did: unknown to the
+    mirror, so the next lowering of it reads Chroma first (the window the lock closes)."""
+    index = await store._collection(store._name(None, _store._DUE), create=True)
+    row = _store._due_row(EXPIRY_KIND, bank_id, EXPIRY_KEY, due)
+    await asyncio.to_thread(index.upsert, **_store._upsert_arguments([row]))
+
+
+async def test_exact_writes_and_lowerings_from_threads_serialise(store: ChromaMemoryStore) -> None:
+    """A sweep's exact write and a create's lowering race from two threads (two event loops),
+    many times. Whatever their order, the entry ends at the exact write's earlier time; a
+    lowering that read the old entry and wrote after the exact write would leave it at the
+    lowering's later time."""
+    early = T0 + timedelta(days=1)
+    late = T0 + timedelta(days=2)
+
+    def run(start: threading.Barrier, bank_id: str, exact: bool) -> None:
+        start.wait()
+        asyncio.run(put(store, early, bank_id) if exact else lower(store, late, bank_id))
+
+    for round_number in range(40):
+        bank_id = f"b{round_number}"
+        await stored_unseen(store, bank_id, T0 + timedelta(days=30))
+        start = threading.Barrier(2)
+        threads = [
+            threading.Thread(target=run, args=(start, bank_id, exact)) for exact in (False, True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # Serialised: exact then lowering keeps `early`; lowering then exact ends at `early`.
+        assert await entry(store, bank_id) == early, round_number
