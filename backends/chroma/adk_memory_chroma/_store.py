@@ -129,12 +129,12 @@ per (kind, bank, document) with its due time (`due_us`), so a scheduler's tick i
 `due_us <= now`. It cannot be written with the document (another collection), so a document
 write first lowers the entry (a crash after the document leaves it early, never late), then
 writes the document, then raises or removes it if its due is later or gone. Documents written
-with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters on. Embedded, the process
-keeps what it read and wrote of the index (`_DueMirror`; the directory is its alone) and changes
-it under one lock: a lowering's read and write are one step, and one the mirror shows to be no
-earlier (every create lowers its bank's expiry entry) costs no call. On a server, a lowering is a
-read then a write, so an exact write landing between them may leave the entry late until the
-bank's next sweep sets it again.
+with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters on.
+Embedded, the process keeps what it read and wrote of the index (`_DueMirror`; the directory is
+its alone) and changes it under one lock: a lowering's read and write are one step, and one the
+mirror shows to be no earlier (every create lowers its bank's expiry entry) costs no call. On a
+server, a lowering is a read then a write, so an exact write landing between them may leave the
+entry late until the bank's next sweep sets it again.
 
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
@@ -2053,6 +2053,11 @@ class ChromaMemoryStore(MemoryStore):
         does not know.
         """
         ids = [_due_id(kind, bank_id, key) for key in dues]
+        mirror = self._due_mirror
+        if only_earlier and mirror is not None:
+            rows, _ = _due_changes(kind, bank_id, dues, mirror.due_us)
+            if not rows:  # no earlier than what is stored: nothing to do (nor to wait for)
+                return
 
         def change(index: Any, mirror: _DueMirror, limits: tuple[int, int | None]) -> None:
             with mirror.lock:
@@ -2074,8 +2079,8 @@ class ChromaMemoryStore(MemoryStore):
                 mirror.due_us.update((row[0], row[3][_DUE_US]) for row in rows)
 
         async def work(index: Any) -> None:
-            if self._due_mirror is not None:
-                mirror, limits = self._due_mirror, await self._limits()
+            if mirror is not None:
+                limits = await self._limits()
                 await self._call(
                     "write due entries", change, index=index, mirror=mirror, limits=limits
                 )
