@@ -2053,9 +2053,8 @@ class ChromaMemoryStore(MemoryStore):
         does not know.
         """
         ids = [_due_id(kind, bank_id, key) for key in dues]
-        mirror = self._due_mirror
-        if only_earlier and mirror is not None:
-            rows, _ = _due_changes(kind, bank_id, dues, mirror.due_us)
+        if only_earlier and self._due_mirror is not None:
+            rows, _ = _due_changes(kind, bank_id, dues, self._due_mirror.due_us)
             if not rows:  # no earlier than what is stored: nothing to do (nor to wait for)
                 return
 
@@ -2079,6 +2078,7 @@ class ChromaMemoryStore(MemoryStore):
                 mirror.due_us.update((row[0], row[3][_DUE_US]) for row in rows)
 
         async def work(index: Any) -> None:
+            mirror = self._due_mirror  # set once connected (`_connect_sync`)
             if mirror is not None:
                 limits = await self._limits()
                 await self._call(
