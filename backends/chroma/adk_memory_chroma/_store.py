@@ -29,7 +29,12 @@ recently used first) under the scope's version: the index and the vectors are re
 version, so they are at least as new as it, and any write to the scope, by any process, changes
 the version. So the cost follows the scope, not the bank: two small reads and the numpy ranking
 when cached, plus the scope's index and vectors when not.
-`scope_version` returns the head's version.
+`scope_version` returns the head's version: the id of the batch that last wrote the scope. A
+batch writes the head in its first call (with the slot), before its memory rows, so while the
+slot's batch is the head's and not yet seen complete (its probes read, or, embedded, the bank
+settled), the version is None: what a reader reads meanwhile is not cached under it (by this
+store's vector cache or the engine's hybrid cache). A batch too large for one call writes the
+heads after its memory rows.
 
 Migration. A bank written before the index (layout 1) has no `j:layout` row in aux. Before its
 first use (`_recover`) or write (`_replay`), under the journal lock, a store completes any
@@ -592,6 +597,8 @@ class ChromaMemoryStore(MemoryStore):
         self._vectors = _VectorCache(int(self._config.vector_cache_mb * 2**20))
         self._due_mirror: _DueMirror | None = None
         """Embedded only, shared by this process's stores on the directory: `_DueMirror`."""
+        self._written: dict[str, str] = {}
+        """Per bank, the last slot batch this store saw fully written (`_batch_written`)."""
         self._settled: set[str] | None = None
         """Embedded only, shared by this process's stores on the directory: the banks with no
         journal pending and a complete index, so that `apply` skips its replay check. A bank
@@ -1126,11 +1133,12 @@ class ChromaMemoryStore(MemoryStore):
         memory_rows = [row for entry, _ in accepted for row in entry.changes.memory_rows]
         revision_rows = [row for entry, _ in accepted for row in entry.changes.revision_rows]
         deletes = [memory_id for _, deleted in accepted for memory_id in deleted]
-        index = await self._index_rows(aux, stored, memory_rows, deletes)
+        batch_id = _batch_id()
+        index = await self._index_rows(aux, stored, memory_rows, deletes, batch_id)
         for entry, _ in accepted:  # a batch with fences is alone in its group
             for lease in entry.changes.batch.fences:  # the last check, just before the commit
                 await lease.verify()
-        plan = await self._plan(memory_rows, [*revision_rows, *index], deletes)
+        plan = await self._plan(batch_id, memory_rows, [*revision_rows, *index], deletes)
         # From the first journal row to the journal's removal nothing may stop half-way in this
         # process: a cancelled caller waits for the end of the batch.
         self._settle(bank_id, False)
@@ -1180,8 +1188,12 @@ class ChromaMemoryStore(MemoryStore):
         stored: Mapping[str, Any],
         memory_rows: Sequence[codec.Row],
         deletes: Sequence[str],
+        version: str,
     ) -> list[codec.Row]:
-        """The scope index rows after a batch: a new version and the changed buckets per scope.
+        """The scope index rows after a batch: its version and the changed buckets per scope.
+
+        The version is the batch's id, so that a reader can tell from the slot whether the
+        batch that last wrote a scope may still be writing its memory rows (`_scope_state`).
 
         `stored` holds the memory rows the batch touches as they are now. A memory leaves the
         index of the scope it was in when it is deleted or moves to another scope, and enters
@@ -1210,7 +1222,6 @@ class ChromaMemoryStore(MemoryStore):
                 for bucket in updates
             ],
         )
-        version = _batch_id()
         rows: list[codec.Row] = []
         for scope_key, updates in changes.items():
             contents: dict[int, dict[str, int]] = {}
@@ -1227,11 +1238,14 @@ class ChromaMemoryStore(MemoryStore):
         return rows
 
     async def _plan(
-        self, memory_rows: list[codec.Row], revision_rows: list[codec.Row], deletes: list[str]
+        self,
+        batch_id: str,
+        memory_rows: list[codec.Row],
+        revision_rows: list[codec.Row],
+        deletes: list[str],
     ) -> _Plan:
         """Chooses how to write a batch; pure computation besides reading the batch limit."""
         limits = await self._limits()
-        batch_id = _batch_id()
         if not (memory_rows or deletes) and _fits_one_request(revision_rows, limits):
             # One Chroma call is atomic by itself (it still runs after any replay). Every write
             # of a memory goes through a journal, so that the slot's probes stay true.
@@ -1335,9 +1349,11 @@ class ChromaMemoryStore(MemoryStore):
         deleted; a slot journal of the memory collection (`_LEGACY_SLOT`) is closed by the
         `j:done` row, written with the revisions (after the deletes).
         """
+        heads = [row for row in revision_rows if row[3][codec.KIND] == codec.KIND_SCOPE_HEAD]
         if home == _AUX:
             # The slot is emptied before this batch rewrites or deletes the rows it probes, so
-            # that its (complete) batch cannot look interrupted afterwards.
+            # that its (complete) batch cannot look interrupted afterwards. The scopes' heads
+            # go last: a version must not be readable before the memory rows it stands for.
             empty = codec.slot_rows(
                 batch_id,
                 [],
@@ -1345,7 +1361,8 @@ class ChromaMemoryStore(MemoryStore):
                 chunk_chars=_JOURNAL_CHUNK_CHARS,
                 inline_chars=_JOURNAL_INLINE_CHARS,
             )
-            await self._write("write revisions", aux, [*revision_rows, *empty])
+            rest = [row for row in revision_rows if row[3][codec.KIND] != codec.KIND_SCOPE_HEAD]
+            await self._write("write revisions", aux, [*rest, *empty])
         if memory_rows:
             await self._write("write memories", memories, memory_rows)
         if deletes:
@@ -1353,6 +1370,8 @@ class ChromaMemoryStore(MemoryStore):
         if home == _LEGACY_SLOT:
             await self._write("write revisions", aux, [*revision_rows, codec.done_row(batch_id)])
         elif home == _AUX:
+            if heads:
+                await self._write("write the scopes' versions", aux, heads)
             await self._remove_journal(aux, journal_ids)
 
     async def _remove_journal(self, aux: Any, journal_ids: Sequence[str]) -> None:
@@ -1593,7 +1612,9 @@ class ChromaMemoryStore(MemoryStore):
                 return []
             aux = await self._collection(self._name(bank_id, _AUX))
             for verified in (False, True):
-                vectors = await self._scope_vectors(memories, aux, query.scope_key, verified)
+                vectors = await self._scope_vectors(
+                    bank_id, memories, aux, query.scope_key, verified
+                )
                 dimensions = vectors.vectors.dimensions
                 if vectors.vectors.ids and dimensions != len(vector):
                     _matrix([vector], dimensions)  # raises InvalidArgument
@@ -1624,65 +1645,103 @@ class ChromaMemoryStore(MemoryStore):
         return await self._on_bank(bank_id, _MEM, work)
 
     async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
-        """The version token of the scope's index head ("" for a scope never written)."""
+        """The version token of the scope's index head ("" for a scope never written).
 
-        async def work(aux: Any) -> str:
-            return await self._scope_head(aux, scope_key)
+        None while the batch that wrote the head may still be writing its memory rows (the head
+        goes with the batch's first call): what is read meanwhile must not be cached under it.
+        """
 
-        return await self._on_bank(bank_id, _AUX, work)
+        async def work(memories: Any) -> str | None:
+            aux = await self._collection(self._name(bank_id, _AUX))
+            return await self._scope_head(bank_id, memories, aux, scope_key)
 
-    async def _scope_head(self, aux: Any, scope_key: str) -> str:
-        """A scope's version ("" for a scope never written)."""
-        found = await self._call(
-            "read a scope's version",
-            aux.get,
-            ids=[codec.scope_head_id(scope_key)],
-            include=["metadatas"],
-        )
-        return str(found["metadatas"][0][codec.SCOPE_VERSION]) if found["ids"] else ""
+        return await self._on_bank(bank_id, _MEM, work)
+
+    async def _scope_head(
+        self, bank_id: str, memories: Any, aux: Any, scope_key: str
+    ) -> str | None:
+        """`scope_version`, read with the bank's slot."""
+        return (await self._scope_index(bank_id, memories, aux, scope_key, buckets=False))[0]
 
     async def _scope_members(self, aux: Any, scope_key: str) -> dict[str, int]:
         """The `{memory id: live_us}` the scope's index lists, in one read of its buckets."""
-        return (await self._scope_index(aux, scope_key, head=False))[1]
+        return (await self._scope_index("", None, aux, scope_key, head=False))[1]
 
     async def _scope_index(
-        self, aux: Any, scope_key: str, *, head: bool = True
-    ) -> tuple[str, dict[str, int]]:
-        """A scope's version (with `head`, else "") and the `{memory id: live_us}` it lists."""
-        ids = codec.bucket_ids(scope_key)
+        self,
+        bank_id: str,
+        memories: Any,
+        aux: Any,
+        scope_key: str,
+        *,
+        head: bool = True,
+        buckets: bool = True,
+    ) -> tuple[str | None, dict[str, int]]:
+        """A scope's version and the `{memory id: live_us}` its buckets list, in one read.
+
+        The version (`scope_version`) with `head`, else ""; the members with `buckets`. The
+        slot's probes are read too when the batch that wrote the head is the slot's and was not
+        seen complete yet.
+        """
+        ids = [codec.scope_head_id(scope_key), codec.SLOT_ID] if head else []
         found = await self._call(
             "read a scope's index",
             aux.get,
-            ids=[codec.scope_head_id(scope_key), *ids] if head else ids,
+            ids=[*ids, *(codec.bucket_ids(scope_key) if buckets else [])],
             include=["metadatas"],
         )
-        version = ""
+        version: str | None = ""
+        slot: Mapping[str, Any] | None = None
         members: dict[str, int] = {}
         for meta in found["metadatas"]:
             if meta[codec.KIND] == codec.KIND_SCOPE_HEAD:
                 version = str(meta[codec.SCOPE_VERSION])
+            elif meta[codec.KIND] == codec.KIND_JOURNAL_SLOT:
+                slot = meta
             else:
                 members.update(codec.decode_bucket(meta))
+        if version and slot is not None and slot[codec.JOURNAL_BATCH] == version:
+            if not await self._batch_written(bank_id, memories, slot):
+                version = None
         return version, members
 
+    async def _batch_written(self, bank_id: str, memories: Any, slot: Mapping[str, Any]) -> bool:
+        """Whether the batch of the bank's slot has written its memory rows and deletions.
+
+        Known without a read when this process saw it complete: embedded, the bank is settled
+        (no batch of it in flight); else this store read its probes complete before.
+        """
+        batch_id = str(slot[codec.JOURNAL_BATCH])
+        if self._written.get(bank_id) == batch_id:
+            return True
+        if self._settled is not None and bank_id in self._settled:
+            return True
+        probes = codec.slot_probes(slot)
+        probed = await self._read_metadata(memories, probes, "read a batch's probes")
+        if not codec.slot_complete(slot, probed):
+            return False
+        self._written[bank_id] = batch_id
+        return True
+
     async def _scope_vectors(
-        self, memories: Any, aux: Any, scope_key: str, verified: bool
+        self, bank_id: str, memories: Any, aux: Any, scope_key: str, verified: bool
     ) -> _ScopeVectors:
         """The ids, vectors and expiries of a scope's memories, from the cache if still current.
 
         The version is read first, then the index and the vectors: they are at least as new as
-        the version they are cached under, and any later write changes it. `verified`
-        reads only rows whose own scope is `scope_key` (slower: a `where` on every call).
+        the version they are cached under, and any later write changes it; a version whose
+        batch may still be writing (None) caches nothing. `verified` reads only rows whose own
+        scope is `scope_key` (slower: a `where` on every call).
         """
         key = (str(memories.id), scope_key)
         if self._vectors.holds(key) and not verified:
-            version = await self._scope_head(aux, scope_key)
-            cached = self._vectors.get(key, version)
+            version = await self._scope_head(bank_id, memories, aux, scope_key)
+            cached = None if version is None else self._vectors.get(key, version)
             if cached is not None:
                 return cached
             members = await self._scope_members(aux, scope_key)
         else:  # nothing cached to check: the version and the index in one read
-            version, members = await self._scope_index(aux, scope_key)
+            version, members = await self._scope_index(bank_id, memories, aux, scope_key)
         scoped = {codec.SCOPE_KEY: scope_key}
         ids: list[str] = []
         embeddings: list[Any] = []
@@ -1694,8 +1753,9 @@ class ChromaMemoryStore(MemoryStore):
                 if memory_id in members:  # the scope's memories, by the index
                     ids.append(memory_id)
                     embeddings.append(embedding)
-        vectors = _ScopeVectors.build(key, version, ids, embeddings, members)
-        self._vectors.put(vectors)
+        vectors = _ScopeVectors.build(key, version or "", ids, embeddings, members)
+        if version is not None:
+            self._vectors.put(vectors)
         return vectors
 
     async def _matching(

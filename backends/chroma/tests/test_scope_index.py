@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -318,3 +318,85 @@ async def test_concurrent_writers_of_one_scope_lose_no_index_entry(tmp_path: Pat
     finally:
         await first.aclose()
         await second.aclose()
+
+
+# A scope's version is written in a batch's first call, before its memory rows: a search or a
+# `scope_version` between the two must not cache what it read under the new version (it would
+# miss the new memory until the scope's next write). Embedded, and through a server with a
+# second store reading (no shared process state).
+
+
+class PausedMemoryWrite:
+    """Holds a store's next write of memory rows until `release`d."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paused = asyncio.Event()
+        self.released = asyncio.Event()
+        original = ChromaMemoryStore._write
+
+        async def write(
+            store: ChromaMemoryStore, action: str, collection: Any, rows: Sequence[codec.Row]
+        ) -> None:
+            if action == "write memories" and not self.released.is_set():
+                self.paused.set()
+                await self.released.wait()
+            await original(store, action, collection, rows)
+
+        monkeypatch.setattr(ChromaMemoryStore, "_write", write)
+
+
+@pytest.fixture(params=["embedded", "server"])
+async def stores(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[ChromaMemoryStore, ChromaMemoryStore]]:
+    """A writer and a reader on the same data (one instance embedded, as a process has)."""
+    if request.param == "embedded":
+        writer = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+        reader = writer
+    else:
+        url = request.getfixturevalue("chroma_http_url")
+        prefix = f"fl-{uuid.uuid4().hex[:8]}"
+        writer = ChromaMemoryStore.from_uri(url, collection_prefix=prefix)
+        reader = ChromaMemoryStore.from_uri(url, collection_prefix=prefix)
+    await writer.create_bank(bank_record())
+    try:
+        yield writer, reader
+    finally:
+        await writer.drop_all()
+        await writer.aclose()
+        await reader.aclose()
+
+
+async def test_a_search_between_a_create_s_calls_caches_nothing_stale(
+    stores: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = stores
+    vectors = unit_vectors(21, 2)
+    await writer.apply(BANK, WriteBatch(inserts=(memory("a", vectors[0], create_time=T0),)))
+    assert await top(reader, KEY, vectors[1]) == ["a"]  # cached under the first version
+    before = await reader.scope_version(BANK, KEY)
+    pause = PausedMemoryWrite(monkeypatch)
+    create = WriteBatch(inserts=(memory("b", vectors[1], create_time=T0),))
+    writing = asyncio.create_task(writer.apply(BANK, create))
+    await asyncio.wait_for(pause.paused.wait(), 30)
+    assert await reader.scope_version(BANK, KEY) is None  # the head is new, the rows are not
+    assert await top(reader, KEY, vectors[1]) == ["a"]
+    pause.released.set()
+    await writing
+    after = await reader.scope_version(BANK, KEY)
+    assert after not in (None, "", before)
+    assert await top(reader, KEY, vectors[1]) == ["b", "a"]
+    assert await top(reader, KEY, vectors[1]) == ["b", "a"]  # and from the cache
+
+
+async def test_a_version_seen_complete_costs_no_more_reads_and_stays(
+    stores: tuple[ChromaMemoryStore, ChromaMemoryStore],
+) -> None:
+    writer, reader = stores
+    vectors = unit_vectors(22, 1)
+    await writer.apply(BANK, WriteBatch(inserts=(memory("a", vectors[0], create_time=T0),)))
+    first = await reader.scope_version(BANK, KEY)
+    assert first not in (None, "")
+    assert await reader.scope_version(BANK, KEY) == first
+    hits = await reader.nearest(BANK, NearestQuery(KEY, vectors[0], 3, NOW))
+    assert [hit.record.memory_id for hit in hits] == ["a"]
