@@ -658,6 +658,39 @@ class MemoryStoreConformance:
             assert found is None or found == set(expected), expr
         assert tried or not supported
 
+    async def test_an_upsert_replaces_the_whole_record(self, store: MemoryStore, bank: str) -> None:
+        """Metadata keys, topics and an expiry the new record lacks are gone, not kept.
+
+        (Chroma's upsert merges metadata: a field left out stayed, and filters still saw it.)
+        """
+        first = memory(
+            "m",
+            unit(0),
+            topics=(TopicRef(managed="USER_PREFERENCES"),),
+            metadata={"color": "red", "n": 1.0},
+            expire_time=T0 + timedelta(days=1),
+        )
+        await store.apply(bank, WriteBatch(inserts=(first,)))
+        later = T0 + timedelta(hours=1)
+        second = replace(first, metadata={"n": 2.0}, topics=(), expire_time=None, update_time=later)
+        await store.apply(bank, WriteBatch(upserts=(second,)))
+        [stored] = await store.get_memories(bank, ["m"], later)
+        assert (stored.metadata, stored.topics, stored.expire_time) == ({"n": 2.0}, (), None)
+        for expr in (
+            Condition("metadata.color", Op.EQ, "red"),
+            Condition("topics.managed_memory_topic", Op.EQ, "USER_PREFERENCES"),
+        ):
+            if not _pushable(expr, store.capabilities.pushdown):
+                continue
+            hits = await store.nearest(bank, NearestQuery(KEY, unit(0), 3, later, filter=expr))
+            assert hits == [], expr
+            query = ScanQuery(later, scope_key=KEY, filter=expr)
+            assert await store.scan(bank, query) == [], expr
+        a_year_on = T0 + timedelta(days=365)
+        assert [record.memory_id for record in await store.scan(bank, ScanQuery(a_year_on))] == [
+            "m"
+        ]
+
     # Scan
 
     async def test_scan_orders_and_slices(self, store: MemoryStore, bank: str) -> None:

@@ -1130,7 +1130,11 @@ class ChromaMemoryStore(MemoryStore):
                 entry.outcome.set_exception(exc)
         if not accepted:
             return
-        memory_rows = [row for entry, _ in accepted for row in entry.changes.memory_rows]
+        memory_rows = [
+            _replacing(row, stored.get(row[0]))
+            for entry, _ in accepted
+            for row in entry.changes.memory_rows
+        ]
         revision_rows = [row for entry, _ in accepted for row in entry.changes.revision_rows]
         deletes = [memory_id for _, deleted in accepted for memory_id in deleted]
         batch_id = _batch_id()
@@ -2478,6 +2482,17 @@ def _take_group(queue: list[_Queued]) -> list[_Queued]:
             break
         group.append(queue.pop(0))
     return group
+
+
+def _replacing(row: codec.Row, before: Mapping[str, Any] | None) -> codec.Row:
+    """`row`, clearing the fields of the row it replaces that it lacks.
+
+    A Chroma upsert merges metadata into the stored row: a metadata key, topic or expiry field
+    left out would stay (and filters would still match it); None removes it.
+    """
+    row_id, vector, fact, meta = row
+    stale = {key: None for key in before or () if key not in meta}
+    return (row_id, vector, fact, {**stale, **meta}) if stale else row
 
 
 def _check_inserts(stored: Mapping[str, Any], inserts: Sequence[MemoryRecord]) -> None:
