@@ -9,7 +9,11 @@ same data and queries:
                  served from a table by a benchmark `Embedder`);
 * `engine+embed` the same with the query embedded live by all-MiniLM-L6-v2 (distinct texts, so
                  the embedder's query cache never hits);
-* `store`        `store.nearest` (the backend adapter alone: query, exact re-ranking, decoding);
+* `engine, same query again` the same retrieve repeated at once (its scope's vectors cached);
+* `store`        `store.nearest` (the backend adapter alone: query, exact re-ranking, decoding),
+                 run after the two engine calls of the same query, so warm;
+* `store, cold`  Chroma: the same after forgetting the scope's cached vectors (a scope not
+                 searched lately, or by another process);
 * `raw`          one native query to the same store (Redis: FT.SEARCH KNN with the scope filter;
                  Chroma: `collection.query` with the scope filter; none for `memory://`), and
                  for Redis one PING round trip;
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -126,6 +131,18 @@ async def _raw_query(
 
 
 RAW_URL: list[str] = [""]
+
+
+async def _scope_cache_forgetter(
+    backend: str, store: Any, bank_id: str
+) -> Callable[[str], None] | None:
+    """For Chroma, forgets one scope's cached vectors (its next search reads them again)."""
+    if backend != "chroma":
+        return None
+    from adk_memory_chroma._store import _MEM
+
+    collection = await store._collection(store._name(bank_id, _MEM))
+    return lambda key: store._vectors.drop((str(collection.id), key))
 
 
 async def _redis_knn(
@@ -274,30 +291,29 @@ async def run_config(
             for name, fn in raw.items():
                 if not name.startswith("_"):
                     await fn(qvecs[i], keys[i % scopes])
-        # Interleave the paths query by query so load changes hit all of them alike.
-        # Diagnostic: the same call with adk_memory.telemetry._version cached (it reads the
-        # package metadata from disk for every span; see NOTES.md). Restored after each query.
-        import functools
-
-        import adk_memory.telemetry as telemetry
-
-        uncached = telemetry._version
-        cached = functools.cache(uncached)
-        series["engine, tracer version cached"] = []
+        # Interleave the paths query by query so load changes hit all of them alike. The first
+        # `engine` call of a query finds its scope's vectors cached or not as the previous
+        # queries left them; the second finds them cached. `store` runs after both (warm);
+        # `store, cold` first forgets the scope's cached vectors (Chroma only).
+        forget = await _scope_cache_forgetter(backend, store, bank_id)
+        series["engine, same query again"] = []
+        if forget is not None:
+            series["store, cold"] = []
         for i in range(queries):
             with Timer() as t:
                 await engine(i)
             series["engine"].append(t.ms)
-            telemetry._version = cached
-            try:
-                with Timer() as t:
-                    await engine(i)
-            finally:
-                telemetry._version = uncached
-            series["engine, tracer version cached"].append(t.ms)
+            with Timer() as t:
+                await engine(i)
+            series["engine, same query again"].append(t.ms)
             with Timer() as t:
                 await nearest(i)
             series["store"].append(t.ms)
+            if forget is not None:
+                forget(keys[i % scopes])
+                with Timer() as t:
+                    await nearest(i)
+                series["store, cold"].append(t.ms)
             for name, fn in raw.items():
                 if name.startswith("_"):
                     continue
