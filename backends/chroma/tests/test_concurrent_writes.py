@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -67,16 +67,6 @@ async def assert_no_journal_pending(store: ChromaMemoryStore) -> None:
     memories = await store._collection(store._name(BANK, _store._MEM))
     aux = await store._collection(store._name(BANK, _store._AUX))
     assert (await store._state(memories, aux)).journals == []
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
-    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
-    await store.create_bank(bank_record())
-    try:
-        yield store
-    finally:
-        await store.aclose()
 
 
 async def test_creates_of_many_scopes_and_of_one_scope_at_once_lose_nothing(

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import pytest
 from adk_memory_chroma import ChromaMemoryStore, _store
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
@@ -31,16 +29,6 @@ async def lower(store: ChromaMemoryStore, due: datetime, bank_id: str = BANK) ->
 
 async def put(store: ChromaMemoryStore, due: datetime | None, bank_id: str = BANK) -> None:
     await store.set_due(bank_id, EXPIRY_KIND, {EXPIRY_KEY: due})
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
-    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
-    await store.create_bank(bank_record())
-    try:
-        yield store
-    finally:
-        await store.aclose()
 
 
 async def test_a_lowering_follows_an_exact_write_of_another_instance(tmp_path: Path) -> None:

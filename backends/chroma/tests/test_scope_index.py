@@ -41,16 +41,6 @@ async def top(store: MemoryStore, key: str, vector: tuple[float, ...], k: int = 
     return [hit.record.memory_id for hit in hits]
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
-    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'db'}")
-    await store.create_bank(bank_record())
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
 async def test_scope_version_changes_only_with_its_own_scope(store: ChromaMemoryStore) -> None:
     vectors = unit_vectors(1, 3)
     never = await store.scope_version(BANK, KEY)
