@@ -104,6 +104,8 @@ from adk_memory.filters import FilterExpr
 from adk_memory.locks import lease_lapsed
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
+    EXPIRY_KEY,
+    EXPIRY_KIND,
     BankRecord,
     DocumentRecord,
     DueDocument,
@@ -118,6 +120,7 @@ from adk_memory.store import (
     SortKey,
     StoreCapabilities,
     WriteBatch,
+    batch_expiry,
     check_cursor,
     check_dimensions,
     check_expectations,
@@ -968,12 +971,16 @@ class RedisMemoryStore(MemoryStore):
         The transaction also writes a short-lived marker key. When the connection drops while
         the transaction is in flight, the marker tells whether Redis committed it (then the call
         succeeds) or discarded it (then it raises `StoreUnavailable`, and nothing was written).
-        On a cluster the due entries of its documents are lowered before it and set after it;
-        the bank's expiry entry is lowered before and after it (`expiry_around`).
+        The bank's expiry entry is lowered in the transaction. On a cluster, where the due sets
+        live in other slots, the due entries of its documents are lowered before it and set
+        after it, and the expiry entry is lowered before and after it (`expiry_around`).
         """
         write = functools.partial(self._apply_batch, bank_id, batch)
         indexed = functools.partial(self._index_apart, bank_id, batch.documents, write)
-        await expiry_around(self, bank_id, batch, indexed)
+        if isinstance(self._redis(), RedisCluster):
+            await expiry_around(self, bank_id, batch, indexed)
+        else:
+            await indexed()
 
     async def _apply_batch(self, bank_id: str, batch: WriteBatch) -> None:
         bank_key = self._bank_key(bank_id)
@@ -1150,6 +1157,10 @@ class RedisMemoryStore(MemoryStore):
                 )
             for operation_key, encoded_operation in operations:
                 pipe.set(operation_key, encoded_operation)
+            earliest = batch_expiry(batch)
+            if earliest is not None and not isinstance(self._client, RedisCluster):
+                member = _due_member(bank.bank_id, EXPIRY_KEY)
+                pipe.zadd(self._due_key(EXPIRY_KIND), {member: to_us(earliest)}, lt=True)
             await pipe.execute()
         return True
 
