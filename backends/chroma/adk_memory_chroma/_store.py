@@ -1665,27 +1665,20 @@ class ChromaMemoryStore(MemoryStore):
         self, bank_id: str, memories: Any, aux: Any, scope_key: str
     ) -> str | None:
         """`scope_version`, read with the bank's slot."""
-        return (await self._scope_index(bank_id, memories, aux, scope_key, buckets=False))[0]
+        version, slot, _ = await self._scope_index(aux, scope_key, buckets=False)
+        return await self._written_version(bank_id, memories, version, slot)
 
     async def _scope_members(self, aux: Any, scope_key: str) -> dict[str, int]:
         """The `{memory id: live_us}` the scope's index lists, in one read of its buckets."""
-        return (await self._scope_index("", None, aux, scope_key, head=False))[1]
+        return (await self._scope_index(aux, scope_key, head=False))[2]
 
     async def _scope_index(
-        self,
-        bank_id: str,
-        memories: Any,
-        aux: Any,
-        scope_key: str,
-        *,
-        head: bool = True,
-        buckets: bool = True,
-    ) -> tuple[str | None, dict[str, int]]:
-        """A scope's version and the `{memory id: live_us}` its buckets list, in one read.
+        self, aux: Any, scope_key: str, *, head: bool = True, buckets: bool = True
+    ) -> tuple[str, Mapping[str, Any] | None, dict[str, int]]:
+        """A scope's head version, the bank's slot and the scope's members, in one read.
 
-        The version (`scope_version`) with `head`, else ""; the members with `buckets`. The
-        slot's probes are read too when the batch that wrote the head is the slot's and was not
-        seen complete yet.
+        With `head`, the version ("" for none) and the slot (None for none); with `buckets`, the
+        `{memory id: live_us}` the scope's buckets list.
         """
         ids = [codec.scope_head_id(scope_key), codec.SLOT_ID] if head else []
         found = await self._call(
@@ -1694,7 +1687,7 @@ class ChromaMemoryStore(MemoryStore):
             ids=[*ids, *(codec.bucket_ids(scope_key) if buckets else [])],
             include=["metadatas"],
         )
-        version: str | None = ""
+        version = ""
         slot: Mapping[str, Any] | None = None
         members: dict[str, int] = {}
         for meta in found["metadatas"]:
@@ -1704,10 +1697,19 @@ class ChromaMemoryStore(MemoryStore):
                 slot = meta
             else:
                 members.update(codec.decode_bucket(meta))
+        return version, slot, members
+
+    async def _written_version(
+        self, bank_id: str, memories: Any, version: str, slot: Mapping[str, Any] | None
+    ) -> str | None:
+        """`version`, or None while the slot's batch that wrote it may still be writing.
+
+        Its memory rows follow the head; the slot's probes are read unless it was seen complete.
+        """
         if version and slot is not None and slot[codec.JOURNAL_BATCH] == version:
             if not await self._batch_written(bank_id, memories, slot):
-                version = None
-        return version, members
+                return None
+        return version
 
     async def _batch_written(self, bank_id: str, memories: Any, slot: Mapping[str, Any]) -> bool:
         """Whether the batch of the bank's slot has written its memory rows and deletions.
@@ -1745,7 +1747,8 @@ class ChromaMemoryStore(MemoryStore):
                 return cached
             members = await self._scope_members(aux, scope_key)
         else:  # nothing cached to check: the version and the index in one read
-            version, members = await self._scope_index(bank_id, memories, aux, scope_key)
+            head, slot, members = await self._scope_index(aux, scope_key)
+            version = await self._written_version(bank_id, memories, head, slot)
         scoped = {codec.SCOPE_KEY: scope_key}
         ids: list[str] = []
         embeddings: list[Any] = []
