@@ -136,6 +136,12 @@ class RedisLock:
             )
         return freed
 
+    async def _abandon(self) -> None:
+        """Frees the lock if a cut acquisition took it after all; never raises a store error."""
+        self._released = True
+        with contextlib.suppress(Exception):
+            await self._provider._redis().eval(_RELEASE_SCRIPT, 1, self._key, self.token)
+
     async def _renew_forever(self) -> None:
         interval = self._lease_ms / 3000
         while not self._released:
@@ -235,12 +241,18 @@ class RedisLockProvider:
         delay = 0.005
         client = self._redis()
         while True:
-            with redis_errors(self._where, "acquire a lock"):
-                if await client.set(key, held.token, nx=True, px=held._lease_ms):
-                    return held
-                # A retried SET whose first reply was lost finds our own token.
-                if await client.get(key) == held.token.encode():
-                    return held
+            try:
+                with redis_errors(self._where, "acquire a lock"):
+                    if await client.set(key, held.token, nx=True, px=held._lease_ms):
+                        return held
+                    # A retried SET whose first reply was lost finds our own token.
+                    if await client.get(key) == held.token.encode():
+                        return held
+            except BaseException:
+                # Cut after the SET reached Redis (a cancelled task, e.g. at the end of
+                # `asyncio.run`, or a lost reply): the lock may be ours with nobody to release it.
+                await held._abandon()
+                raise
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ResourceExhausted(

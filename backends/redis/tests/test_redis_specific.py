@@ -651,6 +651,7 @@ class _Proxy:
     `before_exec`: forwards `fraction` of the transaction's bytes (never its final byte), then
     resets both sides: Redis never sees a complete EXEC. `after_exec`: forwards the whole
     transaction, then drops the connection to the client before any reply reaches it.
+    `reply_delay` holds each reply from Redis that long before the client gets it.
     """
 
     def __init__(self, upstream: str, *, tls: ssl.SSLContext | None = None) -> None:
@@ -661,6 +662,7 @@ class _Proxy:
         self.mode = "pass"
         self.fraction = 0.5
         self.cuts = 0
+        self.reply_delay = 0.0
         self.server: asyncio.Server | None = None
         self.port = 0
 
@@ -678,6 +680,7 @@ class _Proxy:
 
         async def to_client() -> None:
             while not cut.is_set() and (data := await up_reader.read(65536)):
+                await asyncio.sleep(self.reply_delay)
                 if cut.is_set():
                     return
                 writer.write(data)
@@ -949,6 +952,36 @@ async def test_release_after_the_lease_ran_out_never_frees_the_next_holder(
     with pytest.raises(ResourceExhausted):
         await stalled.acquire("stale", wait_seconds=0.05)
     assert await new.release() is True
+
+
+async def test_an_acquire_cut_after_redis_took_the_lock_frees_it(
+    proxy: _Proxy, redis_url: str
+) -> None:
+    """The task is cancelled (as `asyncio.run` does at its end) after the SET reached Redis but
+    before its reply: the lock must not stay held for the whole lease with nobody to free it."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    cut = RedisLockProvider.from_uri(
+        f"redis://127.0.0.1:{proxy.port}/0", key_prefix=prefix, socket_timeout=5
+    )
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    try:
+        async with cut.lock("warm-up", wait_seconds=1):
+            pass  # the connection exists: the next SET goes out at once
+        proxy.reply_delay = 0.3
+        taking = asyncio.create_task(cut.acquire("cut", lease_seconds=60))
+        await asyncio.sleep(0.1)
+        assert await raw.exists(f"{prefix}:lock:cut"), "the SET reached Redis by now"
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        async with other.lock("cut", wait_seconds=1):
+            pass
+    finally:
+        proxy.reply_delay = 0.0
+        await cut.aclose()
+        await other.aclose()
+        await raw.aclose()
 
 
 _HOLDER = """
