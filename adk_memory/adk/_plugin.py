@@ -229,19 +229,19 @@ class MemoryBankPlugin(BasePlugin):
                 )
                 return
             events = [
-                event
-                for event in session.events
-                if event.invocation_id == invocation_context.invocation_id
+                e for e in session.events if e.invocation_id == invocation_context.invocation_id
             ]
-            work = _add_events(
-                invocation.service,
-                session.app_name,
-                session.user_id,
-                session.id,
-                events,
-                self._trigger or {"generation_rule": {"idle_duration": DEFAULT_IDLE_DURATION}},
+            trigger = self._trigger or {"generation_rule": {"idle_duration": DEFAULT_IDLE_DURATION}}
+            work = invocation.service.add_events_to_memory(
+                app_name=session.app_name,
+                user_id=session.user_id,
+                events=events,
+                session_id=session.id,
+                custom_metadata={"stream_id": session.id, "generation_trigger_config": trigger},
             )
-            await self._bounded(work)
+            # Bounded: after `ingest_timeout` the write goes on in the background.
+            task = self._background.start(_unless_unimplemented(work))
+            await asyncio.wait({task}, timeout=self._ingest_timeout)
         except Exception:  # never raise into the agent
             logger.exception("MemoryBankPlugin could not store the run's events.")
 
@@ -335,30 +335,12 @@ class MemoryBankPlugin(BasePlugin):
         facts = [_text_of(entry.content) for entry in entries]
         return list(dict.fromkeys(fact for fact in facts if fact))
 
-    async def _bounded(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Awaits `work` up to `ingest_timeout`; then leaves it running in the background."""
-        await asyncio.wait({self._background.start(work)}, timeout=self._ingest_timeout)
 
-
-async def _add_events(
-    service: BaseMemoryService,
-    app_name: str,
-    user_id: str,
-    session_id: str,
-    events: list[Any],
-    trigger: dict[str, Any],
-) -> None:
-    """Ingest for memory services other than ours, through ADK's own interface."""
+async def _unless_unimplemented(work: Coroutine[Any, Any, Any]) -> None:
     try:
-        await service.add_events_to_memory(
-            app_name=app_name,
-            user_id=user_id,
-            events=events,
-            session_id=session_id,
-            custom_metadata={"stream_id": session_id, "generation_trigger_config": trigger},
-        )
-    except NotImplementedError:
-        logger.debug("%s takes no event deltas; skipping the ingest.", type(service).__name__)
+        await work
+    except NotImplementedError:  # a memory service that takes no event deltas
+        logger.debug("The memory service takes no event deltas; skipping the ingest.")
 
 
 def _cancel(invocation: _Invocation) -> None:
@@ -400,11 +382,4 @@ def _insert_memories(llm_request: LlmRequest, facts: list[str]) -> None:
     content = genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
     # Request-scoped context goes where PreloadMemoryTool puts it: at the current turn, never
     # into the system instruction or the history prefix that context caching reuses.
-    insert = getattr(llm_request, "_insert_transient_user_content", None)
-    if callable(insert):
-        insert([content])
-        return
-    index = len(llm_request.contents)
-    while index > 0 and llm_request.contents[index - 1].role == "user":
-        index -= 1
-    llm_request.contents.insert(index, content)
+    llm_request._insert_transient_user_content([content])

@@ -6,23 +6,11 @@ when `custom_metadata` asks for a generate-only setting), `add_memory` creates m
 consolidates them with `enable_consolidation`), and `search_memory` is a similarity retrieve.
 The engine runs in this process, on the store the URI names; nothing here talks to Google Cloud.
 
-Event loops: an async store client belongs to the loop that opened it (as ADK's
-`_get_api_client` notes), and ADK calls memory services from several loops (`Runner.run` runs
-each call on a new one), so the service keeps one `AsyncClient` per running loop
-(`adk_memory.adk._loops`). The bank is looked up, and created if absent, on first use; creation
-tolerates `AlreadyExists`, so several processes may start at once.
-
-The turn path (`remember_session`, `generate_pending`, `search_memory`) is bounded and guarded
-by a circuit breaker; storing events never raises a store failure into a turn (the events wait
-in this process and are re-sent). When memories are generated: at once after
-`add_session_to_memory`; before the user's next session searches (the plugin calls
-`generate_pending`); after `idle_duration` of quiet; or on `flush`.
-
-Incrementality: a session is one ingest stream (`stream_id` = session id) and every event is
-sent with its ADK event id, which the stream remembers; an event id already seen is ignored by
-the store, so no event is generated from twice, whichever process sends it. On top of that the
-service remembers, per session, the last event it sent, so `add_session_to_memory` sends only
-the events after it (a process-local saving; the store's dedup is what guarantees it).
+One `AsyncClient` per event loop (`_loops`), the bank ensured on first use (tolerating
+`AlreadyExists`, so several processes may start at once), and the turn path (bounded writes that
+never raise, a circuit breaker, when generation runs) are described in ARCHITECTURE.md. A session
+is one ingest stream (`stream_id` = session id) whose store drops event ids it has seen, so no
+event is generated from twice; remembering each session's last sent event only saves resending.
 """
 
 from __future__ import annotations
@@ -53,7 +41,6 @@ from adk_memory.adk._convert import (
     batches,
     create_config,
     event_for_ingest,
-    from_metadata_values,
     generate_config,
     memory_entry_fact,
     memory_id_of_entry,
@@ -62,13 +49,16 @@ from adk_memory.adk._convert import (
 )
 from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, LoopClients, LoopState
 from adk_memory.adk._options import (
-    idle_duration_text,
+    DEFAULT_GENERATION_WAIT,
+    DEFAULT_IDLE_DURATION,
+    DEFAULT_TOP_K,
     options_from_agents_dir,
     parse_options,
     split_service_parameters,
+    top_k_within,
 )
 from adk_memory.embeddings import preload_embedder
-from adk_memory.engine.convert import parse_model
+from adk_memory.engine.convert import metadata_from_request, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
 from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
 from adk_memory.errors import (
@@ -97,20 +87,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOP_K = 3
-"""Memories per search: Memory Bank's own default, which ADK's Vertex service relies on."""
-
-DEFAULT_IDLE_DURATION = "60s"
-"""A session's memories are generated after it has been quiet this long (if nothing came first)."""
-
-DEFAULT_GENERATION_WAIT = 10.0
-"""Seconds a search waits for the user's pending memories to be generated."""
-
 WRITE_TIMEOUT = 5.0
 """Seconds the turn path waits for the store to take a run's events (or list the user's streams)
 before it counts a failure and, for events, retries later."""
 
-_MAX_TOP_K = 100
 _MAX_TRACKED_SESSIONS = 10_000
 _TRANSIENT = (StoreUnavailable, TimeoutError, OSError)
 """Failures the turn path retries later (and counts towards the circuit breaker)."""
@@ -152,19 +132,10 @@ class MemoryBankService(BaseMemoryService):
                         memory_service=memory)
         ```
 
-    The bank: `bank=` (an id such as `"coffee-shop"` or a full bank name), else the URI's
-    `?bank=` parameter, else `ADK_MEMORY_BANK`, else `"adk-default"`. It is created on first
-    use if absent, with `**bank_config` (the fields of a Memory Bank config:
-    `customization_configs`, `generation_config`, `similarity_search_config`, `ttl_config`, …);
-    when the bank exists and `bank_config` is given, those top-level fields are merged into it,
-    so the code stays the source of the bank's configuration. Customization configs meant for
-    ADK traffic select the scope keys `["app_name", "user_id"]`, ADK's scope.
-
-    Models: `embedding_model` is the model of a bank created without one (default: the
-    offline all-MiniLM-L6-v2); `generation_model` (a model name or an ADK `BaseLlm`, such as
-    `adk_memory.testing.models.ScriptedMemoryModel` in tests) overrides the bank's
-    `generation_config.model`. Or pass `client=`, an `AsyncClient` you built, instead of `uri`
-    and both models; the service then never closes it.
+    The bank (`bank=`, the URI's `?bank=`, `ADK_MEMORY_BANK`, else `"adk-default"`) is created
+    on first use with `**bank_config` (Memory Bank config fields); for an existing bank those
+    top-level fields are merged in, so the code stays the source of the bank's configuration.
+    Customization configs meant for ADK traffic select the scope keys `["app_name", "user_id"]`.
 
     Long-running work: like Memory Bank's operations, generation asked through
     `add_events_to_memory`/`add_memory` runs in the background unless `custom_metadata`
@@ -207,8 +178,10 @@ class MemoryBankService(BaseMemoryService):
                 same URI and models (and closes them with their loop). Then `uri`,
                 `embedding_model` and `generation_model` must be None. Never closed here.
             top_k: Memories returned per search (above 100 means 100). Default: 3.
-            embedding_model: The embedding model of a bank created without one.
-            generation_model: A model name or `BaseLlm` instance for memory generation,
+            embedding_model: The embedding model of a bank created without one. Default: the
+                offline all-MiniLM-L6-v2.
+            generation_model: A model name or `BaseLlm` instance (in tests, e.g.
+                `adk_memory.testing.models.ScriptedMemoryModel`) for memory generation,
                 overriding the bank's `generation_config.model`.
             run_scheduler: Flush due ingest streams (and retry unstored events) in the
                 background on each event loop the service is used on. Default: True.
@@ -244,15 +217,9 @@ class MemoryBankService(BaseMemoryService):
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
-        self._top_k = _check_top_k(
-            options.top_k if options.top_k is not None else DEFAULT_TOP_K, field="top_k"
-        )
-        self._idle_duration = idle_duration_text(options.idle_duration or DEFAULT_IDLE_DURATION)
-        self._generation_wait = (
-            options.generation_wait
-            if options.generation_wait is not None
-            else DEFAULT_GENERATION_WAIT
-        )
+        self._top_k = options.top_k
+        self._idle_duration = options.idle_duration
+        self._generation_wait = options.generation_wait
         parse_model(
             types.ReasoningEngineContextSpecMemoryBankConfig, bank_config, field="bank_config"
         )
@@ -268,7 +235,7 @@ class MemoryBankService(BaseMemoryService):
         if client is not None:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        self._run_scheduler = options.run_scheduler is not False
+        self._run_scheduler = options.run_scheduler
         self._names = client.engine.names if client is not None else Names()
         self._loops = LoopClients(self._build_client)
         self._bank_ready = False
@@ -474,13 +441,18 @@ class MemoryBankService(BaseMemoryService):
         """
         if not query or not query.strip():
             return SearchMemoryResponse()
-        count = self._top_k if top_k is None else _check_top_k(top_k, field="top_k")
+        count = self._top_k if top_k is None else top_k_within(top_k)
         scope = _scope(app_name, user_id)
         self._refuse_while_open()
         try:
             client = await self._client()
             if wait_for_generation and self._generation_wait > 0:
-                await self._generate_pending_or_warn(scope)
+                try:  # a failure to generate first must not fail the search itself
+                    await self._generate_pending(scope, except_session_id=None, only_asked=True)
+                except StoreUnavailable as error:
+                    logger.warning(
+                        "Searching without generating pending memories: %s", error.message
+                    )
             pager = await client.memory_banks.memories.retrieve(
                 name=self.bank_name,
                 scope=scope,
@@ -543,11 +515,11 @@ class MemoryBankService(BaseMemoryService):
     ) -> bool:
         """Stores the session's new events for the turn path: never raises a store failure.
 
-        The events go to the session's stream with the idle trigger (or the one given); with
-        `generate_now` their generation starts in the background. A store that fails or takes
-        longer than 5 s is logged at WARNING with the cause, and the events are sent again by
-        the background poller and by the session's next call; after 3 failures in a row the
-        store is left alone for 30 s (the events wait in this process meanwhile).
+        The events go to the session's stream (`stream_id` = session id) with the idle trigger (or
+        the one given); with `generate_now` their generation starts in the background. A store
+        that fails or takes longer than 5 s is logged at WARNING with the cause, and the events
+        are sent again by the background poller and by the session's next call; after 3 failures
+        in a row the store is left alone for 30 s (the events wait in this process meanwhile).
 
         Returns:
             Whether the store holds the events now.
@@ -560,10 +532,19 @@ class MemoryBankService(BaseMemoryService):
             _put_bounded(self._unsent, key, unsent)
             logger.debug("Memory store circuit open; a session's events wait in this process.")
             return False
+        kept = _with_content(session.events)
+        ids = [event.id for event, _ in kept]
+        if (last := self._last_sent.get(key)) is not None and last in ids:
+            kept = kept[ids.index(last) + 1 :]
+        scope = _scope(session.app_name, session.user_id)
         try:
-            stream = await asyncio.wait_for(
-                self.ingest_session(
-                    session, generation_trigger_config=trigger, force_flush=generate_now
+            await asyncio.wait_for(
+                self._ingest(
+                    scope,
+                    stream_id=session.id,
+                    items=kept,
+                    trigger=trigger if kept or generate_now else None,  # None: nothing to send
+                    force_flush=generate_now,
                 ),
                 timeout=WRITE_TIMEOUT,
             )
@@ -586,52 +567,11 @@ class MemoryBankService(BaseMemoryService):
             )
             return False
         self._breaker.succeeded()
-        if generate_now and stream is not None:
-            self._start_flush(stream)
-        return True
-
-    async def ingest_session(
-        self,
-        session: Session,
-        *,
-        generation_trigger_config: Mapping[str, Any]
-        | types.MemoryGenerationTriggerConfig
-        | None = None,
-        force_flush: bool = False,
-    ) -> str | None:
-        """Sends the session's events not sent before to its stream (`stream_id` = session id).
-
-        Args:
-            session: The ADK session.
-            generation_trigger_config: Stored on the stream, e.g.
-                `{"generation_rule": {"idle_duration": "60s"}}`; None keeps the stream's.
-            force_flush: Generate from everything buffered now.
-
-        Returns:
-            The stream's key when events were sent, else None.
-
-        Raises:
-            AdkMemoryError: The store failed or refused the events (nothing is marked sent).
-        """
-        key = (session.app_name, session.user_id, session.id)
-        kept = _with_content(session.events)
-        last = self._last_sent.get(key)
-        ids = [event.id for event, _ in kept]
-        if last is not None and last in ids:
-            kept = kept[ids.index(last) + 1 :]
-        if not kept and not force_flush:
-            return None
-        scope = _scope(session.app_name, session.user_id)
-        await self._ingest(
-            scope,
-            stream_id=session.id,
-            items=kept,
-            trigger=generation_trigger_config,
-            force_flush=force_flush,
-        )
         if kept and kept[-1][0].id:
             _put_bounded(self._last_sent, key, kept[-1][0].id)
-        return stream_key(scope, session.id)
+        if generate_now:
+            self._start_flush(stream_key(scope, session.id))
+        return True
 
     async def generate_pending(
         self,
@@ -777,13 +717,6 @@ class MemoryBankService(BaseMemoryService):
         except AdkMemoryError as error:
             logger.warning("Memory generation failed (%s: %s).", error.status, error.message)
 
-    async def _generate_pending_or_warn(self, scope: dict[str, str]) -> None:
-        """The search's first step; a failure there must not fail the search itself."""
-        try:
-            await self._generate_pending(scope, except_session_id=None, only_asked=True)
-        except StoreUnavailable as error:
-            logger.warning("Searching without generating pending memories first: %s", error.message)
-
     async def _generate_pending(
         self,
         scope: dict[str, str],
@@ -916,7 +849,7 @@ def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryB
         author="user",
         content=genai_types.Content(role="user", parts=[genai_types.Part(text=memory.fact)]),
         timestamp=memory.update_time.isoformat() if memory.update_time else None,
-        custom_metadata=from_metadata_values(memory.metadata),
+        custom_metadata=dict(metadata_from_request(memory.metadata)),
         name=memory.name,
         distance=hit.distance,
     )
@@ -943,15 +876,8 @@ def _check_client(
             "a blocking Client runs on its own loop thread.",
             field="client",
         )
-    given = [
-        name
-        for name, value in (
-            ("uri", uri),
-            ("embedding_model", embedding_model),
-            ("generation_model", model),
-        )
-        if value is not None
-    ]
+    named = {"uri": uri, "embedding_model": embedding_model, "generation_model": model}
+    given = [name for name, value in named.items() if value is not None]
     if given:
         raise InvalidArgument(
             f"Pass either client or {', '.join(given)}: a client you built already "
@@ -968,27 +894,20 @@ def _check_client(
         )
 
 
-_warm_lock = threading.Lock()
-_warm_models: dict[str, threading.Event] = {}
-
-
+@functools.cache
 def _warm_up(model: str | None) -> threading.Event:
     """Loads a local embedding model in a daemon thread, once per process; set when done."""
-    key = model or ""
-    with _warm_lock:
-        ready = _warm_models.get(key)
-        if ready is None:
-            ready = _warm_models[key] = threading.Event()
+    ready = threading.Event()
 
-            def load() -> None:
-                try:
-                    preload_embedder(model)
-                except Exception as error:  # the first search reports it again, with the fix
-                    logger.warning("Preloading the embedding model failed: %s", error)
-                finally:
-                    ready.set()
+    def load() -> None:
+        try:
+            preload_embedder(model)
+        except Exception as error:  # the first search reports it again, with the fix
+            logger.warning("Preloading the embedding model failed: %s", error)
+        finally:
+            ready.set()
 
-            threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
+    threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
     return ready
 
 
@@ -1003,19 +922,6 @@ def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
     if not memories:
         raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
     return list(memories)
-
-
-def _check_top_k(value: object, *, field: str) -> int:
-    """A positive count; above 100 is coerced to 100, as Memory Bank's retrieve does (SPEC §3)."""
-    try:
-        count = value if isinstance(value, int) else int(str(value))
-    except ValueError:
-        count = 0
-    if isinstance(value, bool) or count < 1:
-        raise InvalidArgument(
-            f"{field} must be a positive whole number, not {str(value)[:20]!r}.", field=field
-        )
-    return min(count, _MAX_TOP_K)
 
 
 def _shared_memory_uri(uri: str) -> str:

@@ -139,18 +139,12 @@ def _route(
     *,
     documented: type[BaseModel] | None = None,
 ) -> Callable[[DecoratedCallable], DecoratedCallable]:
-    """Registers a handler on `router`.
+    """Registers a handler on `router`, needing `permission` on the bank (None: any).
 
     A handler returns the SDK model its annotation names, which FastAPI documents and dumps as
-    proto3 JSON (camelCase, no nulls), or a `JSONResponse` for the shapes the SDK has no model of.
-
-    Args:
-        method: The HTTP method.
-        path: The path under the `/v1beta1/…` prefixes.
-        permission: What the key needs on the bank (None: any permission on the bank).
-        operation_id: The OpenAPI operation id, also logged (default: the permission's name,
-            with `reasoningEngines` called `memoryBanks` as in the SDK).
-        documented: The model the OpenAPI description gives for a 200 `JSONResponse`.
+    proto3 JSON (camelCase, no nulls), or a `JSONResponse` for the shapes the SDK has no model of
+    (then `documented` is the model the OpenAPI description gives). The operation id, also
+    logged, defaults to the permission's name with `reasoningEngines` called `memoryBanks`.
     """
     operation_id = operation_id or str(permission).replace("reasoningEngines.", "memoryBanks.")
     success: dict[int | str, dict[str, Any]] = {200: {"model": documented}} if documented else {}
@@ -714,17 +708,9 @@ def serve(
     cors_origins: Sequence[str] = (),
     log_level: str = "info",
 ) -> None:
-    """Serves the REST API with uvicorn until interrupted.
+    """Serves `create_app(uri, …)` with uvicorn on `host:port` until interrupted.
 
-    Args:
-        uri: The store URI.
-        host: The address to bind; anything but loopback needs `api_keys`.
-        port: The TCP port.
-        api_keys: The accepted keys; None serves everyone (loopback only).
-        max_body_bytes: The largest request body accepted.
-        allowed_hosts: The `Host` names served (see `create_app`).
-        cors_origins: Origins whose web pages may call the API (see `create_app`).
-        log_level: uvicorn's and adk-memory's log level (`info` logs one line per request).
+    `log_level` is uvicorn's and adk-memory's (`info` logs one line per request).
 
     Raises:
         FailedPrecondition: `host` is not a loopback address and no API keys are configured.

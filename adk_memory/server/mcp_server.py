@@ -10,7 +10,6 @@ reaches only memories of that scope: a memory named by id passes `confine.load_i
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, cast
@@ -18,9 +17,10 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
-from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
@@ -34,13 +34,19 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.scope import validate_scope
-from adk_memory.server.auth import ApiKeys, Principal, authenticate, is_loopback
+from adk_memory.server.auth import ApiKeys, Principal, is_loopback, principal_of
 from adk_memory.server.confine import load_in_scope
 from adk_memory.server.wire import error_response
 
 __all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
 
-_MEMORY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_MemoryId = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        description="The memory_id a tool returned (lowercase letters, digits and '-').",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -96,16 +102,15 @@ class _Tools:
         self.binding = binding
         self.memories = client.memory_banks.memories
 
-    def caller(self, ctx: Context) -> tuple[Principal, dict[str, str]]:
-        """The caller and the exact scope of this call.
+    def allowed(self, ctx: Context, permission: str) -> dict[str, str]:
+        """The exact scope of this call, once the caller's key is checked for `permission`.
 
         Raises:
-            PermissionDenied: The key's scope entries contradict the server's, or no scope at all.
+            PermissionDenied: The key's scope entries contradict the server's, no scope at all,
+                or the key lacks the permission on the bank.
         """
         request = ctx.request_context.request
-        principal = getattr(getattr(request, "state", None), "principal", None)
-        if not isinstance(principal, Principal):
-            principal = Principal(None)
+        principal = getattr(getattr(request, "state", None), "principal", None) or Principal(None)
         scope = dict(self.binding.scope)
         for entry, value in (principal.scope or {}).items():
             if scope.setdefault(entry, value) != value:
@@ -120,21 +125,9 @@ class _Tools:
                 "or call it with a key bound to a scope.",
                 field="scope",
             )
-        return principal, validate_scope(scope)
-
-    def allowed(self, ctx: Context, permission: str) -> dict[str, str]:
-        """The call's scope, once the caller's key is checked for `permission` on the bank."""
-        principal, scope = self.caller(ctx)
+        checked = validate_scope(scope)
         principal.require(permission, Names.parse_bank(self.binding.bank))
-        return scope
-
-    def memory_name(self, memory_id: str) -> str:
-        if not isinstance(memory_id, str) or not _MEMORY_ID.fullmatch(memory_id):
-            raise InvalidArgument(
-                "memory_id is the id a tool returned (lowercase letters, digits and '-').",
-                field="memory_id",
-            )
-        return f"{self.binding.bank}/memories/{memory_id}"
+        return checked
 
     async def own_memory(self, ctx: Context, permission: str, memory_id: str) -> str:
         """The name of `memory_id`, NotFound unless it is live and of exactly the call's scope.
@@ -142,7 +135,7 @@ class _Tools:
         Exactly, as retrieval matches: the server's own entries may be only part of a scope.
         """
         scope = self.allowed(ctx, permission)
-        name = self.memory_name(memory_id)
+        name = f"{self.binding.bank}/memories/{memory_id}"
         await load_in_scope(self.client, name, scope.__eq__)
         return name
 
@@ -206,7 +199,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         return {"memories": page, "next_page_token": pager.next_page_token or None}
 
     @tool
-    async def get_memory(ctx: Context, memory_id: str) -> MemoryOut:
+    async def get_memory(ctx: Context, memory_id: _MemoryId) -> MemoryOut:
         """Read one memory by the memory_id another tool returned."""
         name = await tools.own_memory(ctx, "memories.get", memory_id)
         return _memory_out(await memories.get(name=name))
@@ -226,7 +219,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
 
     @tool
     async def update_memory(
-        ctx: Context, memory_id: str, fact: Annotated[str, Field(min_length=1)]
+        ctx: Context, memory_id: _MemoryId, fact: Annotated[str, Field(min_length=1)]
     ) -> MemoryOut:
         """Replace the fact of a memory (the old text stays in its revisions)."""
         name = await tools.own_memory(ctx, "memories.update", memory_id)
@@ -235,14 +228,14 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         return _memory_out(operation.response)
 
     @tool
-    async def delete_memory(ctx: Context, memory_id: str) -> str:
+    async def delete_memory(ctx: Context, memory_id: _MemoryId) -> str:
         """Forget a memory (for instance when the user asks to); its revisions remain."""
         name = await tools.own_memory(ctx, "memories.delete", memory_id)
         await memories.delete(name=name)
         return f"Deleted memory {memory_id}."
 
     @tool
-    async def list_revisions(ctx: Context, memory_id: str) -> list[RevisionOut]:
+    async def list_revisions(ctx: Context, memory_id: _MemoryId) -> list[RevisionOut]:
         """The earlier versions of a memory, newest first (for rollback_memory)."""
         name = await tools.own_memory(ctx, "memoryRevisions.list", memory_id)
         pager = await memories.revisions.list(name=name, config={"page_size": 100})
@@ -256,7 +249,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         ]
 
     @tool
-    async def rollback_memory(ctx: Context, memory_id: str, revision_id: str) -> MemoryOut:
+    async def rollback_memory(ctx: Context, memory_id: _MemoryId, revision_id: str) -> MemoryOut:
         """Restore a memory to one of its revisions (see list_revisions)."""
         name = await tools.own_memory(ctx, "memoryRevisions.rollback", memory_id)
         await memories.rollback(name=name, target_revision_id=revision_id)
@@ -319,38 +312,22 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
     return server
 
 
-class _Authenticated:
-    """Refuses HTTP requests without a valid key (401); passes the caller on in `state`."""
-
-    def __init__(self, app: ASGIApp, keys: ApiKeys | None) -> None:
-        self.app = app
-        self.keys = keys
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        bearer = request.headers.get("authorization", "")
-        token = bearer[7:].strip() if bearer[:7].lower() == "bearer " else None
-        try:
-            principal = authenticate(
-                self.keys, api_key=request.headers.get("x-goog-api-key"), bearer=token or None
-            )
-        except Unauthenticated as exc:
-            await error_response(exc)(scope, receive, send)
-            return
-        scope.setdefault("state", {})["principal"] = principal
-        await self.app(scope, receive, send)
-
-
 def mcp_http_app(server: MCPServer, keys: ApiKeys | None, *, host: str = "127.0.0.1") -> ASGIApp:
-    """The streamable HTTP app (`/mcp`) behind the key check.
+    """The streamable HTTP app (`/mcp`) behind the key check (401 without a valid key).
 
     Stateless: every request is authenticated on its own, so a session id is never a credential.
     """
-    app: Starlette = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
-    return _Authenticated(app, keys)
+
+    async def authenticated(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        try:
+            request.state.principal = await principal_of(request, keys)
+        except Unauthenticated as exc:
+            return error_response(exc)
+        return await call_next(request)
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=authenticated)
+    return app
 
 
 async def serve_mcp(
