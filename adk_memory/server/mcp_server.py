@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -94,75 +94,61 @@ def _memory_out(memory: types.Memory, distance: float | None = None) -> MemoryOu
     )
 
 
-class _Tools:
-    """The tools of one server: each resolves the caller's scope, then calls the client."""
+def _call_scope(ctx: Context, binding: McpBinding, permission: str) -> dict[str, str]:
+    """The exact scope of this call, once the caller's key is checked for `permission`.
 
-    def __init__(self, client: AsyncClient, binding: McpBinding) -> None:
-        self.client = client
-        self.binding = binding
-        self.memories = client.memory_banks.memories
-
-    def allowed(self, ctx: Context, permission: str) -> dict[str, str]:
-        """The exact scope of this call, once the caller's key is checked for `permission`.
-
-        Raises:
-            PermissionDenied: The key's scope entries contradict the server's, no scope at all,
-                or the key lacks the permission on the bank.
-        """
-        request = ctx.request_context.request
-        principal = getattr(getattr(request, "state", None), "principal", None) or Principal(None)
-        scope = dict(self.binding.scope)
-        for entry, value in (principal.scope or {}).items():
-            if scope.setdefault(entry, value) != value:
-                raise PermissionDenied(
-                    f"The API key {principal.label!r} is bound to {entry}={value!r}, which this "
-                    f"server's --scope sets otherwise.",
-                    field="scope",
-                )
-        if not scope:
+    Raises:
+        PermissionDenied: The key's scope entries contradict the server's, no scope at all, or
+            the key lacks the permission on the bank.
+    """
+    request = ctx.request_context.request
+    principal = getattr(getattr(request, "state", None), "principal", None) or Principal(None)
+    scope = dict(binding.scope)
+    for entry, value in (principal.scope or {}).items():
+        if scope.setdefault(entry, value) != value:
             raise PermissionDenied(
-                "This MCP server has no scope for the caller: start it with --scope KEY=VALUE, "
-                "or call it with a key bound to a scope.",
+                f"The API key {principal.label!r} is bound to {entry}={value!r}, which this "
+                f"server's --scope sets otherwise.",
                 field="scope",
             )
-        checked = validate_scope(scope)
-        principal.require(permission, Names.parse_bank(self.binding.bank))
-        return checked
-
-    async def own_memory(self, ctx: Context, permission: str, memory_id: str) -> str:
-        """The name of `memory_id`, NotFound unless it is live and of exactly the call's scope.
-
-        Exactly, as retrieval matches: the server's own entries may be only part of a scope.
-        """
-        scope = self.allowed(ctx, permission)
-        name = f"{self.binding.bank}/memories/{memory_id}"
-        await load_in_scope(self.client, name, scope.__eq__)
-        return name
+    if not scope:
+        raise PermissionDenied(
+            "This MCP server has no scope for the caller: start it with --scope KEY=VALUE, "
+            "or call it with a key bound to a scope.",
+            field="scope",
+        )
+    checked = validate_scope(scope)
+    principal.require(permission, Names.parse_bank(binding.bank))
+    return checked
 
 
 _Tool = TypeVar("_Tool", bound=Callable[..., Awaitable[Any]])
 
 
-def _telling(tool: _Tool) -> _Tool:
-    """`tool`, answering our typed errors with their message (the SDK hides other errors)."""
-
-    @functools.wraps(tool)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await tool(*args, **kwargs)
-        except AdkMemoryError as exc:
-            raise ToolError(f"{exc.status}: {exc}") from None
-
-    return cast(_Tool, wrapper)
-
-
-def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
-    memories = tools.memories
-    bank = tools.binding.bank
+def _register(
+    server: MCPServer, client: AsyncClient, binding: McpBinding, generation: bool
+) -> None:
+    memories, bank = client.memory_banks.memories, binding.bank
 
     def tool(function: _Tool) -> _Tool:
-        server.tool()(_telling(function))
+        # Our typed errors are answered with their message (the SDK hides other errors).
+
+        @functools.wraps(function)
+        async def telling(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await function(*args, **kwargs)
+            except AdkMemoryError as exc:
+                raise ToolError(f"{exc.status}: {exc}") from None
+
+        server.tool()(telling)
         return function
+
+    async def own_memory(ctx: Context, permission: str, memory_id: str) -> str:
+        # Exactly the call's scope, as retrieval matches: the server's entries may be only part.
+        scope = _call_scope(ctx, binding, permission)
+        name = f"{bank}/memories/{memory_id}"
+        await load_in_scope(client, name, scope.__eq__)
+        return name
 
     @tool
     async def retrieve_memories(
@@ -175,7 +161,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         Call it before answering anything that may depend on what the user said in earlier
         conversations (preferences, facts about them, past decisions).
         """
-        scope = tools.allowed(ctx, "memories.retrieve")
+        scope = _call_scope(ctx, binding, "memories.retrieve")
         pager = await memories.retrieve(
             name=bank,
             scope=scope,
@@ -190,10 +176,8 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         page_token: Annotated[str | None, Field(description="From the previous page.")] = None,
     ) -> dict[str, Any]:
         """List the user's memories, newest first, a page at a time (next_page_token: more)."""
-        scope = tools.allowed(ctx, "memories.retrieve")
-        params: dict[str, Any] = {"page_size": page_size}
-        if page_token:
-            params["page_token"] = page_token
+        scope = _call_scope(ctx, binding, "memories.retrieve")
+        params = {"page_size": page_size, "page_token": page_token or None}
         pager = await memories.retrieve(name=bank, scope=scope, simple_retrieval_params=params)
         page = [_memory_out(hit.memory).model_dump() for hit in pager.page if hit.memory]
         return {"memories": page, "next_page_token": pager.next_page_token or None}
@@ -201,7 +185,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
     @tool
     async def get_memory(ctx: Context, memory_id: _MemoryId) -> MemoryOut:
         """Read one memory by the memory_id another tool returned."""
-        name = await tools.own_memory(ctx, "memories.get", memory_id)
+        name = await own_memory(ctx, "memories.get", memory_id)
         return _memory_out(await memories.get(name=name))
 
     @tool
@@ -212,7 +196,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         ],
     ) -> MemoryOut:
         """Remember a fact about the user for later conversations (one fact per call)."""
-        scope = tools.allowed(ctx, "memories.create")
+        scope = _call_scope(ctx, binding, "memories.create")
         operation = await memories.create(name=bank, fact=fact, scope=scope)
         assert operation.response is not None  # a done create always carries its memory
         return _memory_out(operation.response)
@@ -222,7 +206,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         ctx: Context, memory_id: _MemoryId, fact: Annotated[str, Field(min_length=1)]
     ) -> MemoryOut:
         """Replace the fact of a memory (the old text stays in its revisions)."""
-        name = await tools.own_memory(ctx, "memories.update", memory_id)
+        name = await own_memory(ctx, "memories.update", memory_id)
         operation = await memories.update(name=name, fact=fact)
         assert operation.response is not None
         return _memory_out(operation.response)
@@ -230,14 +214,14 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
     @tool
     async def delete_memory(ctx: Context, memory_id: _MemoryId) -> str:
         """Forget a memory (for instance when the user asks to); its revisions remain."""
-        name = await tools.own_memory(ctx, "memories.delete", memory_id)
+        name = await own_memory(ctx, "memories.delete", memory_id)
         await memories.delete(name=name)
         return f"Deleted memory {memory_id}."
 
     @tool
     async def list_revisions(ctx: Context, memory_id: _MemoryId) -> list[RevisionOut]:
         """The earlier versions of a memory, newest first (for rollback_memory)."""
-        name = await tools.own_memory(ctx, "memoryRevisions.list", memory_id)
+        name = await own_memory(ctx, "memoryRevisions.list", memory_id)
         pager = await memories.revisions.list(name=name, config={"page_size": 100})
         return [
             RevisionOut(
@@ -251,7 +235,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
     @tool
     async def rollback_memory(ctx: Context, memory_id: _MemoryId, revision_id: str) -> MemoryOut:
         """Restore a memory to one of its revisions (see list_revisions)."""
-        name = await tools.own_memory(ctx, "memoryRevisions.rollback", memory_id)
+        name = await own_memory(ctx, "memoryRevisions.rollback", memory_id)
         await memories.rollback(name=name, target_revision_id=revision_id)
         return _memory_out(await memories.get(name=name))
 
@@ -267,7 +251,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         New facts are created, and existing memories they change are updated or deleted; the
         answer lists each memory with its action (CREATED, UPDATED, DELETED).
         """
-        scope = tools.allowed(ctx, "memories.generate")
+        scope = _call_scope(ctx, binding, "memories.generate")
         events = [{"content": {"role": m.role, "parts": [{"text": m.text}]}} for m in messages]
         operation = await memories.generate(
             name=bank, direct_contents_source={"events": events}, scope=scope
@@ -308,7 +292,7 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
             "sees only this user's memories."
         ),
     )
-    _register(server, _Tools(client, binding), generation=generation)
+    _register(server, client, binding, generation)
     return server
 
 
