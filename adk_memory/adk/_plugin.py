@@ -1,15 +1,5 @@
 """`MemoryBankPlugin`: automatic long-term memory for every agent of an ADK `Runner` or `App`.
 
-Registered once (`Runner(plugins=[MemoryBankPlugin()])` or `App(plugins=[…])`), it
-
-- when a run starts, generates what the user's other sessions left pending (waiting a bounded
-  time), then retrieves once, from the user's message, and adds the memories to every model
-  request of that invocation (after ADK's `PreloadMemoryTool`, so a fact that tool already put
-  in the request is not repeated);
-- after each run, stores the session's new events in the session's ingest stream before the run
-  returns (so a synchronous `Runner.run`, whose loop ends with the run, loses nothing); their
-  generation waits until the user's next session starts or the session has been idle.
-
 Nothing it does raises into the agent: a failed or slow search leaves the request without
 memories, a failed store write is logged with its cause and retried. Logs carry counts,
 lengths and error causes, never facts or queries.
@@ -76,17 +66,19 @@ class MemoryBankPlugin(BasePlugin):
     """Retrieves memories into every model request and ingests each run into memory.
 
     ```python
-    from google.adk.apps import App
-    from adk_memory.adk import MemoryBankPlugin, MemoryBankService
-
     app = App(name="assistant", root_agent=agent, plugins=[MemoryBankPlugin()])
     runner = Runner(app=app, session_service=sessions, memory_service=MemoryBankService())
     ```
 
-    The plugin uses the runner's memory service unless given `service=`. With a
-    `MemoryBankService` it asks for `top_k` memories, sends only events not sent before and
-    generates the user's other sessions' pending memories before searching; with another ADK
-    memory service it keeps the first `top_k` results and sends the run's events through
+    When a run starts, it generates what the user's other sessions left pending (waiting a
+    bounded time), then retrieves once, from the user's message, and adds the memories to every
+    model request of that invocation (after ADK's `PreloadMemoryTool`, whose facts it does not
+    repeat). After each run, it stores the session's new events in the session's ingest stream
+    before the run returns (a synchronous `Runner.run`'s loop ends with the run); their
+    generation waits until the user's next session starts or the session has been idle.
+
+    It uses the runner's memory service unless given `service=`. With another service than
+    `MemoryBankService` it keeps the first `top_k` results and sends the run's events through
     `add_events_to_memory` with the same stream and trigger.
     """
 

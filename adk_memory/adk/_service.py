@@ -22,8 +22,7 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -110,15 +109,6 @@ class MemoryBankEntry(MemoryEntry):
     """The Euclidean distance of the memory's embedding to the query's."""
 
 
-@dataclass
-class _Unsent:
-    """A session whose latest events the store has not taken yet (retried in the background)."""
-
-    session: Session
-    generate_now: bool
-    trigger: dict[str, Any] | None
-
-
 class MemoryBankService(BaseMemoryService):
     """Long-term memory for ADK agents, on Chroma, Redis or in-process, chosen by a URI.
 
@@ -132,17 +122,9 @@ class MemoryBankService(BaseMemoryService):
                         memory_service=memory)
         ```
 
-    The bank (`bank=`, the URI's `?bank=`, `ADK_MEMORY_BANK`, else `"adk-default"`) is created
-    on first use with `**bank_config` (Memory Bank config fields); for an existing bank those
-    top-level fields are merged in, so the code stays the source of the bank's configuration.
     Customization configs meant for ADK traffic select the scope keys `["app_name", "user_id"]`.
-
-    Long-running work: like Memory Bank's operations, generation asked through
-    `add_events_to_memory`/`add_memory` runs in the background unless `custom_metadata`
-    sets `wait_for_completion=True`; ingested events are flushed by the ingest scheduler this
-    service runs on each event loop (`run_scheduler=False` leaves that to `adk-memory worker`).
-    `drain()` waits for the background work of the running loop, `flush()` generates from a
-    session's buffered events now, and `aclose()` stops everything.
+    Generation asked through `add_events_to_memory`/`add_memory` runs in the background unless
+    `custom_metadata` sets `wait_for_completion=True`, like Memory Bank's operations.
     """
 
     def __init__(
@@ -163,35 +145,29 @@ class MemoryBankService(BaseMemoryService):
         """Builds the service; the store connects and the bank is ensured on first use.
 
         The only work started here is loading the local embedding model in a background thread,
-        so that the first search after a start does not wait for it from scratch.
+        so that the first search after a start does not wait for it from scratch. The options
+        `bank` to `generation_wait` may also come from the URI's query or from `services.yaml`
+        (`ServiceOptions`); arguments win over the URI, the URI over the file.
 
         Args:
             uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
-                `memory://`. Query parameters configure the store, except the service's own
-                options (`bank`, `top_k`, `embedding_model`, `generation_model`,
-                `idle_duration`, `generation_wait`, `run_scheduler`). Default:
+                `memory://`; its other query parameters configure the store. Default:
                 `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
-            bank: The bank id or name. Default: the URI's `bank`, `ADK_MEMORY_BANK`, or
-                `"adk-default"`.
-            client: An `AsyncClient` to use on the event loop the service is built on (or the
-                first loop that uses it); on other loops the service builds clients with the
-                same URI and models (and closes them with their loop). Then `uri`,
-                `embedding_model` and `generation_model` must be None. Never closed here.
-            top_k: Memories returned per search (above 100 means 100). Default: 3.
-            embedding_model: The embedding model of a bank created without one. Default: the
-                offline all-MiniLM-L6-v2.
-            generation_model: A model name or `BaseLlm` instance (in tests, e.g.
-                `adk_memory.testing.models.ScriptedMemoryModel`) for memory generation,
+            bank: The bank id or name. Default: `ADK_MEMORY_BANK`, else `"adk-default"`.
+            client: An `AsyncClient` built from a URI, for the loop the service is built on (or
+                the first that uses it); other loops get clients with its URI and models, closed
+                with their loop. Excludes `uri` and both models; never closed here.
+            top_k: Memories per search (above 100 means 100). Default: 3.
+            embedding_model: The model of a bank created without one. Default: all-MiniLM-L6-v2.
+            generation_model: A model name or `BaseLlm` (in tests `ScriptedMemoryModel`),
                 overriding the bank's `generation_config.model`.
-            run_scheduler: Flush due ingest streams (and retry unstored events) in the
-                background on each event loop the service is used on. Default: True.
-            idle_duration: Generate a session's memories once it has been quiet this long,
-                e.g. `"30s"`. Default: `"60s"`.
-            generation_wait: Seconds a search waits for the user's memories still being
-                generated in this process. Default: 10.
-            agents_dir: ADK's agents folder (passed by ADK's service registry); options are
-                read from the `adk_memory:` section of its `services.yaml`.
-            **bank_config: Memory Bank config fields for the bank (see the class docstring).
+            run_scheduler: Flush due streams and retry unstored events on each loop (default).
+            idle_duration: Generate a session's memories after this long quiet. Default: `"60s"`.
+            generation_wait: Seconds a search waits for generation pending here. Default: 10.
+            agents_dir: ADK's agents folder, whose `services.yaml` may hold an `adk_memory:`
+                section of options.
+            **bank_config: Memory Bank config fields: the bank is created with them, or they are
+                merged into it (the code stays the source of the bank's configuration).
 
         Raises:
             InvalidArgument: A malformed bank id, option or `bank_config`, or conflicting
@@ -217,9 +193,7 @@ class MemoryBankService(BaseMemoryService):
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
-        self._top_k = options.top_k
-        self._idle_duration = options.idle_duration
-        self._generation_wait = options.generation_wait
+        self._options = options
         parse_model(
             types.ReasoningEngineContextSpecMemoryBankConfig, bank_config, field="bank_config"
         )
@@ -235,13 +209,15 @@ class MemoryBankService(BaseMemoryService):
         if client is not None:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        self._run_scheduler = options.run_scheduler
         self._names = client.engine.names if client is not None else Names()
         self._loops = LoopClients(self._build_client)
         self._bank_ready = False
         self._background = BackgroundTasks(f"memory generation in bank {self._bank_id}")
         self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
-        self._unsent: OrderedDict[tuple[str, str, str], _Unsent] = OrderedDict()
+        self._unsent: OrderedDict[tuple[str, str, str], Callable[[], Awaitable[bool]]] = (
+            OrderedDict()
+        )
+        """Sessions whose latest events the store has not taken yet: their retry."""
         self._breaker = CircuitBreaker()
         self._warm = _warm_up(self._embedding_model or default_embedding_model())
 
@@ -258,12 +234,12 @@ class MemoryBankService(BaseMemoryService):
     @property
     def top_k(self) -> int:
         """Memories per search when the caller names no `top_k`."""
-        return self._top_k
+        return self._options.top_k
 
     @property
     def idle_trigger(self) -> dict[str, Any]:
         """The trigger stored on every stream: generate after `idle_duration` of quiet."""
-        return {"generation_rule": {"idle_duration": self._idle_duration}}
+        return {"generation_rule": {"idle_duration": self._options.idle_duration}}
 
     @property
     def generation_model(self) -> str | BaseLlm | None:
@@ -273,7 +249,7 @@ class MemoryBankService(BaseMemoryService):
     @property
     def generation_wait(self) -> float:
         """Seconds a search waits for the user's memories still being generated here."""
-        return self._generation_wait
+        return self._options.generation_wait
 
     @property
     def warming(self) -> bool:
@@ -305,17 +281,10 @@ class MemoryBankService(BaseMemoryService):
     ) -> None:
         """Adds a delta of events, through `ingest_events` or `memories.generate` as ADK does.
 
-        Args:
-            app_name: The app, half of the scope.
-            user_id: The user, the other half of the scope.
-            events: The events to add; empty events and credential requests are skipped.
-            session_id: The stream to append to unless `custom_metadata` names `stream_id`.
-            custom_metadata: ADK's keys. Ingest path (default): `stream_id`, `force_flush`,
-                `generation_trigger_config`. Any of `ttl` (= `revision_ttl`), `revision_ttl`,
-                `revision_expire_time`, `revision_labels`, `metadata`,
-                `metadata_merge_strategy`, `allowed_topics`, `disable_consolidation`,
-                `disable_memory_revisions`, `wait_for_completion` selects `memories.generate`,
-                where other keys become memory metadata.
+        `custom_metadata` takes ADK's keys (README, "ADK"): `stream_id` (default: `session_id`),
+        `force_flush` and `generation_trigger_config` ingest; any `memories.generate` config key
+        switches to it, where other keys become memory metadata. Empty events and credential
+        requests are skipped.
 
         Raises:
             InvalidArgument: An unknown key on the ingest path, ingest and generate keys mixed,
@@ -375,7 +344,8 @@ class MemoryBankService(BaseMemoryService):
                 refuses (nothing is written when any entry is invalid).
             AlreadyExists: A memory id is taken.
         """
-        entries = _memory_entries(memories)
+        if not memories:
+            raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
         options = dict(custom_metadata or {})
         consolidate = options.get(ENABLE_CONSOLIDATION_KEY)
         if consolidate is not None and not isinstance(consolidate, bool):
@@ -383,7 +353,7 @@ class MemoryBankService(BaseMemoryService):
                 f"custom_metadata[{ENABLE_CONSOLIDATION_KEY!r}] must be a bool.",
                 field=f"custom_metadata.{ENABLE_CONSOLIDATION_KEY}",
             )
-        facts = [memory_entry_fact(entry, index=index) for index, entry in enumerate(entries)]
+        facts = [memory_entry_fact(entry, index=index) for index, entry in enumerate(memories)]
         scope = _scope(app_name, user_id)
         if consolidate:
             config = generate_config(options)
@@ -395,7 +365,7 @@ class MemoryBankService(BaseMemoryService):
                 )
             return
         configs = []
-        for entry in entries:
+        for entry in memories:
             config = create_config({**options, **(entry.custom_metadata or {})})
             memory_id = memory_id_of_entry(entry)
             if memory_id and "memory_id" not in config:
@@ -418,22 +388,13 @@ class MemoryBankService(BaseMemoryService):
         top_k: int | None = None,
         wait_for_generation: bool = True,
     ) -> SearchMemoryResponse:
-        """The memories of exactly this app and user nearest to `query`, nearest first.
+        """The `top_k` memories of exactly this app and user nearest to `query`, nearest first.
 
         First generates what this user's sessions asked to generate now
-        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`, so
-        the session that just ended is seen. Each result is a
-        `MemoryBankEntry`: `id` = the memory id (what `delete_memory` takes), `author` =
-        "user", the fact as its text, `timestamp` = its update time (ISO 8601),
-        `custom_metadata` = the memory's metadata as plain values; `name` (the full resource
-        name) and `distance` (Euclidean) are attributes for code, never shown to the model.
-
-        Args:
-            app_name: The app, half of the scope.
-            user_id: The user, the other half of the scope.
-            query: The search text; an empty query finds nothing.
-            top_k: Memories to return (above 100 means 100); default: the service's `top_k`.
-            wait_for_generation: False skips the wait (the plugin has waited already).
+        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`
+        unless `wait_for_generation` is False, so the session that just ended is seen. Each
+        result is a `MemoryBankEntry` whose `id` is what `delete_memory` takes. An empty query
+        finds nothing; `top_k` above 100 means 100.
 
         Raises:
             StoreUnavailable: The store failed, or failed repeatedly within the last 30 s.
@@ -441,12 +402,12 @@ class MemoryBankService(BaseMemoryService):
         """
         if not query or not query.strip():
             return SearchMemoryResponse()
-        count = self._top_k if top_k is None else top_k_within(top_k)
+        count = self.top_k if top_k is None else top_k_within(top_k)
         scope = _scope(app_name, user_id)
         self._refuse_while_open()
         try:
             client = await self._client()
-            if wait_for_generation and self._generation_wait > 0:
+            if wait_for_generation and self.generation_wait > 0:
                 try:  # a failure to generate first must not fail the search itself
                     await self._generate_pending(scope, except_session_id=None, only_asked=True)
                 except StoreUnavailable as error:
@@ -491,18 +452,17 @@ class MemoryBankService(BaseMemoryService):
         else:
             bank_id, short_id = self._bank_id, memory_id
         name = self._names.memory(self._bank_id, short_id)
-        missing = NotFound(
+        if bank_id == self._bank_id:
+            client = await self._client()
+            memory = await client.memory_banks.memories.get(name=name)
+            if dict(memory.scope or {}) == _scope(app_name, user_id):
+                await client.memory_banks.memories.delete(name=name)
+                return
+        raise NotFound(
             f"Memory {memory_id[:200]!r} does not exist for this app and user in bank "
             f"{self._bank_id!r}.",
             field="memory_id",
         )
-        if bank_id != self._bank_id:
-            raise missing
-        client = await self._client()
-        memory = await client.memory_banks.memories.get(name=name)
-        if dict(memory.scope or {}) != _scope(app_name, user_id):
-            raise missing
-        await client.memory_banks.memories.delete(name=name)
 
     # Beyond BaseMemoryService
 
@@ -526,7 +486,12 @@ class MemoryBankService(BaseMemoryService):
         """
         key = (session.app_name, session.user_id, session.id)
         trigger = dict(generation_trigger_config or self.idle_trigger)
-        unsent = _Unsent(session, generate_now, trigger)
+        unsent: Callable[[], Awaitable[bool]] = functools.partial(
+            self.remember_session,
+            session,
+            generate_now=generate_now,
+            generation_trigger_config=trigger,
+        )
         self._unsent.pop(key, None)
         if not self._breaker.allows():
             _put_bounded(self._unsent, key, unsent)
@@ -645,7 +610,7 @@ class MemoryBankService(BaseMemoryService):
             async with _first_use_lock(self._uri):
                 if not self._bank_ready:
                     await self._ensure_bank(state.client)
-        if self._run_scheduler:
+        if self._options.run_scheduler:
             # After the first use, which connected the store. Streams left due by an earlier
             # process get flushed even if this one only reads.
             state.start_polling(functools.partial(self._background_pass, state))
@@ -672,15 +637,11 @@ class MemoryBankService(BaseMemoryService):
         await state.client.ingest_scheduler.run_once()
 
     async def _retry_unsent(self) -> None:
-        for key, unsent in list(self._unsent.items()):
+        for key, retry in list(self._unsent.items()):
             if not self._breaker.allows():
                 return
-            if self._unsent.get(key) is unsent:
-                await self.remember_session(
-                    unsent.session,
-                    generate_now=unsent.generate_now,
-                    generation_trigger_config=unsent.trigger,
-                )
+            if self._unsent.get(key) is retry:
+                await retry()
 
     def _store_failed(self) -> bool:
         opened = self._breaker.failed()
@@ -748,7 +709,7 @@ class MemoryBankService(BaseMemoryService):
             # A stream backing off after failed generations is retried, but not waited for.
             if (stream.retry_after or "") <= now:
                 waited.append(task)
-        budget = self._generation_wait if timeout is None else timeout
+        budget = self.generation_wait if timeout is None else timeout
         if waited and budget > 0:
             await asyncio.wait(waited, timeout=budget)
 
@@ -909,19 +870,6 @@ def _warm_up(model: str | None) -> threading.Event:
 
     threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
     return ready
-
-
-def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
-    if isinstance(memories, str) or not isinstance(memories, Sequence):
-        raise InvalidArgument("memories must be a sequence of MemoryEntry.", field="memories")
-    for index, entry in enumerate(memories):
-        if not isinstance(entry, MemoryEntry):
-            raise InvalidArgument(
-                f"memories[{index}] must be a MemoryEntry.", field=f"memories[{index}]"
-            )
-    if not memories:
-        raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
-    return list(memories)
 
 
 def _shared_memory_uri(uri: str) -> str:
