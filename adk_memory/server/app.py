@@ -57,8 +57,8 @@ from adk_memory.server.auth import (
     authorize,
     guard,
     is_loopback,
+    load_in_scope,
 )
-from adk_memory.server.confine import load_in_scope
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "serve"]
 

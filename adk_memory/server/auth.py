@@ -5,7 +5,8 @@ The key file format (YAML or JSON, `--keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) 
 `aiplatform.` prefix, or a family wildcard; an unknown one fails the load, so a typo never
 silently grants nothing. A key bound to a scope (`scope`, or a signed token's claims through
 `scope_claims`) confines every call to scopes carrying those entries (`Principal.check_scope`,
-`confine_filter`), and a wildcard never grants it bank writes: those must be listed by name.
+`confine_filter`; a memory named in a request passes `load_in_scope`), and a wildcard never
+grants it bank writes: those must be listed by name.
 
 A server without keys trusts whoever can reach it, so it must refuse what a web page can send
 it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
@@ -19,10 +20,10 @@ import hmac
 import ipaddress
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Request, Security
 from fastapi.security import (
@@ -47,12 +48,17 @@ from pydantic import (
 from adk_memory.errors import (
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     PermissionDenied,
     Unauthenticated,
 )
-from adk_memory.filters import parse_filter
+from adk_memory.filters import parse_filter, quote_string
 from adk_memory.names import Names
 from adk_memory.scope import MAX_SCOPE_PAIRS
+
+if TYPE_CHECKING:
+    from adk_memory import types
+    from adk_memory._async_client import AsyncClient
 
 __all__ = [
     "PERMISSIONS",
@@ -64,6 +70,7 @@ __all__ = [
     "authorize",
     "guard",
     "is_loopback",
+    "load_in_scope",
     "normalize_permission",
     "principal_of",
 ]
@@ -342,7 +349,9 @@ class Principal:
         """
         if self.scope is None:
             return text
-        conditions = [f"scope.{entry} = {_quote(value)}" for entry, value in self.scope.items()]
+        conditions = [
+            f"scope.{entry} = {quote_string(value)}" for entry, value in self.scope.items()
+        ]
         if text is not None and parse_filter(text, allow_scope=True) is not None:
             conditions.insert(0, f"({text})")
         return " AND ".join(conditions)
@@ -387,6 +396,21 @@ class Principal:
             )
 
 
+async def load_in_scope(
+    client: AsyncClient, name: str, allowed: Callable[[dict[str, str]], bool]
+) -> types.Memory:
+    """The memory `name`, if it is live and its scope is `allowed` (REST: `Principal.covers`).
+
+    Raises:
+        NotFound: The memory does not exist, has expired, or belongs to a scope the caller may
+            not see (the same answer, so that a bound key learns nothing about other scopes).
+    """
+    memory = await client.memory_banks.memories.get(name=name)
+    if not allowed(memory.scope or {}):
+        raise NotFound(f"Memory {memory.name!r} does not exist or has expired.", field="name")
+    return memory
+
+
 def authenticate(
     keys: ApiKeys | None, api_key: str | None, bearer: HTTPAuthorizationCredentials | None
 ) -> Principal:
@@ -413,11 +437,6 @@ def authenticate(
 async def principal_of(request: Request, keys: ApiKeys | None) -> Principal:
     """`authenticate` for a request outside FastAPI's dependencies (the MCP server's)."""
     return authenticate(keys, await _API_KEY(request), await _BEARER(request))
-
-
-def _quote(value: str) -> str:
-    """`value` as a filter string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 _API_KEY = APIKeyHeader(name="x-goog-api-key", scheme_name="apiKey", auto_error=False)

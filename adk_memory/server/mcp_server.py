@@ -4,7 +4,7 @@ Every tool works on one bank and one scope, and neither is ever a tool argument:
 the scope's fixed entries come from the server's configuration (`--bank`, `--scope`), and over
 HTTP with keys the caller's key adds the entries it is bound to (`auth.ApiKey.scope`, or a signed
 token's claims). A prompt-injected model can pass any text as a memory id or a query and still
-reaches only memories of that scope: a memory named by id passes `confine.load_in_scope`.
+reaches only memories of that scope: a memory named by id passes `auth.load_in_scope`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.scope import validate_scope
-from adk_memory.server.auth import ApiKeys, Principal, is_loopback, principal_of
-from adk_memory.server.confine import load_in_scope
+from adk_memory.server.auth import ApiKeys, Principal, is_loopback, load_in_scope, principal_of
 from adk_memory.server.wire import error_response
 
 __all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
