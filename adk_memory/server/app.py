@@ -457,31 +457,26 @@ class _MethodNotAllowed(AdkMemoryError, ClientError):
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, AdkMemoryError):
+    """Every failure as the Google error envelope, with the error's own status."""
+    if isinstance(exc, RequestValidationError):
+        exc = wire.invalid_request(exc.errors())
+    elif isinstance(exc, HTTPException):
+        exc = _http_error(request, exc.status_code, exc.detail)
+    elif not isinstance(exc, AdkMemoryError):
         logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
         exc = AdkMemoryError("Internal error; the server log has the details.")  # a 500
     return wire.error_response(exc)
 
 
-async def _on_invalid(request: Request, exc: Exception) -> Response:
-    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    return wire.error_response(wire.invalid_request(errors))
-
-
-async def _on_http_error(request: Request, exc: Exception) -> Response:
-    status = getattr(exc, "status_code", 400)
+def _http_error(request: Request, status: int, detail: str) -> AdkMemoryError:
     where = f"{request.method} {request.url.path[:200]}"
-    error: AdkMemoryError
     if status == 404:
-        error = NotFound(f"No method at {where}; see /openapi.json for the routes.")
-    elif status == 405:
-        error = _MethodNotAllowed(f"{request.method} is not supported on {request.url.path[:200]}.")
-    elif status == 413:
-        error = _too_large(request.app.state.max_body_bytes)
-    else:
-        detail = getattr(exc, "detail", "")
-        error = InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
-    return wire.error_response(error)
+        return NotFound(f"No method at {where}; see /openapi.json for the routes.")
+    if status == 405:
+        return _MethodNotAllowed(f"{request.method} is not supported on {request.url.path[:200]}.")
+    if status == 413:
+        return _too_large(request.app.state.max_body_bytes)
+    return InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
 
 
 def _too_large(max_bytes: int) -> wire.PayloadTooLarge:
@@ -625,10 +620,8 @@ def create_app(
     if keys is None:
         app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
     _add_browser(app)
-    app.add_exception_handler(AdkMemoryError, _on_error)
-    app.add_exception_handler(HTTPException, _on_http_error)
-    app.add_exception_handler(RequestValidationError, _on_invalid)
-    app.add_exception_handler(Exception, _on_error)
+    for failure in (AdkMemoryError, HTTPException, RequestValidationError, Exception):
+        app.add_exception_handler(failure, _on_error)
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
