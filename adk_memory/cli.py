@@ -234,12 +234,10 @@ def _scope(values: list[str] | None, *, required: bool) -> dict[str, str]:
     return scope
 
 
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _scope_filter(scope: dict[str, str], user_filter: str | None) -> str | None:
     """`user_filter` AND `scope.KEY = "VALUE"` for each entry (list and purge)."""
+    from adk_memory.filters import quote_string
+
     clauses = [f"({user_filter})"] if user_filter and user_filter.strip() else []
     for key, value in scope.items():
         if not _SCOPE_KEY.fullmatch(key):
@@ -248,7 +246,7 @@ def _scope_filter(scope: dict[str, str], user_filter: str | None) -> str | None:
                 "'_.:+-' only); use --filter on other fields instead.",
                 field="--scope",
             )
-        clauses.append(f"scope.{key} = {_quoted(value)}")
+        clauses.append(f"scope.{key} = {quote_string(value)}")
     return " AND ".join(clauses) or None
 
 

@@ -76,6 +76,7 @@ __all__ = [
     "matches",
     "parse_filter",
     "partition",
+    "quote_string",
 ]
 
 MAX_FILTER_LENGTH = 4096
@@ -206,6 +207,11 @@ def parse_filter(
             "Shorten it.",
         )
     return parser.parse()
+
+
+def quote_string(value: str) -> str:
+    """`value` as a filter string literal (the CLI's and scope-bound keys' scope conditions)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def from_filter_groups(

@@ -28,7 +28,6 @@ __all__ = [
     "batches",
     "create_config",
     "event_for_ingest",
-    "from_metadata_values",
     "generate_config",
     "memory_entry_fact",
     "memory_id_of_entry",
@@ -252,20 +251,6 @@ def _metadata_value(key: str, value: object) -> dict[str, object]:
             field=f"custom_metadata.{key}",
         )
     return {"string_value": str(value)}
-
-
-def from_metadata_values(
-    metadata: Mapping[str, types.MemoryMetadataValue] | None,
-) -> dict[str, object]:
-    """Plain Python values from Memory Bank metadata (what ADK puts in `custom_metadata`)."""
-    plain: dict[str, object] = {}
-    for key, value in (metadata or {}).items():
-        for field in ("string_value", "double_value", "bool_value", "timestamp_value"):
-            found = getattr(value, field, None)
-            if found is not None:
-                plain[key] = found
-                break
-    return plain
 
 
 def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

@@ -128,18 +128,11 @@ class LoopState:
         """Running flushes by stream key."""
         self._stop = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
-        self._closing = False
 
     def start_polling(self, each_pass: Callable[[], Awaitable[None]]) -> None:
         """Runs `each_pass` about every second until `stop`, or until the loop shuts down."""
         if self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll(each_pass))
-
-    def close_with_loop(self) -> None:
-        """Closes the client (if built here) when `asyncio.run` shuts this loop down."""
-        if not self._closing:
-            self._closing = True
-            run_at_loop_shutdown(self.stop)
 
     async def stop(self) -> None:
         """Stops the poller and closes the client if this state built it."""
@@ -186,8 +179,8 @@ class LoopClients:
                     del self._states[stale]
                 client, owned = self._build(loop)
                 state = self._states[loop] = LoopState(client, owned=owned)
-                if owned:
-                    state.close_with_loop()
+                if owned:  # closed when `asyncio.run` shuts this loop down
+                    run_at_loop_shutdown(state.stop)
             return state
 
     def peek(self) -> LoopState | None:

@@ -11,22 +11,58 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from adk_memory.engine.convert import parse_duration
+from adk_memory.engine.retrieval import DEFAULT_TOP_K, MAX_TOP_K
 from adk_memory.errors import InvalidArgument
 
 __all__ = [
+    "DEFAULT_GENERATION_WAIT",
+    "DEFAULT_IDLE_DURATION",
+    "DEFAULT_TOP_K",
     "ServiceOptions",
     "idle_duration_text",
     "options_from_agents_dir",
     "parse_options",
     "split_service_parameters",
+    "top_k_within",
 ]
 
 _SECTION = "adk_memory"
+
+
+DEFAULT_IDLE_DURATION = "60s"
+"""A session's memories are generated after it has been quiet this long (if nothing came first)."""
+
+DEFAULT_GENERATION_WAIT = 10.0
+"""Seconds a search waits for the user's pending memories to be generated."""
+
+
+def top_k_within(value: object, *, field: str = "top_k") -> int:
+    """A positive count; above 100 is coerced to 100, as Memory Bank's retrieve does (SPEC §3)."""
+    try:
+        count = value if isinstance(value, int) else int(str(value))
+    except ValueError:
+        count = 0
+    if isinstance(value, bool) or count < 1:
+        raise InvalidArgument(
+            f"{field} must be a positive whole number, not {str(value)[:20]!r}.", field=field
+        )
+    return min(count, MAX_TOP_K)
+
+
+def idle_duration_text(value: timedelta | str) -> str:
+    """A positive idle duration (a `timedelta`, or a string such as `"60s"`) as `"{seconds}s"`."""
+    duration = parse_duration(value, field="idle_duration")
+    if duration is None or duration <= timedelta(0):
+        raise InvalidArgument(
+            f"idle_duration must be a positive timedelta or a duration like '60s', not {value!r}.",
+            field="idle_duration",
+        )
+    return f"{duration.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"
 
 
 class ServiceOptions(BaseModel):
@@ -36,28 +72,29 @@ class ServiceOptions(BaseModel):
 
     bank: str | None = None
     """The bank id or name."""
-    top_k: int | None = None
+    top_k: Annotated[int, AfterValidator(top_k_within)] = DEFAULT_TOP_K
     """Memories per search."""
     embedding_model: str | None = None
     """The embedding model of a bank created without one."""
     generation_model: str | None = None
     """The model that generates memories (overrides the bank's `generation_config.model`)."""
-    idle_duration: str | None = None
+    idle_duration: Annotated[str, AfterValidator(idle_duration_text)] = DEFAULT_IDLE_DURATION
     """Generate a session's memories after it has been quiet this long (e.g. `"30s"`)."""
-    generation_wait: float | None = Field(default=None, ge=0)
+    generation_wait: float = Field(default=DEFAULT_GENERATION_WAIT, ge=0)
     """Seconds a search waits for the user's pending memories to be generated."""
-    run_scheduler: bool | None = None
+    run_scheduler: bool = True
     """Flush due ingest streams in the background on each event loop."""
 
     def over(self, fallback: ServiceOptions) -> ServiceOptions:
         """These options, with `fallback`'s where these are unset."""
-        merged = {**fallback.model_dump(exclude_none=True), **self.model_dump(exclude_none=True)}
-        return ServiceOptions(**merged)
+        merged = {**fallback.model_dump(exclude_unset=True), **self.model_dump(exclude_unset=True)}
+        return ServiceOptions.model_validate(merged)
 
 
 def parse_options(values: dict[str, Any], *, where: str) -> ServiceOptions:
+    """The options given (a None value is not given)."""
     try:
-        return ServiceOptions.model_validate(values)
+        return ServiceOptions.model_validate({k: v for k, v in values.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
@@ -102,14 +139,3 @@ def options_from_agents_dir(agents_dir: str | None) -> ServiceOptions:
                 )
             return parse_options(section, where=str(path))
     return ServiceOptions()
-
-
-def idle_duration_text(value: timedelta | str) -> str:
-    """A positive idle duration (a `timedelta`, or a string such as `"60s"`) as `"{seconds}s"`."""
-    duration = parse_duration(value, field="idle_duration")
-    if duration is None or duration <= timedelta(0):
-        raise InvalidArgument(
-            f"idle_duration must be a positive timedelta or a duration like '60s', not {value!r}.",
-            field="idle_duration",
-        )
-    return f"{duration.total_seconds():.6f}".rstrip("0").rstrip(".") + "s"

@@ -1,15 +1,5 @@
 """`MemoryBankPlugin`: automatic long-term memory for every agent of an ADK `Runner` or `App`.
 
-Registered once (`Runner(plugins=[MemoryBankPlugin()])` or `App(plugins=[…])`), it
-
-- when a run starts, generates what the user's other sessions left pending (waiting a bounded
-  time), then retrieves once, from the user's message, and adds the memories to every model
-  request of that invocation (after ADK's `PreloadMemoryTool`, so a fact that tool already put
-  in the request is not repeated);
-- after each run, stores the session's new events in the session's ingest stream before the run
-  returns (so a synchronous `Runner.run`, whose loop ends with the run, loses nothing); their
-  generation waits until the user's next session starts or the session has been idle.
-
 Nothing it does raises into the agent: a failed or slow search leaves the request without
 memories, a failed store write is logged with its cause and retried. Logs carry counts,
 lengths and error causes, never facts or queries.
@@ -76,17 +66,19 @@ class MemoryBankPlugin(BasePlugin):
     """Retrieves memories into every model request and ingests each run into memory.
 
     ```python
-    from google.adk.apps import App
-    from adk_memory.adk import MemoryBankPlugin, MemoryBankService
-
     app = App(name="assistant", root_agent=agent, plugins=[MemoryBankPlugin()])
     runner = Runner(app=app, session_service=sessions, memory_service=MemoryBankService())
     ```
 
-    The plugin uses the runner's memory service unless given `service=`. With a
-    `MemoryBankService` it asks for `top_k` memories, sends only events not sent before and
-    generates the user's other sessions' pending memories before searching; with another ADK
-    memory service it keeps the first `top_k` results and sends the run's events through
+    When a run starts, it generates what the user's other sessions left pending (waiting a
+    bounded time), then retrieves once, from the user's message, and adds the memories to every
+    model request of that invocation (after ADK's `PreloadMemoryTool`, whose facts it does not
+    repeat). After each run, it stores the session's new events in the session's ingest stream
+    before the run returns (a synchronous `Runner.run`'s loop ends with the run); their
+    generation waits until the user's next session starts or the session has been idle.
+
+    It uses the runner's memory service unless given `service=`. With another service than
+    `MemoryBankService` it keeps the first `top_k` results and sends the run's events through
     `add_events_to_memory` with the same stream and trigger.
     """
 
@@ -229,19 +221,19 @@ class MemoryBankPlugin(BasePlugin):
                 )
                 return
             events = [
-                event
-                for event in session.events
-                if event.invocation_id == invocation_context.invocation_id
+                e for e in session.events if e.invocation_id == invocation_context.invocation_id
             ]
-            work = _add_events(
-                invocation.service,
-                session.app_name,
-                session.user_id,
-                session.id,
-                events,
-                self._trigger or {"generation_rule": {"idle_duration": DEFAULT_IDLE_DURATION}},
+            trigger = self._trigger or {"generation_rule": {"idle_duration": DEFAULT_IDLE_DURATION}}
+            work = invocation.service.add_events_to_memory(
+                app_name=session.app_name,
+                user_id=session.user_id,
+                events=events,
+                session_id=session.id,
+                custom_metadata={"stream_id": session.id, "generation_trigger_config": trigger},
             )
-            await self._bounded(work)
+            # Bounded: after `ingest_timeout` the write goes on in the background.
+            task = self._background.start(_unless_unimplemented(work))
+            await asyncio.wait({task}, timeout=self._ingest_timeout)
         except Exception:  # never raise into the agent
             logger.exception("MemoryBankPlugin could not store the run's events.")
 
@@ -335,30 +327,12 @@ class MemoryBankPlugin(BasePlugin):
         facts = [_text_of(entry.content) for entry in entries]
         return list(dict.fromkeys(fact for fact in facts if fact))
 
-    async def _bounded(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Awaits `work` up to `ingest_timeout`; then leaves it running in the background."""
-        await asyncio.wait({self._background.start(work)}, timeout=self._ingest_timeout)
 
-
-async def _add_events(
-    service: BaseMemoryService,
-    app_name: str,
-    user_id: str,
-    session_id: str,
-    events: list[Any],
-    trigger: dict[str, Any],
-) -> None:
-    """Ingest for memory services other than ours, through ADK's own interface."""
+async def _unless_unimplemented(work: Coroutine[Any, Any, Any]) -> None:
     try:
-        await service.add_events_to_memory(
-            app_name=app_name,
-            user_id=user_id,
-            events=events,
-            session_id=session_id,
-            custom_metadata={"stream_id": session_id, "generation_trigger_config": trigger},
-        )
-    except NotImplementedError:
-        logger.debug("%s takes no event deltas; skipping the ingest.", type(service).__name__)
+        await work
+    except NotImplementedError:  # a memory service that takes no event deltas
+        logger.debug("The memory service takes no event deltas; skipping the ingest.")
 
 
 def _cancel(invocation: _Invocation) -> None:
@@ -400,11 +374,4 @@ def _insert_memories(llm_request: LlmRequest, facts: list[str]) -> None:
     content = genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
     # Request-scoped context goes where PreloadMemoryTool puts it: at the current turn, never
     # into the system instruction or the history prefix that context caching reuses.
-    insert = getattr(llm_request, "_insert_transient_user_content", None)
-    if callable(insert):
-        insert([content])
-        return
-    index = len(llm_request.contents)
-    while index > 0 and llm_request.contents[index - 1].role == "user":
-        index -= 1
-    llm_request.contents.insert(index, content)
+    llm_request._insert_transient_user_content([content])

@@ -6,23 +6,11 @@ when `custom_metadata` asks for a generate-only setting), `add_memory` creates m
 consolidates them with `enable_consolidation`), and `search_memory` is a similarity retrieve.
 The engine runs in this process, on the store the URI names; nothing here talks to Google Cloud.
 
-Event loops: an async store client belongs to the loop that opened it (as ADK's
-`_get_api_client` notes), and ADK calls memory services from several loops (`Runner.run` runs
-each call on a new one), so the service keeps one `AsyncClient` per running loop
-(`adk_memory.adk._loops`). The bank is looked up, and created if absent, on first use; creation
-tolerates `AlreadyExists`, so several processes may start at once.
-
-The turn path (`remember_session`, `generate_pending`, `search_memory`) is bounded and guarded
-by a circuit breaker; storing events never raises a store failure into a turn (the events wait
-in this process and are re-sent). When memories are generated: at once after
-`add_session_to_memory`; before the user's next session searches (the plugin calls
-`generate_pending`); after `idle_duration` of quiet; or on `flush`.
-
-Incrementality: a session is one ingest stream (`stream_id` = session id) and every event is
-sent with its ADK event id, which the stream remembers; an event id already seen is ignored by
-the store, so no event is generated from twice, whichever process sends it. On top of that the
-service remembers, per session, the last event it sent, so `add_session_to_memory` sends only
-the events after it (a process-local saving; the store's dedup is what guarantees it).
+One `AsyncClient` per event loop (`_loops`), the bank ensured on first use (tolerating
+`AlreadyExists`, so several processes may start at once), and the turn path (bounded writes that
+never raise, a circuit breaker, when generation runs) are described in ARCHITECTURE.md. A session
+is one ingest stream (`stream_id` = session id) whose store drops event ids it has seen, so no
+event is generated from twice; remembering each session's last sent event only saves resending.
 """
 
 from __future__ import annotations
@@ -34,8 +22,7 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -53,7 +40,6 @@ from adk_memory.adk._convert import (
     batches,
     create_config,
     event_for_ingest,
-    from_metadata_values,
     generate_config,
     memory_entry_fact,
     memory_id_of_entry,
@@ -62,13 +48,16 @@ from adk_memory.adk._convert import (
 )
 from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, LoopClients, LoopState
 from adk_memory.adk._options import (
-    idle_duration_text,
+    DEFAULT_GENERATION_WAIT,
+    DEFAULT_IDLE_DURATION,
+    DEFAULT_TOP_K,
     options_from_agents_dir,
     parse_options,
     split_service_parameters,
+    top_k_within,
 )
 from adk_memory.embeddings import preload_embedder
-from adk_memory.engine.convert import parse_model
+from adk_memory.engine.convert import metadata_from_request, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
 from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
 from adk_memory.errors import (
@@ -97,20 +86,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOP_K = 3
-"""Memories per search: Memory Bank's own default, which ADK's Vertex service relies on."""
-
-DEFAULT_IDLE_DURATION = "60s"
-"""A session's memories are generated after it has been quiet this long (if nothing came first)."""
-
-DEFAULT_GENERATION_WAIT = 10.0
-"""Seconds a search waits for the user's pending memories to be generated."""
-
 WRITE_TIMEOUT = 5.0
 """Seconds the turn path waits for the store to take a run's events (or list the user's streams)
 before it counts a failure and, for events, retries later."""
 
-_MAX_TOP_K = 100
 _MAX_TRACKED_SESSIONS = 10_000
 _TRANSIENT = (StoreUnavailable, TimeoutError, OSError)
 """Failures the turn path retries later (and counts towards the circuit breaker)."""
@@ -130,15 +109,6 @@ class MemoryBankEntry(MemoryEntry):
     """The Euclidean distance of the memory's embedding to the query's."""
 
 
-@dataclass
-class _Unsent:
-    """A session whose latest events the store has not taken yet (retried in the background)."""
-
-    session: Session
-    generate_now: bool
-    trigger: dict[str, Any] | None
-
-
 class MemoryBankService(BaseMemoryService):
     """Long-term memory for ADK agents, on Chroma, Redis or in-process, chosen by a URI.
 
@@ -152,26 +122,9 @@ class MemoryBankService(BaseMemoryService):
                         memory_service=memory)
         ```
 
-    The bank: `bank=` (an id such as `"coffee-shop"` or a full bank name), else the URI's
-    `?bank=` parameter, else `ADK_MEMORY_BANK`, else `"adk-default"`. It is created on first
-    use if absent, with `**bank_config` (the fields of a Memory Bank config:
-    `customization_configs`, `generation_config`, `similarity_search_config`, `ttl_config`, …);
-    when the bank exists and `bank_config` is given, those top-level fields are merged into it,
-    so the code stays the source of the bank's configuration. Customization configs meant for
-    ADK traffic select the scope keys `["app_name", "user_id"]`, ADK's scope.
-
-    Models: `embedding_model` is the model of a bank created without one (default: the
-    offline all-MiniLM-L6-v2); `generation_model` (a model name or an ADK `BaseLlm`, such as
-    `adk_memory.testing.models.ScriptedMemoryModel` in tests) overrides the bank's
-    `generation_config.model`. Or pass `client=`, an `AsyncClient` you built, instead of `uri`
-    and both models; the service then never closes it.
-
-    Long-running work: like Memory Bank's operations, generation asked through
-    `add_events_to_memory`/`add_memory` runs in the background unless `custom_metadata`
-    sets `wait_for_completion=True`; ingested events are flushed by the ingest scheduler this
-    service runs on each event loop (`run_scheduler=False` leaves that to `adk-memory worker`).
-    `drain()` waits for the background work of the running loop, `flush()` generates from a
-    session's buffered events now, and `aclose()` stops everything.
+    Customization configs meant for ADK traffic select the scope keys `["app_name", "user_id"]`.
+    Generation asked through `add_events_to_memory`/`add_memory` runs in the background unless
+    `custom_metadata` sets `wait_for_completion=True`, like Memory Bank's operations.
     """
 
     def __init__(
@@ -192,33 +145,29 @@ class MemoryBankService(BaseMemoryService):
         """Builds the service; the store connects and the bank is ensured on first use.
 
         The only work started here is loading the local embedding model in a background thread,
-        so that the first search after a start does not wait for it from scratch.
+        so that the first search after a start does not wait for it from scratch. The options
+        `bank` to `generation_wait` may also come from the URI's query or from `services.yaml`
+        (`ServiceOptions`); arguments win over the URI, the URI over the file.
 
         Args:
             uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
-                `memory://`. Query parameters configure the store, except the service's own
-                options (`bank`, `top_k`, `embedding_model`, `generation_model`,
-                `idle_duration`, `generation_wait`, `run_scheduler`). Default:
+                `memory://`; its other query parameters configure the store. Default:
                 `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
-            bank: The bank id or name. Default: the URI's `bank`, `ADK_MEMORY_BANK`, or
-                `"adk-default"`.
-            client: An `AsyncClient` to use on the event loop the service is built on (or the
-                first loop that uses it); on other loops the service builds clients with the
-                same URI and models (and closes them with their loop). Then `uri`,
-                `embedding_model` and `generation_model` must be None. Never closed here.
-            top_k: Memories returned per search (above 100 means 100). Default: 3.
-            embedding_model: The embedding model of a bank created without one.
-            generation_model: A model name or `BaseLlm` instance for memory generation,
+            bank: The bank id or name. Default: `ADK_MEMORY_BANK`, else `"adk-default"`.
+            client: An `AsyncClient` built from a URI, for the loop the service is built on (or
+                the first that uses it); other loops get clients with its URI and models, closed
+                with their loop. Excludes `uri` and both models; never closed here.
+            top_k: Memories per search (above 100 means 100). Default: 3.
+            embedding_model: The model of a bank created without one. Default: all-MiniLM-L6-v2.
+            generation_model: A model name or `BaseLlm` (in tests `ScriptedMemoryModel`),
                 overriding the bank's `generation_config.model`.
-            run_scheduler: Flush due ingest streams (and retry unstored events) in the
-                background on each event loop the service is used on. Default: True.
-            idle_duration: Generate a session's memories once it has been quiet this long,
-                e.g. `"30s"`. Default: `"60s"`.
-            generation_wait: Seconds a search waits for the user's memories still being
-                generated in this process. Default: 10.
-            agents_dir: ADK's agents folder (passed by ADK's service registry); options are
-                read from the `adk_memory:` section of its `services.yaml`.
-            **bank_config: Memory Bank config fields for the bank (see the class docstring).
+            run_scheduler: Flush due streams and retry unstored events on each loop (default).
+            idle_duration: Generate a session's memories after this long quiet. Default: `"60s"`.
+            generation_wait: Seconds a search waits for generation pending here. Default: 10.
+            agents_dir: ADK's agents folder, whose `services.yaml` may hold an `adk_memory:`
+                section of options.
+            **bank_config: Memory Bank config fields: the bank is created with them, or they are
+                merged into it (the code stays the source of the bank's configuration).
 
         Raises:
             InvalidArgument: A malformed bank id, option or `bank_config`, or conflicting
@@ -244,15 +193,7 @@ class MemoryBankService(BaseMemoryService):
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
-        self._top_k = _check_top_k(
-            options.top_k if options.top_k is not None else DEFAULT_TOP_K, field="top_k"
-        )
-        self._idle_duration = idle_duration_text(options.idle_duration or DEFAULT_IDLE_DURATION)
-        self._generation_wait = (
-            options.generation_wait
-            if options.generation_wait is not None
-            else DEFAULT_GENERATION_WAIT
-        )
+        self._options = options
         parse_model(
             types.ReasoningEngineContextSpecMemoryBankConfig, bank_config, field="bank_config"
         )
@@ -268,13 +209,15 @@ class MemoryBankService(BaseMemoryService):
         if client is not None:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        self._run_scheduler = options.run_scheduler is not False
         self._names = client.engine.names if client is not None else Names()
         self._loops = LoopClients(self._build_client)
         self._bank_ready = False
         self._background = BackgroundTasks(f"memory generation in bank {self._bank_id}")
         self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
-        self._unsent: OrderedDict[tuple[str, str, str], _Unsent] = OrderedDict()
+        self._unsent: OrderedDict[tuple[str, str, str], Callable[[], Awaitable[bool]]] = (
+            OrderedDict()
+        )
+        """Sessions whose latest events the store has not taken yet: their retry."""
         self._breaker = CircuitBreaker()
         self._warm = _warm_up(self._embedding_model or default_embedding_model())
 
@@ -291,12 +234,12 @@ class MemoryBankService(BaseMemoryService):
     @property
     def top_k(self) -> int:
         """Memories per search when the caller names no `top_k`."""
-        return self._top_k
+        return self._options.top_k
 
     @property
     def idle_trigger(self) -> dict[str, Any]:
         """The trigger stored on every stream: generate after `idle_duration` of quiet."""
-        return {"generation_rule": {"idle_duration": self._idle_duration}}
+        return {"generation_rule": {"idle_duration": self._options.idle_duration}}
 
     @property
     def generation_model(self) -> str | BaseLlm | None:
@@ -306,7 +249,7 @@ class MemoryBankService(BaseMemoryService):
     @property
     def generation_wait(self) -> float:
         """Seconds a search waits for the user's memories still being generated here."""
-        return self._generation_wait
+        return self._options.generation_wait
 
     @property
     def warming(self) -> bool:
@@ -338,17 +281,10 @@ class MemoryBankService(BaseMemoryService):
     ) -> None:
         """Adds a delta of events, through `ingest_events` or `memories.generate` as ADK does.
 
-        Args:
-            app_name: The app, half of the scope.
-            user_id: The user, the other half of the scope.
-            events: The events to add; empty events and credential requests are skipped.
-            session_id: The stream to append to unless `custom_metadata` names `stream_id`.
-            custom_metadata: ADK's keys. Ingest path (default): `stream_id`, `force_flush`,
-                `generation_trigger_config`. Any of `ttl` (= `revision_ttl`), `revision_ttl`,
-                `revision_expire_time`, `revision_labels`, `metadata`,
-                `metadata_merge_strategy`, `allowed_topics`, `disable_consolidation`,
-                `disable_memory_revisions`, `wait_for_completion` selects `memories.generate`,
-                where other keys become memory metadata.
+        `custom_metadata` takes ADK's keys (README, "ADK"): `stream_id` (default: `session_id`),
+        `force_flush` and `generation_trigger_config` ingest; any `memories.generate` config key
+        switches to it, where other keys become memory metadata. Empty events and credential
+        requests are skipped.
 
         Raises:
             InvalidArgument: An unknown key on the ingest path, ingest and generate keys mixed,
@@ -408,7 +344,8 @@ class MemoryBankService(BaseMemoryService):
                 refuses (nothing is written when any entry is invalid).
             AlreadyExists: A memory id is taken.
         """
-        entries = _memory_entries(memories)
+        if not memories:
+            raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
         options = dict(custom_metadata or {})
         consolidate = options.get(ENABLE_CONSOLIDATION_KEY)
         if consolidate is not None and not isinstance(consolidate, bool):
@@ -416,7 +353,7 @@ class MemoryBankService(BaseMemoryService):
                 f"custom_metadata[{ENABLE_CONSOLIDATION_KEY!r}] must be a bool.",
                 field=f"custom_metadata.{ENABLE_CONSOLIDATION_KEY}",
             )
-        facts = [memory_entry_fact(entry, index=index) for index, entry in enumerate(entries)]
+        facts = [memory_entry_fact(entry, index=index) for index, entry in enumerate(memories)]
         scope = _scope(app_name, user_id)
         if consolidate:
             config = generate_config(options)
@@ -428,7 +365,7 @@ class MemoryBankService(BaseMemoryService):
                 )
             return
         configs = []
-        for entry in entries:
+        for entry in memories:
             config = create_config({**options, **(entry.custom_metadata or {})})
             memory_id = memory_id_of_entry(entry)
             if memory_id and "memory_id" not in config:
@@ -451,22 +388,13 @@ class MemoryBankService(BaseMemoryService):
         top_k: int | None = None,
         wait_for_generation: bool = True,
     ) -> SearchMemoryResponse:
-        """The memories of exactly this app and user nearest to `query`, nearest first.
+        """The `top_k` memories of exactly this app and user nearest to `query`, nearest first.
 
         First generates what this user's sessions asked to generate now
-        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`, so
-        the session that just ended is seen. Each result is a
-        `MemoryBankEntry`: `id` = the memory id (what `delete_memory` takes), `author` =
-        "user", the fact as its text, `timestamp` = its update time (ISO 8601),
-        `custom_metadata` = the memory's metadata as plain values; `name` (the full resource
-        name) and `distance` (Euclidean) are attributes for code, never shown to the model.
-
-        Args:
-            app_name: The app, half of the scope.
-            user_id: The user, the other half of the scope.
-            query: The search text; an empty query finds nothing.
-            top_k: Memories to return (above 100 means 100); default: the service's `top_k`.
-            wait_for_generation: False skips the wait (the plugin has waited already).
+        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`
+        unless `wait_for_generation` is False, so the session that just ended is seen. Each
+        result is a `MemoryBankEntry` whose `id` is what `delete_memory` takes. An empty query
+        finds nothing; `top_k` above 100 means 100.
 
         Raises:
             StoreUnavailable: The store failed, or failed repeatedly within the last 30 s.
@@ -474,13 +402,18 @@ class MemoryBankService(BaseMemoryService):
         """
         if not query or not query.strip():
             return SearchMemoryResponse()
-        count = self._top_k if top_k is None else _check_top_k(top_k, field="top_k")
+        count = self.top_k if top_k is None else top_k_within(top_k)
         scope = _scope(app_name, user_id)
         self._refuse_while_open()
         try:
             client = await self._client()
-            if wait_for_generation and self._generation_wait > 0:
-                await self._generate_pending_or_warn(scope)
+            if wait_for_generation and self.generation_wait > 0:
+                try:  # a failure to generate first must not fail the search itself
+                    await self._generate_pending(scope, except_session_id=None, only_asked=True)
+                except StoreUnavailable as error:
+                    logger.warning(
+                        "Searching without generating pending memories: %s", error.message
+                    )
             pager = await client.memory_banks.memories.retrieve(
                 name=self.bank_name,
                 scope=scope,
@@ -519,18 +452,17 @@ class MemoryBankService(BaseMemoryService):
         else:
             bank_id, short_id = self._bank_id, memory_id
         name = self._names.memory(self._bank_id, short_id)
-        missing = NotFound(
+        if bank_id == self._bank_id:
+            client = await self._client()
+            memory = await client.memory_banks.memories.get(name=name)
+            if dict(memory.scope or {}) == _scope(app_name, user_id):
+                await client.memory_banks.memories.delete(name=name)
+                return
+        raise NotFound(
             f"Memory {memory_id[:200]!r} does not exist for this app and user in bank "
             f"{self._bank_id!r}.",
             field="memory_id",
         )
-        if bank_id != self._bank_id:
-            raise missing
-        client = await self._client()
-        memory = await client.memory_banks.memories.get(name=name)
-        if dict(memory.scope or {}) != _scope(app_name, user_id):
-            raise missing
-        await client.memory_banks.memories.delete(name=name)
 
     # Beyond BaseMemoryService
 
@@ -543,27 +475,41 @@ class MemoryBankService(BaseMemoryService):
     ) -> bool:
         """Stores the session's new events for the turn path: never raises a store failure.
 
-        The events go to the session's stream with the idle trigger (or the one given); with
-        `generate_now` their generation starts in the background. A store that fails or takes
-        longer than 5 s is logged at WARNING with the cause, and the events are sent again by
-        the background poller and by the session's next call; after 3 failures in a row the
-        store is left alone for 30 s (the events wait in this process meanwhile).
+        The events go to the session's stream (`stream_id` = session id) with the idle trigger (or
+        the one given); with `generate_now` their generation starts in the background. A store
+        that fails or takes longer than 5 s is logged at WARNING with the cause, and the events
+        are sent again by the background poller and by the session's next call; after 3 failures
+        in a row the store is left alone for 30 s (the events wait in this process meanwhile).
 
         Returns:
             Whether the store holds the events now.
         """
         key = (session.app_name, session.user_id, session.id)
         trigger = dict(generation_trigger_config or self.idle_trigger)
-        unsent = _Unsent(session, generate_now, trigger)
+        unsent: Callable[[], Awaitable[bool]] = functools.partial(
+            self.remember_session,
+            session,
+            generate_now=generate_now,
+            generation_trigger_config=trigger,
+        )
         self._unsent.pop(key, None)
         if not self._breaker.allows():
             _put_bounded(self._unsent, key, unsent)
             logger.debug("Memory store circuit open; a session's events wait in this process.")
             return False
+        kept = _with_content(session.events)
+        ids = [event.id for event, _ in kept]
+        if (last := self._last_sent.get(key)) is not None and last in ids:
+            kept = kept[ids.index(last) + 1 :]
+        scope = _scope(session.app_name, session.user_id)
         try:
-            stream = await asyncio.wait_for(
-                self.ingest_session(
-                    session, generation_trigger_config=trigger, force_flush=generate_now
+            await asyncio.wait_for(
+                self._ingest(
+                    scope,
+                    stream_id=session.id,
+                    items=kept,
+                    trigger=trigger if kept or generate_now else None,  # None: nothing to send
+                    force_flush=generate_now,
                 ),
                 timeout=WRITE_TIMEOUT,
             )
@@ -586,52 +532,11 @@ class MemoryBankService(BaseMemoryService):
             )
             return False
         self._breaker.succeeded()
-        if generate_now and stream is not None:
-            self._start_flush(stream)
-        return True
-
-    async def ingest_session(
-        self,
-        session: Session,
-        *,
-        generation_trigger_config: Mapping[str, Any]
-        | types.MemoryGenerationTriggerConfig
-        | None = None,
-        force_flush: bool = False,
-    ) -> str | None:
-        """Sends the session's events not sent before to its stream (`stream_id` = session id).
-
-        Args:
-            session: The ADK session.
-            generation_trigger_config: Stored on the stream, e.g.
-                `{"generation_rule": {"idle_duration": "60s"}}`; None keeps the stream's.
-            force_flush: Generate from everything buffered now.
-
-        Returns:
-            The stream's key when events were sent, else None.
-
-        Raises:
-            AdkMemoryError: The store failed or refused the events (nothing is marked sent).
-        """
-        key = (session.app_name, session.user_id, session.id)
-        kept = _with_content(session.events)
-        last = self._last_sent.get(key)
-        ids = [event.id for event, _ in kept]
-        if last is not None and last in ids:
-            kept = kept[ids.index(last) + 1 :]
-        if not kept and not force_flush:
-            return None
-        scope = _scope(session.app_name, session.user_id)
-        await self._ingest(
-            scope,
-            stream_id=session.id,
-            items=kept,
-            trigger=generation_trigger_config,
-            force_flush=force_flush,
-        )
         if kept and kept[-1][0].id:
             _put_bounded(self._last_sent, key, kept[-1][0].id)
-        return stream_key(scope, session.id)
+        if generate_now:
+            self._start_flush(stream_key(scope, session.id))
+        return True
 
     async def generate_pending(
         self,
@@ -705,7 +610,7 @@ class MemoryBankService(BaseMemoryService):
             async with _first_use_lock(self._uri):
                 if not self._bank_ready:
                     await self._ensure_bank(state.client)
-        if self._run_scheduler:
+        if self._options.run_scheduler:
             # After the first use, which connected the store. Streams left due by an earlier
             # process get flushed even if this one only reads.
             state.start_polling(functools.partial(self._background_pass, state))
@@ -732,15 +637,11 @@ class MemoryBankService(BaseMemoryService):
         await state.client.ingest_scheduler.run_once()
 
     async def _retry_unsent(self) -> None:
-        for key, unsent in list(self._unsent.items()):
+        for key, retry in list(self._unsent.items()):
             if not self._breaker.allows():
                 return
-            if self._unsent.get(key) is unsent:
-                await self.remember_session(
-                    unsent.session,
-                    generate_now=unsent.generate_now,
-                    generation_trigger_config=unsent.trigger,
-                )
+            if self._unsent.get(key) is retry:
+                await retry()
 
     def _store_failed(self) -> bool:
         opened = self._breaker.failed()
@@ -777,13 +678,6 @@ class MemoryBankService(BaseMemoryService):
         except AdkMemoryError as error:
             logger.warning("Memory generation failed (%s: %s).", error.status, error.message)
 
-    async def _generate_pending_or_warn(self, scope: dict[str, str]) -> None:
-        """The search's first step; a failure there must not fail the search itself."""
-        try:
-            await self._generate_pending(scope, except_session_id=None, only_asked=True)
-        except StoreUnavailable as error:
-            logger.warning("Searching without generating pending memories first: %s", error.message)
-
     async def _generate_pending(
         self,
         scope: dict[str, str],
@@ -815,7 +709,7 @@ class MemoryBankService(BaseMemoryService):
             # A stream backing off after failed generations is retried, but not waited for.
             if (stream.retry_after or "") <= now:
                 waited.append(task)
-        budget = self._generation_wait if timeout is None else timeout
+        budget = self.generation_wait if timeout is None else timeout
         if waited and budget > 0:
             await asyncio.wait(waited, timeout=budget)
 
@@ -916,7 +810,7 @@ def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryB
         author="user",
         content=genai_types.Content(role="user", parts=[genai_types.Part(text=memory.fact)]),
         timestamp=memory.update_time.isoformat() if memory.update_time else None,
-        custom_metadata=from_metadata_values(memory.metadata),
+        custom_metadata=dict(metadata_from_request(memory.metadata)),
         name=memory.name,
         distance=hit.distance,
     )
@@ -943,15 +837,8 @@ def _check_client(
             "a blocking Client runs on its own loop thread.",
             field="client",
         )
-    given = [
-        name
-        for name, value in (
-            ("uri", uri),
-            ("embedding_model", embedding_model),
-            ("generation_model", model),
-        )
-        if value is not None
-    ]
+    named = {"uri": uri, "embedding_model": embedding_model, "generation_model": model}
+    given = [name for name, value in named.items() if value is not None]
     if given:
         raise InvalidArgument(
             f"Pass either client or {', '.join(given)}: a client you built already "
@@ -968,54 +855,21 @@ def _check_client(
         )
 
 
-_warm_lock = threading.Lock()
-_warm_models: dict[str, threading.Event] = {}
-
-
+@functools.cache
 def _warm_up(model: str | None) -> threading.Event:
     """Loads a local embedding model in a daemon thread, once per process; set when done."""
-    key = model or ""
-    with _warm_lock:
-        ready = _warm_models.get(key)
-        if ready is None:
-            ready = _warm_models[key] = threading.Event()
+    ready = threading.Event()
 
-            def load() -> None:
-                try:
-                    preload_embedder(model)
-                except Exception as error:  # the first search reports it again, with the fix
-                    logger.warning("Preloading the embedding model failed: %s", error)
-                finally:
-                    ready.set()
+    def load() -> None:
+        try:
+            preload_embedder(model)
+        except Exception as error:  # the first search reports it again, with the fix
+            logger.warning("Preloading the embedding model failed: %s", error)
+        finally:
+            ready.set()
 
-            threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
+    threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
     return ready
-
-
-def _memory_entries(memories: Sequence[MemoryEntry]) -> list[MemoryEntry]:
-    if isinstance(memories, str) or not isinstance(memories, Sequence):
-        raise InvalidArgument("memories must be a sequence of MemoryEntry.", field="memories")
-    for index, entry in enumerate(memories):
-        if not isinstance(entry, MemoryEntry):
-            raise InvalidArgument(
-                f"memories[{index}] must be a MemoryEntry.", field=f"memories[{index}]"
-            )
-    if not memories:
-        raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
-    return list(memories)
-
-
-def _check_top_k(value: object, *, field: str) -> int:
-    """A positive count; above 100 is coerced to 100, as Memory Bank's retrieve does (SPEC §3)."""
-    try:
-        count = value if isinstance(value, int) else int(str(value))
-    except ValueError:
-        count = 0
-    if isinstance(value, bool) or count < 1:
-        raise InvalidArgument(
-            f"{field} must be a positive whole number, not {str(value)[:20]!r}.", field=field
-        )
-    return min(count, _MAX_TOP_K)
 
 
 def _shared_memory_uri(uri: str) -> str:

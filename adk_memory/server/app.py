@@ -57,8 +57,8 @@ from adk_memory.server.auth import (
     authorize,
     guard,
     is_loopback,
+    load_in_scope,
 )
-from adk_memory.server.confine import load_in_scope
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "serve"]
 
@@ -139,18 +139,12 @@ def _route(
     *,
     documented: type[BaseModel] | None = None,
 ) -> Callable[[DecoratedCallable], DecoratedCallable]:
-    """Registers a handler on `router`.
+    """Registers a handler on `router`, needing `permission` on the bank (None: any).
 
     A handler returns the SDK model its annotation names, which FastAPI documents and dumps as
-    proto3 JSON (camelCase, no nulls), or a `JSONResponse` for the shapes the SDK has no model of.
-
-    Args:
-        method: The HTTP method.
-        path: The path under the `/v1beta1/…` prefixes.
-        permission: What the key needs on the bank (None: any permission on the bank).
-        operation_id: The OpenAPI operation id, also logged (default: the permission's name,
-            with `reasoningEngines` called `memoryBanks` as in the SDK).
-        documented: The model the OpenAPI description gives for a 200 `JSONResponse`.
+    proto3 JSON (camelCase, no nulls), or a `JSONResponse` for the shapes the SDK has no model of
+    (then `documented` is the model the OpenAPI description gives). The operation id, also
+    logged, defaults to the permission's name with `reasoningEngines` called `memoryBanks`.
     """
     operation_id = operation_id or str(permission).replace("reasoningEngines.", "memoryBanks.")
     success: dict[int | str, dict[str, Any]] = {200: {"model": documented}} if documented else {}
@@ -463,31 +457,26 @@ class _MethodNotAllowed(AdkMemoryError, ClientError):
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, AdkMemoryError):
+    """Every failure as the Google error envelope, with the error's own status."""
+    if isinstance(exc, RequestValidationError):
+        exc = wire.invalid_request(exc.errors())
+    elif isinstance(exc, HTTPException):
+        exc = _http_error(request, exc.status_code, exc.detail)
+    elif not isinstance(exc, AdkMemoryError):
         logger.error("Unhandled %s on %s", type(exc).__name__, request.method, exc_info=exc)
         exc = AdkMemoryError("Internal error; the server log has the details.")  # a 500
     return wire.error_response(exc)
 
 
-async def _on_invalid(request: Request, exc: Exception) -> Response:
-    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    return wire.error_response(wire.invalid_request(errors))
-
-
-async def _on_http_error(request: Request, exc: Exception) -> Response:
-    status = getattr(exc, "status_code", 400)
+def _http_error(request: Request, status: int, detail: str) -> AdkMemoryError:
     where = f"{request.method} {request.url.path[:200]}"
-    error: AdkMemoryError
     if status == 404:
-        error = NotFound(f"No method at {where}; see /openapi.json for the routes.")
-    elif status == 405:
-        error = _MethodNotAllowed(f"{request.method} is not supported on {request.url.path[:200]}.")
-    elif status == 413:
-        error = _too_large(request.app.state.max_body_bytes)
-    else:
-        detail = getattr(exc, "detail", "")
-        error = InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
-    return wire.error_response(error)
+        return NotFound(f"No method at {where}; see /openapi.json for the routes.")
+    if status == 405:
+        return _MethodNotAllowed(f"{request.method} is not supported on {request.url.path[:200]}.")
+    if status == 413:
+        return _too_large(request.app.state.max_body_bytes)
+    return InvalidArgument(f"The request could not be served (HTTP {status}): {detail}.")
 
 
 def _too_large(max_bytes: int) -> wire.PayloadTooLarge:
@@ -631,10 +620,8 @@ def create_app(
     if keys is None:
         app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
     _add_browser(app)
-    app.add_exception_handler(AdkMemoryError, _on_error)
-    app.add_exception_handler(HTTPException, _on_http_error)
-    app.add_exception_handler(RequestValidationError, _on_invalid)
-    app.add_exception_handler(Exception, _on_error)
+    for failure in (AdkMemoryError, HTTPException, RequestValidationError, Exception):
+        app.add_exception_handler(failure, _on_error)
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -714,17 +701,9 @@ def serve(
     cors_origins: Sequence[str] = (),
     log_level: str = "info",
 ) -> None:
-    """Serves the REST API with uvicorn until interrupted.
+    """Serves `create_app(uri, …)` with uvicorn on `host:port` until interrupted.
 
-    Args:
-        uri: The store URI.
-        host: The address to bind; anything but loopback needs `api_keys`.
-        port: The TCP port.
-        api_keys: The accepted keys; None serves everyone (loopback only).
-        max_body_bytes: The largest request body accepted.
-        allowed_hosts: The `Host` names served (see `create_app`).
-        cors_origins: Origins whose web pages may call the API (see `create_app`).
-        log_level: uvicorn's and adk-memory's log level (`info` logs one line per request).
+    `log_level` is uvicorn's and adk-memory's (`info` logs one line per request).
 
     Raises:
         FailedPrecondition: `host` is not a loopback address and no API keys are configured.

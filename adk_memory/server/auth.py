@@ -1,37 +1,16 @@
-"""API keys for the REST server: who may call which method on which bank.
+"""API keys for the REST and MCP servers: who may call which method on which bank and scope.
 
-A key file (YAML or JSON, `adk-memory serve --keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) lists
-keys, each with a label, the secret (or its SHA-256), a permission set named like Agent
-Platform's IAM permissions and, optionally, the banks it may touch:
-
-```yaml
-keys:
-  - name: support-agent              # a label for logs and error messages; never the secret
-    key: "a-long-random-secret"      # or key_sha256: "<hex digest of the secret>"
-    permissions: [memories.generate, memories.retrieve]   # what an ADK agent needs
-    banks: ["1234567890"]            # optional; full bank names work too
-  - name: admin
-    key_sha256: "<64 hex digits>"     # printf %s "$SECRET" | sha256sum
-    permissions: ["*"]
-```
-
-Permissions may be spelled with or without the `aiplatform.` prefix; `*`, `memories.*`,
-`memoryRevisions.*` and `reasoningEngines.*` grant a whole family. An unknown permission is an
-error when the file is loaded, so a typo never silently grants nothing.
-
-A key may also be bound to a scope: `scope: {user_id: "alice"}` fixes entries, and a token key
-(`token_secret`, an HS256 secret shared with the service that signs each end user's JWT) takes
-entries from the token's claims, e.g. `scope_claims: {user_id: sub}`. Every call with a bound key
-is confined to scopes that carry those entries (`Principal.check_scope`, `confine_filter`); the
-routes apply it. A wildcard permission never grants a bound key bank writes
-(`reasoningEngines.create`, `.update`, `.delete`): those must be listed by name.
+The key file format (YAML or JSON, `--keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) is in README
+§"REST server". Permissions are named like Agent Platform's IAM permissions, with or without the
+`aiplatform.` prefix, or a family wildcard; an unknown one fails the load, so a typo never
+silently grants nothing. A key bound to a scope (`scope`, or a signed token's claims through
+`scope_claims`) confines every call to scopes carrying those entries (`Principal.check_scope`,
+`confine_filter`; a memory named in a request passes `load_in_scope`), and a wildcard never
+grants it bank writes: those must be listed by name.
 
 A server without keys trusts whoever can reach it, so it must refuse what a web page can send
 it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
 rebinding) and, without keys, only requests from its own origin or a configured CORS origin.
-
-`authorize` and `guard` are FastAPI dependencies; the errors they raise become 401, 403 and 400
-responses in the Google envelope.
 """
 
 from __future__ import annotations
@@ -41,10 +20,10 @@ import hmac
 import ipaddress
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Request, Security
 from fastapi.security import (
@@ -57,24 +36,29 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import OctKey
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from adk_memory.errors import (
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     PermissionDenied,
     Unauthenticated,
 )
-from adk_memory.filters import parse_filter
+from adk_memory.filters import parse_filter, quote_string
 from adk_memory.names import Names
 from adk_memory.scope import MAX_SCOPE_PAIRS
+
+if TYPE_CHECKING:
+    from adk_memory import types
+    from adk_memory._async_client import AsyncClient
 
 __all__ = [
     "PERMISSIONS",
@@ -86,7 +70,9 @@ __all__ = [
     "authorize",
     "guard",
     "is_loopback",
+    "load_in_scope",
     "normalize_permission",
+    "principal_of",
 ]
 
 PERMISSIONS: frozenset[str] = frozenset(
@@ -116,8 +102,6 @@ the `aiplatform.` prefix. `memories:ingestEvents` needs `memories.generate`,
 _FAMILIES = frozenset(name.split(".")[0] for name in PERMISSIONS)
 _PREFIX = "aiplatform."
 _MIN_KEY_LENGTH = 16
-_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
-_SCOPE_ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _BANK_WRITES = frozenset(
     {"reasoningEngines.create", "reasoningEngines.update", "reasoningEngines.delete"}
 )
@@ -140,8 +124,21 @@ def normalize_permission(name: str) -> str:
     )
 
 
+def _bank_id(name: str) -> str:
+    try:
+        return Names.parse_bank_id(name.strip(), field="banks")
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+_ScopeEntries = dict[
+    Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")],
+    Annotated[str, Field(min_length=1)],
+]
 
 
 class ApiKey(BaseModel):
@@ -154,61 +151,21 @@ class ApiKey(BaseModel):
     key: SecretStr | None = None
     """The secret as sent by clients, at least 16 characters. Exactly one of `key` and
     `key_sha256` is set."""
-    key_sha256: str | None = None
+    key_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
     """The hex SHA-256 of the secret, so that the key file need not hold the secret itself."""
-    permissions: frozenset[str]
+    permissions: frozenset[Annotated[str, AfterValidator(normalize_permission)]] = Field(
+        min_length=1
+    )
     """Permissions (`memories.retrieve`, `aiplatform.memories.generate`, `memories.*`, `*`)."""
-    banks: frozenset[str] | None = None
+    banks: frozenset[Annotated[str, AfterValidator(_bank_id)]] | None = Field(None, min_length=1)
     """Bank ids (or full bank names) the key may use; None means every bank."""
     token_secret: SecretStr | None = None
     """An HS256 secret (32+ characters): the key is any signed token (JWT) with an `exp` that
     verifies with it, instead of one fixed secret."""
-    scope: dict[str, str] | None = None
+    scope: _ScopeEntries | None = Field(None, min_length=1)
     """Scope entries every call with the key is confined to."""
-    scope_claims: dict[str, str] | None = None
+    scope_claims: _ScopeEntries | None = Field(None, min_length=1)
     """Scope entries taken from a token's claims: scope key -> claim name (`{user_id: sub}`)."""
-
-    @field_validator("permissions", mode="before")
-    @classmethod
-    def _normalize_permissions(cls, value: Any) -> Any:
-        if isinstance(value, str) or not isinstance(value, Iterable):
-            raise ValueError("permissions must be a list of permission names")
-        names = frozenset(normalize_permission(str(item)) for item in value)
-        if not names:
-            raise ValueError("permissions must not be empty; list what the key may do")
-        return names
-
-    @field_validator("banks", mode="before")
-    @classmethod
-    def _normalize_banks(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, str) or not isinstance(value, Iterable):
-            raise ValueError("banks must be a list of bank ids or names")
-        ids = set()
-        for item in value:
-            try:
-                ids.add(Names.parse_bank_id(str(item).strip(), field="banks"))
-            except InvalidArgument as exc:
-                raise ValueError(str(exc)) from None
-        if not ids:
-            raise ValueError("banks must not be empty; omit it to allow every bank")
-        return frozenset(ids)
-
-    @field_validator("scope", "scope_claims")
-    @classmethod
-    def _scope_entries(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return None
-        for entry, text in value.items():
-            if not _SCOPE_ENTRY.fullmatch(entry) or not text:
-                raise ValueError(
-                    f"scope entries need a key of letters, digits and '_' and a non-empty value; "
-                    f"{entry[:40]!r} is not one"
-                )
-        if not value:
-            raise ValueError("a scope restriction must not be empty; omit it instead")
-        return value
 
     @model_validator(mode="after")
     def _one_secret(self) -> ApiKey:
@@ -221,13 +178,10 @@ class ApiKey(BaseModel):
             raise ValueError("token_secret must have at least 32 characters (HS256)")
         if self.scope_claims is not None and self.token_secret is None:
             raise ValueError("scope_claims needs token_secret: only a signed token has claims")
-        bound = {**(self.scope or {}), **(self.scope_claims or {})}
-        if len(bound) > MAX_SCOPE_PAIRS:
+        if len({**(self.scope or {}), **(self.scope_claims or {})}) > MAX_SCOPE_PAIRS:
             raise ValueError(f"a scope has at most {MAX_SCOPE_PAIRS} entries")
         if self.key is not None and len(self.key.get_secret_value()) < _MIN_KEY_LENGTH:
             raise ValueError(f"key must have at least {_MIN_KEY_LENGTH} characters")
-        if self.key_sha256 is not None and not _SHA256_HEX.fullmatch(self.key_sha256):
-            raise ValueError("key_sha256 must be 64 hexadecimal characters")
         return self
 
     @property
@@ -395,7 +349,9 @@ class Principal:
         """
         if self.scope is None:
             return text
-        conditions = [f"scope.{entry} = {_quote(value)}" for entry, value in self.scope.items()]
+        conditions = [
+            f"scope.{entry} = {quote_string(value)}" for entry, value in self.scope.items()
+        ]
         if text is not None and parse_filter(text, allow_scope=True) is not None:
             conditions.insert(0, f"({text})")
         return " AND ".join(conditions)
@@ -440,7 +396,24 @@ class Principal:
             )
 
 
-def authenticate(keys: ApiKeys | None, *, api_key: str | None, bearer: str | None) -> Principal:
+async def load_in_scope(
+    client: AsyncClient, name: str, allowed: Callable[[dict[str, str]], bool]
+) -> types.Memory:
+    """The memory `name`, if it is live and its scope is `allowed` (REST: `Principal.covers`).
+
+    Raises:
+        NotFound: The memory does not exist, has expired, or belongs to a scope the caller may
+            not see (the same answer, so that a bound key learns nothing about other scopes).
+    """
+    memory = await client.memory_banks.memories.get(name=name)
+    if not allowed(memory.scope or {}):
+        raise NotFound(f"Memory {memory.name!r} does not exist or has expired.", field="name")
+    return memory
+
+
+def authenticate(
+    keys: ApiKeys | None, api_key: str | None, bearer: HTTPAuthorizationCredentials | None
+) -> Principal:
     """The caller behind the `x-goog-api-key` header or the `Authorization: Bearer` token.
 
     Raises:
@@ -448,7 +421,7 @@ def authenticate(keys: ApiKeys | None, *, api_key: str | None, bearer: str | Non
     """
     if keys is None:
         return Principal(None)
-    presented = api_key or bearer
+    presented = api_key or (bearer.credentials.strip() if bearer is not None else None)
     if not presented:
         raise Unauthenticated(
             "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
@@ -461,9 +434,9 @@ def authenticate(keys: ApiKeys | None, *, api_key: str | None, bearer: str | Non
     return principal
 
 
-def _quote(value: str) -> str:
-    """`value` as a filter string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+async def principal_of(request: Request, keys: ApiKeys | None) -> Principal:
+    """`authenticate` for a request outside FastAPI's dependencies (the MCP server's)."""
+    return authenticate(keys, await _API_KEY(request), await _BEARER(request))
 
 
 _API_KEY = APIKeyHeader(name="x-goog-api-key", scheme_name="apiKey", auto_error=False)
@@ -481,9 +454,7 @@ async def authorize(
     The permission is the route's one security scope (none: any permission on the bank); the
     keys are the app's `state.api_keys`.
     """
-    keys: ApiKeys | None = request.app.state.api_keys
-    token = bearer.credentials.strip() if bearer is not None else None
-    principal = authenticate(keys, api_key=api_key, bearer=token or None)
+    principal = authenticate(request.app.state.api_keys, api_key, bearer)
     request.state.key_label = principal.label
     request.state.principal = principal
     permission = required.scopes[0] if required.scopes else None

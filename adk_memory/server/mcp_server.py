@@ -4,23 +4,23 @@ Every tool works on one bank and one scope, and neither is ever a tool argument:
 the scope's fixed entries come from the server's configuration (`--bank`, `--scope`), and over
 HTTP with keys the caller's key adds the entries it is bound to (`auth.ApiKey.scope`, or a signed
 token's claims). A prompt-injected model can pass any text as a memory id or a query and still
-reaches only memories of that scope: a memory named by id passes `confine.load_in_scope`.
+reaches only memories of that scope: a memory named by id passes `auth.load_in_scope`.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
-from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
@@ -34,13 +34,18 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.scope import validate_scope
-from adk_memory.server.auth import ApiKeys, Principal, authenticate, is_loopback
-from adk_memory.server.confine import load_in_scope
+from adk_memory.server.auth import ApiKeys, Principal, is_loopback, load_in_scope, principal_of
 from adk_memory.server.wire import error_response
 
 __all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
 
-_MEMORY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_MemoryId = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        description="The memory_id a tool returned (lowercase letters, digits and '-').",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -88,88 +93,61 @@ def _memory_out(memory: types.Memory, distance: float | None = None) -> MemoryOu
     )
 
 
-class _Tools:
-    """The tools of one server: each resolves the caller's scope, then calls the client."""
+def _call_scope(ctx: Context, binding: McpBinding, permission: str) -> dict[str, str]:
+    """The exact scope of this call, once the caller's key is checked for `permission`.
 
-    def __init__(self, client: AsyncClient, binding: McpBinding) -> None:
-        self.client = client
-        self.binding = binding
-        self.memories = client.memory_banks.memories
-
-    def caller(self, ctx: Context) -> tuple[Principal, dict[str, str]]:
-        """The caller and the exact scope of this call.
-
-        Raises:
-            PermissionDenied: The key's scope entries contradict the server's, or no scope at all.
-        """
-        request = ctx.request_context.request
-        principal = getattr(getattr(request, "state", None), "principal", None)
-        if not isinstance(principal, Principal):
-            principal = Principal(None)
-        scope = dict(self.binding.scope)
-        for entry, value in (principal.scope or {}).items():
-            if scope.setdefault(entry, value) != value:
-                raise PermissionDenied(
-                    f"The API key {principal.label!r} is bound to {entry}={value!r}, which this "
-                    f"server's --scope sets otherwise.",
-                    field="scope",
-                )
-        if not scope:
+    Raises:
+        PermissionDenied: The key's scope entries contradict the server's, no scope at all, or
+            the key lacks the permission on the bank.
+    """
+    request = ctx.request_context.request
+    principal = getattr(getattr(request, "state", None), "principal", None) or Principal(None)
+    scope = dict(binding.scope)
+    for entry, value in (principal.scope or {}).items():
+        if scope.setdefault(entry, value) != value:
             raise PermissionDenied(
-                "This MCP server has no scope for the caller: start it with --scope KEY=VALUE, "
-                "or call it with a key bound to a scope.",
+                f"The API key {principal.label!r} is bound to {entry}={value!r}, which this "
+                f"server's --scope sets otherwise.",
                 field="scope",
             )
-        return principal, validate_scope(scope)
-
-    def allowed(self, ctx: Context, permission: str) -> dict[str, str]:
-        """The call's scope, once the caller's key is checked for `permission` on the bank."""
-        principal, scope = self.caller(ctx)
-        principal.require(permission, Names.parse_bank(self.binding.bank))
-        return scope
-
-    def memory_name(self, memory_id: str) -> str:
-        if not isinstance(memory_id, str) or not _MEMORY_ID.fullmatch(memory_id):
-            raise InvalidArgument(
-                "memory_id is the id a tool returned (lowercase letters, digits and '-').",
-                field="memory_id",
-            )
-        return f"{self.binding.bank}/memories/{memory_id}"
-
-    async def own_memory(self, ctx: Context, permission: str, memory_id: str) -> str:
-        """The name of `memory_id`, NotFound unless it is live and of exactly the call's scope.
-
-        Exactly, as retrieval matches: the server's own entries may be only part of a scope.
-        """
-        scope = self.allowed(ctx, permission)
-        name = self.memory_name(memory_id)
-        await load_in_scope(self.client, name, scope.__eq__)
-        return name
+    if not scope:
+        raise PermissionDenied(
+            "This MCP server has no scope for the caller: start it with --scope KEY=VALUE, "
+            "or call it with a key bound to a scope.",
+            field="scope",
+        )
+    checked = validate_scope(scope)
+    principal.require(permission, Names.parse_bank(binding.bank))
+    return checked
 
 
 _Tool = TypeVar("_Tool", bound=Callable[..., Awaitable[Any]])
 
 
-def _telling(tool: _Tool) -> _Tool:
-    """`tool`, answering our typed errors with their message (the SDK hides other errors)."""
-
-    @functools.wraps(tool)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await tool(*args, **kwargs)
-        except AdkMemoryError as exc:
-            raise ToolError(f"{exc.status}: {exc}") from None
-
-    return cast(_Tool, wrapper)
-
-
-def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
-    memories = tools.memories
-    bank = tools.binding.bank
+def _register(
+    server: MCPServer, client: AsyncClient, binding: McpBinding, generation: bool
+) -> None:
+    memories, bank = client.memory_banks.memories, binding.bank
 
     def tool(function: _Tool) -> _Tool:
-        server.tool()(_telling(function))
+        # Our typed errors are answered with their message (the SDK hides other errors).
+
+        @functools.wraps(function)
+        async def telling(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await function(*args, **kwargs)
+            except AdkMemoryError as exc:
+                raise ToolError(f"{exc.status}: {exc}") from None
+
+        server.tool()(telling)
         return function
+
+    async def own_memory(ctx: Context, permission: str, memory_id: str) -> str:
+        # Exactly the call's scope, as retrieval matches: the server's entries may be only part.
+        scope = _call_scope(ctx, binding, permission)
+        name = f"{bank}/memories/{memory_id}"
+        await load_in_scope(client, name, scope.__eq__)
+        return name
 
     @tool
     async def retrieve_memories(
@@ -182,7 +160,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         Call it before answering anything that may depend on what the user said in earlier
         conversations (preferences, facts about them, past decisions).
         """
-        scope = tools.allowed(ctx, "memories.retrieve")
+        scope = _call_scope(ctx, binding, "memories.retrieve")
         pager = await memories.retrieve(
             name=bank,
             scope=scope,
@@ -197,18 +175,16 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         page_token: Annotated[str | None, Field(description="From the previous page.")] = None,
     ) -> dict[str, Any]:
         """List the user's memories, newest first, a page at a time (next_page_token: more)."""
-        scope = tools.allowed(ctx, "memories.retrieve")
-        params: dict[str, Any] = {"page_size": page_size}
-        if page_token:
-            params["page_token"] = page_token
+        scope = _call_scope(ctx, binding, "memories.retrieve")
+        params = {"page_size": page_size, "page_token": page_token or None}
         pager = await memories.retrieve(name=bank, scope=scope, simple_retrieval_params=params)
         page = [_memory_out(hit.memory).model_dump() for hit in pager.page if hit.memory]
         return {"memories": page, "next_page_token": pager.next_page_token or None}
 
     @tool
-    async def get_memory(ctx: Context, memory_id: str) -> MemoryOut:
+    async def get_memory(ctx: Context, memory_id: _MemoryId) -> MemoryOut:
         """Read one memory by the memory_id another tool returned."""
-        name = await tools.own_memory(ctx, "memories.get", memory_id)
+        name = await own_memory(ctx, "memories.get", memory_id)
         return _memory_out(await memories.get(name=name))
 
     @tool
@@ -219,32 +195,32 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         ],
     ) -> MemoryOut:
         """Remember a fact about the user for later conversations (one fact per call)."""
-        scope = tools.allowed(ctx, "memories.create")
+        scope = _call_scope(ctx, binding, "memories.create")
         operation = await memories.create(name=bank, fact=fact, scope=scope)
         assert operation.response is not None  # a done create always carries its memory
         return _memory_out(operation.response)
 
     @tool
     async def update_memory(
-        ctx: Context, memory_id: str, fact: Annotated[str, Field(min_length=1)]
+        ctx: Context, memory_id: _MemoryId, fact: Annotated[str, Field(min_length=1)]
     ) -> MemoryOut:
         """Replace the fact of a memory (the old text stays in its revisions)."""
-        name = await tools.own_memory(ctx, "memories.update", memory_id)
+        name = await own_memory(ctx, "memories.update", memory_id)
         operation = await memories.update(name=name, fact=fact)
         assert operation.response is not None
         return _memory_out(operation.response)
 
     @tool
-    async def delete_memory(ctx: Context, memory_id: str) -> str:
+    async def delete_memory(ctx: Context, memory_id: _MemoryId) -> str:
         """Forget a memory (for instance when the user asks to); its revisions remain."""
-        name = await tools.own_memory(ctx, "memories.delete", memory_id)
+        name = await own_memory(ctx, "memories.delete", memory_id)
         await memories.delete(name=name)
         return f"Deleted memory {memory_id}."
 
     @tool
-    async def list_revisions(ctx: Context, memory_id: str) -> list[RevisionOut]:
+    async def list_revisions(ctx: Context, memory_id: _MemoryId) -> list[RevisionOut]:
         """The earlier versions of a memory, newest first (for rollback_memory)."""
-        name = await tools.own_memory(ctx, "memoryRevisions.list", memory_id)
+        name = await own_memory(ctx, "memoryRevisions.list", memory_id)
         pager = await memories.revisions.list(name=name, config={"page_size": 100})
         return [
             RevisionOut(
@@ -256,9 +232,9 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         ]
 
     @tool
-    async def rollback_memory(ctx: Context, memory_id: str, revision_id: str) -> MemoryOut:
+    async def rollback_memory(ctx: Context, memory_id: _MemoryId, revision_id: str) -> MemoryOut:
         """Restore a memory to one of its revisions (see list_revisions)."""
-        name = await tools.own_memory(ctx, "memoryRevisions.rollback", memory_id)
+        name = await own_memory(ctx, "memoryRevisions.rollback", memory_id)
         await memories.rollback(name=name, target_revision_id=revision_id)
         return _memory_out(await memories.get(name=name))
 
@@ -274,7 +250,7 @@ def _register(server: MCPServer, tools: _Tools, *, generation: bool) -> None:
         New facts are created, and existing memories they change are updated or deleted; the
         answer lists each memory with its action (CREATED, UPDATED, DELETED).
         """
-        scope = tools.allowed(ctx, "memories.generate")
+        scope = _call_scope(ctx, binding, "memories.generate")
         events = [{"content": {"role": m.role, "parts": [{"text": m.text}]}} for m in messages]
         operation = await memories.generate(
             name=bank, direct_contents_source={"events": events}, scope=scope
@@ -315,42 +291,26 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
             "sees only this user's memories."
         ),
     )
-    _register(server, _Tools(client, binding), generation=generation)
+    _register(server, client, binding, generation)
     return server
 
 
-class _Authenticated:
-    """Refuses HTTP requests without a valid key (401); passes the caller on in `state`."""
-
-    def __init__(self, app: ASGIApp, keys: ApiKeys | None) -> None:
-        self.app = app
-        self.keys = keys
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        bearer = request.headers.get("authorization", "")
-        token = bearer[7:].strip() if bearer[:7].lower() == "bearer " else None
-        try:
-            principal = authenticate(
-                self.keys, api_key=request.headers.get("x-goog-api-key"), bearer=token or None
-            )
-        except Unauthenticated as exc:
-            await error_response(exc)(scope, receive, send)
-            return
-        scope.setdefault("state", {})["principal"] = principal
-        await self.app(scope, receive, send)
-
-
 def mcp_http_app(server: MCPServer, keys: ApiKeys | None, *, host: str = "127.0.0.1") -> ASGIApp:
-    """The streamable HTTP app (`/mcp`) behind the key check.
+    """The streamable HTTP app (`/mcp`) behind the key check (401 without a valid key).
 
     Stateless: every request is authenticated on its own, so a session id is never a credential.
     """
-    app: Starlette = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
-    return _Authenticated(app, keys)
+
+    async def authenticated(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        try:
+            request.state.principal = await principal_of(request, keys)
+        except Unauthenticated as exc:
+            return error_response(exc)
+        return await call_next(request)
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=authenticated)
+    return app
 
 
 async def serve_mcp(

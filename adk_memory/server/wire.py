@@ -58,7 +58,6 @@ __all__ = [
     "error_response",
     "invalid_request",
     "mask_bank_update",
-    "page",
     "reasoning_engine_json",
     "to_json",
 ]
@@ -420,14 +419,6 @@ def mask_bank_update(body: ReasoningEngineBody, update_mask: str | None) -> Reas
 def to_json(model: BaseModel) -> dict[str, Any]:
     """Proto3-style JSON of an SDK model: camelCase keys, RFC 3339 times, no nulls."""
     payload: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return payload
-
-
-def page(key: str, items: Sequence[BaseModel], next_page_token: str | None) -> dict[str, Any]:
-    """One page of a list: `{key: [...], "nextPageToken": ...}`."""
-    payload: dict[str, Any] = {key: [to_json(item) for item in items]}
-    if next_page_token:
-        payload["nextPageToken"] = next_page_token
     return payload
 
 
