@@ -11,6 +11,8 @@ import pytest
 from google.genai import errors
 
 SCOPE = {"user_id": "wire"}
+OPENAPI_TIMEOUT = 60.0
+"""FastAPI builds the description on the first request: seconds on a loaded machine."""
 
 
 def call(method: str, url: str, path: str, body: Any = None, **params: str) -> httpx.Response:
@@ -236,7 +238,7 @@ def test_a_bank_update_mask_limits_the_change(open_server: Any, sdk: agentplatfo
 
 
 def test_the_openapi_description_lists_every_route(open_server: Any) -> None:
-    described = httpx.get(f"{open_server.url}/openapi.json").json()
+    described = httpx.get(f"{open_server.url}/openapi.json", timeout=OPENAPI_TIMEOUT).json()
 
     prefix = "/v1beta1/projects/{project}/locations/{location}/reasoningEngines"
     paths = described["paths"]
@@ -256,8 +258,8 @@ def test_the_openapi_description_lists_every_route(open_server: Any) -> None:
 def test_the_openapi_description_names_key_schemes_only_when_keys_are_required(
     open_server: Any, keyed_server: Any
 ) -> None:
-    keyless = httpx.get(f"{open_server.url}/openapi.json").json()
-    keyed = httpx.get(f"{keyed_server.url}/openapi.json").json()
+    keyless = httpx.get(f"{open_server.url}/openapi.json", timeout=OPENAPI_TIMEOUT).json()
+    keyed = httpx.get(f"{keyed_server.url}/openapi.json", timeout=OPENAPI_TIMEOUT).json()
 
     get_memory = (
         "/v1beta1/projects/{project}/locations/{location}/reasoningEngines/{bank}/memories/{memory}"
