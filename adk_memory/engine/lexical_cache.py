@@ -9,7 +9,9 @@ written since the index was built, by any process; a new one means one rebuild (
 one read of the vectors when the store's scan leaves them out). Expiry does not change a
 version, so each query leaves out the documents expired at its `now`. A store that keeps no
 version (None) is scanned whole every time, as before the cache (and its index keeps no
-vectors: the store's own nearest query ranks the dense side then).
+vectors: the store's own nearest query ranks the dense side then). A filtered query ranks a view
+of the index that keeps the filter's matches; each index remembers its views of the last
+`MAX_VIEWS` filters, so a filter repeated at the same version is not evaluated again.
 
 The cache is per process and bounded in bytes (least recently used scopes go first): each
 entry weighs its vectors' actual bytes plus `LEXICAL_BYTES_PER_FACT` per fact for the BM25
@@ -23,8 +25,9 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +38,7 @@ from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryRecord, MemoryStore
 from adk_memory.vectors import VectorMatrix
 
-__all__ = ["LEXICAL_BYTES_PER_FACT", "MAX_CACHED_BYTES", "LexicalCache", "ScopeIndex"]
+__all__ = ["LEXICAL_BYTES_PER_FACT", "MAX_CACHED_BYTES", "MAX_VIEWS", "LexicalCache", "ScopeIndex"]
 
 MAX_CACHED_BYTES = 256 * 2**20
 """The default budget of a process's cache: ~80,000 facts with 384-d float32 vectors."""
@@ -43,6 +46,8 @@ LEXICAL_BYTES_PER_FACT = 1_600
 """The BM25 side's weight of one fact: ~0.6 KB of postings (measured on 8-word facts) and up to
 ~1 KB of term counts the tokenizer's own cache does not share. A 384-d float32 vector adds
 1.5 KB (float64, when a store keeps vectors that are not float32: 3 KB)."""
+MAX_VIEWS = 16
+"""How many filters' views of one cached index are kept (least recently used go first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +65,10 @@ class ScopeIndex:
     vectors: VectorMatrix | None = None
     """The documents' vectors (rows in document order); None when not read, or not all of one
     length (a re-embedding under way)."""
-    excluded: frozenset[int] = frozenset()
-    """Documents this view leaves out as if expired (those a query's filter does not match)."""
+    kept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
+    """A mask of the documents this view keeps (those a query's filter matches); None: all.
+    The others count as expired."""
+    _views: _Views = field(default_factory=lambda: _Views(), init=False, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -98,26 +105,38 @@ class ScopeIndex:
         vectors = self.vectors.nbytes if self.vectors is not None else 0
         return LEXICAL_BYTES_PER_FACT * max(len(self.memory_ids), 1) + vectors
 
-    def restricted(self, memory_ids: Iterable[str]) -> ScopeIndex:
-        """This index with only the documents of `memory_ids` kept (a filter's matches)."""
-        kept = set(memory_ids)
-        left_out = (doc for doc, memory_id in enumerate(self.memory_ids) if memory_id not in kept)
-        return replace(self, excluded=frozenset(left_out))
+    def restricted(
+        self, filter_key: str, memory_ids: AbstractSet[str], as_of: datetime
+    ) -> ScopeIndex:
+        """This index with only the documents of `memory_ids` kept: the matches of a filter.
 
-    def expired(self, now: datetime) -> frozenset[int]:
-        """The documents expired at `now`, and those the view excludes.
+        `memory_ids` must be every memory of this index's version that matches the filter
+        named `filter_key` and is live at `as_of` (expired ones may be in it): the view is
+        remembered, and `view` serves it again to queries at `as_of` or later.
+        """
+        kept = np.fromiter(
+            (memory_id in memory_ids for memory_id in self.memory_ids),
+            dtype=bool,
+            count=len(self.memory_ids),
+        )
+        kept.flags.writeable = False  # `live` hands it out
+        view = replace(self, kept=kept)
+        self._views.put(filter_key, view, as_of)
+        return view
+
+    def view(self, filter_key: str, now: datetime) -> ScopeIndex | None:
+        """The view `restricted` made for the filter named `filter_key`, if it serves `now`."""
+        return self._views.get(filter_key, now)
+
+    def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+        """A mask over the documents, False for those expired at `now` or not kept; None: all.
 
         A memory is live while its expiry is after `now`.
         """
         expired = self.expiring[: bisect.bisect_right(self.expire_times, now)]
-        return frozenset(expired) | self.excluded
-
-    def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-        """A mask over the documents, False for those `expired(now)`; None: all live."""
-        expired = self.expired(now)
         if not expired:
-            return None
-        mask = np.ones(len(self.memory_ids), dtype=bool)
+            return self.kept
+        mask = np.ones(len(self.memory_ids), dtype=bool) if self.kept is None else self.kept.copy()
         mask[list(expired)] = False
         return mask
 
@@ -125,6 +144,34 @@ class ScopeIndex:
         """Whether this index answers a query at `now` on a scope read at `version`."""
         # A clock set back could make live a memory that had expired when the index was built.
         return self.version == version and now >= self.built_at
+
+
+class _Views:
+    """The filtered views of one index, by filter: the last `MAX_VIEWS` used.
+
+    Not counted in the cache's budget: a view holds a mask of one byte per document, against
+    the index's ~3 KB per document.
+    """
+
+    def __init__(self) -> None:
+        self._views: OrderedDict[str, tuple[ScopeIndex, datetime]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, filter_key: str, now: datetime) -> ScopeIndex | None:
+        with self._lock:
+            found = self._views.get(filter_key)
+            if found is None or now < found[1]:
+                # A clock set back could make live a memory that the ids left out as expired.
+                return None
+            self._views.move_to_end(filter_key)
+            return found[0]
+
+    def put(self, filter_key: str, view: ScopeIndex, as_of: datetime) -> None:
+        with self._lock:
+            self._views[filter_key] = (view, as_of)
+            self._views.move_to_end(filter_key)
+            while len(self._views) > MAX_VIEWS:
+                self._views.popitem(last=False)
 
 
 _Key = tuple[int, str, ScopeKey]
@@ -146,24 +193,21 @@ class LexicalCache:
         store: MemoryStore,
         bank_id: str,
         scope_key: ScopeKey,
+        version: str,
         now: datetime,
-        scan: Callable[[bool], Awaitable[Sequence[MemoryRecord]]],
+        scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
     ) -> ScopeIndex:
-        """The scope's index at `now`: the cached one if the scope's version is unchanged.
+        """The scope's index at `now`: the cached one if the scope is still at `version`.
 
-        `scan(with_vectors)` reads the scope's live memories at `now` (with their embeddings
-        when asked). The version is read before it, so an index never claims a version older
-        than its contents (a write in between only costs one more rebuild). Only a versioned
-        index keeps vectors: an unversioned one serves one query.
+        `version` is the scope's, read just before; `scan()` reads the scope's live memories at
+        `now` with their embeddings. So an index never claims a version older than its contents
+        (a write in between only costs one more rebuild).
         """
-        version = await store.scope_version(bank_id, scope_key)
-        if version is None:
-            return ScopeIndex.of(await scan(False), None, now)
         key = self._key(store, bank_id, scope_key)
         cached = self._get(key) if key is not None else None
         if cached is not None and cached.serves(version, now):
             return cached
-        index = ScopeIndex.of(await scan(True), version, now, with_vectors=True)
+        index = ScopeIndex.of(await scan(), version, now, with_vectors=True)
         if key is not None:
             self._put(key, index)
         return index

@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from adk_memory.engine.lexical_cache import LEXICAL_BYTES_PER_FACT, LexicalCache, ScopeIndex
+import numpy as np
+
+from adk_memory.engine.lexical_cache import (
+    LEXICAL_BYTES_PER_FACT,
+    MAX_VIEWS,
+    LexicalCache,
+    ScopeIndex,
+)
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import MemoryRecord, ScanQuery, WriteBatch
@@ -24,11 +31,12 @@ class _Reads:
     async def index(self, scope: dict[str, str], now: datetime = T0) -> ScopeIndex:
         key = scope_key(scope)
 
-        async def scan(with_vectors: bool) -> Sequence[MemoryRecord]:
+        async def scan() -> Sequence[MemoryRecord]:
             self.scans += 1
             return await self.store.scan(BANK, ScanQuery(now=now, scope_key=key))
 
-        return await self.cache.scope_index(self.store, BANK, key, now, scan)
+        version = await self.store.scope_version(BANK, key)
+        return await self.cache.scope_index(self.store, BANK, key, version, now, scan)
 
 
 async def filled(facts_per_scope: int) -> ReferenceMemoryStore:
@@ -97,9 +105,47 @@ def test_expired_documents_are_those_whose_expiry_is_not_after_now() -> None:
         memory("m2", unit(2), expire_time=T0 + timedelta(seconds=1)),
     ]
     index = ScopeIndex.of(records, "v", T0)
-    assert index.expired(T0) == frozenset()
-    assert index.expired(T0 + timedelta(seconds=1)) == {2}
-    assert index.expired(T0 + timedelta(days=1)) == {0, 2}
+    assert index.live(T0) is None
+    assert live_documents(index, T0 + timedelta(seconds=1)) == [0, 1]
+    assert live_documents(index, T0 + timedelta(days=1)) == [1]
+
+
+def live_documents(index: ScopeIndex, now: datetime) -> list[int]:
+    mask = index.live(now)
+    return list(range(len(index.memory_ids))) if mask is None else np.flatnonzero(mask).tolist()
+
+
+def test_a_view_keeps_the_matches_and_still_leaves_out_the_expired() -> None:
+    records = [
+        memory("m0", unit(0), expire_time=T0 + timedelta(seconds=1)),
+        memory("m1", unit(1)),
+        memory("m2", unit(2)),
+    ]
+    index = ScopeIndex.of(records, "v", T0)
+    view = index.restricted("f", {"m0", "m2", "elsewhere"}, T0)
+    assert live_documents(view, T0) == [0, 2]
+    assert live_documents(view, T0 + timedelta(seconds=1)) == [2]
+    assert live_documents(index, T0) == [0, 1, 2]  # the index itself is unchanged
+
+
+def test_a_view_is_served_again_for_its_filter_only_and_never_to_an_earlier_query() -> None:
+    index = ScopeIndex.of([memory("m0", unit(0)), memory("m1", unit(1))], "v", T0)
+    view = index.restricted("f", {"m1"}, T0 + timedelta(seconds=5))
+    assert index.view("f", T0 + timedelta(seconds=5)) is view
+    assert index.view("f", T0 + timedelta(days=1)) is view
+    assert index.view("g", T0 + timedelta(days=1)) is None
+    # Ids read at T0+5s leave out what had expired then; an earlier clock could see it live.
+    assert index.view("f", T0) is None
+    assert ScopeIndex.of([memory("m0", unit(0))], "v", T0).view("f", T0 + timedelta(1)) is None
+
+
+def test_an_index_keeps_the_views_of_its_last_filters_only() -> None:
+    index = ScopeIndex.of([memory("m0", unit(0))], "v", T0)
+    views = [index.restricted(f"f{i}", {"m0"}, T0) for i in range(MAX_VIEWS + 1)]
+    assert index.view("f0", T0) is None
+    assert index.view("f1", T0) is views[1]
+    index.restricted("again", set(), T0)  # f1 was used last: f2 leaves, f1 stays
+    assert index.view("f1", T0) is views[1] and index.view("f2", T0) is None
 
 
 async def test_an_entry_weighs_its_vectors_and_its_facts() -> None:
