@@ -9,9 +9,13 @@ written since the index was built, by any process; a new one means one rebuild (
 one read of the vectors when the store's scan leaves them out). Expiry does not change a
 version, so each query leaves out the documents expired at its `now`. A store that keeps no
 version (None) is scanned whole every time, as before the cache (and its index keeps no
-vectors: the store's own nearest query ranks the dense side then). A filtered query ranks a view
-of the index that keeps the filter's matches; each index remembers its views of the last
-`MAX_VIEWS` filters, so a filter repeated at the same version is not evaluated again.
+vectors: the store's own nearest query ranks the dense side then).
+
+A filtered query ranks a view of the index that keeps the filter's matches. The index evaluates
+a filter of string metadata equalities itself (`metadata.tag = "a"`, with AND, OR, NOT): it
+keeps the documents of each string metadata value, read with the scan. Other filters need the
+matching ids from the store. Each index remembers its views of the last `MAX_VIEWS` filters, so
+a filter repeated at the same version is not evaluated again.
 
 The cache is per process and bounded in bytes (least recently used scopes go first): each
 entry weighs its vectors' actual bytes plus `LEXICAL_BYTES_PER_FACT` per fact for the BM25
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or
 from adk_memory.lexical import LexicalIndex
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryRecord, MemoryStore
@@ -65,6 +70,8 @@ class ScopeIndex:
     vectors: VectorMatrix | None = None
     """The documents' vectors (rows in document order); None when not read, or not all of one
     length (a re-embedding under way)."""
+    metadata: _MetadataIndex | None = None
+    """The documents of each string metadata value; None in a view."""
     kept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
     """A mask of the documents this view keeps (those a query's filter matches); None: all.
     The others count as expired."""
@@ -97,13 +104,26 @@ class ScopeIndex:
             expire_times=tuple(when for when, _ in expiring),
             expiring=tuple(doc for _, doc in expiring),
             vectors=_vectors(memory_ids, records) if with_vectors else None,
+            metadata=_MetadataIndex.of(records),
         )
 
     @property
     def nbytes(self) -> int:
         """Its weight in the cache's budget (see the module docstring)."""
         vectors = self.vectors.nbytes if self.vectors is not None else 0
-        return LEXICAL_BYTES_PER_FACT * max(len(self.memory_ids), 1) + vectors
+        metadata = self.metadata.nbytes if self.metadata is not None else 0
+        return LEXICAL_BYTES_PER_FACT * max(len(self.memory_ids), 1) + vectors + metadata
+
+    def filtered(self, filter_key: str, expr: FilterExpr) -> ScopeIndex | None:
+        """The view of the documents matching `expr`, evaluated by the index itself.
+
+        None when it cannot: `expr` has a condition other than a string metadata `=`.
+        Remembered as `restricted` does (it holds for every `now` the index serves).
+        """
+        if self.metadata is None:
+            return None
+        kept = self.metadata.matching(expr, len(self.memory_ids))
+        return None if kept is None else self._remember(filter_key, kept, self.built_at)
 
     def restricted(
         self, filter_key: str, memory_ids: AbstractSet[str], as_of: datetime
@@ -119,8 +139,13 @@ class ScopeIndex:
             dtype=bool,
             count=len(self.memory_ids),
         )
+        return self._remember(filter_key, kept, as_of)
+
+    def _remember(
+        self, filter_key: str, kept: np.ndarray[Any, np.dtype[np.bool_]], as_of: datetime
+    ) -> ScopeIndex:
         kept.flags.writeable = False  # `live` hands it out
-        view = replace(self, kept=kept)
+        view = replace(self, kept=kept, metadata=None)
         self._views.put(filter_key, view, as_of)
         return view
 
@@ -144,6 +169,59 @@ class ScopeIndex:
         """Whether this index answers a query at `now` on a scope read at `version`."""
         # A clock set back could make live a memory that had expired when the index was built.
         return self.version == version and now >= self.built_at
+
+
+@dataclass(frozen=True, slots=True)
+class _MetadataIndex:
+    """Per string metadata (key, value) the documents holding it, ascending."""
+
+    documents: dict[tuple[str, str], np.ndarray[Any, np.dtype[np.intp]]]
+
+    @classmethod
+    def of(cls, records: Sequence[MemoryRecord]) -> _MetadataIndex:
+        documents: dict[tuple[str, str], list[int]] = {}
+        for doc, record in enumerate(records):
+            for key, value in record.metadata.items():
+                if isinstance(value, str):
+                    documents.setdefault((key, value), []).append(doc)
+        return cls({pair: np.asarray(docs, dtype=np.intp) for pair, docs in documents.items()})
+
+    @property
+    def nbytes(self) -> int:
+        """The arrays' bytes (their keys repeat strings the records hold anyway)."""
+        return sum(int(docs.nbytes) for docs in self.documents.values())
+
+    def matching(self, expr: FilterExpr, size: int) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+        """A mask of the `size` documents that `filters.matches(expr)`; None if not known here.
+
+        Exactly `filters.matches`: a string metadata `=` holds for a string value equal to
+        the constant (not for a missing key, nor a value of another type); NOT is the
+        complement. (Filters compare metadata strings by `=` only.)
+        """
+        if isinstance(expr, And | Or):
+            parts = []
+            for part in expr.parts:
+                mask = self.matching(part, size)
+                if mask is None:
+                    return None
+                parts.append(mask)
+            combine = np.logical_and if isinstance(expr, And) else np.logical_or
+            return combine.reduce(parts)  # type: ignore[no-any-return]
+        if isinstance(expr, Not):
+            inner = self.matching(expr.part, size)
+            return None if inner is None else ~inner
+        if not (
+            isinstance(expr, Condition)
+            and expr.field.startswith("metadata.")
+            and isinstance(expr.value, str)
+            and expr.op is Op.EQ
+        ):
+            return None
+        mask = np.zeros(size, dtype=bool)
+        docs = self.documents.get((expr.field[len("metadata.") :], expr.value))
+        if docs is not None:
+            mask[docs] = True
+        return mask
 
 
 class _Views:

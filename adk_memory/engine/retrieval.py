@@ -249,7 +249,7 @@ class Retrieval:
             return index
         # repr tells apart values that compare equal but match differently (True, 1.0).
         filter_key = repr(expr)
-        known = index.view(filter_key, now)
+        known = index.view(filter_key, now) or index.filtered(filter_key, expr)
         if known is not None:
             return known
         matching = await self._matching_ids(bank_id, key, expr, scan)

@@ -380,7 +380,7 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             if action < 0.5 or not durable:
                 scope = rng.choice([U1, U1, U2])
                 ttl = rng.choice([None, "30s", "300s"])
-                tag = {"metadata": {"tag": {"string_value": rng.choice("ab")}}}
+                tag = rng.choice([tagged("a"), tagged("b"), {}, _NUMBER_TAG])
                 if ttl is None:
                     durable.append(await add(cached, bank, sentence(), scope, **tag))
                 else:
@@ -404,6 +404,10 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
         await scanned.aclose()
 
 
+_NUMBER_TAG = {"metadata": {"tag": {"double_value": 1.0}}}
+"""`= "a"` holds for no tag that is not a string (nor for a missing one): its NOT does."""
+
+
 def _random_filter(rng: random.Random, now: datetime) -> str | None:
     """None half the time, else a filter on facts, metadata or expiry (pushed down or not)."""
     word, other = rng.choice(_WORDS), rng.choice(_WORDS)
@@ -416,6 +420,7 @@ def _random_filter(rng: random.Random, now: datetime) -> str | None:
             f'NOT fact:"{word}"',
             f'fact:"{word}" OR fact:"{other}"',
             f'metadata.tag = "{rng.choice("ab")}"',
+            'NOT metadata.tag = "a" OR metadata.tag = "b"',
             f'metadata.tag = "a" AND NOT fact:"{word}"',
             f'expire_time > "{(now + timedelta(seconds=100)).isoformat()}"',
             f'fact=~"{word}|{other}"',

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
+import pytest
 
 from adk_memory.engine.lexical_cache import (
     LEXICAL_BYTES_PER_FACT,
@@ -14,6 +17,7 @@ from adk_memory.engine.lexical_cache import (
     LexicalCache,
     ScopeIndex,
 )
+from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, matches
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import MemoryRecord, ScanQuery, WriteBatch
@@ -165,3 +169,52 @@ def test_vectors_of_different_lengths_leave_the_index_without_vectors() -> None:
     records = [memory("m0", unit(0)), replace(memory("m1", unit(1)), embedding=(1.0, 0.0))]
     index = ScopeIndex.of(records, "v", T0, with_vectors=True)
     assert index.vectors is None and index.memory_ids == ("m0", "m1")
+
+
+_VALUES: list[Any] = ["a", "b", "", "A", 1.0, 0.0, True, False, T0, None]
+"""Metadata values (None: the key is missing) and filter constants: strings equal as floats
+(1.0 == True), a datetime, and what matches nothing."""
+
+
+def _random_expr(rng: random.Random, depth: int = 0) -> FilterExpr:
+    kind = rng.random()
+    if depth < 3 and kind < 0.2:
+        return Not(_random_expr(rng, depth + 1))
+    if depth < 3 and kind < 0.45:
+        parts = tuple(_random_expr(rng, depth + 1) for _ in range(rng.randint(2, 3)))
+        return rng.choice([And, Or])(parts)
+    if kind < 0.52:
+        return Condition("fact", Op.HAS, "a")
+    value = rng.choice([value for value in _VALUES if value is not None])
+    op = rng.choice([Op.EQ, Op.EQ, Op.EQ, Op.LT, Op.GT])
+    return Condition(f"metadata.{rng.choice('kl')}", op, value)
+
+
+def _supported(expr: FilterExpr) -> bool:
+    if isinstance(expr, And | Or):
+        return all(_supported(part) for part in expr.parts)
+    if isinstance(expr, Not):
+        return _supported(expr.part)
+    return expr.field.startswith("metadata.") and isinstance(expr.value, str) and expr.op is Op.EQ
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_index_evaluates_string_metadata_filters_exactly_as_matches(seed: int) -> None:
+    """What the index answers itself equals `filters.matches` on every document; any other
+    condition (another op, a non-string constant, a fact) leaves the answer to the store."""
+    rng = random.Random(seed)
+    records = []
+    for i in range(rng.randint(0, 30)):
+        chosen = {key: rng.choice(_VALUES) for key in "kl"}
+        metadata = {key: value for key, value in chosen.items() if value is not None}
+        records.append(memory(f"m{i}", unit(i), metadata=metadata, fact=rng.choice("ab")))
+    index = ScopeIndex.of(records, "v", T0)
+    for _ in range(20):
+        expr = _random_expr(rng)
+        view = index.filtered(repr(expr), expr)
+        if not _supported(expr):
+            assert view is None, expr
+            continue
+        assert view is not None and index.view(repr(expr), T0) is view
+        expected = [doc for doc, record in enumerate(records) if matches(expr, record)]
+        assert live_documents(view, T0) == expected, expr
