@@ -15,7 +15,7 @@ times `memories.retrieve(top_k=10)` through the public async client, query by qu
 * `hybrid new filter` the cached hybrid path with a filter it has not seen (the same matches,
                  `--filter OR metadata.tag = "<query number>"`): string metadata equalities are
                  evaluated by the cached index itself;
-* `hybrid new store filter` the same with `(--filter) AND NOT fact:"<query number>"`, which
+* `hybrid new store filter` the same with `(--filter) AND NOT fact = "<query number>"`, which
                  the index leaves to the store: its ids are asked of the store every query (what
                  every filtered query cost before views were remembered).
 
@@ -128,7 +128,7 @@ async def run_backend(
             "hybrid filtered": (client, hybrid, filter),
             "hybrid filtered scan": (scanning, hybrid, filter),
             "hybrid new filter": (client, hybrid, f'({filter}) OR metadata.tag = "{{n}}"'),
-            "hybrid new store filter": (client, hybrid, f'({filter}) AND NOT fact:"{{n}}"'),
+            "hybrid new store filter": (client, hybrid, f'({filter}) AND NOT fact = "{{n}}"'),
         }
         for on, bank, where in paths.values():  # warm up: the first hybrid query builds the index
             await retrieve(on, bank, "warm up", where and where.replace("{n}", "warm up"))
