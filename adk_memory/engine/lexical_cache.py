@@ -12,8 +12,9 @@ version (None) is scanned whole every time, as before the cache (and its index k
 vectors: the store's own nearest query ranks the dense side then).
 
 A filtered query ranks a view of the index that keeps the filter's matches. The index evaluates
-a filter of string metadata equalities itself (`metadata.tag = "a"`, with AND, OR, NOT): it
-keeps the documents of each string metadata value, read with the scan. Other filters need the
+a filter of metadata equalities itself (`metadata.tag = "a"`, or `filter_groups` of strings,
+numbers and bools, with AND, OR, NOT): it keeps the documents of each metadata value, read with
+the scan. Other filters need the
 matching ids from the store. Each index remembers its views of the last `MAX_VIEWS` filters, so
 a filter repeated at the same version is not evaluated again.
 
@@ -71,7 +72,7 @@ class ScopeIndex:
     """The documents' vectors (rows in document order); None when not read, or not all of one
     length (a re-embedding under way)."""
     metadata: _MetadataIndex | None = None
-    """The documents of each string metadata value; None in a view."""
+    """The documents of each metadata value (not timestamps); None in a view."""
     kept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
     """A mask of the documents this view keeps (those a query's filter matches); None: all.
     The others count as expired."""
@@ -117,7 +118,7 @@ class ScopeIndex:
     def filtered(self, filter_key: str, expr: FilterExpr) -> ScopeIndex | None:
         """The view of the documents matching `expr`, evaluated by the index itself.
 
-        None when it cannot: `expr` has a condition other than a string metadata `=`.
+        None when it cannot: `expr` has a condition other than a metadata `=` (not timestamps).
         Remembered as `restricted` does (it holds for every `now` the index serves).
         """
         if self.metadata is None:
@@ -173,30 +174,32 @@ class ScopeIndex:
 
 @dataclass(frozen=True, slots=True)
 class _MetadataIndex:
-    """Per string metadata (key, value) the documents holding it, ascending."""
+    """Per metadata key and value (string, number or bool) the documents holding it, ascending."""
 
-    documents: dict[tuple[str, str], np.ndarray[Any, np.dtype[np.intp]]]
+    documents: dict[tuple[str, _Equal], np.ndarray[Any, np.dtype[np.intp]]]
 
     @classmethod
     def of(cls, records: Sequence[MemoryRecord]) -> _MetadataIndex:
-        documents: dict[tuple[str, str], list[int]] = {}
+        documents: dict[tuple[str, _Equal], list[int]] = {}
         for doc, record in enumerate(records):
             for key, value in record.metadata.items():
-                if isinstance(value, str):
-                    documents.setdefault((key, value), []).append(doc)
+                equal = _equal(value)
+                if equal is not None:
+                    documents.setdefault((key, equal), []).append(doc)
         return cls({pair: np.asarray(docs, dtype=np.intp) for pair, docs in documents.items()})
 
     @property
     def nbytes(self) -> int:
-        """The arrays' bytes (their keys repeat strings the records hold anyway)."""
+        """The arrays' bytes (their keys repeat values the records hold anyway)."""
         return sum(int(docs.nbytes) for docs in self.documents.values())
 
     def matching(self, expr: FilterExpr, size: int) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
         """A mask of the `size` documents that `filters.matches(expr)`; None if not known here.
 
-        Exactly `filters.matches`: a string metadata `=` holds for a string value equal to
-        the constant (not for a missing key, nor a value of another type); NOT is the
-        complement. (Filters compare metadata strings by `=` only.)
+        Exactly `filters.matches`: a metadata `=` with a string, number or bool holds for a
+        value of that type equal to it (numbers as floats; never a missing key, a value of
+        another type, or NaN); NOT is the complement. Timestamps and the ordering comparisons
+        of `filter_groups` are left to the store.
         """
         if isinstance(expr, And | Or):
             parts = []
@@ -213,15 +216,34 @@ class _MetadataIndex:
         if not (
             isinstance(expr, Condition)
             and expr.field.startswith("metadata.")
-            and isinstance(expr.value, str)
             and expr.op is Op.EQ
+            and not isinstance(expr.value, datetime)
         ):
             return None
         mask = np.zeros(size, dtype=bool)
-        docs = self.documents.get((expr.field[len("metadata.") :], expr.value))
+        equal = _equal(expr.value)
+        docs = None if equal is None else self.documents.get((expr.field[9:], equal))
         if docs is not None:
             mask[docs] = True
         return mask
+
+
+_Equal = tuple[str, str | float | bool]
+"""A metadata value as `=` compares it: its type, then the value (numbers as floats)."""
+
+
+def _equal(value: object) -> _Equal | None:
+    """The key of `value` in a `_MetadataIndex`.
+
+    None for what `=` finds under no key (NaN equals nothing) or what is not indexed (timestamps).
+    """
+    if isinstance(value, bool):  # before numbers: a bool is an int
+        return "bool", value
+    if isinstance(value, int | float):
+        return None if value != value else ("number", float(value))
+    if isinstance(value, str):
+        return "string", value
+    return None
 
 
 class _Views:
