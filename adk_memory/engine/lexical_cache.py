@@ -14,9 +14,8 @@ vectors: the store's own nearest query ranks the dense side then).
 A filtered query ranks a view of the index that keeps the filter's matches. The index evaluates
 a filter of metadata equalities itself (`metadata.tag = "a"`, or `filter_groups` of strings,
 numbers and bools, with AND, OR, NOT): it keeps the documents of each metadata value, read with
-the scan. Other filters need the
-matching ids from the store. Each index remembers its views of the last `MAX_VIEWS` filters, so
-a filter repeated at the same version is not evaluated again.
+the scan. Other filters need the matching ids from the store. Each index remembers its views of
+the last `MAX_VIEWS` filters, so a filter repeated at the same version is not evaluated again.
 
 The cache is per process and bounded in bytes (least recently used scopes go first): each
 entry weighs its vectors' actual bytes plus `LEXICAL_BYTES_PER_FACT` per fact for the BM25
@@ -151,7 +150,7 @@ class ScopeIndex:
         return view
 
     def view(self, filter_key: str, now: datetime) -> ScopeIndex | None:
-        """The view `restricted` made for the filter named `filter_key`, if it serves `now`."""
+        """The remembered view for the filter named `filter_key`, if it serves `now`."""
         return self._views.get(filter_key, now)
 
     def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
@@ -222,7 +221,8 @@ class _MetadataIndex:
             return None
         mask = np.zeros(size, dtype=bool)
         equal = _equal(expr.value)
-        docs = None if equal is None else self.documents.get((expr.field[9:], equal))
+        key = expr.field.removeprefix("metadata.")
+        docs = None if equal is None else self.documents.get((key, equal))
         if docs is not None:
             mask[docs] = True
         return mask

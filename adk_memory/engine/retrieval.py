@@ -139,8 +139,8 @@ class Retrieval:
         Cost, when the process's cached index of each scope is current (one version read each):
         exact dense ranking over the cached vectors, BM25 over the postings of the query's terms
         (with RM3 feedback, two passes), fusion, and one read of the `top_k` records returned;
-        a filter new to that version adds the ids it keeps (from the store, else a filtered
-        scan) and a second version read.
+        a filter that is not metadata equalities, new to that version, adds the ids it keeps
+        (from the store, else a filtered scan) and a second version read.
         Otherwise (a scope written since, a store without versions) one scan of the scope, the
         store's nearest query and one read of the vectors of lexical-only hits.
         """
@@ -220,11 +220,12 @@ class Retrieval:
         """The index of the scope's live memories matching `expr`, at `now`.
 
         The process's cached index (checked by the scope's version, with vectors); with a
-        filter, restricted to the ids that match (`_matching_ids`: no records read where the
-        store can say), if the scope's version is the same after that (so no write came in
-        between). The cached index remembers that view, so the same filter at the same version
-        costs no more than no filter. A store without versions, or a scope written meanwhile:
-        an index of the filtered scan, built for this query only.
+        filter, its view of the matches: evaluated by the index itself for metadata
+        equalities, else restricted to the ids that match (`_matching_ids`: no records read
+        where the store can say) if the scope's version is the same after that (so no write
+        came in between). The cached index remembers its views, so the same filter at the same
+        version costs no more than no filter. A store without versions, or a scope written
+        meanwhile: an index of the filtered scan, built for this query only.
         """
         store = self._context.store
 
