@@ -161,6 +161,16 @@ async def test_an_entry_weighs_its_vectors_and_its_facts() -> None:
     assert index.vectors.nbytes > index.vectors.matrix.nbytes > 0
 
 
+def test_an_entry_weighs_its_metadata_values() -> None:
+    """Each distinct (key, value) costs an entry: a value per memory must not go uncounted."""
+    plain = ScopeIndex.of([memory(f"m{i}", unit(i)) for i in range(4)], "v", T0)
+    shared = [memory(f"m{i}", unit(i), metadata={"tag": "a"}) for i in range(4)]
+    distinct = [memory(f"m{i}", unit(i), metadata={"tag": f"t{i}"}) for i in range(4)]
+    one_value = ScopeIndex.of(shared, "v", T0).nbytes - plain.nbytes
+    four_values = ScopeIndex.of(distinct, "v", T0).nbytes - plain.nbytes
+    assert one_value == 4 * 8 + 260 and four_values == 4 * (8 + 260)
+
+
 async def test_an_unversioned_index_serves_its_query_without_vectors() -> None:
     index = ScopeIndex.of([memory("m0", unit(0))], None, T0)
     assert index.vectors is None
