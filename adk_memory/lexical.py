@@ -20,7 +20,6 @@ import re
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -237,21 +236,20 @@ class Corpus:
     documents (every operation is the same IEEE double operation, in the same order).
     """
 
-    def __init__(self, parts: Sequence[tuple[LexicalIndex, AbstractSet[int]]]) -> None:
-        """`parts`: each index with the documents to leave out (expired, say)."""
+    def __init__(self, parts: Sequence[tuple[LexicalIndex, np.ndarray | None]]) -> None:
+        """`parts`: each index with a boolean mask of the documents that count (None: all).
+
+        The others (expired, say, or outside a filter) are as if absent, statistics included.
+        """
         self._parts: list[_Part] = []
         self.size = 0
         """How many positions (kept or not) the corpus has."""
         self._documents = 0
-        for index, excluded in parts:
-            kept = None
-            if excluded:
-                kept = np.ones(len(index), dtype=bool)
-                kept[list(excluded)] = False
-            left_out = int(index.lengths[list(excluded)].sum()) if excluded else 0
+        for index, kept in parts:
+            left_out = int(index.lengths[~kept].sum()) if kept is not None else 0
             self._parts.append(_Part(index, self.size, kept, left_out))
             self.size += len(index)
-            self._documents += len(index) - len(excluded)
+            self._documents += len(index) if kept is None else int(np.count_nonzero(kept))
 
     def scores(self, weights: Mapping[str, float], *, k1: float, b: float) -> np.ndarray:
         """The BM25 score at every position for weighted query terms (0.0: no term held)."""
@@ -360,7 +358,7 @@ def bm25_scores(
     feedback_terms: int = 20,
 ) -> list[float]:
     """`Corpus.bm25` of one list of texts, as a score per text (0.0 where nothing matches)."""
-    corpus = Corpus(((LexicalIndex.of(documents), frozenset()),))
+    corpus = Corpus(((LexicalIndex.of(documents), None),))
     scores = corpus.bm25(
         query, k1=k1, b=b, feedback_docs=feedback_docs, feedback_terms=feedback_terms
     )

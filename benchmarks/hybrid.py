@@ -9,8 +9,15 @@ times `memories.retrieve(top_k=10)` through the public async client, query by qu
 * `hybrid scan`  the hybrid bank through a store that keeps no scope version, so every query
                  scans the scope (the path before the cache);
 * `... filtered` the same three with `--filter` (default: half the memories, by metadata): the
-                 cached hybrid path restricts its index to the ids of a filtered scan, the
-                 unversioned one indexes the filtered scan on every query (the path before).
+                 cached hybrid path ranks its index's view of the filter's matches (the view is
+                 remembered: a repeated filter is not evaluated again), the unversioned one
+                 indexes the filtered scan on every query (the path before the cache);
+* `hybrid new filter` the cached hybrid path with a filter it has not seen (the same matches,
+                 `--filter OR metadata.tag = "<query number>"`): string metadata equalities are
+                 evaluated by the cached index itself;
+* `hybrid new store filter` the same with `(--filter) AND NOT fact = "<query number>"`, which
+                 the index leaves to the store: its ids are asked of the store every query (what
+                 every filtered query cost before views were remembered).
 
 Queries are embedded by the `hash-384` test embedder (cheap, identical for every path). Prints
 one line per backend and path: p50 / p99 in ms.
@@ -120,12 +127,15 @@ async def run_backend(
             "dense filtered": (client, dense, filter),
             "hybrid filtered": (client, hybrid, filter),
             "hybrid filtered scan": (scanning, hybrid, filter),
+            "hybrid new filter": (client, hybrid, f'({filter}) OR metadata.tag = "{{n}}"'),
+            "hybrid new store filter": (client, hybrid, f'({filter}) AND NOT fact = "{{n}}"'),
         }
         for on, bank, where in paths.values():  # warm up: the first hybrid query builds the index
-            await retrieve(on, bank, "warm up", where)
+            await retrieve(on, bank, "warm up", where and where.replace("{n}", "warm up"))
         series: dict[str, list[float]] = {name: [] for name in paths}
-        for text in texts:  # alternate query by query, so load changes hit every path alike
+        for n, text in enumerate(texts):  # alternate query by query: load hits every path alike
             for name, (on, bank, where) in paths.items():
+                where = where and where.replace("{n}", str(n))
                 with Timer() as t:
                     await retrieve(on, bank, text, where)
                 series[name].append(t.ms)
@@ -154,11 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                 run_backend(backend, where.redis_url, tmp, args.size, args.queries, args.filter)
             )
             for name, row in rows.items():
-                dense = rows["dense filtered" if "filtered" in name else "dense"]["p50_ms"]
+                filtered = "filter" in name
+                dense = rows["dense filtered" if filtered else "dense"]["p50_ms"]
                 ratio = row["p50_ms"] / dense
                 p50, p99 = row["p50_ms"], row["p99_ms"]
                 print(
-                    f"{backend:7} {name:20} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms"
+                    f"{backend:7} {name:24} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms"
                     f"  ({ratio:.1f}x dense)",
                     flush=True,
                 )

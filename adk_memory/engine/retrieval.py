@@ -139,7 +139,8 @@ class Retrieval:
         Cost, when the process's cached index of each scope is current (one version read each):
         exact dense ranking over the cached vectors, BM25 over the postings of the query's terms
         (with RM3 feedback, two passes), fusion, and one read of the `top_k` records returned;
-        a filter adds the ids it keeps (from the store, else a filtered scan), two version reads.
+        a filter that is not metadata equalities, new to that version, adds the ids it keeps
+        (from the store, else a filtered scan) and a second version read.
         Otherwise (a scope written since, a store without versions) one scan of the scope, the
         store's nearest query and one read of the vectors of lexical-only hits.
         """
@@ -219,10 +220,12 @@ class Retrieval:
         """The index of the scope's live memories matching `expr`, at `now`.
 
         The process's cached index (checked by the scope's version, with vectors); with a
-        filter, restricted to the ids that match (`_matching_ids`: no records read where the
-        store can say), if the scope's version is the same after that (so no write came in
-        between). A store without versions, or a scope written meanwhile: an index of the
-        filtered scan, built for this query only.
+        filter, its view of the matches: evaluated by the index itself for metadata
+        equalities, else restricted to the ids that match (`_matching_ids`: no records read
+        where the store can say) if the scope's version is the same after that (so no write
+        came in between). The cached index remembers its views, so the same filter at the same
+        version costs no more than no filter. A store without versions, or a scope written
+        meanwhile: an index of the filtered scan, built for this query only.
         """
         store = self._context.store
 
@@ -237,14 +240,22 @@ class Retrieval:
             found = await store.get_memories(bank_id, ids, now)
             return [record for record in found if record.scope_key == key]
 
-        if expr is None:
-            return await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
-        if await store.scope_version(bank_id, key) is None:
+        version = await store.scope_version(bank_id, key)
+        if version is None:
             return ScopeIndex.of(await scan(False, expr), None, now)
-        index = await _LEXICAL_CACHE.scope_index(store, bank_id, key, now, scan)
+        index = await _LEXICAL_CACHE.scope_index(
+            store, bank_id, key, version, now, lambda: scan(True)
+        )
+        if expr is None:
+            return index
+        # repr tells apart values that compare equal but match differently (True, 1.0).
+        filter_key = repr(expr)
+        known = index.view(filter_key, now) or index.filtered(filter_key, expr)
+        if known is not None:
+            return known
         matching = await self._matching_ids(bank_id, key, expr, scan)
         if index.version == await store.scope_version(bank_id, key):
-            return index.restricted(matching)
+            return index.restricted(filter_key, matching, now)
         return ScopeIndex.of(await scan(False, expr), None, now)  # written meanwhile
 
     async def _matching_ids(
@@ -297,7 +308,7 @@ class _LexicalRanking:
 def _lexical_ranking(
     indexes: list[ScopeIndex], query_text: str, now: datetime, config: RetrievalConfig
 ) -> _LexicalRanking:
-    corpus = Corpus([(index.lexical, index.expired(now)) for index in indexes])
+    corpus = Corpus([(index.lexical, index.live(now)) for index in indexes])
     scores = corpus.bm25(
         query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
     )

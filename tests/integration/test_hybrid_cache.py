@@ -207,6 +207,110 @@ async def test_a_memory_expired_since_the_index_was_built_is_not_returned(
     assert expiring not in [hit[0] for hit in await search(reader, bank, "greyhound Biscuit")]
 
 
+def tagged(tag: str) -> dict[str, Any]:
+    return {"metadata": {"tag": {"string_value": tag}}}
+
+
+async def test_a_repeated_filter_sees_what_another_process_retagged_or_added(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """A filter's view is remembered with its index's version: a write elsewhere that makes a
+    memory match (or stop matching) is seen by the next query with that filter."""
+    reader, writer = clients
+    bank = await hybrid_bank(reader)
+    target = await add(reader, bank, FACTS[0], U1, **tagged("b"))
+    others = [await add(reader, bank, fact, U1, **tagged("a")) for fact in FACTS[1:] + FILLER[:5]]
+    only_a = 'metadata.tag = "a"'
+    for _ in range(2):  # the second query is served by the remembered view
+        assert {
+            hit[0] for hit in await search(reader, bank, "greyhound Biscuit", filter=only_a)
+        } == set(others)
+    retag = {**tagged("a"), "update_mask": "metadata"}
+    await writer.memory_banks.memories.update(name=target, config=retag)
+    assert (await search(reader, bank, "greyhound Biscuit", filter=only_a))[0][0] == target
+    await writer.memory_banks.memories.update(name=target, config={**retag, **tagged("b")})
+    assert target not in [hit[0] for hit in await search(reader, bank, "greyhound", filter=only_a)]
+    added = await add(writer, bank, "Biscuit the greyhound loves the beach.", U1, **tagged("a"))
+    assert (await search(reader, bank, "greyhound Biscuit", filter=only_a))[0][0] == added
+
+
+async def test_filter_values_equal_in_python_but_not_in_matching_get_their_own_views(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """`True == 1.0` in Python, but a bool filter never matches a number (nor the reverse): a
+    view of one served to the other would rank by the wrong memories' BM25 (ties by id)."""
+    reader, _writer = clients
+    bank = await hybrid_bank(reader)  # lexical weight 1: the order is BM25's alone
+    flags = [
+        await add(reader, bank, fact, U1, metadata={"x": {"bool_value": True}})
+        for fact in FILLER[:5]
+    ]
+    numbers = [
+        await add(reader, bank, fact, U1, metadata={"x": {"double_value": 1.0}}) for fact in FACTS
+    ]
+
+    async def hits(query: str, value: dict[str, Any]) -> list[str]:
+        groups = [{"filters": [{"key": "x", "value": value}]}]
+        pager = await reader.memory_banks.memories.retrieve(
+            name=bank,
+            scope=U1,
+            similarity_search_params={"search_query": query, "top_k": 10},
+            config={"filter_groups": groups},
+        )
+        return [hit.memory.name or "" async for hit in pager]
+
+    for _ in range(2):
+        assert sorted(await hits("groceries laundry", {"bool_value": True})) == sorted(flags)
+        for query, best in (("greyhound Biscuit", 0), ("cello", 4), ("teal colour", 1)):
+            found = await hits(query, {"double_value": 1.0})
+            assert sorted(found) == sorted(numbers) and found[0] == numbers[best], query
+
+
+async def test_one_filter_on_two_scopes_keeps_to_each_scope(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    reader, writer = clients
+    bank = await hybrid_bank(reader, {"mode": "hybrid"})
+    mine = [await add(reader, bank, fact, U1, **tagged("a")) for fact in FACTS]
+    theirs = [await add(reader, bank, fact, U2, **tagged("a")) for fact in FACTS]
+    only_a = 'metadata.tag = "a"'
+    for _ in range(2):
+        assert {hit[0] for hit in await search(reader, bank, "cello", U1, filter=only_a)} == set(
+            mine
+        )
+        assert {hit[0] for hit in await search(reader, bank, "cello", U2, filter=only_a)} == set(
+            theirs
+        )
+    await writer.memory_banks.memories.delete(name=theirs[0])
+    assert {hit[0] for hit in await search(reader, bank, "cello", U1, filter=only_a)} == set(mine)
+    assert {hit[0] for hit in await search(reader, bank, "cello", U2, filter=only_a)} == set(
+        theirs[1:]
+    )
+
+
+async def test_a_filters_view_is_not_served_to_a_clock_set_back_before_it(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """Ids read at a later `now` leave out what had expired by then (a filtered scan's do);
+    a query at an earlier `now`, when that memory was live, must still find it."""
+    reader, _writer = clients
+    bank = await hybrid_bank(reader)
+    for fact in FACTS[1:]:
+        await add(reader, bank, fact, U1)
+    expiring = await add(reader, bank, FACTS[0], U1, ttl="60s")
+    start = reader.engine.context.clock()
+    now = [start]
+    reader.engine.context.clock = lambda: now[0]
+    await search(reader, bank, "greyhound Biscuit")  # the index is built at `start`
+    biscuit = 'fact=~"Biscuit|cello"'  # a regular expression: a filtered scan on some stores
+    now[0] = start + timedelta(seconds=61)
+    assert expiring not in [
+        hit[0] for hit in await search(reader, bank, "greyhound", filter=biscuit)
+    ]
+    now[0] = start + timedelta(seconds=30)
+    assert (await search(reader, bank, "greyhound Biscuit", filter=biscuit))[0][0] == expiring
+
+
 class _UnversionedMemory(ReferenceMemoryStore):
     """The memory:// store as one that keeps no scope version: the scan-every-query path."""
 
@@ -276,7 +380,7 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
             if action < 0.5 or not durable:
                 scope = rng.choice([U1, U1, U2])
                 ttl = rng.choice([None, "30s", "300s"])
-                tag = {"metadata": {"tag": {"string_value": rng.choice("ab")}}}
+                tag = rng.choice([tagged("a"), tagged("b"), {}, _NUMBER_TAG])
                 if ttl is None:
                     durable.append(await add(cached, bank, sentence(), scope, **tag))
                 else:
@@ -290,14 +394,18 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
                 await cached.memory_banks.memories.delete(name=victim)
             else:
                 now[0] += timedelta(seconds=rng.choice([0, 20, 100]))
-            query, scope = sentence(), rng.choice([U1, U2])
-            chosen = _random_filter(rng, now[0])
-            assert await search(cached, bank, query, scope, 5, chosen) == await search(
-                scanned, bank, query, scope, 5, chosen
-            ), (step, chosen)
+            scope, chosen = rng.choice([U1, U2]), _random_filter(rng, now[0])
+            for query in (sentence(), sentence()):  # the second may reuse the filter's view
+                assert await search(cached, bank, query, scope, 5, chosen) == await search(
+                    scanned, bank, query, scope, 5, chosen
+                ), (step, chosen)
     finally:
         await cached.aclose()
         await scanned.aclose()
+
+
+_NUMBER_TAG = {"metadata": {"tag": {"double_value": 1.0}}}
+"""`= "a"` holds for no tag that is not a string (nor for a missing one): its NOT does."""
 
 
 def _random_filter(rng: random.Random, now: datetime) -> str | None:
@@ -312,6 +420,7 @@ def _random_filter(rng: random.Random, now: datetime) -> str | None:
             f'NOT fact:"{word}"',
             f'fact:"{word}" OR fact:"{other}"',
             f'metadata.tag = "{rng.choice("ab")}"',
+            'NOT metadata.tag = "a" OR metadata.tag = "b"',
             f'metadata.tag = "a" AND NOT fact:"{word}"',
             f'expire_time > "{(now + timedelta(seconds=100)).isoformat()}"',
             f'fact=~"{word}|{other}"',

@@ -94,7 +94,10 @@ def test_excluded_documents_and_parts_score_like_the_dense_list_of_the_rest(seed
     query = _text(rng)
     feedback = {"feedback_docs": rng.choice([0, 3]), "feedback_terms": rng.randint(1, 25)}
     corpus = Corpus(
-        [(LexicalIndex.of(texts), out) for texts, out in zip(parts, excluded, strict=True)]
+        [
+            (LexicalIndex.of(texts), np.array([doc not in out for doc in range(len(texts))], bool))
+            for texts, out in zip(parts, excluded, strict=True)
+        ]
     )
     kept = [
         (part, doc)
@@ -115,7 +118,7 @@ def test_an_index_holds_postings_of_its_terms_only() -> None:
     assert docs.tolist() == [0] and counts.tolist() == [2.0]
     assert index.lengths.tolist() == [3, 2, 0] and index.total_length == 5
     assert "the" not in index.postings
-    assert not Corpus([(index, {0, 1, 2})]).bm25("cello").any()
+    assert not Corpus([(index, np.zeros(3, dtype=bool))]).bm25("cello").any()
 
 
 def test_best_keeps_ties_at_the_cut_and_breaks_them_by_the_tiebreak() -> None:

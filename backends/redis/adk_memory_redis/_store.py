@@ -585,6 +585,10 @@ class RedisMemoryStore(MemoryStore):
             self._client = connect(self._url, self.config)
         return self._client
 
+    def _on_cluster(self) -> bool:
+        """Whether the store talks to a Redis Cluster (whose keys live in many slots)."""
+        return isinstance(self._redis(), RedisCluster)
+
     async def _ready(self, action: str) -> RedisClient:
         """The client, once the query engine is checked.
 
@@ -975,14 +979,16 @@ class RedisMemoryStore(MemoryStore):
         live in other slots, the due entries of its documents are lowered before it and set
         after it, and the expiry entry is lowered before and after it (`expiry_around`).
         """
-        write = functools.partial(self._apply_batch, bank_id, batch)
+        on_cluster = self._on_cluster()
+        write = functools.partial(self._apply_batch, bank_id, batch, lower_expiry=not on_cluster)
         indexed = functools.partial(self._index_apart, bank_id, batch.documents, write)
-        if isinstance(self._redis(), RedisCluster):
+        if on_cluster:
             await expiry_around(self, bank_id, batch, indexed)
         else:
             await indexed()
 
-    async def _apply_batch(self, bank_id: str, batch: WriteBatch) -> None:
+    async def _apply_batch(self, bank_id: str, batch: WriteBatch, *, lower_expiry: bool) -> None:
+        """The batch's transaction (`lower_expiry`: with the bank's expiry entry lowered)."""
         bank_key = self._bank_key(bank_id)
         async with self._call("apply a write batch") as client:
             for _attempt in range(self.config.write_retries):
@@ -992,7 +998,7 @@ class RedisMemoryStore(MemoryStore):
                 marker = f"{bank.base}tx:{uuid.uuid4().hex}"
                 try:
                     writer = await self._writer(client, bank_key)
-                    if await self._try_apply(writer, bank_key, bank, batch, marker):
+                    if await self._try_apply(writer, bank_key, bank, batch, marker, lower_expiry):
                         return
                 except _SLOT_MOVED:
                     logger.debug("the slot of bank %s moved; reading the slot map again", bank_id)
@@ -1016,7 +1022,7 @@ class RedisMemoryStore(MemoryStore):
 
     def _in_slot_of(self, key: str, bank_key: str) -> bool:
         """Whether a transaction of the bank may include `key` (always, on one server)."""
-        if not isinstance(self._client, RedisCluster):
+        if not self._on_cluster():
             return True
         return key_slot(key.encode()) == key_slot(bank_key.encode())
 
@@ -1065,7 +1071,13 @@ class RedisMemoryStore(MemoryStore):
         ) from exc
 
     async def _try_apply(
-        self, client: aredis.Redis, bank_key: str, bank: _Bank, batch: WriteBatch, marker: str
+        self,
+        client: aredis.Redis,
+        bank_key: str,
+        bank: _Bank,
+        batch: WriteBatch,
+        marker: str,
+        lower_expiry: bool,
     ) -> bool:
         """One optimistic attempt; False when the bank's epoch changed.
 
@@ -1158,7 +1170,7 @@ class RedisMemoryStore(MemoryStore):
             for operation_key, encoded_operation in operations:
                 pipe.set(operation_key, encoded_operation)
             earliest = batch_expiry(batch)
-            if earliest is not None and not isinstance(self._client, RedisCluster):
+            if earliest is not None and lower_expiry:
                 member = _due_member(bank.bank_id, EXPIRY_KEY)
                 pipe.zadd(self._due_key(EXPIRY_KIND), {member: to_us(earliest)}, lt=True)
             await pipe.execute()
@@ -1713,7 +1725,7 @@ class RedisMemoryStore(MemoryStore):
         write: Callable[[], Awaitable[object]],
     ) -> None:
         """Runs `write`; on a cluster, whose due sets live in other slots, inside `index_around`."""
-        if documents and isinstance(self._redis(), RedisCluster):
+        if documents and self._on_cluster():
             await index_around(self, bank_id, documents, write)
         else:
             await write()

@@ -17,6 +17,7 @@ from test_redis_specific import (  # noqa: F401  (collected by pytest)
     locks,
     store,
     test_a_bank_deleted_elsewhere_is_seen_at_once,
+    test_a_write_lowers_its_banks_expiry_entry_and_never_raises_it,
     test_concurrent_inserts_of_one_id_admit_exactly_one,
     test_float64_vectors_read_back_bit_for_bit,
     test_hostile_text_in_filters_matches_exactly_like_the_engine,

@@ -38,6 +38,8 @@ from adk_memory.errors import (
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, matches
 from adk_memory.scope import scope_key
 from adk_memory.store import (
+    EXPIRY_KEY,
+    EXPIRY_KIND,
     MemoryRecord,
     NearestQuery,
     ScanCursor,
@@ -240,6 +242,38 @@ async def test_expired_memory_is_hidden_before_redis_evicts_it(redis_url: str) -
         await store.drop_all()
         await store.aclose()
         await client.aclose()
+
+
+async def test_a_write_lowers_its_banks_expiry_entry_and_never_raises_it(
+    store: RedisMemoryStore,
+) -> None:
+    """One server lowers the entry inside the write's transaction; a cluster, where the entry
+    lives in another slot, around it (a transaction naming it would be refused there). Either
+    way the entry ends at the earliest expiry written."""
+    soon = datetime.now(UTC) + timedelta(days=1)
+    vector = (1.0,) + (0.0,) * 7
+
+    async def entry() -> list[datetime]:
+        due = await store.due_documents(EXPIRY_KIND, soon + timedelta(days=30))
+        return [found.due for found in due if (found.bank_id, found.key) == (BANK, EXPIRY_KEY)]
+
+    await store.apply(BANK, WriteBatch(inserts=(memory("m1", vector),)))
+    assert await entry() == []
+    await store.apply(
+        BANK, WriteBatch(inserts=(memory("m2", vector, expire_time=soon + timedelta(days=1)),))
+    )
+    assert await entry() == [soon + timedelta(days=1)]
+    await store.apply(BANK, WriteBatch(inserts=(memory("m3", vector, expire_time=soon),)))
+    assert await entry() == [soon]
+    await store.apply(
+        BANK, WriteBatch(upserts=(memory("m1", vector, expire_time=soon + timedelta(days=2)),))
+    )
+    assert await entry() == [soon]
+    assert {record.memory_id for record in await store.scan(BANK, ScanQuery(T0))} == {
+        "m1",
+        "m2",
+        "m3",
+    }
 
 
 # Filters and queries
