@@ -264,6 +264,13 @@ _JOURNAL_LEASE_SECONDS = 30.0
 the OS releases a dead holder's)."""
 _JOURNAL_WAIT_SECONDS = 120.0
 """How long a write or a first read waits for another writer of the bank to finish its batch."""
+_SYNC_THRESHOLD = 128
+"""Log entries after which Chroma saves a collection's HNSW index (its default is 1,000). Every
+write re-reads the collection's write-ahead log from the last save (Chroma 1.5's
+`LocalCompactionManager` backfill), so a create paid for every unsaved entry: 5-45 ms per call
+at 1,000 (`python -m benchmarks --only write` grew from 19 to 75 ms p50 over 1,000 creates). A
+save rewrites the id map, about 2 ms per 1,000 rows of the collection, so a lower threshold
+costs large banks more saves (`benchmarks/NOTES.md`, "sync_threshold")."""
 _IN_CHUNK = 1000
 _WHOLE_SCOPE_READ = 4 * _IN_CHUNK
 """A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
@@ -738,7 +745,9 @@ class ChromaMemoryStore(MemoryStore):
             return cached
         client = await self._connection()
         if create:
-            configuration: dict[str, Any] = {"hnsw": {"space": "l2"}}
+            configuration: dict[str, Any] = {
+                "hnsw": {"space": "l2", "sync_threshold": _SYNC_THRESHOLD}
+            }
             if memories:
                 configuration["hnsw"].update(
                     ef_construction=self._config.hnsw_ef_construction,
