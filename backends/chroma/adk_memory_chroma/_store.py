@@ -146,8 +146,9 @@ with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters
 Embedded, the process keeps what it read and wrote of the index (`_DueMirror`; the directory is
 its alone) and changes it under one lock: a lowering's read and write are one step, and one the
 mirror shows to be no earlier (every create lowers its bank's expiry entry) costs no call. On a
-server, a lowering is a read then a write, so an exact write landing between them may leave the
-entry late until the bank's next sweep sets it again.
+server, a lowering is a read then a write, so every write of a bank's entries of one kind holds
+a lock of the store's lock provider (`_due_lock`): no exact write or other lowering lands
+between them, among the processes the provider reaches (one host, or all with `lock_url`).
 
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
@@ -2143,7 +2144,7 @@ class ChromaMemoryStore(MemoryStore):
         """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert).
 
         Embedded, each is one step under the `_DueMirror`'s lock, and reads only rows the mirror
-        does not know.
+        does not know. On a server, each holds the bank's due lock (`_due_lock`).
         """
         ids = [_due_id(kind, bank_id, key) for key in dues]
         if only_earlier and self._due_mirror is not None:
@@ -2178,20 +2179,36 @@ class ChromaMemoryStore(MemoryStore):
                     "write due entries", change, index=index, mirror=mirror, limits=limits
                 )
                 return
-            current = None
-            if only_earlier:
-                found = await self._call(
-                    "read due entries", index.get, ids=ids, include=["metadatas"]
-                )
-                current = dict(_due_times(found))
-            rows, gone = _due_changes(kind, bank_id, dues, current)
-            if gone:
-                await self._delete_ids("remove due entries", index, gone)
-            if rows:
-                await self._write("write due entries", index, rows)
+            async with self._due_lock(bank_id, kind):
+                current = None
+                if only_earlier:
+                    found = await self._call(
+                        "read due entries", index.get, ids=ids, include=["metadatas"]
+                    )
+                    current = dict(_due_times(found))
+                rows, gone = _due_changes(kind, bank_id, dues, current)
+                if gone:
+                    await self._delete_ids("remove due entries", index, gone)
+                if rows:
+                    await self._write("write due entries", index, rows)
 
         if ids:
             await self._on_registry(work, kind=_DUE)
+
+    def _due_lock(self, bank_id: str, kind: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Serialises a server's writes of one bank's due entries of `kind`.
+
+        A lowering is a read then a write: without the lock, an exact write (a sweep setting
+        the expiry entry) or another lowering landing in between would be overwritten by a
+        later time, and the entry would stay late until the bank's next sweep. The lock
+        provider's reach is the guarantee's: the processes of a host, or every host with
+        `lock_url`.
+        """
+        return self.lock_provider().lock(
+            f"due:{self._name(bank_id, kind)}",
+            lease_seconds=_JOURNAL_LEASE_SECONDS,
+            wait_seconds=_JOURNAL_WAIT_SECONDS,
+        )
 
     # Coordination
 
