@@ -69,14 +69,13 @@ revisions.
   That holds because every later write of a memory overwrites the slot first, under the lock,
   and a batch deletes only ids that exist. A create is thus two calls, neither rewriting a
   vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at 384-d);
-* a batch with more memory rows (imports, group commits of many creates): call 1 upserts an
+* a batch with more memory rows (imports): call 1 upserts an
   empty aux slot (so that the slot's batch, which this one may rewrite, cannot look interrupted
   later); call 2 upserts the memory rows together with the memory collection's slot `j:slot`
   (a vector of the bank's dimension, no `sk` or `live_us`, so no memory read matches it), which
   holds the revisions and the deletions; call 3 deletes; call 4 upserts the revisions with
   `j:done`, naming the batch, which closes the slot. The vectors travel once (in the aux slot
-  they would travel twice: 552-714 imported memories/s instead of 801-1,071), and the scopes'
-  heads are written after the memory rows;
+  they travel twice), and the scopes' heads are written after the memory rows;
 * a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
@@ -252,11 +251,13 @@ _MEMORY_SLOT = "mem-slot"
 """Home of a batch journaled in the memory collection's slot, with its memory rows (closed by
 `j:done`): a batch of at least `_MEMORY_SLOT_ROWS` memory rows, and the slot versions before
 issue 18's fast writes left."""
-_MEMORY_SLOT_ROWS = 16
+_MEMORY_SLOT_ROWS = 64
 """Memory rows from which a batch is journaled in the memory collection's slot: its vectors
 then travel once (in the aux slot they travel twice, in the journal and in the rows), for two
 more small calls (emptying the aux slot, `j:done`) and one slot vector of the bank's dimension
-re-indexed."""
+re-indexed. Measured (store `apply`, loaded machine): the aux slot is faster at 16 rows (71 vs
+95 ms), even at 64; imports gained 0-15% (`benchmarks/NOTES.md`, "sync_threshold"), so group
+commits of single creates (at most 32 rows) stay in aux."""
 _REGISTRY = "banks"
 _DUE = "due"
 _DUE_KIND, _DUE_BANK, _DUE_KEY, _DUE_US = "dk", "b", "key", "due_us"
