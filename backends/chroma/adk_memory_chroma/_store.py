@@ -284,9 +284,10 @@ _SYNC_THRESHOLD = 128
 """Log entries after which Chroma saves a collection's HNSW index (its default is 1,000). Every
 write re-reads the collection's write-ahead log from the last save (Chroma 1.5's
 `LocalCompactionManager` backfill), so a create paid for every unsaved entry: 5-45 ms per call
-at 1,000 (`python -m benchmarks --only write` grew from 19 to 75 ms p50 over 1,000 creates). A
-save rewrites the id map, about 2 ms per 1,000 rows of the collection, so a lower threshold
-costs large banks more saves (`benchmarks/NOTES.md`, "sync_threshold")."""
+at 1,000 (create p50 grew from 19 to 75 ms over a bank's first 1,000 creates). A save rewrites
+the id map, about 2 ms per 1,000 rows of the collection, so a lower threshold costs large banks
+more saves (`benchmarks/NOTES.md`, "sync_threshold"). Set at creation only: Chroma's `modify`
+does not change it for the running index, so older banks keep 1,000."""
 _IN_CHUNK = 1000
 _WHOLE_SCOPE_READ = 4 * _IN_CHUNK
 """A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
