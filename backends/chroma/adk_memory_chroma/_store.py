@@ -59,23 +59,23 @@ entries and replay.
 Every batch that writes or deletes a memory also has the scope index rows it changes among its
 revisions.
 
-* a batch that writes or deletes fewer than `_MEMORY_SLOT_ROWS` memories (engine writes,
-  purges, sweeps): call 1 upserts
-  the revisions together with the bank's journal slot `j:slot` in aux, which holds the memory
-  rows (vectors included) and the deletions; call 2 upserts the memories, each row carrying the
-  batch id (`jb`); call 3 deletes (if any). Nothing closes the slot: the next batch overwrites
-  it, and a replay tells a complete batch from an interrupted one by the rows the slot names
-  (`_codec.slot_complete`: its first memory row carries its `jb`, its last deleted id is gone).
-  That holds because every later write of a memory overwrites the slot first, under the lock,
-  and a batch deletes only ids that exist. A create is thus two calls, neither rewriting a
-  vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at 384-d);
-* a batch with more memory rows (imports): call 1 upserts an
-  empty aux slot (so that the slot's batch, which this one may rewrite, cannot look interrupted
-  later); call 2 upserts the memory rows together with the memory collection's slot `j:slot`
-  (a vector of the bank's dimension, no `sk` or `live_us`, so no memory read matches it), which
-  holds the revisions and the deletions; call 3 deletes; call 4 upserts the revisions with
-  `j:done`, naming the batch, which closes the slot. The vectors travel once (in the aux slot
-  they travel twice), and the scopes' heads are written after the memory rows;
+* a batch that writes fewer than `_MEMORY_SLOT_ROWS` memories or only deletes (engine writes,
+  purges, sweeps): call 1 upserts the revisions together with the bank's journal slot `j:slot` in
+  aux, which holds the memory rows (vectors included) and the deletions; call 2 upserts the
+  memories, each row carrying the batch id (`jb`); call 3 deletes (if any). Nothing closes the slot:
+  the next batch overwrites it, and a replay tells a complete batch from an interrupted one by the
+  rows the slot names (`_codec.slot_complete`: its first memory row carries its `jb`, its last
+  deleted id is gone). That holds because every later write of a memory overwrites the slot first,
+  under the lock, and a batch deletes only ids that exist. A create is thus two calls, neither
+  rewriting a vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at
+  384-d);
+* a batch with more memory rows (imports): call 1 upserts an empty aux slot (so that the slot's
+  batch, which this one may rewrite, cannot look interrupted later); call 2 upserts the memory rows
+  together with the memory collection's slot `j:slot` (a vector of the bank's dimension, no `sk` or
+  `live_us`, so no memory read matches it), which holds the revisions and the deletions; call 3
+  deletes; call 4 upserts the revisions with `j:done`, naming the batch, which closes the slot. The
+  vectors travel once (in the aux slot they travel twice), and the scopes' heads are written after
+  the memory rows;
 * a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
@@ -249,8 +249,8 @@ _SLOT = "slot"
 """`_Plan.home` of a batch journaled in the bank's slot (in aux, with its revisions)."""
 _MEMORY_SLOT = "mem-slot"
 """Home of a batch journaled in the memory collection's slot, with its memory rows (closed by
-`j:done`): a batch of at least `_MEMORY_SLOT_ROWS` memory rows, and the slot versions before
-issue 18's fast writes left."""
+`j:done`): a batch of at least `_MEMORY_SLOT_ROWS` memory rows (before issue 18's fast writes,
+every batch with memory rows)."""
 _MEMORY_SLOT_ROWS = 64
 """Memory rows from which a batch is journaled in the memory collection's slot: its vectors
 then travel once (in the aux slot they travel twice, in the journal and in the rows), for two
