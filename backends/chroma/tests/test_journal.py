@@ -862,3 +862,33 @@ async def test_a_memory_slot_write_that_failed_is_checked_in_the_memory_collecti
     assert await snapshot(store) == await expected(*done)
     await store.aclose()
     await assert_no_journal_pending(tmp_path)
+
+
+async def test_an_import_sized_batch_takes_the_memory_slot_and_survives_a_crash_after_it(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """At the real `_MEMORY_SLOT_ROWS`: the batch's memory rows and slot go in one call, and a
+    crash right after it is completed by the next store."""
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(_store._MEMORY_SLOT_ROWS, 8)).astype(np.float32)
+    ids = [f"n{i:03d}" for i in range(len(vectors))]
+    batch = WriteBatch(
+        inserts=tuple(memory(i, tuple(map(float, v))) for i, v in zip(ids, vectors, strict=True)),
+        revisions=tuple(revision(i, "r1", fact=f"fact of {i}") for i in ids),
+    )
+    await count_writes(tmp_path / "dry", writes, batch)
+    commit = memory_slot_commit(writes)
+    assert {*ids, codec.SLOT_ID} <= set(writes.log[commit][2])  # and the journal's parts
+    crashed = await prepared(tmp_path / "crash")
+    writes.crash_before(commit + 1)
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, batch)
+    writes.crash_before(None)
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'crash'}")
+    assert len(await fresh.scan(BANK, ScanQuery(NOW))) == len(ids) + 2
+    for memory_id in ids[:3]:
+        [latest] = await fresh.list_revisions(BANK, memory_id, NOW)
+        assert latest.fact == f"fact of {memory_id}"
+    await fresh.aclose()
+    await crashed.aclose()
+    await assert_no_journal_pending(tmp_path / "crash")
