@@ -37,14 +37,15 @@ bit-identical to a directly written one), cut into part rows `<head>:<i>` (`k` =
 the text) under a commit row `<head>` (`jb` = batch id, `jn` = number of parts); a text of at
 most `inline_chars` is kept in the commit row itself (`jn` = 0, `p` = the text). Homes:
 
-* `j:slot` (`k` = `jslot`), in aux: the bank's journal slot, overwritten by each batch that
-  writes or deletes memories, written together with its revisions; it holds the memory rows and
-  deletions (no revisions), and its probes `jw` (its first memory row's id, each of its memory
-  rows carrying `jb`) and `jx` (the last id it deletes), "" for none (`slot_complete`);
+* `j:slot` (`k` = `jslot`), in aux: the bank's journal slot, overwritten by each batch that writes
+  or deletes a few memories, written together with its revisions; it holds the memory rows and
+  deletions (no revisions), and its probes `jw` (its first memory row's id, each of its memory rows
+  carrying `jb`) and `jx` (the last id it deletes), "" for none (`slot_complete`);
 * `j:slot` (`k` = `jslot`) in the memory collection and `j:done` (`k` = `jdone`) in aux: the
-  slot of versions before issue 18's fast writes, written with the memories (a unit vector of
-  the bank's dimension, no `sk` or `live_us`, so no memory read matches it) and pending while
-  `j:done` names another batch; only replayed now;
+  slot of a batch of many memory rows (of every batch before issue 18's fast writes), written
+  with the memories (a unit vector of the bank's dimension, no `sk` or `live_us`, so no memory
+  read matches it); it holds the revisions and deletions, and is pending while `j:done` names
+  another batch;
 * `j:<batch>` (`k` = `jnl`), in aux: the journal of a batch too large for one request, deleted
   once applied.
 
@@ -164,8 +165,8 @@ JOURNAL_WRITTEN = "jw"
 JOURNAL_DELETED = "jx"
 """Of a slot journal: the id of the last memory its batch deletes."""
 SLOT_ID = "j:slot"
-"""Commit row of a bank's journal slot in aux (one per bank, overwritten per batch); before
-issue 18's fast writes, the slot of the memory collection, closed by `DONE_ID`."""
+"""Commit row of a bank's journal slot in aux (one per bank, overwritten per batch), and of the
+memory collection's slot (batches of many memories), closed by `DONE_ID`."""
 DONE_ID = "j:done"
 """Aux row naming the last batch whose slot journal in the memory collection was completed."""
 KIND_SCOPE_HEAD = "xh"

@@ -59,15 +59,23 @@ entries and replay.
 Every batch that writes or deletes a memory also has the scope index rows it changes among its
 revisions.
 
-* a batch that writes or deletes memories (every engine write, purges, sweeps): call 1 upserts
-  the revisions together with the bank's journal slot `j:slot` in aux, which holds the memory
-  rows (vectors included) and the deletions; call 2 upserts the memories, each row carrying the
-  batch id (`jb`); call 3 deletes (if any). Nothing closes the slot: the next batch overwrites
-  it, and a replay tells a complete batch from an interrupted one by the rows the slot names
-  (`_codec.slot_complete`: its first memory row carries its `jb`, its last deleted id is gone).
-  That holds because every later write of a memory overwrites the slot first, under the lock,
-  and a batch deletes only ids that exist. A create is thus two calls, neither rewriting a
-  vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at 384-d);
+* a batch that writes fewer than `_MEMORY_SLOT_ROWS` memories or only deletes (engine writes,
+  purges, sweeps): call 1 upserts the revisions together with the bank's journal slot `j:slot` in
+  aux, which holds the memory rows (vectors included) and the deletions; call 2 upserts the
+  memories, each row carrying the batch id (`jb`); call 3 deletes (if any). Nothing closes the slot:
+  the next batch overwrites it, and a replay tells a complete batch from an interrupted one by the
+  rows the slot names (`_codec.slot_complete`: its first memory row carries its `jb`, its last
+  deleted id is gone). That holds because every later write of a memory overwrites the slot first,
+  under the lock, and a batch deletes only ids that exist. A create is thus two calls, neither
+  rewriting a vector of the bank's dimension (Chroma re-indexes a replaced row's vector: ~4 ms at
+  384-d);
+* a batch with more memory rows (imports): call 1 upserts an empty aux slot (so that the slot's
+  batch, which this one may rewrite, cannot look interrupted later); call 2 upserts the memory rows
+  together with the memory collection's slot `j:slot` (a vector of the bank's dimension, no `sk` or
+  `live_us`, so no memory read matches it), which holds the revisions and the deletions; call 3
+  deletes; call 4 upserts the revisions with `j:done`, naming the batch, which closes the slot. The
+  vectors travel once (in the aux slot they travel twice), and the scopes' heads are written after
+  the memory rows;
 * a batch that one call can hold (only revisions) needs no journal;
 * a batch too large for one request (more rows than Chroma's batch size, or, on a server, about
   16 MiB): everything goes into an aux journal written first (part rows, then its commit row),
@@ -75,9 +83,8 @@ revisions.
   cannot look interrupted later), the memories and deletions, then the journal is deleted (the
   vectors travel twice).
 
-Before issue 18's fast writes, the slot lived in the memory collection with a vector of the
-bank's dimension, written with the memories, and `j:done` in aux closed it; a slot of that kind
-left pending by an older version is still completed (`_LEGACY_SLOT`). As for the index, no older
+Before issue 18's fast writes, every batch with memory rows used the memory collection's slot,
+so one left pending by an older version is completed like any other. As for the index, no older
 version may write a bank once this one has: its writes leave the aux slot as it is, so a replay
 could take the slot's batch for an interrupted one and write its rows again over newer ones.
 
@@ -138,8 +145,9 @@ with a scope key carry it (`dsk`), which `list_documents(scope_key=...)` filters
 Embedded, the process keeps what it read and wrote of the index (`_DueMirror`; the directory is
 its alone) and changes it under one lock: a lowering's read and write are one step, and one the
 mirror shows to be no earlier (every create lowers its bank's expiry entry) costs no call. On a
-server, a lowering is a read then a write, so an exact write landing between them may leave the
-entry late until the bank's next sweep sets it again.
+server, a lowering is a read then a write, so every write of a bank's entries of one kind holds
+a lock of the store's lock provider (`_due_lock`): no exact write or other lowering lands
+between them, among the processes the provider reaches (one host, or all with `lock_url`).
 
 Banks are created collections-first and registered last; a deletion marks the registry row
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
@@ -239,9 +247,17 @@ _MEM = "mem"
 _AUX = "aux"
 _SLOT = "slot"
 """`_Plan.home` of a batch journaled in the bank's slot (in aux, with its revisions)."""
-_LEGACY_SLOT = "mem-slot"
-"""Home of a slot journal in the memory collection, written before the slot moved to aux: only
-ever replayed (closed by `j:done`)."""
+_MEMORY_SLOT = "mem-slot"
+"""Home of a batch journaled in the memory collection's slot, with its memory rows (closed by
+`j:done`): a batch of at least `_MEMORY_SLOT_ROWS` memory rows (before issue 18's fast writes,
+every batch with memory rows)."""
+_MEMORY_SLOT_ROWS = 64
+"""Memory rows from which a batch is journaled in the memory collection's slot: its vectors
+then travel once (in the aux slot they travel twice, in the journal and in the rows), for two
+more small calls (emptying the aux slot, `j:done`) and one slot vector of the bank's dimension
+re-indexed. Measured (store `apply`, loaded machine): the aux slot is faster at 16 rows (71 vs
+95 ms), even at 64; imports gained 0-15% (`benchmarks/NOTES.md`, "sync_threshold"), so group
+commits of single creates (at most 32 rows) stay in aux."""
 _REGISTRY = "banks"
 _DUE = "due"
 _DUE_KIND, _DUE_BANK, _DUE_KEY, _DUE_US = "dk", "b", "key", "due_us"
@@ -264,6 +280,14 @@ _JOURNAL_LEASE_SECONDS = 30.0
 the OS releases a dead holder's)."""
 _JOURNAL_WAIT_SECONDS = 120.0
 """How long a write or a first read waits for another writer of the bank to finish its batch."""
+_SYNC_THRESHOLD = 128
+"""Log entries after which Chroma saves a collection's HNSW index (its default is 1,000). Every
+write re-reads the collection's write-ahead log from the last save (Chroma 1.5's
+`LocalCompactionManager` backfill), so a create paid for every unsaved entry: 5-45 ms per call
+at 1,000 (create p50 grew from 19 to 75 ms over a bank's first 1,000 creates). A save rewrites
+the id map, about 2 ms per 1,000 rows of the collection, so a lower threshold costs large banks
+more saves (`benchmarks/NOTES.md`, "sync_threshold"). Set at creation only: Chroma's `modify`
+does not change it for the running index, so older banks keep 1,000."""
 _IN_CHUNK = 1000
 _WHOLE_SCOPE_READ = 4 * _IN_CHUNK
 """A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
@@ -431,7 +455,8 @@ class _Plan:
     """How `apply` writes one batch (see the module docstring, "Atomicity")."""
 
     home: str | None
-    """`_SLOT` (the slot journal, written with the revisions), `_AUX`, or None (one call)."""
+    """`_SLOT` (the aux slot, written with the revisions), `_MEMORY_SLOT` (the memory
+    collection's slot, written with the memories), `_AUX`, or None (one call)."""
     batch_id: str
     first: list[codec.Row]
     """The call that commits the batch: journal rows and what is written together with them."""
@@ -738,7 +763,9 @@ class ChromaMemoryStore(MemoryStore):
             return cached
         client = await self._connection()
         if create:
-            configuration: dict[str, Any] = {"hnsw": {"space": "l2"}}
+            configuration: dict[str, Any] = {
+                "hnsw": {"space": "l2", "sync_threshold": _SYNC_THRESHOLD}
+            }
             if memories:
                 configuration["hnsw"].update(
                     ef_construction=self._config.hnsw_ef_construction,
@@ -1260,6 +1287,10 @@ class ChromaMemoryStore(MemoryStore):
         ]  # the slot's probe: which batch last wrote each row
         chunk = _JOURNAL_CHUNK_CHARS
         with _encoding("a memory or revision"):
+            if len(memory_rows) >= _MEMORY_SLOT_ROWS:
+                first = _memory_slot_call(batch_id, memory_rows, revision_rows, deletes)
+                if _fits_one_request(first, limits):
+                    return _Plan(_MEMORY_SLOT, batch_id, first, [], [], revision_rows, deletes)
             slot = codec.slot_rows(
                 batch_id,
                 memory_rows,
@@ -1294,15 +1325,18 @@ class ChromaMemoryStore(MemoryStore):
         if plan.home is None:  # a single call, atomic by itself
             await self._write("write revisions", aux, plan.revision_rows)
             return
+        home = memories if plan.home == _MEMORY_SLOT else aux
         try:
-            await self._write("write a batch and its journal", aux, plan.first)
+            if plan.home == _MEMORY_SLOT:  # this batch may rewrite the rows the aux slot probes
+                await self._write("empty the bank's slot", aux, _empty_slot(plan.batch_id))
+            await self._write("write a batch and its journal", home, plan.first)
         except AdkMemoryError as exc:
             # A request that failed on the way back may have been committed anyway: if the
             # commit row is there, the batch has happened and is completed below.
-            head = codec.SLOT_ID if plan.home == _SLOT else plan.journal_ids[0]
+            head = plan.journal_ids[0] if plan.home == _AUX else codec.SLOT_ID
             try:
                 found = await self._call(
-                    "check a batch journal", aux.get, ids=[head], include=["metadatas"]
+                    "check a batch journal", home.get, ids=[head], include=["metadatas"]
                 )
             except (AdkMemoryError, _Gone):
                 self._recovered.discard(bank_id)  # the next use of the bank replays it if it was
@@ -1349,29 +1383,23 @@ class ChromaMemoryStore(MemoryStore):
     ) -> None:
         """Writes what a committed batch still lacks, then closes its journal (idempotent).
 
-        The slot needs no closing (its probes show the batch complete); an aux journal is
-        deleted; a slot journal of the memory collection (`_LEGACY_SLOT`) is closed by the
-        `j:done` row, written with the revisions (after the deletes).
+        The aux slot needs no closing (its probes show the batch complete); an aux journal is
+        deleted; the memory collection's slot (`_MEMORY_SLOT`) is closed by the `j:done` row,
+        written with the revisions (after the deletes; the scopes' heads with them, after the
+        memory rows they stand for).
         """
         heads = [row for row in revision_rows if row[3][codec.KIND] == codec.KIND_SCOPE_HEAD]
         if home == _AUX:
             # The slot is emptied before this batch rewrites or deletes the rows it probes, so
             # that its (complete) batch cannot look interrupted afterwards. The scopes' heads
             # go last: a version must not be readable before the memory rows it stands for.
-            empty = codec.slot_rows(
-                batch_id,
-                [],
-                [],
-                chunk_chars=_JOURNAL_CHUNK_CHARS,
-                inline_chars=_JOURNAL_INLINE_CHARS,
-            )
             rest = [row for row in revision_rows if row[3][codec.KIND] != codec.KIND_SCOPE_HEAD]
-            await self._write("write revisions", aux, [*rest, *empty])
+            await self._write("write revisions", aux, [*rest, *_empty_slot(batch_id)])
         if memory_rows:
             await self._write("write memories", memories, memory_rows)
         if deletes:
             await self._delete_ids("delete memories", memories, deletes)
-        if home == _LEGACY_SLOT:
+        if home == _MEMORY_SLOT:
             await self._write("write revisions", aux, [*revision_rows, codec.done_row(batch_id)])
         elif home == _AUX:
             if heads:
@@ -1423,7 +1451,7 @@ class ChromaMemoryStore(MemoryStore):
         """Journals not yet closed, oldest first, and whether the scope index is complete.
 
         Two reads: the journal rows of aux, then, in the memory collection, the rows the slot's
-        probes name and the slot an older version kept there (`_LEGACY_SLOT`).
+        probes name and the memory collection's slot (`_MEMORY_SLOT`).
         """
         marks = await self._call(
             "look for a batch journal",
@@ -1457,9 +1485,10 @@ class ChromaMemoryStore(MemoryStore):
         probed = await self._read_metadata(
             memories, [codec.SLOT_ID, *probes], "look for a batch journal"
         )
-        legacy = probed.pop(codec.SLOT_ID, None)
-        if legacy is not None and legacy[codec.JOURNAL_BATCH] != done:
-            pending.append((str(legacy[codec.JOURNAL_BATCH]), memories, codec.SLOT_ID, legacy))
+        in_memories = probed.pop(codec.SLOT_ID, None)
+        if in_memories is not None and in_memories[codec.JOURNAL_BATCH] != done:
+            batch = str(in_memories[codec.JOURNAL_BATCH])
+            pending.append((batch, memories, codec.SLOT_ID, in_memories))
         if slot is not None and not codec.slot_complete(slot, probed):
             pending.append((str(slot[codec.JOURNAL_BATCH]), aux, codec.SLOT_ID, slot))
         return _BankState(sorted(pending, key=lambda item: item[0]), indexed)
@@ -1494,7 +1523,7 @@ class ChromaMemoryStore(MemoryStore):
                 ) from exc
             logger.warning("completing batch %s of bank %s from its journal", batch_id, bank_id)
             if home is memories:
-                await self._finish(memories, aux, _LEGACY_SLOT, batch_id, [], *rows)
+                await self._finish(memories, aux, _MEMORY_SLOT, batch_id, [], *rows)
             elif head_id == codec.SLOT_ID:
                 await self._finish(memories, aux, _SLOT, batch_id, [], *rows)
             else:
@@ -2117,7 +2146,7 @@ class ChromaMemoryStore(MemoryStore):
         """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert).
 
         Embedded, each is one step under the `_DueMirror`'s lock, and reads only rows the mirror
-        does not know.
+        does not know. On a server, each holds the bank's due lock (`_due_lock`).
         """
         ids = [_due_id(kind, bank_id, key) for key in dues]
         if only_earlier and self._due_mirror is not None:
@@ -2152,20 +2181,36 @@ class ChromaMemoryStore(MemoryStore):
                     "write due entries", change, index=index, mirror=mirror, limits=limits
                 )
                 return
-            current = None
-            if only_earlier:
-                found = await self._call(
-                    "read due entries", index.get, ids=ids, include=["metadatas"]
-                )
-                current = dict(_due_times(found))
-            rows, gone = _due_changes(kind, bank_id, dues, current)
-            if gone:
-                await self._delete_ids("remove due entries", index, gone)
-            if rows:
-                await self._write("write due entries", index, rows)
+            async with self._due_lock(bank_id, kind):
+                current = None
+                if only_earlier:
+                    found = await self._call(
+                        "read due entries", index.get, ids=ids, include=["metadatas"]
+                    )
+                    current = dict(_due_times(found))
+                rows, gone = _due_changes(kind, bank_id, dues, current)
+                if gone:
+                    await self._delete_ids("remove due entries", index, gone)
+                if rows:
+                    await self._write("write due entries", index, rows)
 
         if ids:
             await self._on_registry(work, kind=_DUE)
+
+    def _due_lock(self, bank_id: str, kind: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Serialises a server's writes of one bank's due entries of `kind`.
+
+        A lowering is a read then a write: without the lock, an exact write (a sweep setting
+        the expiry entry) or another lowering landing in between would be overwritten by a
+        later time, and the entry would stay late until the bank's next sweep. The lock
+        provider's reach is the guarantee's: the processes of a host, or every host with
+        `lock_url`.
+        """
+        return self.lock_provider().lock(
+            f"due:{self._name(bank_id, kind)}",
+            lease_seconds=_JOURNAL_LEASE_SECONDS,
+            wait_seconds=_JOURNAL_WAIT_SECONDS,
+        )
 
     # Coordination
 
@@ -2387,6 +2432,38 @@ def _upsert_arguments(rows: Sequence[codec.Row]) -> dict[str, Any]:
         "documents": documents if any(doc is not None for doc in documents) else None,
         "metadatas": [row[3] for row in rows],
     }
+
+
+def _memory_slot_call(
+    batch_id: str,
+    memory_rows: list[codec.Row],
+    revision_rows: list[codec.Row],
+    deletes: list[str],
+) -> list[codec.Row]:
+    """The call that commits a `_MEMORY_SLOT` batch: its memory rows, then the slot journal.
+
+    The journal holds the rest (revisions and deletions); its rows carry vectors of the
+    memories' dimension.
+    """
+    journal = codec.journal_rows(
+        codec.SLOT_ID,
+        batch_id,
+        [],
+        revision_rows,
+        deletes,
+        kind=codec.KIND_JOURNAL_SLOT,
+        chunk_chars=_JOURNAL_CHUNK_CHARS,
+        inline_chars=_JOURNAL_INLINE_CHARS,
+        dimension=len(memory_rows[0][1]),
+    )
+    return [*memory_rows, *journal]
+
+
+def _empty_slot(batch_id: str) -> list[codec.Row]:
+    """The aux slot naming no row: its batch is complete whatever is written next."""
+    return codec.slot_rows(
+        batch_id, [], [], chunk_chars=_JOURNAL_CHUNK_CHARS, inline_chars=_JOURNAL_INLINE_CHARS
+    )
 
 
 def _batch_id() -> str:

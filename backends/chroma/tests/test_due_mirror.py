@@ -1,14 +1,18 @@
 """Embedded Chroma's due index through the process's `_DueMirror`: what the mirror remembers
 always matches the rows stored, across store instances on one folder, bank deletion, threads
-with their own event loops, and a reopened folder."""
+with their own event loops, and a reopened folder. On a server, the due lock does that job."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
 from adk_memory_chroma import ChromaMemoryStore, _store
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
@@ -117,3 +121,42 @@ async def test_exact_writes_and_lowerings_from_threads_serialise(store: ChromaMe
             thread.join()
         # Serialised: exact then lowering keeps `early`; lowering then exact ends at `early`.
         assert await entry(store, bank_id) == early, round_number
+
+
+@pytest.mark.parametrize("racer", [lower, put], ids=["lowering", "exact-write"])
+async def test_a_server_lowering_holds_the_due_lock_between_its_read_and_write(
+    chroma_http_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    racer: Callable[[ChromaMemoryStore, datetime], Coroutine[Any, Any, None]],
+) -> None:
+    """Two stores on one server (two processes of a host). One lowering reads the entry and
+    stalls; the other store lowers it further, or a sweep sets it exactly, meanwhile. Without
+    the lock the stalled lowering then writes its later time over the earlier one."""
+    prefix = f"due-{uuid.uuid4().hex[:8]}"
+    stalled = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=prefix)
+    other = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=prefix)
+    read, resume = asyncio.Event(), asyncio.Event()
+    call = stalled._call
+
+    async def stalling_call(action: str, method: Callable[..., Any], **kwargs: Any) -> Any:
+        result = await call(action, method, **kwargs)
+        if action == "read due entries":
+            read.set()
+            await resume.wait()
+        return result
+
+    try:
+        await stalled.create_bank(bank_record())
+        await put(stalled, T0 + timedelta(days=30))
+        monkeypatch.setattr(stalled, "_call", stalling_call)
+        lowering = asyncio.create_task(lower(stalled, T0 + timedelta(days=5)))
+        await asyncio.wait_for(read.wait(), 30)
+        racing = asyncio.create_task(racer(other, T0 + timedelta(days=1)))
+        await asyncio.sleep(0.3)  # without the lock, the racer is done by now
+        resume.set()
+        await asyncio.gather(lowering, racing)
+        assert await entry(other) == T0 + timedelta(days=1)
+    finally:
+        await other.drop_all()
+        await stalled.aclose()
+        await other.aclose()

@@ -728,3 +728,167 @@ async def test_a_slot_in_several_parts_is_replayed_whole_and_ignores_older_parts
         await fresh.aclose()
         await crashed.aclose()
         await assert_no_journal_pending(path)
+
+
+# A batch of many memory rows is journaled in the memory collection's slot, with its rows: the
+# aux slot is emptied first, then the memory rows and the slot (the commit), the deletions,
+# and the revisions with `j:done`. `_MEMORY_SLOT_ROWS` is lowered so that GENERATE's two memory
+# rows take that path.
+
+
+@pytest.fixture
+def memory_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store, "_MEMORY_SLOT_ROWS", 2)
+
+
+def memory_slot_commit(writes: Writes) -> int:
+    """The index of the write of a memory-slot batch's memory rows and slot (its commit)."""
+    return next(
+        index
+        for index, (_, name, ids) in enumerate(writes.log)
+        if name.endswith(f".{_store._MEM}") and codec.SLOT_ID in ids
+    )
+
+
+LATER = WriteBatch(  # two memory rows, one of them the row UPDATE_ONLY's slot probes
+    upserts=tuple(
+        memory(memory_id, HALF, fact=f"{memory_id}, later", update_time=NOW)
+        for memory_id in ("a", "c")
+    ),
+    revisions=tuple(
+        revision(memory_id, "r3", fact=f"{memory_id}, later", create_time=NOW)
+        for memory_id in ("a", "c")
+    ),
+)
+
+
+@pytest.mark.usefixtures("memory_slot")
+@pytest.mark.parametrize("batch", [GENERATE, GENERATE_WITH_STREAM], ids=["generate", "document"])
+async def test_a_memory_slot_batch_crashed_between_any_two_calls_is_none_or_all(
+    tmp_path: Path, writes: Writes, batch: WriteBatch
+) -> None:
+    before, after = await expected(SETUP), await expected(SETUP, batch)
+    total, _ = await count_writes(tmp_path / "dry", writes, batch)
+    commit = memory_slot_commit(writes)
+    calls = [(name.rsplit(".", 1)[-1], method) for method, name, _ in writes.log]
+    assert (
+        calls[commit - 1 :]
+        == [
+            ("aux", "upsert"),  # the emptied aux slot
+            ("mem", "upsert"),  # the memory rows and the slot
+            ("mem", "delete"),
+            ("aux", "upsert"),  # the revisions, index rows and j:done
+            *calls[commit + 3 :],  # the stream's due entry, after the batch
+        ]
+    )
+    assert codec.DONE_ID in writes.log[commit + 2][2]
+    for crash_at in range(total):
+        state = await crash_and_recover(tmp_path / f"crash-{crash_at}", writes, batch, crash_at)
+        assert state == (before if crash_at <= commit else after), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await assert_no_journal_pending(tmp_path / f"crash-{crash_at}")
+
+
+@pytest.mark.usefixtures("memory_slot")
+async def test_an_aux_slot_batch_is_not_replayed_over_a_memory_slot_batch(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """UPDATE_ONLY (one row: the aux slot, probing `a`) is complete; LATER rewrites `a` in the
+    memory slot. Without the aux slot emptied first, `a` would carry another batch's `jb`, and
+    a replay would bring UPDATE_ONLY's `a` back over LATER's, at any crash or none."""
+    total, _ = await count_writes(tmp_path / "dry", writes, LATER)
+    commit = memory_slot_commit(writes)
+    for crash_at in range(total + 1):
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, UPDATE_ONLY)
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < total else contextlib.nullcontext():
+            await crashed.apply(BANK, LATER)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        state = await snapshot(fresh)
+        done = (SETUP, UPDATE_ONLY, LATER) if crash_at > commit else (SETUP, UPDATE_ONLY)
+        assert state == await expected(*done), f"crash before write {crash_at}"
+        assert_consistent(state)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
+
+
+@pytest.mark.usefixtures("memory_slot")
+async def test_a_closed_memory_slot_is_not_replayed_over_a_later_aux_slot_batch(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """GENERATE (memory slot) deleted `b`; a one-row batch (aux slot) creates `b` again and is
+    cut at each call: GENERATE's slot, closed by `j:done`, must not delete `b` a second time."""
+    recreate = WriteBatch(
+        inserts=(memory("b", HALF, fact="b, again", create_time=NOW),),
+        revisions=(revision("b", "r3", fact="b, again", create_time=NOW),),
+    )
+    for crash_at in (1, 2):  # after recreate's commit; after its memory row (its last write)
+        path = tmp_path / f"crash-{crash_at}"
+        crashed = await prepared(path)
+        await crashed.apply(BANK, GENERATE)
+        writes.crash_before(crash_at)
+        with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
+            await crashed.apply(BANK, recreate)
+        writes.crash_before(None)
+        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        assert await snapshot(fresh) == await expected(SETUP, GENERATE, recreate)
+        await fresh.aclose()
+        await crashed.aclose()
+        await assert_no_journal_pending(path)
+
+
+@pytest.mark.usefixtures("memory_slot")
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_memory_slot_write_that_failed_is_checked_in_the_memory_collection(
+    tmp_path: Path, writes: Writes, when: str
+) -> None:
+    """The driver raised on the commit write: the slot is looked up where it was written."""
+    store = await prepared(tmp_path)
+    writes.log.clear()
+
+    def fail(index: int, ids: list[str]) -> str | None:
+        name = writes.log[index][1]
+        return when if name.endswith(f".{_store._MEM}") and codec.SLOT_ID in ids else None
+
+    writes.fail = fail
+    with pytest.raises(StoreUnavailable) if when == "before" else contextlib.nullcontext():
+        await store.apply(BANK, GENERATE)
+    writes.fail = None
+    done = (SETUP, GENERATE) if when == "after" else (SETUP,)
+    assert await snapshot(store) == await expected(*done)
+    await store.aclose()
+    await assert_no_journal_pending(tmp_path)
+
+
+async def test_an_import_sized_batch_takes_the_memory_slot_and_survives_a_crash_after_it(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """At the real `_MEMORY_SLOT_ROWS`: the batch's memory rows and slot go in one call, and a
+    crash right after it is completed by the next store."""
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(_store._MEMORY_SLOT_ROWS, 8)).astype(np.float32)
+    ids = [f"n{i:03d}" for i in range(len(vectors))]
+    batch = WriteBatch(
+        inserts=tuple(memory(i, tuple(map(float, v))) for i, v in zip(ids, vectors, strict=True)),
+        revisions=tuple(revision(i, "r1", fact=f"fact of {i}") for i in ids),
+    )
+    await count_writes(tmp_path / "dry", writes, batch)
+    commit = memory_slot_commit(writes)
+    assert {*ids, codec.SLOT_ID} <= set(writes.log[commit][2])  # and the journal's parts
+    crashed = await prepared(tmp_path / "crash")
+    writes.crash_before(commit + 1)
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, batch)
+    writes.crash_before(None)
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'crash'}")
+    assert len(await fresh.scan(BANK, ScanQuery(NOW))) == len(ids) + 2
+    for memory_id in ids[:3]:
+        [latest] = await fresh.list_revisions(BANK, memory_id, NOW)
+        assert latest.fact == f"fact of {memory_id}"
+    await fresh.aclose()
+    await crashed.aclose()
+    await assert_no_journal_pending(tmp_path / "crash")

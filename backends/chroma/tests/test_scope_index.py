@@ -317,20 +317,20 @@ async def test_concurrent_writers_of_one_scope_lose_no_index_entry(tmp_path: Pat
 
 
 class PausedMemoryWrite:
-    """Holds a store's next write of memory rows until `release`d."""
+    """Holds a store's next write with `action` (its memory rows by default) until `release`d."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, action: str = "write memories") -> None:
         self.paused = asyncio.Event()
         self.released = asyncio.Event()
         original = ChromaMemoryStore._write
 
         async def write(
-            store: ChromaMemoryStore, action: str, collection: Any, rows: Sequence[codec.Row]
+            store: ChromaMemoryStore, step: str, collection: Any, rows: Sequence[codec.Row]
         ) -> None:
-            if action == "write memories" and not self.released.is_set():
+            if step == action and not self.released.is_set():
                 self.paused.set()
                 await self.released.wait()
-            await original(store, action, collection, rows)
+            await original(store, step, collection, rows)
 
         monkeypatch.setattr(ChromaMemoryStore, "_write", write)
 
@@ -390,3 +390,32 @@ async def test_a_version_seen_complete_costs_no_more_reads_and_stays(
     assert await reader.scope_version(BANK, KEY) == first
     hits = await reader.nearest(BANK, NearestQuery(KEY, vectors[0], 3, NOW))
     assert [hit.record.memory_id for hit in hits] == ["a"]
+
+
+async def test_a_search_during_a_memory_slot_batch_sees_it_once_its_heads_are_written(
+    stores: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of many memories writes its memory rows first and the scopes' heads last (with
+    its revisions): a search in between keeps the old version and reads none of the batch's
+    rows under it, and the next search sees the whole batch."""
+    monkeypatch.setattr(_store, "_MEMORY_SLOT_ROWS", 2)
+    writer, reader = stores
+    vectors = unit_vectors(23, 3)
+    await writer.apply(BANK, WriteBatch(inserts=(memory("a", vectors[0], create_time=T0),)))
+    assert await top(reader, KEY, vectors[1]) == ["a"]
+    before = await reader.scope_version(BANK, KEY)
+    pause = PausedMemoryWrite(monkeypatch, "write revisions")
+    many = WriteBatch(
+        inserts=tuple(memory(i, v, create_time=T0) for i, v in zip("bc", vectors[1:], strict=True))
+    )
+    writing = asyncio.create_task(writer.apply(BANK, many))
+    await asyncio.wait_for(pause.paused.wait(), 30)
+    assert len(await reader.get_memories(BANK, ["b", "c"], NOW)) == 2  # its rows are written
+    assert await reader.scope_version(BANK, KEY) == before
+    assert await top(reader, KEY, vectors[1]) == ["a"]
+    pause.released.set()
+    await writing
+    after = await reader.scope_version(BANK, KEY)
+    assert after not in (None, "", before)
+    assert (await top(reader, KEY, vectors[1]))[0] == "b"
+    assert sorted(await top(reader, KEY, vectors[1])) == ["a", "b", "c"]  # and from the cache
