@@ -154,6 +154,32 @@ def use_write_ahead_log(key: str) -> None:
         logger.warning("%s stays in SQLite journal mode %s; writes are slower", database, mode)
 
 
+OPEN_FILES_WANTED = 65536
+"""The soft open-file limit an embedded store asks for (never above the hard limit)."""
+
+
+def raise_open_file_limit() -> None:
+    """Raises this process's soft open-file limit towards `OPEN_FILES_WANTED` (never lowers it).
+
+    Chroma keeps (soft limit ÷ 5) vector indexes open per client, fixed when the client is
+    built, and closes the least recently used one without saving it: rows written since its
+    last save are missing from it until the collection's next write. With Linux's usual soft
+    limit of 1,024 that is 204 collections, about 100 banks; the hard limit is usually far
+    higher. Call it before building the chromadb client.
+    """
+    if sys.platform == "win32":
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as exc:
+            logger.warning("could not raise the open-file limit from %d: %s", soft, exc)
+
+
 def first_hold(key: str) -> bool:
     """Whether the hold `key` is this process's only one (no other store uses the directory)."""
     with _guard:

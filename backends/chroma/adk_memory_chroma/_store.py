@@ -673,6 +673,7 @@ class ChromaMemoryStore(MemoryStore):
                     try:
                         if _folder.first_hold(folder) and not _chroma_has_open(folder):
                             _folder.use_write_ahead_log(folder)
+                        _folder.raise_open_file_limit()
                         self._client = chromadb.PersistentClient(
                             path=config.path,
                             settings=settings,

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import resource
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from typing import Any
 import chromadb
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _store
+from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _folder, _store
 from adk_memory_chroma import _codec as codec
 from chromadb.config import Settings
 
@@ -269,6 +270,40 @@ async def write_and_read_back(path: Path) -> list[str]:
         return [record.memory_id for record in await store.scan(BANK, ScanQuery(T0))]
     finally:
         await store.aclose()
+
+
+def test_an_embedded_store_raises_a_low_open_file_limit_before_chroma_sizes_its_cache(
+    tmp_path: Path,
+) -> None:
+    """Chroma keeps soft-limit ÷ 5 indexes open and drops the least recent unsaved: at Linux's
+    usual 1,024 that is ~100 banks. Opening an embedded store raises the soft limit first."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, resource
+        from adk_memory_chroma import ChromaMemoryStore
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, hard))
+
+        async def main():
+            store = ChromaMemoryStore.from_uri({f"chroma://{tmp_path / 'folder'}"!r})
+            await store.list_banks()
+            api = store._client._server
+            print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], api.hnsw_cache_size)
+            await store.aclose()
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    soft, cache = (int(part) for part in done.stdout.split())
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    most = _folder.OPEN_FILES_WANTED
+    wanted = most if hard == resource.RLIM_INFINITY else min(hard, most)
+    assert soft == wanted
+    assert cache == wanted // 5
 
 
 async def test_a_new_folder_commits_through_sqlites_write_ahead_log(tmp_path: Path) -> None:
