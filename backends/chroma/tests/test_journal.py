@@ -668,11 +668,14 @@ async def test_deleting_an_absent_id_last_cannot_hide_an_interrupted_deletion(
         await assert_no_journal_pending(tmp_path / f"crash-{crash_at}")
 
 
+@pytest.mark.usefixtures("memory_slot")  # GENERATE takes the memory slot, the rest aux
+@pytest.mark.parametrize("deleting", [DELETE_ONLY, GENERATE], ids=["aux-slot", "memory-slot"])
 async def test_a_deleted_then_recreated_memory_is_not_deleted_again(
-    tmp_path: Path, writes: Writes
+    tmp_path: Path, writes: Writes, deleting: WriteBatch
 ) -> None:
-    """A batch deletes `b`; the next creates `b` again and is cut short after its commit; the
-    replay of the second must not be preceded by a replay of the first."""
+    """A batch deletes `b` (DELETE_ONLY in the aux slot, GENERATE in the memory collection's);
+    the next, a one-row batch in the aux slot, creates `b` again and is cut short at each call:
+    the first batch's slot, closed, must not be replayed before it and delete `b` again."""
     recreate = WriteBatch(
         inserts=(memory("b", HALF, fact="b, again", create_time=NOW),),
         revisions=(revision("b", "r3", fact="b, again", create_time=NOW),),
@@ -680,13 +683,13 @@ async def test_a_deleted_then_recreated_memory_is_not_deleted_again(
     for crash_at in (1, 2):  # before the memory row; after it (the batch has two writes)
         path = tmp_path / f"crash-{crash_at}"
         crashed = await prepared(path)
-        await crashed.apply(BANK, DELETE_ONLY)
+        await crashed.apply(BANK, deleting)
         writes.crash_before(crash_at)
         with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
             await crashed.apply(BANK, recreate)
         writes.crash_before(None)
         fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
-        assert await snapshot(fresh) == await expected(SETUP, DELETE_ONLY, recreate)
+        assert await snapshot(fresh) == await expected(SETUP, deleting, recreate)
         await fresh.aclose()
         await crashed.aclose()
         await assert_no_journal_pending(path)
@@ -811,31 +814,6 @@ async def test_an_aux_slot_batch_is_not_replayed_over_a_memory_slot_batch(
         done = (SETUP, UPDATE_ONLY, LATER) if crash_at > commit else (SETUP, UPDATE_ONLY)
         assert state == await expected(*done), f"crash before write {crash_at}"
         assert_consistent(state)
-        await fresh.aclose()
-        await crashed.aclose()
-        await assert_no_journal_pending(path)
-
-
-@pytest.mark.usefixtures("memory_slot")
-async def test_a_closed_memory_slot_is_not_replayed_over_a_later_aux_slot_batch(
-    tmp_path: Path, writes: Writes
-) -> None:
-    """GENERATE (memory slot) deleted `b`; a one-row batch (aux slot) creates `b` again and is
-    cut at each call: GENERATE's slot, closed by `j:done`, must not delete `b` a second time."""
-    recreate = WriteBatch(
-        inserts=(memory("b", HALF, fact="b, again", create_time=NOW),),
-        revisions=(revision("b", "r3", fact="b, again", create_time=NOW),),
-    )
-    for crash_at in (1, 2):  # after recreate's commit; after its memory row (its last write)
-        path = tmp_path / f"crash-{crash_at}"
-        crashed = await prepared(path)
-        await crashed.apply(BANK, GENERATE)
-        writes.crash_before(crash_at)
-        with pytest.raises(Crash) if crash_at < 2 else contextlib.nullcontext():
-            await crashed.apply(BANK, recreate)
-        writes.crash_before(None)
-        fresh = ChromaMemoryStore.from_uri(f"chroma://{path}")
-        assert await snapshot(fresh) == await expected(SETUP, GENERATE, recreate)
         await fresh.aclose()
         await crashed.aclose()
         await assert_no_journal_pending(path)
