@@ -72,6 +72,16 @@ UPDATE_ONLY = WriteBatch(  # its only memory exists already: the slot's probe mu
     revisions=(revision("a", "r2", fact="a, updated", create_time=T1),),
 )
 STREAM = (DocumentRecord("stream", "s1", {"pending": [], "processed": [{"text": "hi"}]}),)
+LATER = WriteBatch(  # two memory rows, one of them the row UPDATE_ONLY's slot probes
+    upserts=tuple(
+        memory(memory_id, HALF, fact=f"{memory_id}, later", update_time=NOW)
+        for memory_id in ("a", "c")
+    ),
+    revisions=tuple(
+        revision(memory_id, "r3", fact=f"{memory_id}, later", create_time=NOW)
+        for memory_id in ("a", "c")
+    ),
+)
 GENERATE_WITH_STREAM = replace(GENERATE, documents=STREAM)  # an ingest flush
 DELETE_ONLY_WITH_STREAM = replace(DELETE_ONLY, documents=STREAM)
 _COMMIT_ROW = re.compile(r"^j:(slot|\d{20}-[0-9a-f]{32})$")  # `SLOT_ID`, `batch_head_id(…)`
@@ -611,16 +621,7 @@ async def test_a_complete_slot_is_not_replayed_over_a_larger_later_batch(
     its replay nor a later open may bring back the slot's older rows."""
     store = await prepared(tmp_path)
     await store.apply(BANK, GENERATE)  # in the slot: it probes one of `a`, `c`
-    later = WriteBatch(
-        upserts=tuple(
-            memory(memory_id, HALF, fact=f"{memory_id}, later", update_time=NOW)
-            for memory_id in ("a", "c")
-        ),
-        revisions=tuple(
-            revision(memory_id, "r3", fact=f"{memory_id}, later", create_time=NOW)
-            for memory_id in ("a", "c")
-        ),
-    )
+    later = LATER
 
     async def tiny_limits(self: ChromaMemoryStore) -> tuple[int, int | None]:
         return 2, None
@@ -751,18 +752,6 @@ def memory_slot_commit(writes: Writes) -> int:
         for index, (_, name, ids) in enumerate(writes.log)
         if name.endswith(f".{_store._MEM}") and codec.SLOT_ID in ids
     )
-
-
-LATER = WriteBatch(  # two memory rows, one of them the row UPDATE_ONLY's slot probes
-    upserts=tuple(
-        memory(memory_id, HALF, fact=f"{memory_id}, later", update_time=NOW)
-        for memory_id in ("a", "c")
-    ),
-    revisions=tuple(
-        revision(memory_id, "r3", fact=f"{memory_id}, later", create_time=NOW)
-        for memory_id in ("a", "c")
-    ),
-)
 
 
 @pytest.mark.usefixtures("memory_slot")
