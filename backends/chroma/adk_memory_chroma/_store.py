@@ -341,6 +341,20 @@ class _BankState:
 
 
 @dataclass(frozen=True, slots=True)
+class _ScopeWrite:
+    """What a committed batch did to one scope, for the vector cache's write-through."""
+
+    version: str
+    """The batch's id: the scope's version after it."""
+    replaced: str
+    """The scope's version the batch replaced, read under the journal lock ("": a new scope)."""
+    touched: frozenset[str]
+    """Every memory the batch writes or deletes, in any scope."""
+    rows: list[codec.Row]
+    """The batch's memory rows in this scope (their vectors and expiries are the cache's)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _ScopeVectors:
     """A scope's memories as of one version of its index: ids and vectors, expiries."""
 
@@ -363,7 +377,51 @@ class _ScopeVectors:
     ) -> _ScopeVectors:
         vectors = VectorMatrix.of(ids, embeddings)
         expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
-        return cls(key, version, vectors, expiries, vectors.nbytes + expiries.nbytes)
+        return cls.of(key, version, vectors, expiries)
+
+    @classmethod
+    def of(
+        cls,
+        key: tuple[str, str],
+        version: str,
+        vectors: VectorMatrix,
+        live_us: np.ndarray[Any, np.dtype[np.int64]],
+    ) -> _ScopeVectors:
+        return cls(key, version, vectors, live_us, vectors.nbytes + live_us.nbytes)
+
+    def after(self, write: _ScopeWrite) -> _ScopeVectors | None:
+        """The scope at `write.version`, if this entry is the scope at the version it replaces.
+
+        These rows less those the batch deletes, moves out or rewrites, then its rows of the
+        scope, as Chroma stores them (float32). None if their dimension differs from the rows
+        kept (then this entry cannot be the scope the batch was checked against).
+        """
+        kept = np.fromiter(
+            (memory_id not in write.touched for memory_id in self.vectors.ids),
+            dtype=bool,
+            count=len(self.vectors.ids),
+        )
+        added = (
+            np.asarray([row[1] for row in write.rows], dtype=np.float32)
+            if write.rows
+            else np.empty((0, 0), dtype=np.float32)
+        )
+        parts = [part for part in (self.vectors.matrix[kept], added) if len(part)]
+        if len({part.shape[1] for part in parts}) > 1:
+            return None
+        matrix = np.concatenate(parts) if parts else added
+        norms = np.concatenate(
+            [
+                self.vectors.squared_norms[kept],
+                np.einsum("ij,ij->i", added, added, dtype=np.float64),
+            ]
+        )
+        ids = (*(i for i, keep in zip(self.vectors.ids, kept, strict=True) if keep),)
+        live_us = np.fromiter((int(row[3][codec.LIVE_US]) for row in write.rows), dtype=np.int64)
+        vectors = VectorMatrix((*ids, *(row[0] for row in write.rows)), matrix, norms)
+        return _ScopeVectors.of(
+            self.key, write.version, vectors, np.concatenate([self.live_us[kept], live_us])
+        )
 
     @property
     def ids(self) -> list[str]:
@@ -402,15 +460,37 @@ class _VectorCache:
             return entry
 
     def put(self, entry: _ScopeVectors) -> None:
-        size = entry.nbytes
         with self._guard:
-            self._remove(entry.key)
-            if size > self._max_bytes:
+            self._insert(entry)
+
+    def write_through(self, key: tuple[str, str], write: _ScopeWrite) -> None:
+        """Advances the entry of `key` past a committed batch (see `_ScopeWrite`).
+
+        Only an entry of the version the batch replaced ("" for a new scope: from nothing) is
+        the scope before the batch; any other is stale (another writer came in between) and is
+        dropped.
+        """
+        with self._guard:
+            entry = self._entries.get(key)
+            if not write.replaced:
+                entry = _ScopeVectors.build(key, "", [], [], {})
+            elif entry is None or entry.version != write.replaced:
+                self._remove(key)
                 return
-            self._entries[entry.key] = entry
-            self._bytes += size
-            while self._bytes > self._max_bytes:
-                self._remove(next(iter(self._entries)))
+            successor = entry.after(write)
+            if successor is None:
+                self._remove(key)
+            else:
+                self._insert(successor)
+
+    def _insert(self, entry: _ScopeVectors) -> None:
+        self._remove(entry.key)
+        if entry.nbytes > self._max_bytes:
+            return
+        self._entries[entry.key] = entry
+        self._bytes += entry.nbytes
+        while self._bytes > self._max_bytes:
+            self._remove(next(iter(self._entries)))
 
     def drop(self, key: tuple[str, str]) -> None:
         with self._guard:
@@ -1138,7 +1218,7 @@ class ChromaMemoryStore(MemoryStore):
         revision_rows = [row for entry, _ in accepted for row in entry.changes.revision_rows]
         deletes = [memory_id for _, deleted in accepted for memory_id in deleted]
         batch_id = _batch_id()
-        index = await self._index_rows(aux, stored, memory_rows, deletes, batch_id)
+        index, heads = await self._index_rows(aux, stored, memory_rows, deletes, batch_id)
         for entry, _ in accepted:  # a batch with fences is alone in its group
             for lease in entry.changes.batch.fences:  # the last check, just before the commit
                 await lease.verify()
@@ -1146,7 +1226,8 @@ class ChromaMemoryStore(MemoryStore):
         # From the first journal row to the journal's removal nothing may stop half-way in this
         # process: a cancelled caller waits for the end of the batch.
         self._settle(bank_id, False)
-        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted))
+        writes = _scope_writes(batch_id, heads, memory_rows, deletes)
+        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted, writes))
 
     async def _commit_group(
         self,
@@ -1155,10 +1236,19 @@ class ChromaMemoryStore(MemoryStore):
         aux: Any,
         plan: _Plan,
         accepted: list[tuple[_Queued, list[str]]],
+        writes: Mapping[str, _ScopeWrite],
     ) -> None:
-        """`_commit`, then each batch's outcome (in one uncancellable step)."""
+        """`_commit`, then each batch's outcome (in one uncancellable step).
+
+        Only a batch committed whole reaches the vector cache (write-through): the scopes it
+        changed are then, at its version, exactly what the cache can compute.
+        """
         await self._commit(bank_id, memories, aux, plan)
         self._settle(bank_id, True)
+        if writes:
+            self._written[bank_id] = plan.batch_id
+            for scope_key, write in writes.items():
+                self._vectors.write_through((str(memories.id), scope_key), write)
         for entry, deleted in accepted:
             entry.outcome.set_result(len(deleted))
 
@@ -1193,8 +1283,11 @@ class ChromaMemoryStore(MemoryStore):
         memory_rows: Sequence[codec.Row],
         deletes: Sequence[str],
         version: str,
-    ) -> list[codec.Row]:
+    ) -> tuple[list[codec.Row], dict[str, str]]:
         """The scope index rows after a batch: its version and the changed buckets per scope.
+
+        Also, by scope touched, the version the batch replaces ("" for a new scope), read with
+        the buckets (for `_ScopeWrite`).
 
         The version is the batch's id, so that a reader can tell from the slot whether the
         batch that last wrote a scope may still be writing its memory rows (`_scope_state`).
@@ -1221,11 +1314,20 @@ class ChromaMemoryStore(MemoryStore):
         buckets = await self._read_metadata(
             aux,
             [
-                codec.scope_bucket_id(scope_key, bucket)
-                for scope_key, updates in changes.items()
-                for bucket in updates
+                *map(codec.scope_head_id, changes),
+                *(
+                    codec.scope_bucket_id(scope_key, bucket)
+                    for scope_key, updates in changes.items()
+                    for bucket in updates
+                ),
             ],
         )
+        heads = {
+            scope_key: str(
+                buckets.get(codec.scope_head_id(scope_key), {}).get(codec.SCOPE_VERSION, "")
+            )
+            for scope_key in changes
+        }
         rows: list[codec.Row] = []
         for scope_key, updates in changes.items():
             contents: dict[int, dict[str, int]] = {}
@@ -1239,7 +1341,7 @@ class ChromaMemoryStore(MemoryStore):
                         members[memory_id] = live_us
                 contents[bucket] = members
             rows += codec.index_rows(scope_key, version, contents)
-        return rows
+        return rows, heads
 
     async def _plan(
         self,
@@ -2485,6 +2587,23 @@ def _take_group(queue: list[_Queued]) -> list[_Queued]:
             break
         group.append(queue.pop(0))
     return group
+
+
+def _scope_writes(
+    batch_id: str,
+    heads: Mapping[str, str],
+    memory_rows: Sequence[codec.Row],
+    deletes: Sequence[str],
+) -> dict[str, _ScopeWrite]:
+    """By scope the batch changes (`heads`: the versions it replaces), its `_ScopeWrite`."""
+    touched = frozenset([*(row[0] for row in memory_rows), *deletes])
+    rows: dict[str, list[codec.Row]] = {scope_key: [] for scope_key in heads}
+    for row in memory_rows:
+        rows[str(row[3][codec.SCOPE_KEY])].append(row)
+    return {
+        scope_key: _ScopeWrite(batch_id, replaced, touched, rows[scope_key])
+        for scope_key, replaced in heads.items()
+    }
 
 
 def _replacing(row: codec.Row, before: Mapping[str, Any] | None) -> codec.Row:
