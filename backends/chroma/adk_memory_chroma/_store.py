@@ -352,6 +352,8 @@ class _ScopeWrite:
     """Every memory the batch writes or deletes, in any scope."""
     rows: list[codec.Row]
     """The batch's memory rows in this scope (their vectors and expiries are the cache's)."""
+    as_read: Callable[[list[Any]], np.ndarray[Any, Any]]
+    """The rows' vectors as a read of Chroma returns them (`_as_read_embedded`, `_as_read_http`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,8 +395,8 @@ class _ScopeVectors:
         """The scope at `write.version`, if this entry is the scope at the version it replaces.
 
         These rows less those the batch deletes, moves out or rewrites, then its rows of the
-        scope, as Chroma stores them (float32). None if their dimension differs from the rows
-        kept (then this entry cannot be the scope the batch was checked against).
+        scope, as a read of Chroma would return them. None if their dimension differs from the
+        rows kept (then this entry cannot be the scope the batch was checked against).
         """
         kept = np.fromiter(
             (memory_id not in write.touched for memory_id in self.vectors.ids),
@@ -402,7 +404,7 @@ class _ScopeVectors:
             count=len(self.vectors.ids),
         )
         added = (
-            np.asarray([row[1] for row in write.rows], dtype=np.float32)
+            write.as_read([row[1] for row in write.rows])
             if write.rows
             else np.empty((0, 0), dtype=np.float32)
         )
@@ -1226,7 +1228,9 @@ class ChromaMemoryStore(MemoryStore):
         # From the first journal row to the journal's removal nothing may stop half-way in this
         # process: a cancelled caller waits for the end of the batch.
         self._settle(bank_id, False)
-        writes = _scope_writes(batch_id, heads, memory_rows, deletes)
+        server = self._config.host is not None or _is_http_client(self._client)
+        as_read = _as_read_http if server else _as_read_embedded
+        writes = _scope_writes(batch_id, heads, memory_rows, deletes, as_read)
         await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted, writes))
 
     async def _commit_group(
@@ -2594,6 +2598,7 @@ def _scope_writes(
     heads: Mapping[str, str],
     memory_rows: Sequence[codec.Row],
     deletes: Sequence[str],
+    as_read: Callable[[list[Any]], np.ndarray[Any, Any]],
 ) -> dict[str, _ScopeWrite]:
     """By scope the batch changes (`heads`: the versions it replaces), its `_ScopeWrite`."""
     touched = frozenset([*(row[0] for row in memory_rows), *deletes])
@@ -2601,9 +2606,22 @@ def _scope_writes(
     for row in memory_rows:
         rows[str(row[3][codec.SCOPE_KEY])].append(row)
     return {
-        scope_key: _ScopeWrite(batch_id, replaced, touched, rows[scope_key])
+        scope_key: _ScopeWrite(batch_id, replaced, touched, rows[scope_key], as_read)
         for scope_key, replaced in heads.items()
     }
+
+
+def _as_read_embedded(vectors: list[Any]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Vectors as embedded Chroma returns them: its stored float32 values."""
+    return np.asarray(vectors, dtype=np.float32)
+
+
+def _as_read_http(vectors: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Vectors as a Chroma server returns them (JSON).
+
+    The shortest decimal of each stored float32, parsed as a float64: not the float32's value.
+    """
+    return np.asarray(vectors, dtype=np.float32).astype(str).astype(np.float64)
 
 
 def _replacing(row: codec.Row, before: Mapping[str, Any] | None) -> codec.Row:
