@@ -29,6 +29,14 @@ recently used first) under the scope's version: the index and the vectors are re
 version, so they are at least as new as it, and any write to the scope, by any process, changes
 the version. So the cost follows the scope, not the bank: two small reads and the numpy ranking
 when cached, plus the scope's index and vectors when not.
+Write-through (`_ScopeWrite`): a writer reads the heads of the scopes its batch touches with
+their buckets (`_index_rows`, under the journal lock, so no other batch of the bank is in
+flight); once the batch is committed whole (`_commit_group`; never after a failure), each scope
+cached under exactly the head it read (or new: no head) is advanced to the batch's version:
+the cached rows less those the batch deletes, moves out or rewrites, plus its rows of the scope
+as a read would return them. Any other cached version means another writer came in between:
+the entry is dropped. A reader's entry put meanwhile is harmless: the batch rewrites every row
+in which the two versions differ.
 `scope_version` returns the head's version: the id of the batch that last wrote the scope. A
 batch writes the head in its first call (with the slot), before its memory rows, so while the
 slot's batch is the head's and not yet seen complete (its probes read, or, embedded, the bank
