@@ -1257,12 +1257,12 @@ class ChromaMemoryStore(MemoryStore):
         """
         await self._commit(bank_id, memories, aux, plan)
         self._settle(bank_id, True)
-        if writes:
+        for entry, deleted in accepted:
+            entry.outcome.set_result(len(deleted))
+        if writes:  # after the outcomes: the batch has happened, whatever the cache does
             self._written[bank_id] = plan.batch_id
             for scope_key, write in writes.items():
                 self._vectors.write_through((str(memories.id), scope_key), write)
-        for entry, deleted in accepted:
-            entry.outcome.set_result(len(deleted))
 
     def _settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""
