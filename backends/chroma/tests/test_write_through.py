@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from adk_memory_chroma import ChromaMemoryStore, _store
 from adk_memory_chroma import _codec as codec
+from test_scope_index import PausedMemoryWrite
 
 from adk_memory.errors import StoreUnavailable
 from adk_memory.reference_store import ReferenceMemoryStore
@@ -259,6 +260,29 @@ async def test_a_batch_not_committed_whole_is_never_cached(
     expected = ["a"] if action.startswith("write a batch") else ["b", "a"]
     assert await top(writer, KEY, vectors[1]) == expected
     assert await top(reader, KEY, vectors[1]) == expected
+
+
+async def test_a_search_of_the_writer_between_its_calls_leaves_the_entry_exact(
+    two_stores: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's own search while its memory rows are not yet written caches nothing that
+    the write-through would then advance wrongly."""
+    writer, reader = two_stores
+    rng = random.Random(8)
+    vectors = [vector(rng) for _ in range(2)]
+    await writer.apply(BANK, WriteBatch(inserts=(memory("a", vectors[0]),)))
+    pause = PausedMemoryWrite(monkeypatch)
+    writing = asyncio.create_task(
+        writer.apply(BANK, WriteBatch(upserts=(memory("a", vectors[1]), memory("b", vectors[1]))))
+    )
+    await asyncio.wait_for(pause.paused.wait(), 30)
+    assert await top(writer, KEY, vectors[1]) == ["a"]
+    pause.released.set()
+    await writing
+    entry = await cached(writer, KEY)
+    assert entry is not None and entry.version == await writer.scope_version(BANK, KEY)
+    assert snapshot(entry) == await cold(reader, KEY)
+    assert sorted(await top(writer, KEY, vectors[1])) == ["a", "b"]
 
 
 async def test_write_through_keeps_the_byte_budget_and_stays_exact(tmp_path: Path) -> None:
