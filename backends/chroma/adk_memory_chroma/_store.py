@@ -426,11 +426,14 @@ class _ScopeVectors:
                 np.einsum("ij,ij->i", added, added, dtype=np.float64),
             ]
         )
-        ids = (*(i for i, keep in zip(self.vectors.ids, kept, strict=True) if keep),)
+        ids = [memory_id for memory_id, keep in zip(self.vectors.ids, kept, strict=True) if keep]
+        ids += [row[0] for row in write.rows]
         live_us = np.fromiter((int(row[3][codec.LIVE_US]) for row in write.rows), dtype=np.int64)
-        vectors = VectorMatrix((*ids, *(row[0] for row in write.rows)), matrix, norms)
         return _ScopeVectors.of(
-            self.key, write.version, vectors, np.concatenate([self.live_us[kept], live_us])
+            self.key,
+            write.version,
+            VectorMatrix(tuple(ids), matrix, norms),
+            np.concatenate([self.live_us[kept], live_us]),
         )
 
     @property
