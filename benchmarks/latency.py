@@ -14,6 +14,9 @@ same data and queries:
                  run after the two engine calls of the same query, so warm;
 * `store, cold`  Chroma: the same after forgetting the scope's cached vectors (a scope not
                  searched lately, or by another process);
+* `engine, first visit` Chroma: `engine` after forgetting the scope's cached vectors, so a
+                 first visit of a scope stays visible beside `engine` (whose scopes a store
+                 that wrote them holds cached: write-through);
 * `raw`          one native query to the same store (Redis: FT.SEARCH KNN with the scope filter;
                  Chroma: `collection.query` with the scope filter; none for `memory://`), and
                  for Redis one PING round trip;
@@ -294,11 +297,13 @@ async def run_config(
         # Interleave the paths query by query so load changes hit all of them alike. The first
         # `engine` call of a query finds its scope's vectors cached or not as the previous
         # queries left them; the second finds them cached. `store` runs after both (warm);
-        # `store, cold` first forgets the scope's cached vectors (Chroma only).
+        # `store, cold` and `engine, first visit` first forget the scope's cached vectors
+        # (Chroma only).
         forget = await _scope_cache_forgetter(backend, store, bank_id)
         series["engine, same query again"] = []
         if forget is not None:
             series["store, cold"] = []
+            series["engine, first visit"] = []
         for i in range(queries):
             with Timer() as t:
                 await engine(i)
@@ -314,6 +319,10 @@ async def run_config(
                 with Timer() as t:
                     await nearest(i)
                 series["store, cold"].append(t.ms)
+                forget(keys[i % scopes])
+                with Timer() as t:
+                    await engine(i)
+                series["engine, first visit"].append(t.ms)
             for name, fn in raw.items():
                 if name.startswith("_"):
                     continue

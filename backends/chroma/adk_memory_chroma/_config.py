@@ -58,7 +58,7 @@ class ChromaStoreConfig(BaseModel):
     `<prefix>.<bank>.mem`, `<prefix>.<bank>.aux`); stores with different prefixes share a Chroma
     without seeing each other. Letters, digits, `_` and `-`, starting with a letter or digit."""
     vector_cache_mb: float = Field(default=256.0, ge=0)
-    """Memory for the vectors of recently searched scopes, per store (least recently used
+    """Memory for the vectors of recently searched or written scopes, per store (least recently used
     scopes are dropped first; a scope larger than all of it is never kept). Each entry is
     checked against the scope's version before use, so it is never stale; 0 turns it off."""
     hnsw_ef_construction: int = Field(default=100, ge=1)

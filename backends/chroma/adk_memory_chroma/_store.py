@@ -29,6 +29,14 @@ recently used first) under the scope's version: the index and the vectors are re
 version, so they are at least as new as it, and any write to the scope, by any process, changes
 the version. So the cost follows the scope, not the bank: two small reads and the numpy ranking
 when cached, plus the scope's index and vectors when not.
+Write-through (`_ScopeWrite`): a writer reads the heads of the scopes its batch touches with
+their buckets (`_index_rows`, under the journal lock, so no other batch of the bank is in
+flight); once the batch is committed whole (`_commit_group`; never after a failure), each scope
+cached under exactly the head it read (or new: no head) is advanced to the batch's version:
+the cached rows less those the batch deletes, moves out or rewrites, plus its rows of the scope
+as a read would return them. Any other cached version means another writer came in between:
+the entry is dropped. A reader's entry put meanwhile is harmless: the batch rewrites every row
+in which the two versions differ.
 `scope_version` returns the head's version: the id of the batch that last wrote the scope. A
 batch writes the head in its first call (with the slot), before its memory rows, so while the
 slot's batch is the head's and not yet seen complete (its probes read, or, embedded, the bank
@@ -365,6 +373,22 @@ class _BankState:
 
 
 @dataclass(frozen=True, slots=True)
+class _ScopeWrite:
+    """What a committed batch did to one scope, for the vector cache's write-through."""
+
+    version: str
+    """The batch's id: the scope's version after it."""
+    replaced: str
+    """The scope's version the batch replaced, read under the journal lock ("": a new scope)."""
+    touched: frozenset[str]
+    """Every memory the batch writes or deletes, in any scope."""
+    rows: list[codec.Row]
+    """The batch's memory rows in this scope (their vectors and expiries are the cache's)."""
+    as_read: Callable[[list[Any]], np.ndarray[Any, Any]]
+    """The rows' vectors as a read of Chroma returns them (`_as_read_embedded`, `_as_read_http`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _ScopeVectors:
     """A scope's memories as of one version of its index: ids and vectors, expiries."""
 
@@ -387,7 +411,54 @@ class _ScopeVectors:
     ) -> _ScopeVectors:
         vectors = VectorMatrix.of(ids, embeddings)
         expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
-        return cls(key, version, vectors, expiries, vectors.nbytes + expiries.nbytes)
+        return cls.of(key, version, vectors, expiries)
+
+    @classmethod
+    def of(
+        cls,
+        key: tuple[str, str],
+        version: str,
+        vectors: VectorMatrix,
+        live_us: np.ndarray[Any, np.dtype[np.int64]],
+    ) -> _ScopeVectors:
+        return cls(key, version, vectors, live_us, vectors.nbytes + live_us.nbytes)
+
+    def after(self, write: _ScopeWrite) -> _ScopeVectors | None:
+        """The scope at `write.version`, if this entry is the scope at the version it replaces.
+
+        These rows less those the batch deletes, moves out or rewrites, then its rows of the
+        scope, as a read of Chroma would return them. None if their dimension differs from the
+        rows kept (then this entry cannot be the scope the batch was checked against).
+        """
+        kept = np.fromiter(
+            (memory_id not in write.touched for memory_id in self.vectors.ids),
+            dtype=bool,
+            count=len(self.vectors.ids),
+        )
+        added = (
+            write.as_read([row[1] for row in write.rows])
+            if write.rows
+            else np.empty((0, 0), dtype=np.float32)
+        )
+        parts = [part for part in (self.vectors.matrix[kept], added) if len(part)]
+        if len({part.shape[1] for part in parts}) > 1:
+            return None
+        matrix = np.concatenate(parts) if parts else added
+        norms = np.concatenate(
+            [
+                self.vectors.squared_norms[kept],
+                np.einsum("ij,ij->i", added, added, dtype=np.float64),
+            ]
+        )
+        ids = [memory_id for memory_id, keep in zip(self.vectors.ids, kept, strict=True) if keep]
+        ids += [row[0] for row in write.rows]
+        live_us = np.fromiter((int(row[3][codec.LIVE_US]) for row in write.rows), dtype=np.int64)
+        return _ScopeVectors.of(
+            self.key,
+            write.version,
+            VectorMatrix(tuple(ids), matrix, norms),
+            np.concatenate([self.live_us[kept], live_us]),
+        )
 
     @property
     def ids(self) -> list[str]:
@@ -426,15 +497,37 @@ class _VectorCache:
             return entry
 
     def put(self, entry: _ScopeVectors) -> None:
-        size = entry.nbytes
         with self._guard:
-            self._remove(entry.key)
-            if size > self._max_bytes:
+            self._insert(entry)
+
+    def write_through(self, key: tuple[str, str], write: _ScopeWrite) -> None:
+        """Advances the entry of `key` past a committed batch (see `_ScopeWrite`).
+
+        Only an entry of the version the batch replaced ("" for a new scope: from nothing) is
+        the scope before the batch; any other is stale (another writer came in between) and is
+        dropped.
+        """
+        with self._guard:
+            entry = self._entries.get(key)
+            if not write.replaced:
+                entry = _ScopeVectors.build(key, "", [], [], {})
+            elif entry is None or entry.version != write.replaced:
+                self._remove(key)
                 return
-            self._entries[entry.key] = entry
-            self._bytes += size
-            while self._bytes > self._max_bytes:
-                self._remove(next(iter(self._entries)))
+            successor = entry.after(write)
+            if successor is None:
+                self._remove(key)
+            else:
+                self._insert(successor)
+
+    def _insert(self, entry: _ScopeVectors) -> None:
+        self._remove(entry.key)
+        if entry.nbytes > self._max_bytes:
+            return
+        self._entries[entry.key] = entry
+        self._bytes += entry.nbytes
+        while self._bytes > self._max_bytes:
+            self._remove(next(iter(self._entries)))
 
     def drop(self, key: tuple[str, str]) -> None:
         with self._guard:
@@ -1166,7 +1259,7 @@ class ChromaMemoryStore(MemoryStore):
         revision_rows = [row for entry, _ in accepted for row in entry.changes.revision_rows]
         deletes = [memory_id for _, deleted in accepted for memory_id in deleted]
         batch_id = _batch_id()
-        index = await self._index_rows(aux, stored, memory_rows, deletes, batch_id)
+        index, heads = await self._index_rows(aux, stored, memory_rows, deletes, batch_id)
         for entry, _ in accepted:  # a batch with fences is alone in its group
             for lease in entry.changes.batch.fences:  # the last check, just before the commit
                 await lease.verify()
@@ -1174,7 +1267,10 @@ class ChromaMemoryStore(MemoryStore):
         # From the first journal row to the journal's removal nothing may stop half-way in this
         # process: a cancelled caller waits for the end of the batch.
         self._settle(bank_id, False)
-        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted))
+        server = self._config.host is not None or _is_http_client(self._client)
+        as_read = _as_read_http if server else _as_read_embedded
+        writes = _scope_writes(batch_id, heads, memory_rows, deletes, as_read)
+        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted, writes))
 
     async def _commit_group(
         self,
@@ -1183,12 +1279,21 @@ class ChromaMemoryStore(MemoryStore):
         aux: Any,
         plan: _Plan,
         accepted: list[tuple[_Queued, list[str]]],
+        writes: Mapping[str, _ScopeWrite],
     ) -> None:
-        """`_commit`, then each batch's outcome (in one uncancellable step)."""
+        """`_commit`, then each batch's outcome (in one uncancellable step).
+
+        Only a batch committed whole reaches the vector cache (write-through): the scopes it
+        changed are then, at its version, exactly what the cache can compute.
+        """
         await self._commit(bank_id, memories, aux, plan)
         self._settle(bank_id, True)
         for entry, deleted in accepted:
             entry.outcome.set_result(len(deleted))
+        if writes:  # after the outcomes: the batch has happened, whatever the cache does
+            self._written[bank_id] = plan.batch_id
+            for scope_key, write in writes.items():
+                self._vectors.write_through((str(memories.id), scope_key), write)
 
     def _settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""
@@ -1221,8 +1326,11 @@ class ChromaMemoryStore(MemoryStore):
         memory_rows: Sequence[codec.Row],
         deletes: Sequence[str],
         version: str,
-    ) -> list[codec.Row]:
+    ) -> tuple[list[codec.Row], dict[str, str]]:
         """The scope index rows after a batch: its version and the changed buckets per scope.
+
+        Also, by scope touched, the version the batch replaces ("" for a new scope), read with
+        the buckets (for `_ScopeWrite`).
 
         The version is the batch's id, so that a reader can tell from the slot whether the
         batch that last wrote a scope may still be writing its memory rows (`_scope_state`).
@@ -1249,11 +1357,20 @@ class ChromaMemoryStore(MemoryStore):
         buckets = await self._read_metadata(
             aux,
             [
-                codec.scope_bucket_id(scope_key, bucket)
-                for scope_key, updates in changes.items()
-                for bucket in updates
+                *map(codec.scope_head_id, changes),
+                *(
+                    codec.scope_bucket_id(scope_key, bucket)
+                    for scope_key, updates in changes.items()
+                    for bucket in updates
+                ),
             ],
         )
+        heads = {
+            scope_key: str(
+                buckets.get(codec.scope_head_id(scope_key), {}).get(codec.SCOPE_VERSION, "")
+            )
+            for scope_key in changes
+        }
         rows: list[codec.Row] = []
         for scope_key, updates in changes.items():
             contents: dict[int, dict[str, int]] = {}
@@ -1267,7 +1384,7 @@ class ChromaMemoryStore(MemoryStore):
                         members[memory_id] = live_us
                 contents[bucket] = members
             rows += codec.index_rows(scope_key, version, contents)
-        return rows
+        return rows, heads
 
     async def _plan(
         self,
@@ -2563,6 +2680,37 @@ def _take_group(queue: list[_Queued]) -> list[_Queued]:
             break
         group.append(queue.pop(0))
     return group
+
+
+def _scope_writes(
+    batch_id: str,
+    heads: Mapping[str, str],
+    memory_rows: Sequence[codec.Row],
+    deletes: Sequence[str],
+    as_read: Callable[[list[Any]], np.ndarray[Any, Any]],
+) -> dict[str, _ScopeWrite]:
+    """By scope the batch changes (`heads`: the versions it replaces), its `_ScopeWrite`."""
+    touched = frozenset([*(row[0] for row in memory_rows), *deletes])
+    rows: dict[str, list[codec.Row]] = {scope_key: [] for scope_key in heads}
+    for row in memory_rows:
+        rows[str(row[3][codec.SCOPE_KEY])].append(row)
+    return {
+        scope_key: _ScopeWrite(batch_id, replaced, touched, rows[scope_key], as_read)
+        for scope_key, replaced in heads.items()
+    }
+
+
+def _as_read_embedded(vectors: list[Any]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Vectors as embedded Chroma returns them: its stored float32 values."""
+    return np.asarray(vectors, dtype=np.float32)
+
+
+def _as_read_http(vectors: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Vectors as a Chroma server returns them (JSON).
+
+    The shortest decimal of each stored float32, parsed as a float64: not the float32's value.
+    """
+    return np.asarray(vectors, dtype=np.float32).astype(str).astype(np.float64)
 
 
 def _replacing(row: codec.Row, before: Mapping[str, Any] | None) -> codec.Row:
