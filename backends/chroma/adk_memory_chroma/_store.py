@@ -940,8 +940,11 @@ class ChromaMemoryStore(MemoryStore):
     async def _limits(self) -> tuple[int, int | None]:
         """Rows and (for a server) estimated bytes one write request may carry."""
         max_rows = await self._batch_size()
-        server = self._config.host is not None or _is_http_client(self._client)
-        return max_rows, _REQUEST_BYTES if server else None
+        return max_rows, _REQUEST_BYTES if self._on_server() else None
+
+    def _on_server(self) -> bool:
+        """Whether the store talks to a Chroma server (built from a URI or a client passed in)."""
+        return self._config.host is not None or _is_http_client(self._client)
 
     async def _batch_size(self) -> int:
         if self._max_batch is None:
@@ -1267,8 +1270,7 @@ class ChromaMemoryStore(MemoryStore):
         # From the first journal row to the journal's removal nothing may stop half-way in this
         # process: a cancelled caller waits for the end of the batch.
         self._settle(bank_id, False)
-        server = self._config.host is not None or _is_http_client(self._client)
-        as_read = _as_read_http if server else _as_read_embedded
+        as_read = _as_read_http if self._on_server() else _as_read_embedded
         writes = _scope_writes(batch_id, heads, memory_rows, deletes, as_read)
         await _uncancellable(self._commit_group(bank_id, memories, aux, plan, accepted, writes))
 
