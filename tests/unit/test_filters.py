@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta, timezone
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 from agentplatform import types
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adk_memory.errors import InvalidArgument
@@ -117,7 +118,7 @@ def test_seed_filters_parse_as_written() -> None:
     )
     assert parse_filter('fact=~".*allergies.*" AND update_time>="2026-01-01T00:00:00Z"') == expected
     # The Korean seed's copy ends with a stray quote; as Python it is the same string.
-    korean = 'fact=~".*allergies.*" AND update_time>="2026-01-01T00:00:00Z"' ''
+    korean = 'fact=~".*allergies.*" AND update_time>="2026-01-01T00:00:00Z"'
     assert parse_filter(korean) == expected
     topics = (
         "topics.managed_memory_topic: USER_PREFERENCES "
@@ -1093,9 +1094,7 @@ def test_partition_splits_top_level_conjuncts() -> None:
         'fact:"a" AND create_time > 0 AND fact=~"b" AND topics.custom_memory_topic_label: x'
     )
     pushed, residual = partition(expr, frozenset({("fact", ":"), ("topics", ":")}))
-    assert pushed == And(
-        (Condition("fact", Op.HAS, "a"), Condition(CUSTOM, Op.HAS, "x"))
-    )
+    assert pushed == And((Condition("fact", Op.HAS, "a"), Condition(CUSTOM, Op.HAS, "x")))
     assert residual == And(
         (
             Condition("create_time", Op.GT, datetime(1970, 1, 1, tzinfo=UTC)),
@@ -1131,9 +1130,7 @@ def test_partition_distinguishes_metadata_families_by_value_type() -> None:
     pushed, residual = partition(
         expr, frozenset({("metadata_string", "="), ("metadata_number", ">")})
     )
-    assert pushed == And(
-        (Condition("metadata.a", Op.EQ, "x"), Condition("metadata.b", Op.GT, 1.0))
-    )
+    assert pushed == And((Condition("metadata.a", Op.EQ, "x"), Condition("metadata.b", Op.GT, 1.0)))
     assert residual == Condition("metadata.c", Op.EQ, True)
 
 
@@ -1156,101 +1153,81 @@ REGEXES = ["a", "^a", "b$", "a|b", "^$", "(a+)+$"]
 LABELS = ["travel", "Travel"]
 METADATA_VALUES: list[MetadataValue] = ["a", "b", 0.0, 1.0, 2.5, True, False, *TIMES[:3]]
 
-records = st.builds(
-    record,
-    fact=st.text(alphabet="ab", max_size=3),
-    create_time=st.sampled_from(TIMES),
-    update_time=st.sampled_from(TIMES),
-    expire_time=st.none() | st.sampled_from(TIMES),
-    topics=st.lists(
-        st.builds(TopicRef, managed=st.sampled_from(["USER_PREFERENCES", "USER_PERSONAL_INFO"]))
-        | st.builds(TopicRef, custom=st.sampled_from(LABELS)),
-        max_size=2,
-    ).map(tuple),
-    scope=st.dictionaries(st.sampled_from(["user_id", "app"]), st.sampled_from(["1", "2"])),
-    metadata=st.dictionaries(
-        st.sampled_from(["k1", "k2"]),
-        st.sampled_from(METADATA_VALUES) | st.integers(-1, 3),
-        max_size=2,
-    ),
-)
 
-conditions = st.one_of(
-    st.builds(
-        Condition,
-        st.just("fact"),
-        st.sampled_from([Op.EQ, Op.NE, Op.HAS]),
-        st.sampled_from(FACT_VALUES),
-    ),
-    st.builds(Condition, st.just("fact"), st.just(Op.REGEX), st.sampled_from(REGEXES)),
-    st.builds(
-        Condition,
-        st.sampled_from(["create_time", "update_time", "expire_time"]),
-        st.sampled_from([Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE]),
-        st.sampled_from(TIMES),
-    ),
-    st.builds(
-        Condition,
-        st.just(MANAGED),
-        st.sampled_from([Op.EQ, Op.HAS, Op.NE]),
-        st.sampled_from(["USER_PREFERENCES", "KEY_CONVERSATION_DETAILS"]),
-    ),
-    st.builds(
-        Condition,
-        st.just(CUSTOM),
-        st.sampled_from([Op.EQ, Op.HAS, Op.NE]),
-        st.sampled_from(LABELS),
-    ),
-    st.builds(
-        Condition,
-        st.sampled_from(["scope.user_id", "scope.app"]),
-        st.sampled_from([Op.EQ, Op.NE]),
-        st.sampled_from(["1", "2"]),
-    ),
-    st.builds(
-        Condition,
-        st.sampled_from(["metadata.k1", "metadata.k2"]),
-        st.sampled_from([Op.EQ, Op.GT, Op.LT]),
-        st.sampled_from(METADATA_VALUES),
-    ),
-)
+# Drawn from a seeded `random.Random` rather than hypothesis: under full-suite load hypothesis
+# reported FlakyStrategyDefinition for these strategies (never a wrong answer), and a property
+# that only runs as a non-strict xfail guards nothing.
 
-exprs: st.SearchStrategy[FilterExpr] = st.recursive(
-    conditions,
-    lambda children: st.one_of(
-        st.lists(children, min_size=1, max_size=3).map(lambda parts: And(tuple(parts))),
-        st.lists(children, min_size=1, max_size=3).map(lambda parts: Or(tuple(parts))),
-        children.map(Not),
-    ),
-    max_leaves=10,
-)
-
-pushdowns = st.lists(
-    st.tuples(st.sampled_from(FAMILIES), st.sampled_from([op.value for op in Op])), unique=True
-).map(frozenset)
+PROPERTY_SEEDS = range(40)
+CASES_PER_SEED = 25
 
 
-@pytest.mark.xfail(
-    reason="In full-suite runs only, hypothesis reports FlakyStrategyDefinition for this test "
-    "(it passes alone and under any PYTHONHASHSEED); under investigation, see the issue note.",
-    strict=False,
-)
-@settings(
-    max_examples=400,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-@given(expr=exprs, pushdown=pushdowns, subjects=st.lists(records, min_size=1, max_size=4))
-def test_partition_preserves_meaning(
-    expr: FilterExpr, pushdown: frozenset[tuple[str, str]], subjects: list[MemoryRecord]
-) -> None:
-    pushed, residual = partition(expr, pushdown)
-    recombined = combine(pushed, residual)
-    for subject in subjects:
-        assert matches(recombined, subject) == matches(expr, subject)
-        assert matches(expr, subject) == (matches(pushed, subject) and matches(residual, subject))
-    for part in conjuncts(pushed):
-        assert all((family_of(c), c.op.value) in pushdown for c in leaves(part))
-    for part in conjuncts(residual):
-        assert any((family_of(c), c.op.value) not in pushdown for c in leaves(part))
+def random_record(rng: random.Random) -> MemoryRecord:
+    def topic() -> TopicRef:
+        if rng.random() < 0.5:
+            return TopicRef(managed=rng.choice(["USER_PREFERENCES", "USER_PERSONAL_INFO"]))
+        return TopicRef(custom=rng.choice(LABELS))
+
+    metadata_values: list[MetadataValue] = [*METADATA_VALUES, -1, 0, 1, 2, 3]
+    return record(
+        "".join(rng.choice("ab") for _ in range(rng.randint(0, 3))),
+        create_time=rng.choice(TIMES),
+        update_time=rng.choice(TIMES),
+        expire_time=rng.choice([None, *TIMES]),
+        topics=tuple(topic() for _ in range(rng.randint(0, 2))),
+        scope={
+            key: rng.choice(["1", "2"])
+            for key in rng.sample(["user_id", "app"], 2)[: rng.randint(0, 2)]
+        },
+        metadata={
+            key: rng.choice(metadata_values) for key in rng.sample(["k1", "k2"], rng.randint(0, 2))
+        },
+    )
+
+
+def random_condition(rng: random.Random) -> Condition:
+    comparisons = [Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE]
+    field, ops, values = rng.choice(
+        [
+            ("fact", [Op.EQ, Op.NE, Op.HAS], FACT_VALUES),
+            ("fact", [Op.REGEX], REGEXES),
+            (rng.choice(["create_time", "update_time", "expire_time"]), comparisons, TIMES),
+            (MANAGED, [Op.EQ, Op.HAS, Op.NE], ["USER_PREFERENCES", "KEY_CONVERSATION_DETAILS"]),
+            (CUSTOM, [Op.EQ, Op.HAS, Op.NE], LABELS),
+            (rng.choice(["scope.user_id", "scope.app"]), [Op.EQ, Op.NE], ["1", "2"]),
+            (rng.choice(["metadata.k1", "metadata.k2"]), [Op.EQ, Op.GT, Op.LT], METADATA_VALUES),
+        ]
+    )
+    return Condition(field, rng.choice(ops), rng.choice(values))
+
+
+def random_expr(rng: random.Random, depth: int = 3) -> FilterExpr:
+    if depth == 0 or rng.random() < 0.4:
+        return random_condition(rng)
+    kind = rng.choice([And, Or, Not])
+    if kind is Not:
+        return Not(random_expr(rng, depth - 1))
+    return kind(tuple(random_expr(rng, depth - 1) for _ in range(rng.randint(1, 3))))
+
+
+def random_pushdown(rng: random.Random) -> frozenset[tuple[str, str]]:
+    every = [(family, op.value) for family in FAMILIES for op in Op]
+    return frozenset(rng.sample(every, rng.randint(0, len(every))))
+
+
+@pytest.mark.parametrize("seed", PROPERTY_SEEDS)
+def test_partition_preserves_meaning(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(CASES_PER_SEED):
+        expr, pushdown = random_expr(rng), random_pushdown(rng)
+        pushed, residual = partition(expr, pushdown)
+        recombined = combine(pushed, residual)
+        for subject in [random_record(rng) for _ in range(rng.randint(1, 4))]:
+            assert matches(recombined, subject) == matches(expr, subject)
+            assert matches(expr, subject) == (
+                matches(pushed, subject) and matches(residual, subject)
+            )
+        for part in conjuncts(pushed):
+            assert all((family_of(c), c.op.value) in pushdown for c in leaves(part))
+        for part in conjuncts(residual):
+            assert any((family_of(c), c.op.value) not in pushdown for c in leaves(part))
