@@ -72,7 +72,7 @@ class ScopeIndex:
         the buckets (for `ScopeWrite`).
 
         The version is the batch's id, so that a reader can tell from the slot whether the
-        batch that last wrote a scope may still be writing its memory rows (`_scope_state`).
+        batch that last wrote a scope may still be writing its memory rows (`_written_version`).
 
         `stored` holds the memory rows the batch touches as they are now. A memory leaves the
         index of the scope it was in when it is deleted or moves to another scope, and enters

@@ -51,7 +51,7 @@ _GROUP_BATCHES = 32
 
 @dataclass(frozen=True, slots=True)
 class Changes:
-    """One batch as rows, before the scope index rows that `_write_changes` adds."""
+    """One batch as rows, before the scope index rows that `BatchWriter.write` adds."""
 
     memory_rows: list[codec.Row]
     revision_rows: list[codec.Row]
@@ -243,7 +243,7 @@ class BatchWriter:
         accepted: list[tuple[_Queued, list[str]]],
         writes: Mapping[str, ScopeWrite],
     ) -> None:
-        """`_commit`, then each batch's outcome (in one uncancellable step).
+        """`Journal.commit`, then each batch's outcome (in one uncancellable step).
 
         Only a batch committed whole reaches the vector cache (write-through): the scopes it
         changed are then, at its version, exactly what the cache can compute.
