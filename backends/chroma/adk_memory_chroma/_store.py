@@ -12,7 +12,7 @@ Banks are created collections-first and registered last; a deletion marks the re
 first, then drops the collections, then the row. A crash mid-delete leaves a marked row that
 hides the bank and that the next `create_bank` of the same id finishes cleaning up.
 
-This class is the facade; each concern lives in a module of its own:
+`ChromaMemoryStore` is the facade; each concern lives in a module of its own:
 
 - `_chroma`: the client, collection names and handles, every driver call and its errors;
 - `_sizing`: how rows are cut into requests a Chroma server accepts;
@@ -21,6 +21,7 @@ This class is the facade; each concern lives in a module of its own:
 - `_scope_index`: the per-scope index rows and the search path that reads them;
 - `_vectors`: the scope vector cache, its write-through and the exact ranking;
 - `_due`: the due index of engine documents;
+- `_banks`: the bank registry and its cache;
 - `_locks`: the lock provider; `_codec`, `_where`, `_folder`, `_config`: rows, filters, the
   embedded directory, the configuration.
 """
@@ -30,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self, TypeVar
@@ -62,7 +62,8 @@ from adk_memory.store import (
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
-from adk_memory_chroma._chroma import AUX, IN_CHUNK, MEM, REGISTRY, Chroma, Gone, Namespace
+from adk_memory_chroma._banks import BankRegistry, BankRows
+from adk_memory_chroma._chroma import AUX, IN_CHUNK, MEM, Chroma, Gone, Namespace
 from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_from_uri
 from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
@@ -91,39 +92,6 @@ def _sort_field(key: SortKey) -> str:
             f"Cannot order by {key.field!r}; use create_time or update_time.", field="order_by"
         )
     return field
-
-
-class _BankRows:
-    """The registry rows of one embedded directory, shared by this process's stores on it.
-
-    Saves `get_bank` its round trip, once per retrieve or write. Exact, not a guess: embedded
-    Chroma is single-process (`_folder`), so every registry change goes through a store of this
-    process, which calls `changed` after it. A read caches its row only if no change was made
-    while it ran, so it never keeps a row older than a write that finished before it. Not used
-    for a Chroma server or a client passed in, which other processes may change.
-    """
-
-    def __init__(self) -> None:
-        self._rows: dict[str, Mapping[str, Any] | None] = {}
-        self._guard = threading.Lock()
-        self.generation = 0
-
-    def get(self, bank_id: str) -> tuple[bool, Mapping[str, Any] | None]:
-        """(found in the cache, the row or None for no bank)."""
-        with self._guard:
-            return bank_id in self._rows, self._rows.get(bank_id)
-
-    def put(self, bank_id: str, meta: Mapping[str, Any] | None, generation: int) -> None:
-        """Caches a row read while `generation` was current (dropped if it no longer is)."""
-        with self._guard:
-            if generation == self.generation:
-                self._rows[bank_id] = meta
-
-    def changed(self) -> None:
-        """Forgets every row: the registry was written (or a write may have landed)."""
-        with self._guard:
-            self.generation += 1
-            self._rows.clear()
 
 
 class ChromaMemoryStore(MemoryStore):
@@ -180,8 +148,7 @@ class ChromaMemoryStore(MemoryStore):
         self._scopes = ScopeIndex(self._chroma, self._journal, self._vectors)
         self._writer = BatchWriter(self._chroma, self._journal, self._scopes, self._vectors)
         self._due = DueIndex(self._chroma, self._locks)
-        self._bank_rows: _BankRows | None = None
-        """The registry rows cached for an embedded directory this process holds, else None."""
+        self._banks = BankRegistry(self._chroma)
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -214,7 +181,7 @@ class ChromaMemoryStore(MemoryStore):
 
     def _share_embedded(self, folder: str, namespace: Namespace) -> None:
         """Takes the state this process's stores on an embedded directory share (`_folder`)."""
-        self._bank_rows = _folder.shared(folder, ("banks", *namespace), _BankRows)
+        self._banks.rows = _folder.shared(folder, ("banks", *namespace), BankRows)
         self._journal.settled = _folder.shared(folder, ("settled", *namespace), set)
         self._due.mirror = _folder.shared(folder, ("due", *namespace), DueMirror)
 
@@ -256,42 +223,9 @@ class ChromaMemoryStore(MemoryStore):
 
     # Banks
 
-    async def _bank_row(self, bank_id: str) -> Mapping[str, Any] | None:
-        async def work(registry: Any) -> Mapping[str, Any] | None:
-            found = await self._chroma.call(
-                "read a bank", registry.get, ids=[bank_id], include=["metadatas"]
-            )
-            return found["metadatas"][0] if found["ids"] else None
-
-        await self._chroma.connection()
-        cache = self._bank_rows
-        if cache is None:
-            return await self._chroma.on_store_wide(work, REGISTRY)
-        hit, meta = cache.get(bank_id)
-        if hit:
-            return meta
-        generation = cache.generation
-        meta = await self._chroma.on_store_wide(work, REGISTRY)
-        cache.put(bank_id, meta, generation)
-        return meta
-
-    async def _change_registry(self, work: Callable[[Any], Awaitable[None]]) -> None:
-        """Runs a write on the bank registry, then drops the cached rows (even if it failed)."""
-        try:
-            await self._chroma.on_store_wide(work, REGISTRY)
-        finally:
-            if self._bank_rows is not None:
-                self._bank_rows.changed()
-
-    async def _put_bank_row(self, action: str, row: codec.Row) -> None:
-        async def work(registry: Any) -> None:
-            await self._chroma.write(action, registry, [row])
-
-        await self._change_registry(work)
-
     async def create_bank(self, bank: BankRecord) -> None:
         """Creates the bank's collections, then registers it; `AlreadyExists` if the id is taken."""
-        meta = await self._bank_row(bank.bank_id)
+        meta = await self._banks.row(bank.bank_id)
         if meta is not None:
             if meta.get(codec.STATE) == codec.STATE_LIVE:
                 raise AlreadyExists(
@@ -306,32 +240,19 @@ class ChromaMemoryStore(MemoryStore):
         await self._chroma.write("mark a bank indexed", aux, [codec.layout_row()])
         with codec.encoding("the bank config"):
             row = codec.bank_row(bank)
-        await self._put_bank_row("register a bank", row)
+        await self._banks.put("register a bank", row)
         logger.debug("created bank %s", bank.bank_id)
 
     async def get_bank(self, bank_id: str) -> BankRecord | None:
         """The bank, or None."""
-        meta = await self._bank_row(bank_id)
+        meta = await self._banks.row(bank_id)
         if meta is None or meta.get(codec.STATE) != codec.STATE_LIVE:
             return None
         return codec.decode_bank(bank_id, meta)
 
     async def list_banks(self) -> list[BankRecord]:
         """Every bank, ordered by `create_time` then id."""
-
-        async def work(registry: Any) -> list[BankRecord]:
-            found = await self._chroma.call(
-                "list banks",
-                registry.get,
-                where={codec.STATE: codec.STATE_LIVE},
-                include=["metadatas"],
-            )
-            return [
-                codec.decode_bank(bank_id, meta)
-                for bank_id, meta in zip(found["ids"], found["metadatas"], strict=True)
-            ]
-
-        banks = await self._chroma.on_store_wide(work, REGISTRY)
+        banks = await self._banks.live()
         return sorted(banks, key=lambda bank: (bank.create_time, bank.bank_id))
 
     async def update_bank(self, bank: BankRecord) -> None:
@@ -340,28 +261,17 @@ class ChromaMemoryStore(MemoryStore):
             raise NotFound(f"Memory bank {bank.bank_id!r} does not exist; create it first.")
         with codec.encoding("the bank config"):
             row = codec.bank_row(bank)
-        await self._put_bank_row("update a bank", row)
+        await self._banks.put("update a bank", row)
 
     async def delete_bank(self, bank_id: str) -> None:
         """Deletes the bank with all its memories, revisions, vectors and operations."""
-        meta = await self._bank_row(bank_id)
+        meta = await self._banks.row(bank_id)
         if meta is not None:
-            marked = {**meta, codec.STATE: codec.STATE_DELETING}
-
-            async def mark(registry: Any) -> None:
-                await self._chroma.call(
-                    "mark a bank deleted", registry.update, ids=[bank_id], metadatas=[marked]
-                )
-
-            await self._change_registry(mark)
+            await self._banks.mark_deleting(bank_id, meta)
         await self._drop_bank_collections(bank_id)
         await self._due.forget_bank(bank_id)
         if meta is not None:
-
-            async def unregister(registry: Any) -> None:
-                await self._chroma.call("unregister a bank", registry.delete, ids=[bank_id])
-
-            await self._change_registry(unregister)
+            await self._banks.unregister(bank_id)
         logger.debug("deleted bank %s", bank_id)
 
     async def _drop_bank_collections(self, bank_id: str) -> None:
@@ -390,8 +300,7 @@ class ChromaMemoryStore(MemoryStore):
                     await self._chroma.delete_collection(name)
         self._chroma.forget_collections()
         self._writer.dimensions.clear()
-        if self._bank_rows is not None:
-            self._bank_rows.changed()
+        self._banks.changed()
         self._due.forget_all()
 
     # Memories
