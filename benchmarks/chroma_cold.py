@@ -112,7 +112,7 @@ def _shapes(mem: Any, aux: Any, pool: ThreadPoolExecutor) -> dict[str, Callable[
 
 async def measure(memories: int, scopes: int, rounds: int, folder: str) -> None:
     from adk_memory_chroma import ChromaMemoryStore
-    from adk_memory_chroma._store import _AUX, _MEM
+    from adk_memory_chroma._chroma import AUX, MEM
 
     from adk_memory.scope import scope_key
     from adk_memory.store import NearestQuery
@@ -128,8 +128,8 @@ async def measure(memories: int, scopes: int, rounds: int, folder: str) -> None:
             await _load(store, memories, scope_maps)
             marker.write_text(json.dumps({"memories": memories, "scopes": scopes}))
             print(f"loaded {memories:,} memories in {time.perf_counter() - started:.0f} s")
-        mem = await store._collection(store._name(BANK, _MEM))
-        aux = await store._collection(store._name(BANK, _AUX))
+        mem = await store._chroma.collection(store._chroma.name(BANK, MEM))
+        aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
         shapes = _shapes(mem, aux, pool)
         rng = np.random.default_rng(7)
         times: dict[str, list[float]] = {"vectors by id, first touch": []}

@@ -85,9 +85,9 @@ async def _raw_query(
     """Returns an async callable running one native query (and a PING for Redis)."""
     if backend == "chroma":
         from adk_memory_chroma import _codec as codec
-        from adk_memory_chroma._store import _MEM
+        from adk_memory_chroma._chroma import MEM
 
-        collection = await store._collection(store._name(bank_id, _MEM))
+        collection = await store._chroma.collection(store._chroma.name(bank_id, MEM))
         where = {"$and": [{codec.SCOPE_KEY: key}, {codec.LIVE_US: {"$gt": codec.micros(now)}}]}
 
         async def chroma_raw(vec: np.ndarray, scope: str) -> None:
@@ -142,9 +142,9 @@ async def _scope_cache_forgetter(
     """For Chroma, forgets one scope's cached vectors (its next search reads them again)."""
     if backend != "chroma":
         return None
-    from adk_memory_chroma._store import _MEM
+    from adk_memory_chroma._chroma import MEM
 
-    collection = await store._collection(store._name(bank_id, _MEM))
+    collection = await store._chroma.collection(store._chroma.name(bank_id, MEM))
     return lambda key: store._vectors.drop((str(collection.id), key))
 
 

@@ -68,15 +68,17 @@ is indexed on first use (`_store`, "Migration").
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 
+from adk_memory.errors import InvalidArgument
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
@@ -100,6 +102,7 @@ __all__ = [
     "digest",
     "document_id",
     "document_row",
+    "encoding",
     "batch_head_id",
     "bucket_ids",
     "decode_bucket",
@@ -742,3 +745,15 @@ def _from_metadata(items: list[list[Any]]) -> dict[str, MetadataValue]:
         else:
             metadata[key] = value
     return metadata
+
+
+@contextlib.contextmanager
+def encoding(what: str) -> Iterator[None]:
+    """Turns a value that JSON cannot hold into `InvalidArgument`, before anything is written."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(
+            f"{what} holds a value that cannot be stored as JSON ({type(exc).__name__}); use "
+            "strings, numbers, booleans, lists and mappings."
+        ) from exc

@@ -20,8 +20,9 @@ from typing import Any
 import chromadb
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _folder, _store
+from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _folder, _scope_index
 from adk_memory_chroma import _codec as codec
+from adk_memory_chroma._chroma import Chroma
 from chromadb.config import Settings
 
 from adk_memory._registry import store_class_for
@@ -288,7 +289,7 @@ def test_an_embedded_store_raises_a_low_open_file_limit_before_chroma_sizes_its_
         async def main():
             store = ChromaMemoryStore.from_uri({f"chroma://{tmp_path / 'folder'}"!r})
             await store.list_banks()
-            api = store._client._server
+            api = store._chroma.client._server
             print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], api.hnsw_cache_size)
             await store.aclose()
 
@@ -365,18 +366,16 @@ async def test_a_bank_read_racing_an_update_is_not_cached(
     writer = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     await writer.create_bank(bank(3))
     fetched, updated = asyncio.Event(), asyncio.Event()
-    plain_call = ChromaMemoryStore._call
+    plain_call = Chroma.call
 
-    async def slow_reader_call(
-        self: ChromaMemoryStore, action: str, method: Any, **kwargs: Any
-    ) -> Any:
+    async def slow_reader_call(self: Chroma, action: str, method: Any, **kwargs: Any) -> Any:
         found = await plain_call(self, action, method, **kwargs)
-        if self is reader and action == "read a bank" and not updated.is_set():
+        if self is reader._chroma and action == "read a bank" and not updated.is_set():
             fetched.set()
             await updated.wait()  # the old row is in hand; the update finishes meanwhile
         return found
 
-    monkeypatch.setattr(ChromaMemoryStore, "_call", slow_reader_call)
+    monkeypatch.setattr(Chroma, "call", slow_reader_call)
     changed = replace(bank(3), display_name="renamed", update_time=T1)
     try:
         racing = asyncio.create_task(reader.get_bank(BANK))
@@ -426,13 +425,13 @@ async def test_a_bank_changed_by_another_process_after_release_is_read_afresh(
 # Exact search
 
 
-@pytest.mark.parametrize("whole_scope_read", [_store._WHOLE_SCOPE_READ, 100])
+@pytest.mark.parametrize("whole_scope_read", [_scope_index.WHOLE_SCOPE_READ, 100])
 async def test_nearest_equals_brute_force_on_2000_random_vectors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole_scope_read: int
 ) -> None:
     """Every path gives the exact top 10: vectors cached or read per query (`vector_cache_mb=0`),
     the scope read by ids or, past `_WHOLE_SCOPE_READ` memories, by its digest."""
-    monkeypatch.setattr(_store, "_WHOLE_SCOPE_READ", whole_scope_read)
+    monkeypatch.setattr(_scope_index, "WHOLE_SCOPE_READ", whole_scope_read)
     uri = f"chroma://{tmp_path / 'db'}"
     exhaustive = ChromaMemoryStore.from_uri(uri)
     overfetching = ChromaMemoryStore.from_uri(uri, vector_cache_mb=0)

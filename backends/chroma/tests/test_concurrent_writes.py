@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _store
+from adk_memory_chroma import ChromaMemoryStore
+from adk_memory_chroma._chroma import AUX, MEM
 from chromadb.api.models.Collection import Collection
 
 from adk_memory.scope import scope_key
@@ -64,9 +65,9 @@ async def assert_scopes_hold(store: ChromaMemoryStore, expected: Mapping[str, se
 
 
 async def assert_no_journal_pending(store: ChromaMemoryStore) -> None:
-    memories = await store._collection(store._name(BANK, _store._MEM))
-    aux = await store._collection(store._name(BANK, _store._AUX))
-    assert (await store._state(memories, aux)).journals == []
+    memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
+    aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
+    assert (await store._journal.state(memories, aux)).journals == []
 
 
 async def test_creates_of_many_scopes_and_of_one_scope_at_once_lose_nothing(

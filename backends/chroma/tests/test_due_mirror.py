@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _store
+from adk_memory_chroma import ChromaMemoryStore, _chroma, _due
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
 from adk_memory.testing.conformance import BANK, T0, bank_record
@@ -91,9 +91,9 @@ async def test_an_entry_written_before_the_process_opened_the_folder_is_read_onc
 async def stored_unseen(store: ChromaMemoryStore, bank_id: str, due: datetime) -> None:
     """Writes an entry straight into Chroma, as a process before this one did: unknown to the
     mirror, so the next lowering of it reads Chroma first (the window the lock closes)."""
-    index = await store._collection(store._name(None, _store._DUE), create=True)
-    row = _store._due_row(EXPIRY_KIND, bank_id, EXPIRY_KEY, due)
-    await asyncio.to_thread(index.upsert, **_store._upsert_arguments([row]))
+    index = await store._chroma.collection(store._chroma.name(None, _chroma.DUE), create=True)
+    row = _due.due_row(EXPIRY_KIND, bank_id, EXPIRY_KEY, due)
+    await asyncio.to_thread(index.upsert, **_chroma.upsert_arguments([row]))
 
 
 async def test_exact_writes_and_lowerings_from_threads_serialise(store: ChromaMemoryStore) -> None:
@@ -136,7 +136,7 @@ async def test_a_server_lowering_holds_the_due_lock_between_its_read_and_write(
     stalled = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=prefix)
     other = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=prefix)
     read, resume = asyncio.Event(), asyncio.Event()
-    call = stalled._call
+    call = stalled._chroma.call
 
     async def stalling_call(action: str, method: Callable[..., Any], **kwargs: Any) -> Any:
         result = await call(action, method, **kwargs)
@@ -148,7 +148,7 @@ async def test_a_server_lowering_holds_the_due_lock_between_its_read_and_write(
     try:
         await stalled.create_bank(bank_record())
         await put(stalled, T0 + timedelta(days=30))
-        monkeypatch.setattr(stalled, "_call", stalling_call)
+        monkeypatch.setattr(stalled._chroma, "call", stalling_call)
         lowering = asyncio.create_task(lower(stalled, T0 + timedelta(days=5)))
         await asyncio.wait_for(read.wait(), 30)
         racing = asyncio.create_task(racer(other, T0 + timedelta(days=1)))

@@ -1,4 +1,4 @@
-"""Crash atomicity of `apply`: the write-ahead journal (`_store`'s docstring, "Atomicity").
+"""Crash atomicity of `apply`: the write-ahead journal (`_journal`'s docstring, "Atomicity").
 
 A crash is injected *between* two Chroma calls of one `apply` by wrapping chromadb's
 `Collection` writes: `Crash` (a `BaseException`, which no handler in the store catches, like a
@@ -32,8 +32,9 @@ from unittest.mock import ANY
 import chromadb
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _store
+from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig, _journal, _sizing
 from adk_memory_chroma import _codec as codec
+from adk_memory_chroma._chroma import AUX, MEM, Chroma
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 
@@ -191,9 +192,9 @@ def assert_consistent(state: dict[str, Any]) -> None:
 async def assert_no_journal_pending(path: Path) -> None:
     store = ChromaMemoryStore.from_uri(f"chroma://{path}")
     try:
-        memories = await store._collection(store._name(BANK, _store._MEM))
-        aux = await store._collection(store._name(BANK, _store._AUX))
-        assert (await store._state(memories, aux)).journals == []
+        memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
+        aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
+        assert (await store._journal.state(memories, aux)).journals == []
     finally:
         await store.aclose()
 
@@ -264,12 +265,12 @@ async def test_a_batch_too_large_for_one_request_is_journaled_first(
 ) -> None:
     """Journal parts over several requests, commit row last: none until it, all after it."""
 
-    async def tiny_limits(self: ChromaMemoryStore) -> tuple[int, int | None]:
+    async def tiny_limits(self: Chroma) -> tuple[int, int | None]:
         return 2, None  # two rows per Chroma call
 
-    monkeypatch.setattr(ChromaMemoryStore, "_limits", tiny_limits)
-    monkeypatch.setattr(_store, "_JOURNAL_CHUNK_CHARS", 700)
-    monkeypatch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
+    monkeypatch.setattr(Chroma, "limits", tiny_limits)
+    monkeypatch.setattr(_journal, "JOURNAL_CHUNK_CHARS", 700)
+    monkeypatch.setattr(_journal, "JOURNAL_INLINE_CHARS", 0)
     before, after = await expected(SETUP), await expected(SETUP, GENERATE)
     total, commit = await count_writes(tmp_path / "dry", writes, GENERATE)
     assert commit >= 2, writes.log  # parts were written before the commit row
@@ -523,9 +524,9 @@ async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_
         await store.apply(BANK, SETUP)
         await store.apply(BANK, GENERATE)
         assert await snapshot(store) == await expected(SETUP, GENERATE)
-        memories = await store._collection(store._name(BANK, _store._MEM))
-        aux = await store._collection(store._name(BANK, _store._AUX))
-        assert (await store._state(memories, aux)).journals == []
+        memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
+        aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
+        assert (await store._journal.state(memories, aux)).journals == []
     finally:
         await store.drop_all()
         await store.aclose()
@@ -555,7 +556,7 @@ async def test_a_slot_journal_left_in_the_memory_collection_is_completed_and_nev
         [codec.revision_row(revision("m001", "r2", fact="m001, updated", create_time=T1))], [],
         kind=codec.KIND_JOURNAL_SLOT, chunk_chars=10_000, inline_chars=10_000, dimension=8,
     )  # fmt: skip
-    memories = await exhaustive._collection(exhaustive._name(BANK, _store._MEM))
+    memories = await exhaustive._chroma.collection(exhaustive._chroma.name(BANK, MEM))
     rows = [codec.memory_row(updated), *legacy]
     await asyncio.to_thread(
         memories.upsert,
@@ -583,23 +584,23 @@ async def test_a_slot_journal_left_in_the_memory_collection_is_completed_and_nev
 
 def test_write_requests_are_bounded_in_rows_and_bytes() -> None:
     rows: list[codec.Row] = [(f"r{i}", [0.0] * 4, None, {"p": "x" * 1000}) for i in range(10)]
-    assert [len(chunk) for chunk in _store._requests(rows, (4, None))] == [4, 4, 2]
-    per_row = _store._row_bytes(rows[0])
-    chunks = list(_store._requests(rows, (100, 3 * per_row)))
+    assert [len(chunk) for chunk in _sizing.requests(rows, (4, None))] == [4, 4, 2]
+    per_row = _sizing.row_bytes(rows[0])
+    chunks = list(_sizing.requests(rows, (100, 3 * per_row)))
     assert [len(chunk) for chunk in chunks] == [3, 3, 3, 1]
-    assert [len(c) for c in _store._requests(rows, (100, per_row // 2))] == [1] * 10  # never 0
-    assert _store._fits_one_request(rows, (10, None))
-    assert not _store._fits_one_request(rows, (10, 9 * per_row))
+    assert [len(c) for c in _sizing.requests(rows, (100, per_row // 2))] == [1] * 10  # never 0
+    assert _sizing.fits_one_request(rows, (10, None))
+    assert not _sizing.fits_one_request(rows, (10, 9 * per_row))
 
 
 async def test_writers_of_one_bank_take_turns_across_store_instances(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The journal lock is the store's file lock, so it holds across instances and processes."""
-    monkeypatch.setattr(_store, "_JOURNAL_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(_journal, "JOURNAL_WAIT_SECONDS", 0.3)
     writer = await prepared(tmp_path)
     other = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
-    async with other._journal_lock(BANK):
+    async with other._journal.lock(BANK):
         with pytest.raises(ResourceExhausted, match="locked"):
             await writer.apply(BANK, GENERATE)
     await writer.apply(BANK, GENERATE)
@@ -623,13 +624,13 @@ async def test_a_complete_slot_is_not_replayed_over_a_larger_later_batch(
     await store.apply(BANK, GENERATE)  # in the slot: it probes one of `a`, `c`
     later = LATER
 
-    async def tiny_limits(self: ChromaMemoryStore) -> tuple[int, int | None]:
+    async def tiny_limits(self: Chroma) -> tuple[int, int | None]:
         return 2, None
 
     async def apply_large(target: ChromaMemoryStore) -> None:
         with monkeypatch.context() as patch:
-            patch.setattr(ChromaMemoryStore, "_limits", tiny_limits)
-            patch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
+            patch.setattr(Chroma, "limits", tiny_limits)
+            patch.setattr(_journal, "JOURNAL_INLINE_CHARS", 0)
             await target.apply(BANK, later)
 
     writes.log.clear()
@@ -702,8 +703,8 @@ async def test_a_slot_in_several_parts_is_replayed_whole_and_ignores_older_parts
     """A slot journal longer than a row holds is cut into parts written in its one call; a
     shorter later slot leaves the older batch's extra parts behind, which must not disturb its
     replay."""
-    monkeypatch.setattr(_store, "_JOURNAL_INLINE_CHARS", 0)
-    monkeypatch.setattr(_store, "_JOURNAL_CHUNK_CHARS", 300)
+    monkeypatch.setattr(_journal, "JOURNAL_INLINE_CHARS", 0)
+    monkeypatch.setattr(_journal, "JOURNAL_CHUNK_CHARS", 300)
     later = WriteBatch(
         upserts=(memory("a", HALF, fact="a, later", update_time=NOW),),
         revisions=(revision("a", "r3", fact="a, later", create_time=NOW),),
@@ -742,7 +743,7 @@ async def test_a_slot_in_several_parts_is_replayed_whole_and_ignores_older_parts
 
 @pytest.fixture
 def memory_slot(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store, "_MEMORY_SLOT_ROWS", 2)
+    monkeypatch.setattr(_journal, "MEMORY_SLOT_ROWS", 2)
 
 
 def memory_slot_commit(writes: Writes) -> int:
@@ -750,7 +751,7 @@ def memory_slot_commit(writes: Writes) -> int:
     return next(
         index
         for index, (_, name, ids) in enumerate(writes.log)
-        if name.endswith(f".{_store._MEM}") and codec.SLOT_ID in ids
+        if name.endswith(f".{MEM}") and codec.SLOT_ID in ids
     )
 
 
@@ -819,7 +820,7 @@ async def test_a_memory_slot_write_that_failed_is_checked_in_the_memory_collecti
 
     def fail(index: int, ids: list[str]) -> str | None:
         name = writes.log[index][1]
-        return when if name.endswith(f".{_store._MEM}") and codec.SLOT_ID in ids else None
+        return when if name.endswith(f".{MEM}") and codec.SLOT_ID in ids else None
 
     writes.fail = fail
     with pytest.raises(StoreUnavailable) if when == "before" else contextlib.nullcontext():
@@ -837,7 +838,7 @@ async def test_an_import_sized_batch_takes_the_memory_slot_and_survives_a_crash_
     """At the real `_MEMORY_SLOT_ROWS`: the batch's memory rows and slot go in one call, and a
     crash right after it is completed by the next store."""
     rng = np.random.default_rng(7)
-    vectors = rng.normal(size=(_store._MEMORY_SLOT_ROWS, 8)).astype(np.float32)
+    vectors = rng.normal(size=(_journal.MEMORY_SLOT_ROWS, 8)).astype(np.float32)
     ids = [f"n{i:03d}" for i in range(len(vectors))]
     batch = WriteBatch(
         inserts=tuple(memory(i, tuple(map(float, v))) for i, v in zip(ids, vectors, strict=True)),

@@ -27,7 +27,7 @@ async def test_aclose_closes_every_http_session_of_the_client(chroma_http_url: s
         chroma_http_url, collection_prefix=f"l{uuid.uuid4().hex[:8]}"
     )
     await store.list_banks()
-    client = store._client
+    client = store._chroma.client
     assert len(sessions(client)) == 2 and not any(s.is_closed for s in sessions(client))
     await store.aclose()
     assert all(session.is_closed for session in sessions(client))
@@ -40,7 +40,7 @@ async def test_a_store_dropped_without_aclose_closes_its_sessions(chroma_http_ur
         chroma_http_url, collection_prefix=f"l{uuid.uuid4().hex[:8]}"
     )
     await store.list_banks()
-    client = store._client
+    client = store._chroma.client
     del store
     gc.collect()
     assert all(session.is_closed for session in sessions(client))

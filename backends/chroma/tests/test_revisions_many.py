@@ -16,8 +16,8 @@ BANK = "chunked"
 async def test_ids_beyond_one_in_list_are_read_in_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Split into `$in` lists of `_IN_CHUNK` ids, the result is still each id's revisions."""
-    monkeypatch.setattr(_store, "_IN_CHUNK", 2)
+    """Split into `$in` lists of `IN_CHUNK` ids, the result is still each id's revisions."""
+    monkeypatch.setattr(_store, "IN_CHUNK", 2)
     store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     try:
         await store.create_bank(bank_record(BANK))

@@ -1,4 +1,4 @@
-"""The scope index of layout 2 (`_store`, "Layout"): scope isolation, versions, the vector
+"""The scope index of layout 2 (`_scope_index`): scope isolation, versions, the vector
 cache against other writers, sweeps, and the in-place upgrade of a folder of layout 1."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 import chromadb
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _store
+from adk_memory_chroma import ChromaMemoryStore, _chroma, _journal
 from adk_memory_chroma import _codec as codec
+from adk_memory_chroma._chroma import AUX, MEM, Chroma
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 
@@ -89,7 +90,7 @@ async def test_stale_index_ids_never_leak_another_scope(store: ChromaMemoryStore
     vectors = unit_vectors(4, 2)
     await store.apply(BANK, WriteBatch(inserts=(memory("mine", vectors[0]),)))
     await store.apply(BANK, WriteBatch(inserts=(memory("theirs", vectors[1], scope=OTHER),)))
-    aux = await store._collection(store._name(BANK, _store._AUX))
+    aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
     bucket = codec.scope_bucket("theirs")
     row = codec.index_rows(
         KEY, "forged", {bucket: {"theirs": codec.NEVER_US, "mine": codec.NEVER_US}}
@@ -176,8 +177,8 @@ async def test_a_sweep_drops_expired_memories_from_their_scope(store: ChromaMemo
     version = await store.scope_version(BANK, KEY)
     assert await store.sweep_expired(BANK, NOW) == 1
     assert await store.scope_version(BANK, KEY) != version
-    members = await store._scope_members(
-        await store._collection(store._name(BANK, _store._AUX)), KEY
+    members = await store._scopes.members(
+        await store._chroma.collection(store._chroma.name(BANK, AUX)), KEY
     )
     assert set(members) == {"kept"}
 
@@ -212,7 +213,7 @@ def write_layout_1(path: Path, records: list[Any]) -> None:
     put(registry, [codec.bank_row(bank_record())])
     put(memories, [codec.memory_row(record) for record in records])
     put(aux, [codec.revision_row(revision(record.memory_id, "r1")) for record in records])
-    _store._close_client(client)
+    _chroma.close_client(client)
 
 
 def layout_1_records() -> list[Any]:
@@ -247,9 +248,9 @@ async def test_a_layout_1_folder_is_indexed_in_place_on_first_open(tmp_path: Pat
     store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     try:
         await assert_like_reference(store, records)
-        memories = await store._collection(store._name(BANK, _store._MEM))
-        aux = await store._collection(store._name(BANK, _store._AUX))
-        assert (await store._state(memories, aux)).indexed
+        memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
+        aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
+        assert (await store._journal.state(memories, aux)).indexed
         assert await store.scope_version(BANK, KEY) != ""
         # and it is a layout 2 bank from then on: writes keep the index
         extra = memory("new", unit_vectors(11, 1)[0])
@@ -322,17 +323,17 @@ class PausedMemoryWrite:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, action: str = "write memories") -> None:
         self.paused = asyncio.Event()
         self.released = asyncio.Event()
-        original = ChromaMemoryStore._write
+        original = Chroma.write
 
         async def write(
-            store: ChromaMemoryStore, step: str, collection: Any, rows: Sequence[codec.Row]
+            chroma: Chroma, step: str, collection: Any, rows: Sequence[codec.Row]
         ) -> None:
             if step == action and not self.released.is_set():
                 self.paused.set()
                 await self.released.wait()
-            await original(store, step, collection, rows)
+            await original(chroma, step, collection, rows)
 
-        monkeypatch.setattr(ChromaMemoryStore, "_write", write)
+        monkeypatch.setattr(Chroma, "write", write)
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -398,7 +399,7 @@ async def test_a_search_during_a_memory_slot_batch_sees_it_once_its_heads_are_wr
     """A batch of many memories writes its memory rows first and the scopes' heads last (with
     its revisions): a search in between keeps the old version and reads none of the batch's
     rows under it, and the next search sees the whole batch."""
-    monkeypatch.setattr(_store, "_MEMORY_SLOT_ROWS", 2)
+    monkeypatch.setattr(_journal, "MEMORY_SLOT_ROWS", 2)
     writer, reader = stores
     vectors = unit_vectors(23, 3)
     await writer.apply(BANK, WriteBatch(inserts=(memory("a", vectors[0], create_time=T0),)))

@@ -1,4 +1,4 @@
-"""The vector cache's write-through (`_store._ScopeWrite`): after a batch this store committed,
+"""The vector cache's write-through (`_vectors.ScopeWrite`): after a batch this store committed,
 its cached scopes are, at the batch's version, exactly what a cold read of Chroma returns; any
 other writer in between, or a batch not committed whole, leaves nothing stale believed."""
 
@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _store
+from adk_memory_chroma import ChromaMemoryStore, _vectors
 from adk_memory_chroma import _codec as codec
+from adk_memory_chroma._chroma import AUX, MEM, Chroma
 from test_scope_index import PausedMemoryWrite
 
 from adk_memory.errors import StoreUnavailable
@@ -38,15 +39,15 @@ def vector(rng: random.Random, dim: int = DIM) -> tuple[float, ...]:
 
 
 async def cache_key(store: ChromaMemoryStore, key: str) -> tuple[str, str]:
-    memories = await store._collection(store._name(BANK, _store._MEM))
+    memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
     return (str(memories.id), key)
 
 
-async def cached(store: ChromaMemoryStore, key: str) -> _store._ScopeVectors | None:
+async def cached(store: ChromaMemoryStore, key: str) -> _vectors.ScopeVectors | None:
     return store._vectors._entries.get(await cache_key(store, key))
 
 
-def snapshot(entry: _store._ScopeVectors) -> Snapshot:
+def snapshot(entry: _vectors.ScopeVectors) -> Snapshot:
     rows = entry.vectors.matrix.astype(np.float64)
     return {
         memory_id: (tuple(map(float, rows[at])), int(entry.live_us[at]))
@@ -57,9 +58,9 @@ def snapshot(entry: _store._ScopeVectors) -> Snapshot:
 async def cold(store: ChromaMemoryStore, key: str) -> Snapshot:
     """The scope as `store` reads it from Chroma, nothing cached."""
     store._vectors.drop(await cache_key(store, key))
-    memories = await store._collection(store._name(BANK, _store._MEM))
-    aux = await store._collection(store._name(BANK, _store._AUX))
-    return snapshot(await store._scope_vectors(BANK, memories, aux, key, False))
+    memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
+    aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
+    return snapshot(await store._scopes.vectors(BANK, memories, aux, key, False))
 
 
 async def top(store: ChromaMemoryStore, key: str, query: Sequence[float], k: int = 5) -> list[str]:
@@ -227,16 +228,16 @@ class FailingMemoryWrites:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, action: str) -> None:
         self.failing = True
-        original = ChromaMemoryStore._write
+        original = Chroma.write
 
         async def write(
-            store: ChromaMemoryStore, what: str, collection: Any, rows: Sequence[codec.Row]
+            chroma: Chroma, what: str, collection: Any, rows: Sequence[codec.Row]
         ) -> None:
             if what == action and self.failing:
                 raise StoreUnavailable("Chroma went away")
-            await original(store, what, collection, rows)
+            await original(chroma, what, collection, rows)
 
-        monkeypatch.setattr(ChromaMemoryStore, "_write", write)
+        monkeypatch.setattr(Chroma, "write", write)
 
 
 @pytest.mark.parametrize("action", ["write a batch and its journal", "write memories"])
@@ -323,11 +324,11 @@ async def test_a_new_dimension_after_emptying_the_bank_is_searched_exactly(
 
 
 def test_rows_of_another_dimension_cannot_advance_an_entry() -> None:
-    entry = _store._ScopeVectors.build(("c", "s"), "v1", ["a"], [[1.0] * DIM], {"a": 5})
+    entry = _vectors.ScopeVectors.build(("c", "s"), "v1", ["a"], [[1.0] * DIM], {"a": 5})
     row = memory("b", (1.0,) * (DIM + 1))
     rows = [codec.memory_row(row)]
-    write = _store._ScopeWrite("v2", "v1", frozenset({"b"}), rows, _store._as_read_embedded)
+    write = _vectors.ScopeWrite("v2", "v1", frozenset({"b"}), rows, _vectors.as_read_embedded)
     assert entry.after(write) is None
-    same = _store._ScopeWrite("v2", "v1", frozenset({"a"}), [], _store._as_read_embedded)
+    same = _vectors.ScopeWrite("v2", "v1", frozenset({"a"}), [], _vectors.as_read_embedded)
     emptied = entry.after(same)
     assert emptied is not None and emptied.vectors.ids == () and emptied.version == "v2"
