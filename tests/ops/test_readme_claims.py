@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from adk_memory.adk import MemoryBankPlugin, MemoryBankService
 from adk_memory.adk._options import ServiceOptions
 from adk_memory.cli import app
 from adk_memory.errors import ModelUnavailable
-from adk_memory.server import create_app
+from adk_memory.server import ApiKey, ApiKeys, create_app
 from adk_memory.testing.models import ScriptedMemoryModel
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -212,6 +213,33 @@ async def test_the_server_describes_itself_at_openapi_json_and_docs() -> None:
             described = await http.get("/openapi.json")
     assert docs.status_code == 200 and "/openapi.json" in docs.text
     assert described.json()["info"]["title"]
+
+
+async def test_the_server_logs_method_route_status_and_key_name_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "SECRET-KEY-0123456789abcdef"
+    keys = ApiKeys(keys=[ApiKey(name="support-agent", key=secret, permissions=["*"])])
+    headers = {"x-goog-api-key": secret}
+    async with AsyncClient("memory://", embedding_model="hash-64") as client:
+        await client.memory_banks.create(memory_bank_id="logged")
+        transport = httpx.ASGITransport(app=create_app(client, api_keys=keys))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            with caplog.at_level(logging.INFO, logger="adk_memory.server"):
+                url = "/v1beta1/reasoningEngines/logged/memories"
+                body = {"fact": "SECRET-FACT", "scope": {"user_id": "SECRET-SCOPE"}}
+                made = await http.post(url, json=body, headers=headers)
+                listed = await http.get(
+                    url, params={"filter": 'fact:"SECRET-FILTER"'}, headers=headers
+                )
+    assert made.status_code == listed.status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "adk_memory.server.app"]
+    assert len(lines) == 2
+    assert lines[0].startswith("POST ") and " -> 200 " in lines[0]
+    assert lines[1].startswith("GET ") and "(key support-agent)" in lines[1]
+    assert not any(
+        s in caplog.text for s in ("SECRET-KEY", "SECRET-FACT", "SECRET-SCOPE", "SECRET-FILTER")
+    )
 
 
 # Failed generation
