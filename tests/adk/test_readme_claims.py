@@ -14,7 +14,7 @@ from google.adk.memory import BaseMemoryService, InMemoryMemoryService
 from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.sessions import Session
 
-from adk_memory.adk import MemoryBankPlugin
+from adk_memory.adk import EphemeralStoreWarning, MemoryBankPlugin, memory_service_builder
 from adk_memory.testing.agent_models import ScriptedAgentModel
 
 
@@ -76,3 +76,23 @@ async def test_runner_close_waits_at_most_4_s_for_the_plugins_writes(
     assert any(
         "closed with 1 memory writes still running" in r.getMessage() for r in caplog.records
     )
+
+
+@pytest.mark.parametrize(
+    ("variable", "platform"),
+    [
+        ("GOOGLE_CLOUD_AGENT_ENGINE_ID", "Agent Runtime"),
+        ("K_SERVICE", "Cloud Run"),
+        ("KUBERNETES_SERVICE_HOST", "Kubernetes"),
+    ],
+)
+async def test_the_builder_names_the_platform_an_embedded_store_would_die_with(
+    monkeypatch: pytest.MonkeyPatch, variable: str, platform: str
+) -> None:
+    """The variables each platform sets are what the builder's warning reads."""
+    for other in ("GOOGLE_CLOUD_AGENT_ENGINE_ID", "K_SERVICE", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(variable, "set-by-the-platform")
+    with pytest.warns(EphemeralStoreWarning, match=platform):
+        service = memory_service_builder("memory://replica", embedding_model="hash-64")()
+    await service.aclose()
