@@ -5,17 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 
 import pytest
-from adk_helpers import agent, ask, runner_for
+from adk_helpers import APP, agent, ask, runner_for
 from google.adk.events import Event
 from google.adk.memory import BaseMemoryService, InMemoryMemoryService
 from google.adk.memory.base_memory_service import SearchMemoryResponse
+from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import Session
+from google.genai import types as genai_types
 
-from adk_memory.adk import EphemeralStoreWarning, MemoryBankPlugin, memory_service_builder
+from adk_memory.adk import (
+    EphemeralStoreWarning,
+    MemoryBankPlugin,
+    MemoryBankService,
+    memory_service_builder,
+)
 from adk_memory.testing.agent_models import ScriptedAgentModel
+from adk_memory.testing.models import ScriptedMemoryModel
 
 
 async def test_the_plugin_warns_that_adks_in_memory_service_forgets(
@@ -96,3 +105,36 @@ async def test_the_builder_names_the_platform_an_embedded_store_would_die_with(
     with pytest.warns(EphemeralStoreWarning, match=platform):
         service = memory_service_builder("memory://replica", embedding_model="hash-64")()
     await service.aclose()
+
+
+async def test_add_memory_with_consolidation_sends_five_facts_per_generate_call(
+    memory_model: ScriptedMemoryModel,
+) -> None:
+    service = MemoryBankService(
+        f"memory://five-{uuid.uuid4().hex[:8]}",
+        embedding_model="hash-64",
+        generation_model=memory_model,
+    )
+    facts = [f"Fact number {index}." for index in range(7)]
+    try:
+        await service.add_memory(
+            app_name=APP,
+            user_id="u1",
+            memories=[_entry(fact) for fact in facts],
+            custom_metadata={"enable_consolidation": True, "wait_for_completion": True},
+        )
+        found = await service.search_memory(app_name=APP, user_id="u1", query="fact", top_k=10)
+    finally:
+        await service.aclose()
+    new_facts = [
+        ScriptedMemoryModel.prompt_text(request).split("NEW FACTS:", 1)[1].split("EXISTING")[0]
+        for request in memory_model.requests
+    ]
+    assert [sum(fact in section for fact in facts) for section in new_facts] == [5, 2]
+    assert sorted(entry.content.parts[0].text for entry in found.memories) == facts
+
+
+def _entry(text: str) -> MemoryEntry:
+    return MemoryEntry(
+        content=genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
+    )
