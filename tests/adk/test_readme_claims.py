@@ -138,3 +138,35 @@ def _entry(text: str) -> MemoryEntry:
     return MemoryEntry(
         content=genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
     )
+
+
+async def test_a_sessions_thoughts_and_inline_bytes_never_reach_generation() -> None:
+    """What add_session_to_memory sends: text and a file reference (one `[attachment]`), not
+    the model's thought nor the inline image."""
+    model = ScriptedMemoryModel(extractions=[{"memories": []}])
+    service = MemoryBankService(
+        f"memory://parts-{uuid.uuid4().hex[:8]}", embedding_model="hash-64", generation_model=model
+    )
+    parts = [
+        genai_types.Part(text="I like tea."),
+        genai_types.Part(text="SECRET THOUGHT", thought=True),
+        genai_types.Part(inline_data=genai_types.Blob(mime_type="image/png", data=b"PNG")),
+        genai_types.Part(
+            file_data=genai_types.FileData(mime_type="application/pdf", file_uri="gs://b/menu.pdf")
+        ),
+    ]
+    said = genai_types.Content(role="user", parts=parts)
+    session = Session(
+        id="s1",
+        app_name=APP,
+        user_id="u1",
+        events=[Event(author="user", invocation_id="i1", content=said)],
+    )
+    try:
+        await service.add_session_to_memory(session)
+        await service.flush(app_name=APP, user_id="u1", session_id="s1")
+    finally:
+        await service.aclose()
+    prompt = ScriptedMemoryModel.prompt_text(model.requests[0])
+    conversation = prompt.rsplit("<conversation>", 1)[1].split("</conversation>")[0]
+    assert conversation.strip() == "user: I like tea. [attachment]"
