@@ -242,6 +242,36 @@ async def test_the_server_logs_method_route_status_and_key_name_only(
     )
 
 
+def _documented_commands() -> list[tuple[list[str], list[str]]]:
+    """(command words, options) of each usage in the README's command table."""
+    table = README.split("| command | what it does |", 1)[1].split("\n\n", 1)[0]
+    usages = [
+        usage
+        for row in table.splitlines()[2:]
+        for usage in re.findall(r"`([a-z][^`]*)`", row.split(" | ")[0])
+    ]
+    commands = []
+    for usage in usages:
+        words = usage.split()
+        command = [w for w in words[:2] if re.fullmatch(r"[a-z]+", w)]
+        if command[0] not in ("banks", "memories", "revisions", "reembed", "streams"):
+            command = command[:1]
+        commands.append((command, re.findall(r"(?<![\w-])--?[a-z][a-z-]*", usage)))
+    return commands
+
+
+@pytest.mark.parametrize(
+    ("command", "options"), _documented_commands(), ids=lambda v: " ".join(v) if v else "-"
+)
+def test_each_documented_command_takes_the_options_the_table_shows(
+    command: list[str], options: list[str]
+) -> None:
+    shown = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    for option in [*options, "--uri"]:
+        assert re.search(rf"(?<![\w-]){option}(?![\w-])", shown.stdout), (command, option)
+
+
 # Failed generation
 
 
