@@ -292,7 +292,7 @@ def open_readme_server() -> Iterator[RunningServer]:
 
 def test_the_official_sdk_against_the_server(open_readme_server: RunningServer) -> None:
     code = readme_python("# or API-key mode", ("http://127.0.0.1:8080", open_readme_server.url))
-    scope, _ = run_block(code)
+    scope, _ = run_block(code, {"KEY": "any-token"})
     listed = list(scope["client"].memory_banks.memories.list(name=scope["bank"].name))
     assert [m.fact for m in listed] == ["I like blue."]
 
