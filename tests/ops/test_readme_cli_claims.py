@@ -272,6 +272,25 @@ def test_each_documented_command_takes_the_options_the_table_shows(
         assert re.search(rf"(?<![\w-]){option}(?![\w-])", shown.stdout), (command, option)
 
 
+async def test_a_request_body_may_hold_10_mib_and_not_a_byte_more() -> None:
+    """At the limit the body is read (and answered on its merits); one byte more is 413."""
+    limit = 10 * 1024 * 1024
+    async with AsyncClient("memory://", embedding_model="hash-64") as client:
+        await client.memory_banks.create(memory_bank_id="big")
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            url = "/v1beta1/reasoningEngines/big/memories"
+            statuses = []
+            for size in (limit, limit + 1):
+                body = b'{"fact": "' + b"x" * (size - 12) + b'"}'
+                assert len(body) == size
+                response = await http.post(
+                    url, content=body, headers={"content-type": "application/json"}
+                )
+                statuses.append(response.status_code)
+    assert statuses == [400, 413]  # a fact of 10 MiB is over its own limit: a 400, not a 413
+
+
 # Failed generation
 
 
