@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from adk_memory import AsyncClient
 from adk_memory.server import ApiKeys, create_app
+from adk_memory.server.mcp_server import McpBinding, create_mcp_server
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
@@ -224,3 +225,38 @@ async def test_the_ide_configuration_reaches_only_the_users_memories(
         refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert refused.status_code == 401
     await asyncio.sleep(0)
+
+
+def _parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    """`{parameter: default}` of a tool's input schema (a required one: `...`)."""
+    required = set(schema.get("required", []))
+    return {
+        name: ... if name in required else spec.get("default")
+        for name, spec in schema["properties"].items()
+    }
+
+
+def _documented_tools() -> dict[str, dict[str, Any]]:
+    """`tool -> {parameter: default}` from the README's tool table (no default: `...`)."""
+    table = TEXT.split("| tool | what it does |", 1)[1].split("\n\n", 1)[0]
+    tools: dict[str, dict[str, Any]] = {}
+    for name, params in re.findall(r"`(\w+)\(([^)]*)\)`", table):
+        tools[name] = {}
+        for param in filter(None, (p.strip() for p in params.split(","))):
+            key, _, default = param.partition("=")
+            tools[name][key] = eval(default) if default else ...  # noqa: S307
+    return tools
+
+
+async def test_the_tool_table_names_each_tool_with_its_parameters_and_defaults() -> None:
+    """Every tool is in the table with its parameters and defaults; the generation tool only
+    with a model."""
+    documented = _documented_tools()
+    model = {"generation_model": "gemini-2.5-flash"}
+    async with AsyncClient("memory://", embedding_model="hash-64", **model) as client:
+        await client.memory_banks.create(memory_bank_id="tools")
+        server = await create_mcp_server(client, McpBinding("reasoningEngines/tools", {"u": "1"}))
+        async with Client(server) as session:
+            tools = (await session.list_tools()).tools
+    actual = {tool.name: _parameters(tool.input_schema) for tool in tools}
+    assert actual == documented
