@@ -151,8 +151,12 @@ def test_an_export_without_vectors_is_re_embedded_on_import(uri: str, tmp_path: 
 
 
 def test_the_worker_flushes_streams_that_came_due(uri: str) -> None:
-    """What a deployment's `adk-memory worker` is for: streams no client is left to flush."""
-    with Client(uri) as client:
+    """What a deployment's `adk-memory worker` is for: streams no client is left to flush.
+
+    The clients here run no scheduler of their own, which would flush the stream as soon as it
+    is due (a slow machine can make a client outlive the 2 s).
+    """
+    with Client(uri, run_scheduler=False) as client:
         client.memory_banks.create(
             memory_bank_id="worker",
             managed_semantic_memory_config={"generation_config": {"model": "echo-memory-model"}},
@@ -164,12 +168,12 @@ def test_the_worker_flushes_streams_that_came_due(uri: str) -> None:
             generation_trigger_config={"generation_rule": {"idle_duration": "2s"}},
         )
     time.sleep(2.2)
-    with Client(uri) as client:
+    with Client(uri, run_scheduler=False) as client:
         assert list(client.memory_banks.memories.list(name="reasoningEngines/worker")) == []
     flushed = CliRunner().invoke(app, ["worker", "--once", "--uri", uri])
     assert flushed.exit_code == 0, flushed.output
     assert flushed.stdout == "Flushed due streams: 1 memories changed.\n"
-    with Client(uri) as client:
+    with Client(uri, run_scheduler=False) as client:
         memories = client.memory_banks.memories.list(name="reasoningEngines/worker")
         assert [m.fact for m in memories] == [SAID]
 
