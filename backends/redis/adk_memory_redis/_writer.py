@@ -226,19 +226,7 @@ class BatchWriter:
         for revision in batch.revisions:
             by_memory.setdefault(revision.memory_id, []).append(revision)
         set_keys = [bank.revision_set(memory_id) for memory_id in by_memory]
-        # A lock of this store's provider is checked inside the transaction; another (on
-        # another server, or not a Redis lock, or on a cluster outside the bank's slot) cannot
-        # join it and is checked just before.
-        fences = [
-            lease
-            for lease in batch.fences
-            if isinstance(lease, RedisLock)
-            and lease.provider is locks
-            and self._connection.in_slot_of(lease.key, bank_key)
-        ]
-        for lease in batch.fences:
-            if lease not in fences:
-                await lease.verify()
+        fences = await self._fences(batch, bank_key, locks)
         fence_keys = [lease.key for lease in fences]
         written = [r.memory_id for r in (*batch.inserts, *batch.upserts)] + list(batch.deletes)
         written_keys = [bank.memory(memory_id) for memory_id in dict.fromkeys(written)]
@@ -308,6 +296,27 @@ class BatchWriter:
                 pipe.zadd(self._keys.due(EXPIRY_KIND), {member: to_us(earliest)}, lt=True)
             await pipe.execute()
         return True
+
+    async def _fences(
+        self, batch: WriteBatch, bank_key: str, locks: RedisLockProvider | None
+    ) -> list[RedisLock]:
+        """The batch's fences to check inside the transaction; verifies the others now.
+
+        A lock of this store's provider is checked inside the transaction; another (on another
+        server, or not a Redis lock, or on a cluster outside the bank's slot) cannot join it and
+        is checked just before.
+        """
+        fences = [
+            lease
+            for lease in batch.fences
+            if isinstance(lease, RedisLock)
+            and lease.provider is locks
+            and self._connection.in_slot_of(lease.key, bank_key)
+        ]
+        for lease in batch.fences:
+            if lease not in fences:
+                await lease.verify()
+        return fences
 
     @staticmethod
     def _check(
