@@ -58,7 +58,6 @@ spans slots; SCAN and FT._LIST run on every primary. A bank indexed before this 
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Self
@@ -103,8 +102,6 @@ from adk_memory_redis._revisions import Revisions
 from adk_memory_redis._search import Search
 from adk_memory_redis._writer import BatchWriter
 from adk_memory_redis.lock import RedisLockProvider
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["RedisMemoryStore"]
 
