@@ -102,10 +102,10 @@ async def _raw_query(
         return {"raw": chroma_raw}
     if backend.startswith("redis"):
         from adk_memory_redis._codec import to_us
-        from adk_memory_redis._store import _TIE_SLACK
+        from adk_memory_redis._search import _TIE_SLACK
 
-        async with store._call("bench") as client:
-            bank = await store._bank(client, bank_id)
+        async with store._connection.call("bench") as client:
+            bank = await store._banks.get(client, bank_id)
         import redis.asyncio as aredis
 
         conn = aredis.Redis.from_url(RAW_URL[0])

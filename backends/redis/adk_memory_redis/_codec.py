@@ -78,6 +78,18 @@ def from_us(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
+def text(raw: Any) -> str:
+    """A reply's bytes (or any other value) as text."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def live_at(live_until: Any, now_us: int) -> bool:
+    """Whether a stored `live_until` (µs, or `inf`; None for an evicted key) is after `now`."""
+    if live_until is None:
+        return False
+    return text(live_until) == LIVE_FOREVER or int(live_until) > now_us
+
+
 def check_scope_key(key: str) -> ScopeKey:
     """The scope key if it is a hex sha256 digest (the only form a query may contain)."""
     if not isinstance(key, str) or not _SCOPE_KEY.fullmatch(key):

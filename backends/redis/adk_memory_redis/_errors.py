@@ -17,7 +17,7 @@ from adk_memory.errors import AdkMemoryError, FailedPrecondition, StoreUnavailab
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_SEARCH_MODULE", "is_missing_index", "redis_errors"]
+__all__ = ["NO_SEARCH_MODULE", "check_warnings", "is_missing_index", "redis_errors"]
 
 NO_SEARCH_MODULE = (
     "The Redis server at {where} has no query engine (the RediSearch module, commands FT.*), "
@@ -34,6 +34,17 @@ def is_missing_index(exc: BaseException) -> bool:
     """Whether a server error says that the search index does not exist."""
     text = str(exc).lower()
     return any(fragment in text for fragment in _MISSING_INDEX_FRAGMENTS)
+
+
+def check_warnings(warnings: list[str], *, where: str, timeout_ms: int) -> None:
+    """`StoreUnavailable` when a search's warnings say it timed out (its answer is partial)."""
+    for warning in warnings:
+        if "timeout" in warning.lower():
+            raise StoreUnavailable(
+                f"A search on Redis at {where} reached query_timeout_ms "
+                f"({timeout_ms} ms) and would have returned partial "
+                "results; retry, or raise query_timeout_ms (0 disables the limit)."
+            )
 
 
 def _is_missing_module(exc: BaseException) -> bool:

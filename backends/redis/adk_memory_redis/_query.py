@@ -18,16 +18,27 @@ from typing import Any, Final
 
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or
 from adk_memory_redis._codec import (
+    check_scope_key,
     fact_token,
     is_nan,
     metadata_key_token,
     metadata_value_token,
     scope_token,
+    text,
     to_us,
     topic_token,
 )
 
-__all__ = ["FALSE", "PUSHDOWN", "Clause", "compile_filter", "parse_aggregate", "parse_search"]
+__all__ = [
+    "FALSE",
+    "PUSHDOWN",
+    "Clause",
+    "base_query",
+    "compile_filter",
+    "parse_aggregate",
+    "parse_search",
+    "search_args",
+]
 
 _EQ_NE = ("=", "!=")
 PUSHDOWN: Final = frozenset(
@@ -159,6 +170,24 @@ def compile_filter(expr: FilterExpr | None) -> Clause:
     raise TypeError(f"not a filter expression: {type(expr).__name__}")
 
 
+def base_query(now_us: int, scope_key: str | None, expr: FilterExpr | None) -> str | None:
+    """The query text of live memories (of one scope) matching a pushed-down filter."""
+    clauses = [f"@live_until:[({now_us} +inf]"]
+    if scope_key is not None:
+        clauses.insert(0, f"@scope_key:{{{check_scope_key(scope_key)}}}")
+    compiled = compile_filter(expr)
+    if compiled is FALSE:
+        return None
+    if isinstance(compiled, str):
+        clauses.append(compiled)
+    return "(" + " ".join(clauses) + ")"
+
+
+def search_args(timeout_ms: int) -> list[Any]:
+    """The trailing arguments of every FT.SEARCH and FT.AGGREGATE the store sends."""
+    return ["DIALECT", 2, "TIMEOUT", timeout_ms]
+
+
 def op_family(cond: Condition) -> tuple[str, str]:
     """The (family, op) pair of a condition, as `StoreCapabilities.pushdown` lists them."""
     from adk_memory.filters import family_of
@@ -166,17 +195,13 @@ def op_family(cond: Condition) -> tuple[str, str]:
     return family_of(cond), cond.op.value
 
 
-def _key(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
 def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
-    return {_key(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
 def _warnings(reply: Mapping[Any, Any]) -> list[str]:
     found = reply.get(b"warning", reply.get("warning")) or []
-    return [_key(item) for item in found]
+    return [text(item) for item in found]
 
 
 def parse_search(reply: Any) -> tuple[int, list[tuple[str, dict[str, Any]]], list[str]]:
@@ -187,14 +212,14 @@ def parse_search(reply: Any) -> tuple[int, list[tuple[str, dict[str, Any]]], lis
         for item in reply.get(b"results", reply.get("results", [])):
             attrs = item.get(b"extra_attributes", item.get("extra_attributes")) or {}
             docs.append(
-                (_key(item.get(b"id", item.get("id"))), {_key(k): v for k, v in attrs.items()})
+                (text(item.get(b"id", item.get("id"))), {text(k): v for k, v in attrs.items()})
             )
         return total, docs, _warnings(reply)
     total = int(reply[0])
     docs = []
     index = 1
     while index < len(reply):
-        key = _key(reply[index])
+        key = text(reply[index])
         fields: dict[str, Any] = {}
         if index + 1 < len(reply) and isinstance(reply[index + 1], list):
             fields = _pairs(reply[index + 1])
@@ -209,7 +234,7 @@ def parse_aggregate(reply: Any) -> tuple[list[dict[str, Any]], list[str]]:
     if isinstance(reply, Mapping):
         rows = [
             {
-                _key(k): v
+                text(k): v
                 for k, v in (
                     item.get(b"extra_attributes", item.get("extra_attributes")) or {}
                 ).items()

@@ -144,7 +144,7 @@ async def test_every_key_and_index_of_a_bank_live_on_its_slot_owner(
                 assert slots == {topology.keyslot(f"{{{prefix}:{bank_id}}}")}
                 indexes = [name.decode() for name in node.execute_command("FT._LIST")]
                 ours = [name for name in indexes if name.startswith(f"{{{prefix}:")]
-                assert ours == [f"{{{prefix}:{bank_id}}}:{store._banks[bank_id].epoch}:idx"]
+                assert ours == [f"{{{prefix}:{bank_id}}}:{store._banks.cached[bank_id].epoch}:idx"]
             for shared in (f"{prefix}:banks", f"{prefix}:lock:shared-name"):
                 owner = topology.get_node_from_key(shared).name
                 assert _node_client(topology, owner).exists(shared) == 1

@@ -35,13 +35,13 @@ async def test_a_bank_indexed_under_the_old_name_is_reindexed_and_answers_whole(
         await store.create_bank(bank_record("b1"))
         records = tuple(memory(f"m{i:04d}", unit(i % 8)) for i in range(2000))
         await store.apply("b1", WriteBatch(inserts=records))
-        bank = store._banks["b1"]
+        bank = store._banks.cached["b1"]
         assert await _index_names(raw, prefix) == [bank.index_name]
         assert bank.index_name == f"{{{prefix}:b1}}:{bank.epoch}:idx"
         # What an older version left: the same index under the old name, and no new one.
         await raw.execute_command("FT.DROPINDEX", bank.index_name)
         await raw.ft(bank.legacy_index_name).create_index(
-            store._schema(bank).redis_fields,
+            store._index.schema(bank).redis_fields,
             definition=IndexDefinition(prefix=[f"{bank.base}m:"]),
         )
         upgraded = RedisMemoryStore.from_uri(redis_url, key_prefix=prefix)

@@ -25,6 +25,7 @@ import adk_memory_redis
 import pytest
 import redis.asyncio as aredis
 from adk_memory_redis import RedisLockProvider, RedisMemoryStore
+from adk_memory_redis._writer import BatchWriter
 
 from adk_memory._registry import store_class_for
 from adk_memory.errors import (
@@ -1084,7 +1085,7 @@ async def test_a_lock_taken_over_between_check_and_commit_discards_the_transacti
     Redis discard the transaction, and the re-check refuses the write."""
     import redis as sync_redis
 
-    original = RedisMemoryStore._check
+    original = BatchWriter._check
     takeover = sync_redis.Redis.from_url(redis_url)
     taken: list[str] = []
 
@@ -1096,7 +1097,7 @@ async def test_a_lock_taken_over_between_check_and_commit_discards_the_transacti
             taken.append(key)
         return result
 
-    monkeypatch.setattr(RedisMemoryStore, "_check", staticmethod(check_then_take_over))
+    monkeypatch.setattr(BatchWriter, "_check", staticmethod(check_then_take_over))
     try:
         async with store.lock_provider().lock("scope-g", lease_seconds=30) as lease:
             with pytest.raises(Aborted, match="no longer held"):
