@@ -41,9 +41,7 @@ _TIME_COMPARISONS: dict[Op, Callable[[_Times, int], _Mask]] = {
     Op.GT: np.greater,
     Op.GE: np.greater_equal,
 }
-_BYTES_PER_SLOT = 8
-"""A reference in a tuple (CPython, 64-bit)."""
-_BYTES_PER_CONTAINER_ITEM = 120
+_BYTES_PER_ITEM = 120
 """A topic or a scope entry inside a distinct value: its object or two strings, and a slot."""
 
 
@@ -81,13 +79,14 @@ class _Coded:
 
     @property
     def nbytes(self) -> int:
-        return int(self.codes.nbytes) + sum(map(_value_bytes, self.values))
+        """Its memory: the codes, and each distinct value (a container's items too)."""
+        return sys.getsizeof(self.codes) + _tuple_bytes(self.values)
 
 
-def _value_bytes(value: Any) -> int:
-    """The memory of one distinct value and its slot (containers: their items' too)."""
-    items = len(value) if isinstance(value, tuple | Mapping) else 0
-    return sys.getsizeof(value) + _BYTES_PER_SLOT + items * _BYTES_PER_CONTAINER_ITEM
+def _tuple_bytes(values: tuple[Any, ...]) -> int:
+    """The memory of a tuple and its items (a tuple or mapping item: its items' too)."""
+    items = sum(len(value) for value in values if isinstance(value, tuple | Mapping))
+    return sys.getsizeof(values) + sum(map(sys.getsizeof, values)) + items * _BYTES_PER_ITEM
 
 
 def _typed(value: Any) -> Hashable:
@@ -147,11 +146,15 @@ class ScopeColumns:
     @property
     def nbytes(self) -> int:
         """Their memory: the texts and their slots, the time arrays, the encoded fields."""
-        facts = sum(sys.getsizeof(fact) + _BYTES_PER_SLOT for fact in self.facts)
         arrays = self.create_times, self.update_times, self.expire_times, self.expires
         coded = [self.topics, self.scopes, *self.metadata.values()]
-        keys = sum(sys.getsizeof(key) + _BYTES_PER_CONTAINER_ITEM for key in self.metadata)
-        return facts + sum(int(a.nbytes) for a in arrays) + sum(c.nbytes for c in coded) + keys
+        keys = sys.getsizeof(self.metadata) + _tuple_bytes(tuple(self.metadata))
+        return (
+            _tuple_bytes(self.facts)
+            + sum(map(sys.getsizeof, arrays))
+            + sum(column.nbytes for column in coded)
+            + keys
+        )
 
     def expired(self, now: datetime) -> _Mask:
         """The documents expired at `now` (a memory is live while its expiry is after `now`)."""
