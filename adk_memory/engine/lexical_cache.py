@@ -43,7 +43,14 @@ from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryRecord, MemoryStore
 from adk_memory.vectors import VectorMatrix
 
-__all__ = ["LEXICAL_BYTES_PER_FACT", "MAX_CACHED_BYTES", "MAX_VIEWS", "LexicalCache", "ScopeIndex"]
+__all__ = [
+    "LEXICAL_BYTES_PER_FACT",
+    "MAX_CACHED_BYTES",
+    "MAX_MISSES",
+    "MAX_VIEWS",
+    "LexicalCache",
+    "ScopeIndex",
+]
 
 MAX_CACHED_BYTES = 256 * 2**20
 """The default budget of a process's cache: ~80,000 facts with 384-d float32 vectors."""
@@ -53,6 +60,8 @@ LEXICAL_BYTES_PER_FACT = 1_600
 1.5 KB (float64, when a store keeps vectors that are not float32: 3 KB)."""
 MAX_VIEWS = 16
 """How many filters' views of one cached index are kept (least recently used go first)."""
+MAX_MISSES = 4096
+"""How many scopes' missed versions `stable_scope_index` remembers (oldest go first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +185,8 @@ class LexicalCache:
     def __init__(self, max_bytes: int = MAX_CACHED_BYTES) -> None:
         self._max_bytes = max_bytes
         self._entries: OrderedDict[_Key, ScopeIndex] = OrderedDict()
+        self._misses: OrderedDict[_Key, str] = OrderedDict()
+        """The version each scope was at when `stable_scope_index` last missed it."""
         self._bytes = 0
         self._lock = threading.Lock()
         self._store_ids: weakref.WeakKeyDictionary[MemoryStore, int] = weakref.WeakKeyDictionary()
@@ -200,13 +211,64 @@ class LexicalCache:
         BM25 side (a dense query's index is built without it, and serves hybrid queries never).
         """
         key = self._key(store, bank_id, scope_key)
+        cached = self._current(key, version, now, lexical=lexical)
+        if cached is not None:
+            return cached
+        return await self._build(key, version, now, scan, lexical=lexical)
+
+    async def stable_scope_index(
+        self,
+        store: MemoryStore,
+        bank_id: str,
+        scope_key: ScopeKey,
+        version: str,
+        now: datetime,
+        scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
+    ) -> ScopeIndex | None:
+        """The scope's index for dense retrieval (no BM25), built only for a scope that stays.
+
+        The cached one if the scope is still at `version`. Else None the first time a query
+        finds the scope at `version` (the caller takes the store's own query, which costs far
+        less than the scan that builds an index), and a new index the next time. So a scope
+        written between every two queries is never scanned whole, as `scope_index` would.
+        """
+        key = self._key(store, bank_id, scope_key)
+        cached = self._current(key, version, now, lexical=False)
+        if cached is not None or key is None or not self._seen_before(key, version):
+            return cached
+        return await self._build(key, version, now, scan, lexical=False)
+
+    def _current(
+        self, key: _Key | None, version: str, now: datetime, *, lexical: bool
+    ) -> ScopeIndex | None:
         cached = self._get(key) if key is not None else None
         if cached is not None and cached.serves(version, now, lexical=lexical):
             return cached
+        return None
+
+    async def _build(
+        self,
+        key: _Key | None,
+        version: str,
+        now: datetime,
+        scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
+        *,
+        lexical: bool,
+    ) -> ScopeIndex:
         index = ScopeIndex.of(await scan(), version, now, with_vectors=True, with_lexical=lexical)
         if key is not None:
             self._put(key, index)
         return index
+
+    def _seen_before(self, key: _Key, version: str) -> bool:
+        """Whether the last miss of `key` found it at `version` (else this one is remembered)."""
+        with self._lock:
+            if self._misses.pop(key, None) == version:
+                return True
+            self._misses[key] = version
+            while len(self._misses) > MAX_MISSES:
+                self._misses.popitem(last=False)
+            return False
 
     def _key(self, store: MemoryStore, bank_id: str, scope_key: ScopeKey) -> _Key | None:
         """The entry's key; None for a store that cannot be weakly referenced (not cached)."""

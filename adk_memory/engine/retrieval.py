@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -319,23 +319,25 @@ class Retrieval:
 
         With a filter, its view of the matches, evaluated from the index's own columns: no
         store read beyond the version's. The index remembers its views, so the same filter at
-        the same version costs no more than no filter. `lexical`: with the BM25 side. None for
-        a store that keeps no scope versions.
+        the same version costs no more than no filter. `lexical`: with the BM25 side (hybrid
+        retrieval); without it (dense retrieval), an index is built only for a scope found at
+        the same version by two queries (`LexicalCache.stable_scope_index`), and None before.
+        None for a store that keeps no scope versions.
         """
         store = self._context.store
         version = await store.scope_version(bank_id, key)
         if version is None:
             return None
-        index = await _LEXICAL_CACHE.scope_index(
-            store,
-            bank_id,
-            key,
-            version,
-            now,
-            lambda: self._scan(bank_id, key, None, now, with_vectors=True),
-            lexical=lexical,
+
+        def scan() -> Awaitable[list[MemoryRecord]]:
+            return self._scan(bank_id, key, None, now, with_vectors=True)
+
+        index = (
+            await _LEXICAL_CACHE.scope_index(store, bank_id, key, version, now, scan, lexical=True)
+            if lexical
+            else await _LEXICAL_CACHE.stable_scope_index(store, bank_id, key, version, now, scan)
         )
-        return index if expr is None else index.filtered(expr)
+        return index if index is None or expr is None else index.filtered(expr)
 
     async def _scan(
         self,

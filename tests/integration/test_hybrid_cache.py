@@ -647,13 +647,15 @@ async def test_a_write_during_the_scope_scan_is_seen_and_a_warm_filter_reads_no_
         assert isinstance(raced, _RacedMemory | _RacedRedis)
         raced.race, raced.raced = race, ("scan",)
         biscuit = 'fact:"Biscuit"'
-        await search(reader, bank, "greyhound Biscuit", filter=biscuit)  # builds the index
+        for _ in range(2):  # dense builds its index at the second query finding a version
+            await search(reader, bank, "greyhound Biscuit", filter=biscuit)
         assert raced.race is None  # the race ran
-        hits = await search(reader, bank, "greyhound Biscuit", filter=biscuit)
-        assert sorted(hit[1] for hit in hits) == sorted(
-            ["Biscuit the greyhound loves the beach.", FACTS[0]]
-        )
-        assert written[0] in [hit[0] for hit in hits]
+        for _ in range(2):  # the version moved: the store's query, or a rebuild
+            hits = await search(reader, bank, "greyhound Biscuit", filter=biscuit)
+            assert sorted(hit[1] for hit in hits) == sorted(
+                ["Biscuit the greyhound loves the beach.", FACTS[0]]
+            )
+            assert written[0] in [hit[0] for hit in hits]
         raced.race, raced.raced = race, ("scan", "matching_ids", "nearest")
         for where in ('fact=~"Bisc[u]it"', 'create_time > "2000-01-01T00:00:00Z"'):
             assert len(await search(reader, bank, "greyhound", filter=where)) >= 2

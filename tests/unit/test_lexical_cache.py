@@ -84,6 +84,32 @@ async def test_a_dense_index_has_no_bm25_and_a_hybrid_query_rebuilds_it() -> Non
     assert await reads.index(A, lexical=False) is hybrid and reads.scans == 2
 
 
+async def test_a_dense_index_is_built_for_a_scope_found_twice_at_one_version() -> None:
+    """The first miss at a version leaves the query to the store; a scope written between
+    every two queries is never scanned."""
+    store = await filled(3)
+    cache, scans = LexicalCache(), [0]
+    key = scope_key(A)
+
+    async def stable() -> ScopeIndex | None:
+        async def scan() -> Sequence[MemoryRecord]:
+            scans[0] += 1
+            return await store.scan(BANK, ScanQuery(now=T0, scope_key=key))
+
+        version = await store.scope_version(BANK, key)
+        return await cache.stable_scope_index(store, BANK, key, version, T0, scan)
+
+    for i in range(3):
+        assert await stable() is None
+        await store.apply(BANK, WriteBatch(deletes=(f"a{i}",)))
+    assert scans == [0]
+    assert await stable() is None
+    index = await stable()
+    assert index is not None and index.lexical is None and scans == [1]
+    assert await stable() is index and scans == [1]
+    assert await stable() is index  # a hit forgets no miss: still served
+
+
 async def scope_bytes(store: ReferenceMemoryStore, scope: dict[str, str]) -> int:
     """The weight of the scope's index in a cache's budget."""
     return (await _Reads(LexicalCache(), store).index(scope)).nbytes
