@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -138,11 +139,13 @@ class Retrieval:
             cached = await self._dense_cached(bank_id, keys, vector, top_k, expr, now)
             if cached is not None:
                 return cached
-        hits = [
-            hit
-            for key in keys
-            for hit in await self._nearest(bank_id, NearestQuery(key, vector, top_k, now), expr)
-        ]
+        hits: list[ScoredRecord] = []
+        for key in keys:
+            started = time.perf_counter()
+            hits += await self._nearest(bank_id, NearestQuery(key, vector, top_k, now), expr)
+            if expr is not None:
+                seconds = time.perf_counter() - started
+                _LEXICAL_CACHE.paid_store(self._context.store, bank_id, key, seconds)
         hits.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
         return [Retrieved(hit.record, hit.distance) for hit in hits[:top_k]]
 
@@ -320,8 +323,9 @@ class Retrieval:
         With a filter, its view of the matches, evaluated from the index's own columns: no
         store read beyond the version's. The index remembers its views, so the same filter at
         the same version costs no more than no filter. `lexical`: with the BM25 side (hybrid
-        retrieval); without it (dense retrieval), an index is built only for a scope found at
-        the same version by two queries (`LexicalCache.stable_scope_index`), and None before.
+        retrieval); without it (dense retrieval), an index is built only once the store's own
+        queries at that version took as long as building it (`LexicalCache.stable_scope_index`),
+        and None before.
         None for a store that keeps no scope versions.
         """
         store = self._context.store

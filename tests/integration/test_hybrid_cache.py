@@ -23,6 +23,8 @@ from adk_memory_redis import RedisMemoryStore
 
 from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
+from adk_memory.engine import retrieval
+from adk_memory.engine.lexical_cache import LexicalCache
 from adk_memory.errors import InvalidArgument
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import ScopeKey
@@ -41,6 +43,16 @@ FILLER = [f"Note {i}: groceries, laundry and emails for day {i}." for i in range
 """With a lexical-only ranking, a fact the index missed would tie with these at 0."""
 LEXICAL = {"mode": "hybrid", "lexical_weight": 1.0}
 StoreMaker = Callable[[], MemoryStore]
+
+
+@pytest.fixture(autouse=True)
+def process_cache(monkeypatch: pytest.MonkeyPatch) -> LexicalCache:
+    """A new process cache for each test, whose dense queries build their index at the first
+    miss (patience 0): the cached dense path is what these tests attack (the ski rental that
+    decides when to build has its own tests in tests/unit/test_lexical_cache.py)."""
+    cache = LexicalCache(patience=0.0)
+    monkeypatch.setattr(retrieval, "_LEXICAL_CACHE", cache)
+    return cache
 
 
 @pytest.fixture(params=["memory", "redis", "chroma"])
@@ -415,14 +427,22 @@ _WORDS = (
 ).split()
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "dense renting"])
 @pytest.mark.parametrize("seed", range(3))
 async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
-    seed: int, mode: str, versioned_and_not: tuple[StoreMaker, StoreMaker]
+    seed: int,
+    mode: str,
+    versioned_and_not: tuple[StoreMaker, StoreMaker],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Random facts, topics, writes, clock moves and filters from the whole language: the
     cached path (restricted to a filter's matches when there is one) ranks exactly as a fresh
-    scan (hybrid) or the store's nearest query (dense): same ids, order and distances."""
+    scan (hybrid) or the store's nearest query (dense): same ids, order and distances.
+    `dense renting`: the default patience, so queries go to the store until they have cost
+    what the last build did, then to a new index (both paths, in turn)."""
+    if mode == "dense renting":
+        renting = LexicalCache(first_build_seconds=0.0)
+        monkeypatch.setattr(retrieval, "_LEXICAL_CACHE", renting)
     rng = random.Random(seed)
     versioned, unversioned = versioned_and_not
     cached = AsyncClient(store=versioned(), embedding_model="hash-64", run_scheduler=False)
@@ -431,8 +451,9 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
     for client in (cached, scanned):
         client.engine.context.clock = lambda: now[0]
     try:
-        retrieval = {"mode": mode, "fusion": rng.choice(["convex", "rrf"]), "candidates": 8}
-        bank = await hybrid_bank(cached, retrieval)
+        fusion = rng.choice(["convex", "rrf"])
+        config = {"mode": mode.split()[0], "fusion": fusion, "candidates": 8}
+        bank = await hybrid_bank(cached, config)
         start = now[0]
         durable: list[str] = []
 

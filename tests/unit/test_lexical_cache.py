@@ -84,11 +84,12 @@ async def test_a_dense_index_has_no_bm25_and_a_hybrid_query_rebuilds_it() -> Non
     assert await reads.index(A, lexical=False) is hybrid and reads.scans == 2
 
 
-async def test_a_dense_index_is_built_for_a_scope_found_twice_at_one_version() -> None:
-    """The first miss at a version leaves the query to the store; a scope written between
-    every two queries is never scanned."""
+async def test_a_dense_index_is_built_once_the_stores_queries_cost_what_a_build_did() -> None:
+    """Ski rental per version: the store's queries at a version count until they reach what
+    building took (a first guess, then the last build's time); a write starts again at 0, so a
+    scope written between every few queries is never scanned."""
     store = await filled(3)
-    cache, scans = LexicalCache(), [0]
+    cache, scans = LexicalCache(first_build_seconds=1.0), [0]
     key = scope_key(A)
 
     async def stable() -> ScopeIndex | None:
@@ -99,15 +100,33 @@ async def test_a_dense_index_is_built_for_a_scope_found_twice_at_one_version() -
         version = await store.scope_version(BANK, key)
         return await cache.stable_scope_index(store, BANK, key, version, T0, scan)
 
-    for i in range(3):
-        assert await stable() is None
-        await store.apply(BANK, WriteBatch(deletes=(f"a{i}",)))
-    assert scans == [0]
     assert await stable() is None
+    cache.paid_store(store, BANK, key, 0.6)
+    assert await stable() is None
+    cache.paid_store(store, BANK, key, 0.6)  # 1.2 s paid, but the scope is written first
+    await store.apply(BANK, WriteBatch(deletes=("a0",)))
+    assert await stable() is None and scans == [0]
+    cache.paid_store(store, BANK, scope_key(B), 5.0)  # another scope's
+    assert await stable() is None
+    cache.paid_store(store, BANK, key, 1.0)
     index = await stable()
     assert index is not None and index.lexical is None and scans == [1]
     assert await stable() is index and scans == [1]
-    assert await stable() is index  # a hit forgets no miss: still served
+    await store.apply(BANK, WriteBatch(deletes=("a1",)))
+    assert await stable() is None  # the last build took far less than the 0.5 s paid next
+    cache.paid_store(store, BANK, key, 0.5)
+    assert (await stable()) is not None and scans == [2]
+
+
+async def test_without_patience_a_dense_index_is_built_at_the_first_miss() -> None:
+    store = await filled(3)
+    cache, key = LexicalCache(patience=0.0), scope_key(A)
+
+    async def scan() -> Sequence[MemoryRecord]:
+        return await store.scan(BANK, ScanQuery(now=T0, scope_key=key))
+
+    version = await store.scope_version(BANK, key)
+    assert await cache.stable_scope_index(store, BANK, key, version, T0, scan) is not None
 
 
 async def scope_bytes(store: ReferenceMemoryStore, scope: dict[str, str]) -> int:
