@@ -3,7 +3,9 @@
 Filters apply before top-k (SPEC §3): the part the store declared it can run is pushed into its
 query; the rest is evaluated here, over-fetching until `top_k` memories survive or the scope is
 exhausted. The cost of one similarity retrieve is one query embedding (cached per text), one bank
-read and, without a residual filter, one nearest query.
+read and, without a residual filter, one nearest query. Hybrid retrieval, and a filtered dense
+one once it pays, rank the process's cached index of the scope instead (`lexical_cache`), whose
+columns evaluate the whole filter.
 """
 
 from __future__ import annotations
@@ -161,8 +163,9 @@ class Retrieval:
         """The dense ranking from the cached indexes (built without BM25), as the store ranks.
 
         The exact distances of the cached vectors (the stores' own, bit for bit), ties by id,
-        then one read of the `top_k` records. None when it cannot serve: a store without
-        versions, vectors of another length, or a returned record changed since the version read.
+        then one read of the `top_k` records. None when it does not serve: a store without
+        versions, a scope whose index is not worth building yet (`_cached_index`), vectors of
+        another length, or a returned record changed since the version read.
         """
         indexes: list[ScopeIndex] = []
         for key in keys:
@@ -232,8 +235,7 @@ class Retrieval:
         Cost, when the process's cached index of each scope is current (one version read each):
         exact dense ranking over the cached vectors, BM25 over the postings of the query's terms
         (with RM3 feedback, two passes), fusion, and one read of the `top_k` records returned;
-        a filter that is not metadata equalities, new to that version, adds the ids it keeps
-        (from the store, else a filtered scan) and a second version read.
+        a filter new to that version adds its evaluation over the index's columns.
         Otherwise (a scope written since, a store without versions) one scan of the scope, the
         store's nearest query and one read of the vectors of lexical-only hits.
         """
