@@ -213,7 +213,17 @@ def main(argv: list[str] | None = None) -> int:
         help="untimed queries per path first (a dense filtered path is served from the cache "
         "once the store's queries at the scope's version cost what building its index does)",
     )
+    parser.add_argument(
+        "--patience",
+        type=float,
+        help="the process cache's patience (0: a dense filtered query builds its index at the "
+        "first miss, as a hybrid one does; default: the engine's ski rental)",
+    )
     args = parser.parse_args(argv)
+    if args.patience is not None:
+        from adk_memory.engine import lexical_cache, retrieval
+
+        retrieval._LEXICAL_CACHE = lexical_cache.LexicalCache(patience=args.patience)
     with (
         backends(need_redis="redis" in args.backends) as where,
         tempfile.TemporaryDirectory() as tmp,
