@@ -598,20 +598,22 @@ def raced_and_writer(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreM
     return lambda: _RacedRedis.from_uri(uri), lambda: store_from_uri(uri)
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
 @pytest.mark.parametrize("write", ["delete", "update", "retag"])
 async def test_a_write_between_the_version_read_and_the_record_read_is_not_served_stale(
-    raced_and_writer: tuple[StoreMaker, StoreMaker], write: str
+    raced_and_writer: tuple[StoreMaker, StoreMaker], write: str, mode: str
 ) -> None:
     """The records the cached ranking returns are read last: one rewritten since is caught
-    (`retag`: its metadata changed so that the query's filter no longer matches it)."""
+    (`retag`: its metadata changed so that the query's filter no longer matches it). Dense
+    retrieval ranks from the cache only with a filter: it always has one here."""
     raced_maker, writer_maker = raced_and_writer
-    tagged = 'metadata.tag = "a"' if write == "retag" else None
+    tagged = 'metadata.tag = "a"' if write == "retag" or mode == "dense" else None
     tag = {"metadata": {"tag": {"string_value": "a"}}}
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
     writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
     try:
-        bank = await hybrid_bank(reader, {"mode": "hybrid"})
+        bank = await hybrid_bank(reader, {"mode": mode})
         target = await add(reader, bank, FACTS[0], U1, **tag)
         for fact in FACTS[1:] + FILLER[:10]:
             await add(reader, bank, fact, U1, **tag)
@@ -630,9 +632,12 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
 
         assert isinstance(raced, _RacedMemory | _RacedRedis)
         raced.race = race
-        hits = await search(reader, bank, "greyhound Biscuit", filter=tagged)
+        # Dense: every memory, so that the rewritten one is returned wherever it ranks now.
+        top_k = 10 if mode == "hybrid" else 20
+        hits = await search(reader, bank, "greyhound Biscuit", top_k=top_k, filter=tagged)
         assert raced.race is None  # the race ran
-        assert len(hits) == 10  # of the 14 (or 15) memories left, none lost
+        left = 15 if write == "update" else 14
+        assert len(hits) == min(top_k, left)  # of the memories left, none lost
         if write in ("delete", "retag"):
             assert target not in [hit[0] for hit in hits]
         else:
@@ -686,8 +691,12 @@ async def test_a_write_during_the_scope_scan_is_seen_and_a_warm_filter_reads_no_
         await writer.aclose()
 
 
-async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_path() -> None:
-    """Two scope keys in one query (memory_types): each its own cached index, one fusion."""
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_path(
+    mode: str,
+) -> None:
+    """Two scope keys in one query (memory_types): each its own cached index, one ranking
+    (dense: with a filter, else the cache is not used)."""
     name = f"profiles-{uuid.uuid4().hex[:8]}"
     model = ScriptedMemoryModel()
     cached = AsyncClient(
@@ -699,7 +708,7 @@ async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_pat
     try:
         bank = (
             await cached.memory_banks.create(
-                extensions={"retrieval": {"mode": "hybrid", "fusion": "rrf"}},
+                extensions={"retrieval": {"mode": mode, "fusion": "rrf"}},
                 managed_semantic_memory_config={"structured_memory_configs": structured},
             )
         ).name
@@ -716,7 +725,10 @@ async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_pat
                 name=bank,
                 scope=U1,
                 similarity_search_params={"search_query": query, "top_k": 10},
-                config={"memory_types": ["NATURAL_LANGUAGE_COLLECTION", "STRUCTURED_PROFILE"]},
+                config={
+                    "memory_types": ["NATURAL_LANGUAGE_COLLECTION", "STRUCTURED_PROFILE"],
+                    "filter": 'NOT fact = "x"' if mode == "dense" else None,
+                },
             )
             return [
                 (hit.memory.name or "", str(hit.memory.memory_type), hit.distance or 0.0)
