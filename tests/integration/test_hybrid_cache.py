@@ -177,13 +177,22 @@ async def test_writes_of_another_process_are_seen_by_the_next_query(redis_url: s
         assert name not in [hit[0] for hit in await search(reader, bank, "zanzibar")]
 
 
-@pytest.mark.parametrize("where", ['fact:"Zanzibar"', 'create_time > "2000-01-01T00:00:00Z"'])
-async def test_filtered_dense_sees_the_writes_of_another_process(
-    redis_url: str, where: str
+@pytest.mark.parametrize(
+    ("mode", "where"),
+    [
+        ("dense", 'fact:"Zanzibar"'),
+        ("dense", 'create_time > "2000-01-01T00:00:00Z"'),
+        ("hybrid", 'fact:"Zanzibar"'),
+    ],
+)
+async def test_a_filtered_query_sees_the_writes_of_another_process(
+    redis_url: str, mode: str, where: str
 ) -> None:
+    """The filter's view of the cached index is its version's: a memory another process
+    writes (or deletes) that the filter keeps is in (or out of) the next query."""
     uri = f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
     async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as reader:
-        bank = await hybrid_bank(reader, {"mode": "dense"})
+        bank = await hybrid_bank(reader, {"mode": mode})
         for fact in FACTS + FILLER:
             await add(reader, bank, fact, U1)
         before = await search(reader, bank, "zanzibar", top_k=100, filter=where)  # warm

@@ -209,6 +209,14 @@ def test_an_index_keeps_the_views_of_its_last_filters_only() -> None:
     assert index.filtered(fact_is("f0")) is not views[0]
 
 
+def test_a_filter_naming_another_scope_keeps_nothing_of_this_one() -> None:
+    index = ScopeIndex.of([memory(f"m{i}", unit(i), scope=A) for i in range(3)], "v", T0)
+    for text in ['scope.user_id = "b"', 'NOT scope.user_id = "a"', 'scope.app = "x"']:
+        expr = parse_filter(text, allow_scope=True)
+        assert expr is not None and live_documents(index.filtered(expr), T0) == [], text
+    assert live_documents(index.filtered(Condition("scope.user_id", Op.NE, "b")), T0) == [0, 1, 2]
+
+
 def test_values_equal_in_python_but_not_to_a_filter_get_their_own_views() -> None:
     index = ScopeIndex.of([memory("m0", unit(0), metadata={"x": True})], "v", T0)
     flag, number = Condition("metadata.x", Op.EQ, True), Condition("metadata.x", Op.EQ, 1.0)
