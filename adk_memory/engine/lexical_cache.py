@@ -32,6 +32,7 @@ when it has one. A scope larger than the whole budget is used for its query and 
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 import weakref
@@ -265,7 +266,7 @@ class LexicalCache:
         index took last time (`FIRST_BUILD_SECONDS` before): ski rental, so the dense queries
         of a version never cost more than twice the better of the two choices; None before
         (the caller asks the store). A scope written between every few queries is never
-        scanned whole.
+        scanned whole; one too large for the whole budget is built once at most.
         """
         key = self._key(store, bank_id, scope_key)
         cached = self._current(key, version, now, lexical=False)
@@ -276,7 +277,10 @@ class LexicalCache:
         with self._lock:
             rent = self._rents.get(key)
             if rent is not None:
-                rent.build_seconds = time.perf_counter() - started
+                rent.paid = 0.0
+                # A scope over the whole budget is not kept: building it never pays.
+                kept = index.nbytes <= self._max_bytes
+                rent.build_seconds = time.perf_counter() - started if kept else math.inf
         return index
 
     def paid_store(

@@ -118,6 +118,22 @@ async def test_a_dense_index_is_built_once_the_stores_queries_cost_what_a_build_
     assert (await stable()) is not None and scans == [2]
 
 
+async def test_a_dense_index_over_the_budget_is_built_once_and_then_left_to_the_store() -> None:
+    store = await filled(3)
+    too_small = await scope_bytes(store, A) // 4
+    cache, key, scans = LexicalCache(too_small, first_build_seconds=0.0), scope_key(A), [0]
+
+    async def scan() -> Sequence[MemoryRecord]:
+        scans[0] += 1
+        return await store.scan(BANK, ScanQuery(now=T0, scope_key=key))
+
+    version = await store.scope_version(BANK, key)
+    assert await cache.stable_scope_index(store, BANK, key, version, T0, scan) is not None
+    cache.paid_store(store, BANK, key, 1e6)
+    assert await cache.stable_scope_index(store, BANK, key, version, T0, scan) is None
+    assert scans == [1]
+
+
 async def test_without_patience_a_dense_index_is_built_at_the_first_miss() -> None:
     store = await filled(3)
     cache, key = LexicalCache(patience=0.0), scope_key(A)
