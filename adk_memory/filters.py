@@ -74,7 +74,6 @@ __all__ = [
     "combine",
     "family_of",
     "field_holds",
-    "field_value",
     "from_filter_groups",
     "matches",
     "parse_filter",
@@ -843,15 +842,11 @@ def _evaluate(expr: FilterExpr, record: MemoryRecord) -> bool:
 
 
 def _condition_holds(cond: Condition, record: MemoryRecord) -> bool:
-    return field_holds(cond, field_value(cond.field, record))
+    return field_holds(cond, _field_value(cond.field, record))
 
 
-def field_value(name: str, record: MemoryRecord) -> object:
-    """The value of the record's field `name` (a `Condition.field`) as `field_holds` takes it.
-
-    The fact, a time (None for no expiry), the tuple of topics, the scope's value of the key or
-    the metadata value of the key (None when the record lacks the key).
-    """
+def _field_value(name: str, record: MemoryRecord) -> object:
+    """The value of the record's field `name` (a `Condition.field`) as `field_holds` takes it."""
     if name == "fact":
         return record.fact
     if name in _TIME_FIELDS:
@@ -866,10 +861,11 @@ def field_value(name: str, record: MemoryRecord) -> object:
 
 
 def field_holds(cond: Condition, actual: Any) -> bool:
-    """Whether `cond` holds for a memory whose field `cond.field` is `actual` (`field_value`).
+    """Whether `cond` holds for a memory whose field `cond.field` is `actual`.
 
-    What `matches` evaluates for each condition; a cached scope index calls it once per
-    distinct value of a field.
+    `actual` is the fact, a time (None for no expiry), the tuple of topics, or the scope's or
+    metadata's value of the key (None when the memory lacks the key). What `matches` evaluates
+    for each condition; a cached scope index calls it once per distinct value of a field.
     """
     name, op, value = cond.field, cond.op, cond.value
     if name == "fact":
