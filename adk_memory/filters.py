@@ -70,8 +70,10 @@ __all__ = [
     "Not",
     "Op",
     "Or",
+    "as_utc",
     "combine",
     "family_of",
+    "field_holds",
     "from_filter_groups",
     "matches",
     "parse_filter",
@@ -840,27 +842,50 @@ def _evaluate(expr: FilterExpr, record: MemoryRecord) -> bool:
 
 
 def _condition_holds(cond: Condition, record: MemoryRecord) -> bool:
+    return field_holds(cond, _field_value(cond.field, record))
+
+
+def _field_value(name: str, record: MemoryRecord) -> object:
+    """The value of the record's field `name` (a `Condition.field`) as `field_holds` takes it."""
+    if name == "fact":
+        return record.fact
+    if name in _TIME_FIELDS:
+        return getattr(record, name)
+    if name in (_MANAGED, _CUSTOM):
+        return record.topics
+    if name.startswith("scope."):
+        return record.scope.get(name[len("scope.") :])
+    if name.startswith("metadata."):
+        return record.metadata.get(name[len("metadata.") :])
+    raise ValueError(f"cannot evaluate a condition on field {_clip(name)}")
+
+
+def field_holds(cond: Condition, actual: Any) -> bool:
+    """Whether `cond` holds for a memory whose field `cond.field` is `actual`.
+
+    `actual` is the fact, a time (None for no expiry), the tuple of topics, or the scope's or
+    metadata's value of the key (None when the memory lacks the key). What `matches` evaluates
+    for each condition; a cached scope index calls it once per distinct value of a field.
+    """
     name, op, value = cond.field, cond.op, cond.value
     if name == "fact":
-        return _text_holds(op, record.fact, value)
+        return _text_holds(op, actual, value)
     if name in _TIME_FIELDS:
-        actual: datetime | None = getattr(record, name)
         if actual is None or not isinstance(value, datetime):
             return False  # a memory that never expires matches no expire_time comparison
-        return _compare(op, _as_utc(actual), _as_utc(value))
+        return _compare(op, as_utc(actual), as_utc(value))
     if name in (_MANAGED, _CUSTOM):
         managed = name == _MANAGED
-        present = any((t.managed if managed else t.custom) == value for t in record.topics)
+        present = any((t.managed if managed else t.custom) == value for t in actual)
         if op in (Op.EQ, Op.HAS):
             return present
         return op is Op.NE and not present
     if name.startswith("scope."):
-        stored = record.scope.get(name[len("scope.") :])
         if op is Op.EQ:
-            return stored is not None and stored == value
-        return op is Op.NE and stored != value  # a missing key differs from every value
+            return actual is not None and actual == value
+        return op is Op.NE and actual != value  # a missing key differs from every value
     if name.startswith("metadata."):
-        return _metadata_holds(op, record.metadata.get(name[len("metadata.") :]), value)
+        return _metadata_holds(op, actual, value)
     raise ValueError(f"cannot evaluate a condition on field {_clip(name)}")
 
 
@@ -915,12 +940,13 @@ def _compare(op: Op, actual: Any, expected: Any) -> bool:
     return False
 
 
-def _as_utc(when: datetime) -> datetime:
+def as_utc(when: datetime) -> datetime:
+    """`when` in UTC; a naive time is taken as UTC (as every comparison of a filter does)."""
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _whole_seconds(when: datetime) -> datetime:
-    return _as_utc(when).replace(microsecond=0)
+    return as_utc(when).replace(microsecond=0)
 
 
 def _valid_utf8(text: str) -> str:

@@ -1,9 +1,10 @@
-"""Hybrid retrieval's view of a scope, kept between queries: BM25 index and vectors.
+"""Retrieval's view of a scope, kept between queries: BM25 index, vectors, filterable columns.
 
 Hybrid retrieval scores every live memory of the scope. Reading and tokenizing the whole scope
 on every query would make its cost grow with the scope, so each process keeps the scope's
-`LexicalIndex` (memory ids, expiry times, term counts, postings) and its vectors (a
-`VectorMatrix`, rows aligned with the documents), and checks them on each query with one
+`LexicalIndex` (term counts, postings), its vectors (a `VectorMatrix`, rows aligned with the
+documents) and its `ScopeColumns` (memory ids aside, every field a filter can name: facts,
+times, topics, scope, metadata), and checks them on each query with one
 `MemoryStore.scope_version` read: an equal version guarantees that no memory of the scope was
 written since the index was built, by any process; a new one means one rebuild (a scan, plus
 one read of the vectors when the store's scan leaves them out). Expiry does not change a
@@ -11,40 +12,54 @@ version, so each query leaves out the documents expired at its `now`. A store th
 version (None) is scanned whole every time, as before the cache (and its index keeps no
 vectors: the store's own nearest query ranks the dense side then).
 
-A filtered query ranks a view of the index that keeps the filter's matches. The index evaluates
-a filter of metadata equalities itself (`metadata.tag = "a"`, or `filter_groups` of strings,
-numbers and bools, with AND, OR, NOT): it keeps the documents of each metadata value, read with
-the scan. Other filters need the matching ids from the store. Each index remembers its views of
-the last `MAX_VIEWS` filters, so a filter repeated at the same version is not evaluated again.
+A filtered query ranks a view of the index that keeps the filter's matches, evaluated from the
+columns (`ScopeColumns.matching`, exactly `filters.matches`): a cached scope never asks the
+store which memories match. Each index remembers its views of the last `MAX_VIEWS` filters, so
+a filter repeated at the same version is not evaluated again.
+
+Filtered dense retrieval ranks the same views with the cached vectors, from an index built
+without the BM25 side (tokenizing 10,000 facts took ~0.8 s; a dense index serves hybrid queries
+never, a hybrid one serves dense queries too). Its store path is cheap, so a dense query builds
+an index only once the store's own queries at the scope's version have cost what the scope's
+last build did (`stable_scope_index`, ski rental).
 
 The cache is per process and bounded in bytes (least recently used scopes go first): each
-entry weighs its vectors' actual bytes plus `LEXICAL_BYTES_PER_FACT` per fact for the BM25
-side, plus its metadata postings. A scope larger than the whole budget is used for its query
-and not kept.
+entry weighs its vectors' actual bytes, its columns' (`ScopeColumns.nbytes`: ~170 bytes per
+8-word fact with one metadata key), plus `LEXICAL_BYTES_PER_FACT` per fact for the BM25 side
+when it has one. A scope larger than the whole budget is used for its query and not kept.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
+import math
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or
+from adk_memory.engine.scope_columns import ScopeColumns
+from adk_memory.filters import FilterExpr
 from adk_memory.lexical import LexicalIndex
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryRecord, MemoryStore
 from adk_memory.vectors import VectorMatrix
 
-__all__ = ["LEXICAL_BYTES_PER_FACT", "MAX_CACHED_BYTES", "MAX_VIEWS", "LexicalCache", "ScopeIndex"]
+__all__ = [
+    "LEXICAL_BYTES_PER_FACT",
+    "MAX_CACHED_BYTES",
+    "FIRST_BUILD_SECONDS",
+    "MAX_RENTS",
+    "MAX_VIEWS",
+    "LexicalCache",
+    "ScopeIndex",
+]
 
 MAX_CACHED_BYTES = 256 * 2**20
 """The default budget of a process's cache: ~80,000 facts with 384-d float32 vectors."""
@@ -54,25 +69,28 @@ LEXICAL_BYTES_PER_FACT = 1_600
 1.5 KB (float64, when a store keeps vectors that are not float32: 3 KB)."""
 MAX_VIEWS = 16
 """How many filters' views of one cached index are kept (least recently used go first)."""
+MAX_RENTS = 4096
+"""How many scopes' dense-query costs `stable_scope_index` remembers (least recent go first)."""
+FIRST_BUILD_SECONDS = 0.5
+"""What building a scope's index is taken to cost before one was built: ~10,000 memories on
+memory:// (0.3 s measured), fewer on Redis or Chroma (2-3 s at 10,000)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScopeIndex:
-    """The live memories of one scope at one version, as hybrid retrieval reads them."""
+    """The live memories of one scope at one version, as retrieval ranks them."""
 
     version: str | None
     built_at: datetime
     """The `now` of the scan that built it: memories expired then are not in it."""
     memory_ids: tuple[str, ...]
-    lexical: LexicalIndex
-    expire_times: tuple[datetime, ...]
-    """The expiry of each document that has one, ascending (`expiring` holds the documents)."""
-    expiring: tuple[int, ...]
+    columns: ScopeColumns
+    """The fields a filter can name, per document: `filtered` evaluates filters on them."""
+    lexical: LexicalIndex | None = None
+    """The BM25 index; None when built for dense retrieval only."""
     vectors: VectorMatrix | None = None
     """The documents' vectors (rows in document order); None when not read, or not all of one
     length (a re-embedding under way)."""
-    metadata: _MetadataIndex | None = None
-    """The documents of each metadata value (not timestamps); None in a view."""
     kept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
     """A mask of the documents this view keeps (those a query's filter matches); None: all.
     The others count as expired."""
@@ -86,169 +104,61 @@ class ScopeIndex:
         now: datetime,
         *,
         with_vectors: bool = False,
+        with_lexical: bool = True,
     ) -> ScopeIndex:
         """The index of `records` (a scan of the scope at `now`, read after `version`).
 
-        With `with_vectors`, the records carry their embeddings and the index keeps them.
+        With `with_vectors`, the records carry their embeddings and the index keeps them; with
+        `with_lexical`, it keeps their BM25 index.
         """
         memory_ids = tuple(record.memory_id for record in records)
-        expiring = sorted(
-            (record.expire_time, doc)
-            for doc, record in enumerate(records)
-            if record.expire_time is not None
-        )
         return cls(
             version=version,
             built_at=now,
             memory_ids=memory_ids,
-            lexical=LexicalIndex.of(record.fact for record in records),
-            expire_times=tuple(when for when, _ in expiring),
-            expiring=tuple(doc for _, doc in expiring),
+            columns=ScopeColumns.of(records),
+            lexical=LexicalIndex.of(record.fact for record in records) if with_lexical else None,
             vectors=_vectors(memory_ids, records) if with_vectors else None,
-            metadata=_MetadataIndex.of(records),
         )
 
     @property
     def nbytes(self) -> int:
         """Its weight in the cache's budget (see the module docstring)."""
+        lexical = LEXICAL_BYTES_PER_FACT * len(self.memory_ids) if self.lexical is not None else 0
         vectors = self.vectors.nbytes if self.vectors is not None else 0
-        metadata = self.metadata.nbytes if self.metadata is not None else 0
-        return LEXICAL_BYTES_PER_FACT * max(len(self.memory_ids), 1) + vectors + metadata
+        return max(lexical + vectors + self.columns.nbytes, 1)
 
-    def filtered(self, filter_key: str, expr: FilterExpr) -> ScopeIndex | None:
-        """The view of the documents matching `expr`, evaluated by the index itself.
+    def filtered(self, expr: FilterExpr) -> ScopeIndex:
+        """The view of the documents matching `expr`, evaluated from the index's columns.
 
-        None when it cannot: `expr` has a condition other than a metadata `=` (not timestamps).
-        Remembered as `restricted` does (it holds for every `now` the index serves).
+        Remembered: the views of the last `MAX_VIEWS` filters are served again.
         """
-        if self.metadata is None:
-            return None
-        kept = self.metadata.matching(expr, len(self.memory_ids))
-        return None if kept is None else self._remember(filter_key, kept, self.built_at)
+        # repr tells apart values that compare equal but match differently (True, 1.0).
+        return self._views.get(repr(expr), lambda: self._view(expr))
 
-    def restricted(
-        self, filter_key: str, memory_ids: AbstractSet[str], as_of: datetime
-    ) -> ScopeIndex:
-        """This index with only the documents of `memory_ids` kept: the matches of a filter.
-
-        `memory_ids` must be every memory of this index's version that matches the filter
-        named `filter_key` and is live at `as_of` (expired ones may be in it): the view is
-        remembered, and `view` serves it again to queries at `as_of` or later.
-        """
-        kept = np.fromiter(
-            (memory_id in memory_ids for memory_id in self.memory_ids),
-            dtype=bool,
-            count=len(self.memory_ids),
-        )
-        return self._remember(filter_key, kept, as_of)
-
-    def _remember(
-        self, filter_key: str, kept: np.ndarray[Any, np.dtype[np.bool_]], as_of: datetime
-    ) -> ScopeIndex:
+    def _view(self, expr: FilterExpr) -> ScopeIndex:
+        kept = self.columns.matching(expr)
         kept.flags.writeable = False  # `live` hands it out
-        view = replace(self, kept=kept, metadata=None)
-        self._views.put(filter_key, view, as_of)
-        return view
-
-    def view(self, filter_key: str, now: datetime) -> ScopeIndex | None:
-        """The remembered view for the filter named `filter_key`, if it serves `now`."""
-        return self._views.get(filter_key, now)
+        return replace(self, kept=kept)
 
     def live(self, now: datetime) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
         """A mask over the documents, False for those expired at `now` or not kept; None: all.
 
         A memory is live while its expiry is after `now`.
         """
-        expired = self.expiring[: bisect.bisect_right(self.expire_times, now)]
-        if not expired:
+        expired = self.columns.expired(now)
+        if not expired.any():
             return self.kept
-        mask = np.ones(len(self.memory_ids), dtype=bool) if self.kept is None else self.kept.copy()
-        mask[list(expired)] = False
-        return mask
+        return ~expired if self.kept is None else self.kept & ~expired
 
-    def serves(self, version: str, now: datetime) -> bool:
-        """Whether this index answers a query at `now` on a scope read at `version`."""
-        # A clock set back could make live a memory that had expired when the index was built.
-        return self.version == version and now >= self.built_at
+    def serves(self, version: str, now: datetime, *, lexical: bool) -> bool:
+        """Whether this index answers a query at `now` on a scope read at `version`.
 
-
-@dataclass(frozen=True, slots=True)
-class _MetadataIndex:
-    """Per metadata key and value (string, number or bool) the documents holding it, ascending."""
-
-    documents: dict[tuple[str, _Equal], np.ndarray[Any, np.dtype[np.intp]]]
-
-    @classmethod
-    def of(cls, records: Sequence[MemoryRecord]) -> _MetadataIndex:
-        documents: dict[tuple[str, _Equal], list[int]] = {}
-        for doc, record in enumerate(records):
-            for key, value in record.metadata.items():
-                equal = _equal(value)
-                if equal is not None:
-                    documents.setdefault((key, equal), []).append(doc)
-        return cls({pair: np.asarray(docs, dtype=np.intp) for pair, docs in documents.items()})
-
-    @property
-    def nbytes(self) -> int:
-        """Its memory: each value's documents and its entry (key, array object, dict slot)."""
-        arrays = sum(int(docs.nbytes) for docs in self.documents.values())
-        return arrays + _BYTES_PER_VALUE * len(self.documents)
-
-    def matching(self, expr: FilterExpr, size: int) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-        """A mask of the `size` documents that `filters.matches(expr)`; None if not known here.
-
-        Exactly `filters.matches`: a metadata `=` with a string, number or bool holds for a
-        value of that type equal to it (numbers as floats; never a missing key, a value of
-        another type, or NaN); NOT is the complement. Timestamps and the ordering comparisons
-        of `filter_groups` are left to the store.
+        `lexical`: the query ranks by BM25 too.
         """
-        if isinstance(expr, And | Or):
-            parts = []
-            for part in expr.parts:
-                mask = self.matching(part, size)
-                if mask is None:
-                    return None
-                parts.append(mask)
-            combine = np.logical_and if isinstance(expr, And) else np.logical_or
-            return combine.reduce(parts)  # type: ignore[no-any-return]
-        if isinstance(expr, Not):
-            inner = self.matching(expr.part, size)
-            return None if inner is None else ~inner
-        if not (
-            isinstance(expr, Condition)
-            and expr.field.startswith("metadata.")
-            and expr.op is Op.EQ
-            and not isinstance(expr.value, datetime)
-        ):
-            return None
-        mask = np.zeros(size, dtype=bool)
-        equal = _equal(expr.value)
-        key = expr.field.removeprefix("metadata.")
-        docs = None if equal is None else self.documents.get((key, equal))
-        if docs is not None:
-            mask[docs] = True
-        return mask
-
-
-_BYTES_PER_VALUE = 260
-"""The memory of one (key, value) entry beyond its documents' 8 bytes each: 267 bytes measured
-per entry (tracemalloc) with a distinct value per memory, where the entries outweigh the rest."""
-_Equal = tuple[str, str | float | bool]
-"""A metadata value as `=` compares it: its type, then the value (numbers as floats)."""
-
-
-def _equal(value: object) -> _Equal | None:
-    """The key of `value` in a `_MetadataIndex`.
-
-    None for what `=` finds under no key (NaN equals nothing) or what is not indexed (timestamps).
-    """
-    if isinstance(value, bool):  # before numbers: a bool is an int
-        return "bool", value
-    if isinstance(value, int | float):
-        return None if value != value else ("number", float(value))
-    if isinstance(value, str):
-        return "string", value
-    return None
+        # A clock set back could make live a memory that had expired when the index was built.
+        current = self.version == version and now >= self.built_at
+        return current and (self.lexical is not None or not lexical)
 
 
 class _Views:
@@ -259,35 +169,58 @@ class _Views:
     """
 
     def __init__(self) -> None:
-        self._views: OrderedDict[str, tuple[ScopeIndex, datetime]] = OrderedDict()
+        self._views: OrderedDict[str, ScopeIndex] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, filter_key: str, now: datetime) -> ScopeIndex | None:
+    def get(self, filter_key: str, build: Callable[[], ScopeIndex]) -> ScopeIndex:
+        """The view remembered for `filter_key`, else the one `build` makes (then remembered)."""
         with self._lock:
             found = self._views.get(filter_key)
-            if found is None or now < found[1]:
-                # A clock set back could make live a memory that the ids left out as expired.
-                return None
-            self._views.move_to_end(filter_key)
-            return found[0]
-
-    def put(self, filter_key: str, view: ScopeIndex, as_of: datetime) -> None:
+            if found is not None:
+                self._views.move_to_end(filter_key)
+                return found
+        view = build()
         with self._lock:
-            self._views[filter_key] = (view, as_of)
+            self._views[filter_key] = view
             self._views.move_to_end(filter_key)
             while len(self._views) > MAX_VIEWS:
                 self._views.popitem(last=False)
+        return view
 
 
 _Key = tuple[int, str, ScopeKey]
 
 
+@dataclass(slots=True)
+class _Rent:
+    """One scope's dense queries: what the store's took at `version`, what a build took (s)."""
+
+    version: str
+    paid: float = 0.0
+    build_seconds: float = FIRST_BUILD_SECONDS
+
+
 class LexicalCache:
     """Scope indexes of every store of the process, least recently used first out."""
 
-    def __init__(self, max_bytes: int = MAX_CACHED_BYTES) -> None:
+    def __init__(
+        self,
+        max_bytes: int = MAX_CACHED_BYTES,
+        *,
+        first_build_seconds: float = FIRST_BUILD_SECONDS,
+        patience: float = 1.0,
+    ) -> None:
+        """A cache of `max_bytes`.
+
+        `first_build_seconds` and `patience` tune `stable_scope_index`: a build's cost guessed
+        before one was measured, and how many builds' worth of store time a version's dense
+        queries spend before building (0: build at the first miss, as `scope_index` does).
+        """
         self._max_bytes = max_bytes
+        self._first_build_seconds = first_build_seconds
+        self._patience = patience
         self._entries: OrderedDict[_Key, ScopeIndex] = OrderedDict()
+        self._rents: OrderedDict[_Key, _Rent] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self._store_ids: weakref.WeakKeyDictionary[MemoryStore, int] = weakref.WeakKeyDictionary()
@@ -301,18 +234,95 @@ class LexicalCache:
         version: str,
         now: datetime,
         scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
+        *,
+        lexical: bool,
     ) -> ScopeIndex:
         """The scope's index at `now`: the cached one if the scope is still at `version`.
 
         `version` is the scope's, read just before; `scan()` reads the scope's live memories at
         `now` with their embeddings. So an index never claims a version older than its contents
-        (a write in between only costs one more rebuild).
+        (a write in between only costs one more rebuild). `lexical`: the index must have its
+        BM25 side (a dense query's index is built without it, and serves hybrid queries never).
         """
         key = self._key(store, bank_id, scope_key)
-        cached = self._get(key) if key is not None else None
-        if cached is not None and cached.serves(version, now):
+        cached = self._current(key, version, now, lexical=lexical)
+        if cached is not None:
             return cached
-        index = ScopeIndex.of(await scan(), version, now, with_vectors=True)
+        return await self._build(key, version, now, scan, lexical=lexical)
+
+    async def stable_scope_index(
+        self,
+        store: MemoryStore,
+        bank_id: str,
+        scope_key: ScopeKey,
+        version: str,
+        now: datetime,
+        scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
+    ) -> ScopeIndex | None:
+        """The scope's index for dense retrieval (no BM25), built once it pays for itself.
+
+        The cached one if the scope is still at `version`. Else a new one only when the store's
+        own queries at `version` (`paid_store`) have taken as long as building the scope's
+        index took last time (`FIRST_BUILD_SECONDS` before): ski rental, so the dense queries
+        of a version never cost more than twice the better of the two choices; None before
+        (the caller asks the store). A scope written between every few queries is never
+        scanned whole; one too large for the whole budget is built once at most.
+        """
+        key = self._key(store, bank_id, scope_key)
+        cached = self._current(key, version, now, lexical=False)
+        if cached is not None or key is None or not self._worth_building(key, version):
+            return cached
+        started = time.perf_counter()
+        index = await self._build(key, version, now, scan, lexical=False)
+        with self._lock:
+            rent = self._rents.get(key)
+            if rent is not None:
+                rent.paid = 0.0
+                # A scope over the whole budget is not kept: building it never pays.
+                kept = index.nbytes <= self._max_bytes
+                rent.build_seconds = time.perf_counter() - started if kept else math.inf
+        return index
+
+    def paid_store(
+        self, store: MemoryStore, bank_id: str, scope_key: ScopeKey, seconds: float
+    ) -> None:
+        """Counts a dense query the store answered because `stable_scope_index` built nothing."""
+        key = self._key(store, bank_id, scope_key)
+        with self._lock:
+            rent = self._rents.get(key) if key is not None else None
+            if rent is not None:
+                rent.paid += seconds
+
+    def _worth_building(self, key: _Key, version: str) -> bool:
+        with self._lock:
+            rent = self._rents.get(key)
+            if rent is None:
+                rent = self._rents[key] = _Rent(version, build_seconds=self._first_build_seconds)
+                while len(self._rents) > MAX_RENTS:
+                    self._rents.popitem(last=False)
+            elif rent.version != version:
+                rent.version, rent.paid = version, 0.0
+            self._rents.move_to_end(key)
+            return rent.paid >= rent.build_seconds * self._patience
+
+    def _current(
+        self, key: _Key | None, version: str, now: datetime, *, lexical: bool
+    ) -> ScopeIndex | None:
+        cached = self._get(key) if key is not None else None
+        if cached is not None and cached.serves(version, now, lexical=lexical):
+            return cached
+        return None
+
+    async def _build(
+        self,
+        key: _Key | None,
+        version: str,
+        now: datetime,
+        scan: Callable[[], Awaitable[Sequence[MemoryRecord]]],
+        *,
+        lexical: bool,
+    ) -> ScopeIndex:
+        index = ScopeIndex.of(await scan(), version, now, with_vectors=True, with_lexical=lexical)
         if key is not None:
             self._put(key, index)
         return index

@@ -3,14 +3,17 @@
 Filters apply before top-k (SPEC §3): the part the store declared it can run is pushed into its
 query; the rest is evaluated here, over-fetching until `top_k` memories survive or the scope is
 exhausted. The cost of one similarity retrieve is one query embedding (cached per text), one bank
-read and, without a residual filter, one nearest query.
+read and, without a residual filter, one nearest query. Hybrid retrieval, and a filtered dense
+one once it pays, rank the process's cached index of the scope instead (`lexical_cache`), whose
+columns evaluate the whole filter.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -99,13 +102,7 @@ class Retrieval:
                     bank_id, keys, query_text, vector, top_k, expr, now, retrieval
                 )
                 return Page(fused, None)
-            hits = [
-                hit
-                for key in keys
-                for hit in await self._nearest(bank_id, NearestQuery(key, vector, top_k, now), expr)
-            ]
-            hits.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
-            return Page([Retrieved(hit.record, hit.distance) for hit in hits[:top_k]], None)
+            return Page(await self._dense(bank_id, keys, vector, top_k, expr, now), None)
         if simple_retrieval_params is None:
             page_size, token = RETRIEVE_ALL_LIMIT, None
         else:
@@ -123,6 +120,105 @@ class Retrieval:
         page = await self._memories.scan_page(bank_id, queries, expr, page_size, token)
         return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
 
+    async def _dense(
+        self,
+        bank_id: str,
+        keys: list[ScopeKey],
+        vector: tuple[float, ...],
+        top_k: int,
+        expr: FilterExpr | None,
+        now: datetime,
+    ) -> list[Retrieved]:
+        """The `top_k` live memories of the scopes matching `expr` nearest to `vector`.
+
+        Nearest first, ties by memory id. A filtered query on a store that keeps scope versions
+        ranks the cached indexes' views of the filter's matches (`_dense_cached`); any other
+        query, or one whose records changed since, the store's nearest query. Unfiltered
+        queries keep to the store: its own nearest costs no more than the cached ranking
+        (benchmarks/NOTES.md).
+        """
+        if expr is not None:
+            cached = await self._dense_cached(bank_id, keys, vector, top_k, expr, now)
+            if cached is not None:
+                return cached
+        hits: list[ScoredRecord] = []
+        for key in keys:
+            started = time.perf_counter()
+            hits += await self._nearest(bank_id, NearestQuery(key, vector, top_k, now), expr)
+            if expr is not None:
+                seconds = time.perf_counter() - started
+                _LEXICAL_CACHE.paid_store(self._context.store, bank_id, key, seconds)
+        hits.sort(key=lambda hit: (hit.distance, hit.record.memory_id))
+        return [Retrieved(hit.record, hit.distance) for hit in hits[:top_k]]
+
+    async def _dense_cached(
+        self,
+        bank_id: str,
+        keys: list[ScopeKey],
+        vector: tuple[float, ...],
+        top_k: int,
+        expr: FilterExpr,
+        now: datetime,
+    ) -> list[Retrieved] | None:
+        """The dense ranking from the cached indexes (built without BM25), as the store ranks.
+
+        The exact distances of the cached vectors (the stores' own, bit for bit), ties by id,
+        then one read of the `top_k` records. None when it does not serve: a store without
+        versions, a scope whose index is not worth building yet (`_cached_index`), vectors of
+        another length, or a returned record changed since the version read.
+        """
+        indexes: list[ScopeIndex] = []
+        for key in keys:
+            index = await self._cached_index(bank_id, key, expr, now, lexical=False)
+            if index is None or not _ranks_dense(index, vector):
+                return None
+            indexes.append(index)
+        target = np.asarray(vector, dtype=np.float64)
+        ranked: list[tuple[float, str]] = []
+        rows: dict[str, tuple[int, int]] = {}
+        for part, index in enumerate(indexes):
+            assert index.vectors is not None
+            found, distances = index.vectors.nearest(target, index.live(now), top_k)
+            for row, distance in zip(found.tolist(), distances.tolist(), strict=True):
+                ranked.append((distance, index.memory_ids[row]))
+                rows[index.memory_ids[row]] = (part, row)
+        ranked.sort()
+        chosen = [memory_id for _, memory_id in ranked[:top_k]]
+        records = await self._current_records(bank_id, keys, indexes, rows, chosen, expr, now)
+        if records is None:
+            return None
+        return [
+            Retrieved(record, distance)
+            for record, (distance, _) in zip(records, ranked[:top_k], strict=True)
+        ]
+
+    async def _current_records(
+        self,
+        bank_id: str,
+        keys: list[ScopeKey],
+        indexes: list[ScopeIndex],
+        rows: dict[str, tuple[int, int]],
+        chosen: list[str],
+        expr: FilterExpr | None,
+        now: datetime,
+    ) -> list[MemoryRecord] | None:
+        """The `chosen` records, in order, if each is still as its index has it; else None.
+
+        `rows` gives each one's (index, row). A record deleted or expired since the version
+        read, moved, re-embedded or no longer matching `expr` makes the cached ranking stale.
+        """
+        records = await self._context.store.get_memories(bank_id, chosen, now)
+        if len(records) != len(chosen):
+            return None  # deleted or expired since the version read
+        for record in records:
+            part, row = rows[record.memory_id]
+            vectors = indexes[part].vectors
+            assert vectors is not None
+            same = np.array_equal(np.asarray(record.embedding), vectors.matrix[row])
+            if record.scope_key != keys[part] or not same or not matches(expr, record):
+                return None  # rewritten since the version read: its ranking is stale
+        return records
+
     async def _hybrid(
         self,
         bank_id: str,
@@ -139,8 +235,7 @@ class Retrieval:
         Cost, when the process's cached index of each scope is current (one version read each):
         exact dense ranking over the cached vectors, BM25 over the postings of the query's terms
         (with RM3 feedback, two passes), fusion, and one read of the `top_k` records returned;
-        a filter that is not metadata equalities, new to that version, adds the ids it keeps
-        (from the store, else a filtered scan) and a second version read.
+        a filter new to that version adds its evaluation over the index's columns.
         Otherwise (a scope written since, a store without versions) one scan of the scope, the
         store's nearest query and one read of the vectors of lexical-only hits.
         """
@@ -169,16 +264,9 @@ class Retrieval:
         config = lexical.config
         distance_of, dense_order, rows = _cached_distances(indexes, lexical, vector, now)
         chosen = _fused_order(distance_of, lexical.scores, dense_order, config)[:top_k]
-        records = await self._context.store.get_memories(bank_id, chosen, now)
-        if len(records) != len(chosen):
-            return None  # deleted or expired since the version read
-        for record in records:
-            part, row = rows[record.memory_id]
-            vectors = indexes[part].vectors
-            assert vectors is not None
-            same = np.array_equal(np.asarray(record.embedding), vectors.matrix[row])
-            if record.scope_key != keys[part] or not same or not matches(expr, record):
-                return None  # rewritten since the version read: its ranking is stale
+        records = await self._current_records(bank_id, keys, indexes, rows, chosen, expr, now)
+        if records is None:
+            return None
         return [Retrieved(record, distance_of[record.memory_id]) for record in records]
 
     async def _hybrid_scanned(
@@ -217,66 +305,65 @@ class Retrieval:
     async def _scope_index(
         self, bank_id: str, key: ScopeKey, expr: FilterExpr | None, now: datetime
     ) -> ScopeIndex:
-        """The index of the scope's live memories matching `expr`, at `now`.
+        """The index (with BM25) of the scope's live memories matching `expr`, at `now`.
 
-        The process's cached index (checked by the scope's version, with vectors); with a
-        filter, its view of the matches: evaluated by the index itself for metadata
-        equalities, else restricted to the ids that match (`_matching_ids`: no records read
-        where the store can say) if the scope's version is the same after that (so no write
-        came in between). The cached index remembers its views, so the same filter at the same
-        version costs no more than no filter. A store without versions, or a scope written
-        meanwhile: an index of the filtered scan, built for this query only.
+        The process's cached one (`_cached_index`); for a store without versions, an index of
+        the filtered scan, built for this query only.
+        """
+        index = await self._cached_index(bank_id, key, expr, now, lexical=True)
+        if index is None:
+            return ScopeIndex.of(
+                await self._scan(bank_id, key, expr, now, with_vectors=False), None, now
+            )
+        return index
+
+    async def _cached_index(
+        self, bank_id: str, key: ScopeKey, expr: FilterExpr | None, now: datetime, *, lexical: bool
+    ) -> ScopeIndex | None:
+        """The process's cached index of the scope (checked by the scope's version), at `now`.
+
+        With a filter, its view of the matches, evaluated from the index's own columns: no
+        store read beyond the version's. The index remembers its views, so the same filter at
+        the same version costs no more than no filter. `lexical`: with the BM25 side (hybrid
+        retrieval); without it (dense retrieval), an index is built only once the store's own
+        queries at that version took as long as building it (`LexicalCache.stable_scope_index`),
+        and None before.
+        None for a store that keeps no scope versions.
         """
         store = self._context.store
-
-        async def scan(with_vectors: bool, expr: FilterExpr | None = None) -> list[MemoryRecord]:
-            query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
-            records = (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
-            if not with_vectors or all(record.embedding for record in records):
-                return records
-            # A scan may leave vectors out (store contract): read the scope's records again
-            # with them. Those written since are newer than the version read before the scan.
-            ids = [record.memory_id for record in records]
-            found = await store.get_memories(bank_id, ids, now)
-            return [record for record in found if record.scope_key == key]
-
         version = await store.scope_version(bank_id, key)
         if version is None:
-            return ScopeIndex.of(await scan(False, expr), None, now)
-        index = await _LEXICAL_CACHE.scope_index(
-            store, bank_id, key, version, now, lambda: scan(True)
-        )
-        if expr is None:
-            return index
-        # repr tells apart values that compare equal but match differently (True, 1.0).
-        filter_key = repr(expr)
-        known = index.view(filter_key, now) or index.filtered(filter_key, expr)
-        if known is not None:
-            return known
-        matching = await self._matching_ids(bank_id, key, expr, scan)
-        if index.version == await store.scope_version(bank_id, key):
-            return index.restricted(filter_key, matching, now)
-        return ScopeIndex.of(await scan(False, expr), None, now)  # written meanwhile
+            return None
 
-    async def _matching_ids(
+        def scan() -> Awaitable[list[MemoryRecord]]:
+            return self._scan(bank_id, key, None, now, with_vectors=True)
+
+        index = (
+            await _LEXICAL_CACHE.scope_index(store, bank_id, key, version, now, scan, lexical=True)
+            if lexical
+            else await _LEXICAL_CACHE.stable_scope_index(store, bank_id, key, version, now, scan)
+        )
+        return index if index is None or expr is None else index.filtered(expr)
+
+    async def _scan(
         self,
         bank_id: str,
         key: ScopeKey,
-        expr: FilterExpr,
-        scan: Callable[[bool, FilterExpr], Awaitable[list[MemoryRecord]]],
-    ) -> frozenset[str]:
-        """Ids of the scope's memories matching `expr` (expired ones possibly included).
-
-        Asked of the store (ids only) when it evaluates the whole filter and can say; else
-        those of a filtered scan.
-        """
-        store = self._context.store
-        pushed, residual = partition(expr, store.capabilities.pushdown)
-        if residual is None and pushed is not None:
-            found = await store.matching_ids(bank_id, key, pushed)
-            if found is not None:
-                return found
-        return frozenset(record.memory_id for record in await scan(False, expr))
+        expr: FilterExpr | None,
+        now: datetime,
+        *,
+        with_vectors: bool,
+    ) -> list[MemoryRecord]:
+        """The scope's live memories matching `expr` at `now` (with their vectors if asked)."""
+        query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
+        records = (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
+        if not with_vectors or all(record.embedding for record in records):
+            return records
+        # A scan may leave vectors out (store contract): read the scope's records again
+        # with them. Those written since are newer than the version read before the scan.
+        ids = [record.memory_id for record in records]
+        found = await self._context.store.get_memories(bank_id, ids, now)
+        return [record for record in found if record.scope_key == key]
 
     async def _nearest(
         self, bank_id: str, query: NearestQuery, expr: FilterExpr | None
@@ -308,7 +395,11 @@ class _LexicalRanking:
 def _lexical_ranking(
     indexes: list[ScopeIndex], query_text: str, now: datetime, config: RetrievalConfig
 ) -> _LexicalRanking:
-    corpus = Corpus([(index.lexical, index.live(now)) for index in indexes])
+    parts = []
+    for index in indexes:
+        assert index.lexical is not None  # hybrid retrieval's indexes are built with BM25
+        parts.append((index.lexical, index.live(now)))
+    corpus = Corpus(parts)
     scores = corpus.bm25(
         query_text, feedback_docs=config.feedback_docs, feedback_terms=config.feedback_terms
     )

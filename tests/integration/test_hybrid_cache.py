@@ -23,6 +23,9 @@ from adk_memory_redis import RedisMemoryStore
 
 from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
+from adk_memory.engine import retrieval
+from adk_memory.engine.lexical_cache import LexicalCache
+from adk_memory.errors import InvalidArgument
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryStore
@@ -40,6 +43,16 @@ FILLER = [f"Note {i}: groceries, laundry and emails for day {i}." for i in range
 """With a lexical-only ranking, a fact the index missed would tie with these at 0."""
 LEXICAL = {"mode": "hybrid", "lexical_weight": 1.0}
 StoreMaker = Callable[[], MemoryStore]
+
+
+@pytest.fixture(autouse=True)
+def process_cache(monkeypatch: pytest.MonkeyPatch) -> LexicalCache:
+    """A new process cache for each test, whose dense queries build their index at the first
+    miss (patience 0): the cached dense path is what these tests attack (the ski rental that
+    decides when to build has its own tests in tests/unit/test_lexical_cache.py)."""
+    cache = LexicalCache(patience=0.0)
+    monkeypatch.setattr(retrieval, "_LEXICAL_CACHE", cache)
+    return cache
 
 
 @pytest.fixture(params=["memory", "redis", "chroma"])
@@ -87,13 +100,14 @@ async def search(
     scope: dict[str, str] = U1,
     top_k: int = 10,
     filter: str | None = None,
+    groups: list[dict[str, Any]] | None = None,
 ) -> list[tuple[str, str, float]]:
     """(name, fact, distance) of each hit, best first."""
     pager = await client.memory_banks.memories.retrieve(
         name=bank,
         scope=scope,
         similarity_search_params={"search_query": query, "top_k": top_k},
-        config={"filter": filter} if filter else None,
+        config={"filter": filter, "filter_groups": groups} if filter or groups else None,
     )
     found = []
     async for hit in pager:
@@ -161,6 +175,74 @@ async def test_writes_of_another_process_are_seen_by_the_next_query(redis_url: s
         assert fact == "I flew to Zanzibar in June."
         write_in_another_process(uri, bank, "delete", name)
         assert name not in [hit[0] for hit in await search(reader, bank, "zanzibar")]
+
+
+@pytest.mark.parametrize(
+    ("mode", "where"),
+    [
+        ("dense", 'fact:"Zanzibar"'),
+        ("dense", 'create_time > "2000-01-01T00:00:00Z"'),
+        ("hybrid", 'fact:"Zanzibar"'),
+    ],
+)
+async def test_a_filtered_query_sees_the_writes_of_another_process(
+    redis_url: str, mode: str, where: str
+) -> None:
+    """The filter's view of the cached index is its version's: a memory another process
+    writes (or deletes) that the filter keeps is in (or out of) the next query."""
+    uri = f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as reader:
+        bank = await hybrid_bank(reader, {"mode": mode})
+        for fact in FACTS + FILLER:
+            await add(reader, bank, fact, U1)
+        before = await search(reader, bank, "zanzibar", top_k=100, filter=where)  # warm
+        write_in_another_process(uri, bank, "create", "I flew to Zanzibar in June.")
+        after = await search(reader, bank, "zanzibar", top_k=100, filter=where)
+        [added] = [hit for hit in after if hit not in before]
+        assert added[1] == "I flew to Zanzibar in June." and len(after) == len(before) + 1
+        write_in_another_process(uri, bank, "delete", added[0])
+        assert await search(reader, bank, "zanzibar", top_k=100, filter=where) == before
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+async def test_a_filtered_query_leaves_out_what_expired_since_the_index_was_built(
+    clients: tuple[AsyncClient, AsyncClient], mode: str
+) -> None:
+    reader, _writer = clients
+    bank = await hybrid_bank(reader, {"mode": mode})
+    for fact in FACTS[1:] + FILLER[:5]:
+        await add(reader, bank, fact, U1, **tagged("a"))
+    expiring = await add(reader, bank, FACTS[0], U1, ttl="60s", **tagged("a"))
+    only_a, start = 'metadata.tag = "a" AND NOT fact = "x"', reader.engine.context.clock()
+    now = [start]
+    reader.engine.context.clock = lambda: now[0]
+    assert expiring in [hit[0] for hit in await search(reader, bank, "greyhound", filter=only_a)]
+    now[0] = start + timedelta(seconds=61)
+    hits = await search(reader, bank, "greyhound", filter=only_a)
+    assert expiring not in [hit[0] for hit in hits] and len(hits) == len(FACTS[1:] + FILLER[:5])
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+async def test_a_filter_never_reaches_another_scope(
+    clients: tuple[AsyncClient, AsyncClient], mode: str
+) -> None:
+    """The same facts and tags in two scopes: each filter keeps to the scope asked; a filter
+    naming a scope is refused (retrieval matches its scope exactly)."""
+    reader, _writer = clients
+    bank = await hybrid_bank(reader, {"mode": mode})
+    mine = [await add(reader, bank, fact, U1, **tagged("a")) for fact in FACTS]
+    theirs = [await add(reader, bank, fact, U2, **tagged("a")) for fact in FACTS]
+    for where in ('metadata.tag = "a"', 'fact:"e"', 'NOT fact = "x"', 'fact=~"."'):
+        for _ in range(2):  # the second is served by the remembered view
+            assert {hit[0] for hit in await search(reader, bank, "cello", U1, filter=where)} <= (
+                set(mine)
+            )
+            assert {hit[0] for hit in await search(reader, bank, "cello", U2, filter=where)} <= (
+                set(theirs)
+            )
+    for where in ('scope.user_id = "u2"', 'NOT scope.user_id = "u1"'):
+        with pytest.raises(InvalidArgument):
+            await search(reader, bank, "cello", U1, filter=where)
 
 
 async def test_a_deleted_memory_is_never_returned(
@@ -354,12 +436,22 @@ _WORDS = (
 ).split()
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "dense renting"])
 @pytest.mark.parametrize("seed", range(3))
 async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
-    seed: int, versioned_and_not: tuple[StoreMaker, StoreMaker]
+    seed: int,
+    mode: str,
+    versioned_and_not: tuple[StoreMaker, StoreMaker],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Random facts, writes, clock moves and filters: the cached path (restricted to a filter's
-    matches when there is one) ranks exactly as a fresh scan."""
+    """Random facts, topics, writes, clock moves and filters from the whole language: the
+    cached path (restricted to a filter's matches when there is one) ranks exactly as a fresh
+    scan (hybrid) or the store's nearest query (dense): same ids, order and distances.
+    `dense renting`: the default patience, so queries go to the store until they have cost
+    what the last build did, then to a new index (both paths, in turn)."""
+    if mode == "dense renting":
+        renting = LexicalCache(first_build_seconds=0.0)
+        monkeypatch.setattr(retrieval, "_LEXICAL_CACHE", renting)
     rng = random.Random(seed)
     versioned, unversioned = versioned_and_not
     cached = AsyncClient(store=versioned(), embedding_model="hash-64", run_scheduler=False)
@@ -368,8 +460,10 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
     for client in (cached, scanned):
         client.engine.context.clock = lambda: now[0]
     try:
-        retrieval = {"mode": "hybrid", "fusion": rng.choice(["convex", "rrf"]), "candidates": 8}
-        bank = await hybrid_bank(cached, retrieval)
+        fusion = rng.choice(["convex", "rrf"])
+        config = {"mode": mode.split()[0], "fusion": fusion, "candidates": 8}
+        bank = await hybrid_bank(cached, config)
+        start = now[0]
         durable: list[str] = []
 
         def sentence() -> str:
@@ -381,6 +475,7 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
                 scope = rng.choice([U1, U1, U2])
                 ttl = rng.choice([None, "30s", "300s"])
                 tag = rng.choice([tagged("a"), tagged("b"), {}, _NUMBER_TAG])
+                tag = {**tag, "topics": rng.sample(_TOPICS, rng.randint(0, 2))}
                 if ttl is None:
                     durable.append(await add(cached, bank, sentence(), scope, **tag))
                 else:
@@ -394,11 +489,12 @@ async def test_cached_rankings_equal_the_scan_path_through_writes_and_expiry(
                 await cached.memory_banks.memories.delete(name=victim)
             else:
                 now[0] += timedelta(seconds=rng.choice([0, 20, 100]))
-            scope, chosen = rng.choice([U1, U2]), _random_filter(rng, now[0])
+            scope, chosen = rng.choice([U1, U2]), _random_filter(rng, start, now[0])
+            groups = rng.choice([None, None, None, *_GROUPS])
             for query in (sentence(), sentence()):  # the second may reuse the filter's view
-                assert await search(cached, bank, query, scope, 5, chosen) == await search(
-                    scanned, bank, query, scope, 5, chosen
-                ), (step, chosen)
+                assert await search(cached, bank, query, scope, 5, chosen, groups) == await search(
+                    scanned, bank, query, scope, 5, chosen, groups
+                ), (step, chosen, groups)
     finally:
         await cached.aclose()
         await scanned.aclose()
@@ -408,22 +504,48 @@ _NUMBER_TAG = {"metadata": {"tag": {"double_value": 1.0}}}
 """`= "a"` holds for no tag that is not a string (nor for a missing one): its NOT does."""
 
 
-def _random_filter(rng: random.Random, now: datetime) -> str | None:
-    """None half the time, else a filter on facts, metadata or expiry (pushed down or not)."""
+_TOPICS = [
+    {"managed_memory_topic": "USER_PREFERENCES"},
+    {"managed_memory_topic": "KEY_CONVERSATION_DETAILS"},
+    {"custom_memory_topic_label": "work"},
+]
+_GROUPS: list[list[dict[str, Any]]] = [
+    [{"filters": [{"key": "tag", "value": {"double_value": 0.5}, "op": "GREATER_THAN"}]}],
+    [
+        {"filters": [{"key": "tag", "value": {"string_value": "a"}, "negate": True}]},
+        {"filters": [{"key": "tag", "value": {"string_value": "a"}, "op": "LESS_THAN"}]},
+    ],
+]
+"""filter_groups: a number comparison, a negated string equality OR a string ordering."""
+
+
+def _random_filter(rng: random.Random, start: datetime, now: datetime) -> str | None:
+    """None a third of the time, else a filter of the whole language: facts (=, !=, :, =~),
+    times (create, update, expire), topics, metadata, with NOT and OR nested."""
     word, other = rng.choice(_WORDS), rng.choice(_WORDS)
+    moment = (start + timedelta(seconds=rng.choice([0, 20, 100, 300]))).isoformat()
     return rng.choice(
         [
+            None,
             None,
             None,
             None,
             f'fact:"{word}"',
             f'NOT fact:"{word}"',
             f'fact:"{word}" OR fact:"{other}"',
+            f'fact = "{word}" OR fact != "{other}"',
             f'metadata.tag = "{rng.choice("ab")}"',
             'NOT metadata.tag = "a" OR metadata.tag = "b"',
             f'metadata.tag = "a" AND NOT fact:"{word}"',
             f'expire_time > "{(now + timedelta(seconds=100)).isoformat()}"',
+            f'NOT expire_time <= "{moment}"',
+            f'create_time >= "{moment}" OR update_time < "{moment}"',
+            f'update_time > "{moment}" AND NOT (fact=~"^{word}" OR fact:"{other}")',
             f'fact=~"{word}|{other}"',
+            "topics.managed_memory_topic: USER_PREFERENCES",
+            'topics.custom_memory_topic_label != "work" AND NOT metadata.tag = "b"',
+            "NOT (topics.managed_memory_topic = key_conversation_details OR "
+            f'fact=~"(?i)^{word[:3]}")',
         ]
     )
 
@@ -442,7 +564,7 @@ class _Raced:
 
     race: Callable[[], Awaitable[None]] | None = None
     raced: tuple[str, ...] = ("get_memories",)
-    """Of `get_memories`, `scan`, `matching_ids`."""
+    """Of `get_memories`, `scan`, `matching_ids`, `nearest`."""
 
     async def _run_race(self, method: str) -> None:
         if self.race is not None and method in self.raced:
@@ -456,6 +578,10 @@ class _Raced:
     async def scan(self, bank_id: str, query: Any) -> Any:
         await self._run_race("scan")
         return await super().scan(bank_id, query)  # type: ignore[misc]
+
+    async def nearest(self, bank_id: str, query: Any) -> Any:
+        await self._run_race("nearest")
+        return await super().nearest(bank_id, query)  # type: ignore[misc]
 
     async def matching_ids(self, bank_id: str, scope_key: Any, filter: Any) -> Any:
         await self._run_race("matching_ids")
@@ -481,20 +607,22 @@ def raced_and_writer(request: pytest.FixtureRequest) -> tuple[StoreMaker, StoreM
     return lambda: _RacedRedis.from_uri(uri), lambda: store_from_uri(uri)
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
 @pytest.mark.parametrize("write", ["delete", "update", "retag"])
 async def test_a_write_between_the_version_read_and_the_record_read_is_not_served_stale(
-    raced_and_writer: tuple[StoreMaker, StoreMaker], write: str
+    raced_and_writer: tuple[StoreMaker, StoreMaker], write: str, mode: str
 ) -> None:
     """The records the cached ranking returns are read last: one rewritten since is caught
-    (`retag`: its metadata changed so that the query's filter no longer matches it)."""
+    (`retag`: its metadata changed so that the query's filter no longer matches it). Dense
+    retrieval ranks from the cache only with a filter: it always has one here."""
     raced_maker, writer_maker = raced_and_writer
-    tagged = 'metadata.tag = "a"' if write == "retag" else None
+    tagged = 'metadata.tag = "a"' if write == "retag" or mode == "dense" else None
     tag = {"metadata": {"tag": {"string_value": "a"}}}
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
     writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
     try:
-        bank = await hybrid_bank(reader, {"mode": "hybrid"})
+        bank = await hybrid_bank(reader, {"mode": mode})
         target = await add(reader, bank, FACTS[0], U1, **tag)
         for fact in FACTS[1:] + FILLER[:10]:
             await add(reader, bank, fact, U1, **tag)
@@ -513,9 +641,12 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
 
         assert isinstance(raced, _RacedMemory | _RacedRedis)
         raced.race = race
-        hits = await search(reader, bank, "greyhound Biscuit", filter=tagged)
+        # Dense: every memory, so that the rewritten one is returned wherever it ranks now.
+        top_k = 10 if mode == "hybrid" else 20
+        hits = await search(reader, bank, "greyhound Biscuit", top_k=top_k, filter=tagged)
         assert raced.race is None  # the race ran
-        assert len(hits) == 10  # of the 14 (or 15) memories left, none lost
+        left = 15 if write == "update" else 14
+        assert len(hits) == min(top_k, left)  # of the memories left, none lost
         if write in ("delete", "retag"):
             assert target not in [hit[0] for hit in hits]
         else:
@@ -528,41 +659,53 @@ async def test_a_write_between_the_version_read_and_the_record_read_is_not_serve
         await writer.aclose()
 
 
-async def test_a_write_between_the_cached_index_and_a_filters_scan_is_not_missed(
-    raced_and_writer: tuple[StoreMaker, StoreMaker],
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+async def test_a_write_during_the_scope_scan_is_seen_and_a_warm_filter_reads_no_ids(
+    raced_and_writer: tuple[StoreMaker, StoreMaker], mode: str
 ) -> None:
-    """A filtered query restricts the cached index to the ids that match (asked of the store,
-    or a filtered scan's); a memory written just before that read is not in the index: the
-    query must see the version moved and rank its own index of a scan instead."""
+    """The index claims the version read before its scan: a memory written during the scan is
+    seen by the next query (a newer version: one rebuild). Once warm, a filter of any kind is
+    evaluated from the index's columns: no scan, no `matching_ids`, no store `nearest`."""
     raced_maker, writer_maker = raced_and_writer
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
     writer = AsyncClient(store=writer_maker(), embedding_model="hash-64", run_scheduler=False)
     try:
-        bank = await hybrid_bank(reader, {"mode": "hybrid"})
+        bank = await hybrid_bank(reader, {"mode": mode})
         for fact in FACTS + FILLER[:10]:
             await add(reader, bank, fact, U1)
-        await search(reader, bank, "greyhound Biscuit")  # warm: the scope's index is cached
         written: list[str] = []
 
         async def race() -> None:
             written.append(await add(writer, bank, "Biscuit the greyhound loves the beach.", U1))
 
         assert isinstance(raced, _RacedMemory | _RacedRedis)
-        raced.race, raced.raced = race, ("scan", "matching_ids")
-        hits = await search(reader, bank, "greyhound Biscuit", filter='fact:"Biscuit"')
+        raced.race, raced.raced = race, ("scan",)
+        biscuit = 'fact:"Biscuit"'
+        for _ in range(2):  # dense builds its index at the second query finding a version
+            await search(reader, bank, "greyhound Biscuit", filter=biscuit)
         assert raced.race is None  # the race ran
-        assert sorted(hit[1] for hit in hits) == sorted(
-            ["Biscuit the greyhound loves the beach.", FACTS[0]]
-        )
-        assert written[0] in [hit[0] for hit in hits]
+        for _ in range(2):  # the version moved: the store's query, or a rebuild
+            hits = await search(reader, bank, "greyhound Biscuit", filter=biscuit)
+            assert sorted(hit[1] for hit in hits) == sorted(
+                ["Biscuit the greyhound loves the beach.", FACTS[0]]
+            )
+            assert written[0] in [hit[0] for hit in hits]
+        raced.race, raced.raced = race, ("scan", "matching_ids", "nearest")
+        for where in ('fact=~"Bisc[u]it"', 'create_time > "2000-01-01T00:00:00Z"'):
+            assert len(await search(reader, bank, "greyhound", filter=where)) >= 2
+        assert raced.race is not None  # none was read: the cached vectors ranked the dense side
     finally:
         await reader.aclose()
         await writer.aclose()
 
 
-async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_path() -> None:
-    """Two scope keys in one query (memory_types): each its own cached index, one fusion."""
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_path(
+    mode: str,
+) -> None:
+    """Two scope keys in one query (memory_types): each its own cached index, one ranking
+    (dense: with a filter, else the cache is not used)."""
     name = f"profiles-{uuid.uuid4().hex[:8]}"
     model = ScriptedMemoryModel()
     cached = AsyncClient(
@@ -574,7 +717,7 @@ async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_pat
     try:
         bank = (
             await cached.memory_banks.create(
-                extensions={"retrieval": {"mode": "hybrid", "fusion": "rrf"}},
+                extensions={"retrieval": {"mode": mode, "fusion": "rrf"}},
                 managed_semantic_memory_config={"structured_memory_configs": structured},
             )
         ).name
@@ -591,7 +734,10 @@ async def test_natural_language_and_profile_scopes_together_rank_as_the_scan_pat
                 name=bank,
                 scope=U1,
                 similarity_search_params={"search_query": query, "top_k": 10},
-                config={"memory_types": ["NATURAL_LANGUAGE_COLLECTION", "STRUCTURED_PROFILE"]},
+                config={
+                    "memory_types": ["NATURAL_LANGUAGE_COLLECTION", "STRUCTURED_PROFILE"],
+                    "filter": 'NOT fact = "x"' if mode == "dense" else None,
+                },
             )
             return [
                 (hit.memory.name or "", str(hit.memory.memory_type), hit.distance or 0.0)
