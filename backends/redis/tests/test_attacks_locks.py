@@ -1,0 +1,104 @@
+"""Attacks on `RedisLockProvider.acquire` freeing a lock when it is cut after its `SET`.
+
+The acquisition's `SET … NX` may reach Redis after the task that sent it was cancelled: its
+connection is dropped, but bytes already on their way still arrive (a slow or lossy path, a
+TCP retransmission). The lock must then not stay taken for the whole lease with nobody to free
+it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+from adk_memory_redis import RedisLockProvider
+
+from adk_memory.errors import ResourceExhausted
+
+_SET = b"$3\r\nSET\r\n"
+
+
+class _SlowRequests:
+    """Forwards TCP to Redis, holding back `delay` seconds the client's bytes that carry the
+    next `SET` command (bytes already sent still arrive after the client hangs up)."""
+
+    def __init__(self, upstream: str) -> None:
+        host_port = upstream.split("//")[1].split("/")[0].rsplit("@", 1)[-1]
+        self.host, port = host_port.split(":")
+        self.upstream_port = int(port)
+        self.delay = 0.0
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
+
+        async def to_client() -> None:
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+
+        async def to_server() -> None:
+            while data := await reader.read(65536):
+                if self.delay and _SET in data:
+                    delay, self.delay = self.delay, 0.0
+                    await asyncio.sleep(delay)
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()  # after what was held back: Redis reads it, then the hang-up
+
+        await asyncio.gather(to_client(), to_server(), return_exceptions=True)
+        writer.close()
+
+
+@pytest.fixture
+async def slow_requests(redis_url: str) -> AsyncIterator[_SlowRequests]:
+    proxy = _SlowRequests(redis_url)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_the_lease(
+    slow_requests: _SlowRequests, redis_url: str
+) -> None:
+    """The task is cancelled while its SET is still on its way; the release that `acquire`
+    sends on another connection gets there first and finds nothing, then the SET lands."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    cut = RedisLockProvider.from_uri(
+        f"redis://127.0.0.1:{slow_requests.port}/0", key_prefix=prefix, socket_timeout=5
+    )
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    try:
+        async with cut.lock("warm-up", wait_seconds=1):
+            pass  # a pooled connection exists
+        slow_requests.delay = 0.4
+        taking = asyncio.create_task(cut.acquire("slow", lease_seconds=60))
+        await asyncio.sleep(0.1)
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        await asyncio.sleep(0.6)  # the SET has landed by now
+        assert await raw.exists(f"{prefix}:lock:slow"), "the SET reached Redis late"
+        try:
+            async with other.lock("slow", wait_seconds=5):
+                pass
+        except ResourceExhausted:
+            ttl = await raw.pttl(f"{prefix}:lock:slow")
+            pytest.fail(f"the cut acquisition keeps the lock for {ttl} ms more")
+    finally:
+        await cut.aclose()
+        await other.aclose()
+        await raw.aclose()
