@@ -15,9 +15,12 @@ await locks.aclose()
 
 `RedisLockProvider` satisfies `adk_memory.locks.LockProvider`.
 
-Acquire is `SET key token NX PX lease`; only the holder's token can release (`GET` = token then
-`DEL`, in one script) or extend it, so a holder whose lease ran out can never free the lock of
-the next holder. A holder that dies stops renewing, and the lock frees itself when the lease ends.
+Acquire is `SET key token NX PX 2000`, then an extension to the whole lease; only the holder's
+token can release (`GET` = token then `DEL`, in one script) or extend it, so a holder whose lease
+ran out can never free the lock of the next holder. An acquisition cut after its `SET` was sent
+releases the lock; a `SET` that lands after that release (still on its way when the connection
+was dropped) holds the lock for those 2 s, not the whole lease. A holder that dies stops
+renewing, and the lock frees itself when the lease ends.
 While held, a background task renews the lease every third of it; if renewal finds the lock
 taken over (the process stalled longer than the lease), the lease is marked `lost`.
 """
@@ -61,6 +64,8 @@ _EXTEND_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+_FIRST_LEASE_MS = 2_000
+"""The lease a lock's `SET` asks for; `acquire` extends it to the whole lease (`_take`)."""
 _MAX_NAME = 1024
 _BANK_LOCK = re.compile(r"[a-z][a-z-]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?::|$)")
 """The engine's lock names, `<kind>:<bank id>[:…]` (`generate:`, `stream:`, `memory-id:`, …)."""
@@ -156,6 +161,25 @@ class RedisLock:
                 logger.debug("renewing lock %r failed; retrying", self.name, exc_info=True)
 
 
+async def _take(client: RedisClient, held: RedisLock) -> bool:
+    """Whether `held` took its key: set to its token while free, then given its whole lease.
+
+    The `SET` asks for at most `_FIRST_LEASE_MS`: one that lands after its acquisition was cut
+    (its bytes still on the way when the connection was dropped, so `_abandon`'s release came
+    first) holds the lock no longer than that. A first lease that lapsed before the extension
+    counts as not taken.
+    """
+    token = held.token
+    first_ms = min(held._lease_ms, _FIRST_LEASE_MS)
+    if not await client.set(held.key, token, nx=True, px=first_ms):
+        # A retried SET whose first reply was lost finds our own token.
+        if await client.get(held.key) != token.encode():
+            return False
+    if first_ms == held._lease_ms:
+        return True
+    return bool(await client.eval(_EXTEND_SCRIPT, 1, held.key, token, held._lease_ms))
+
+
 def _lease_ms(seconds: float) -> int:
     if not seconds > 0:
         raise InvalidArgument("A lock lease must be longer than 0 seconds.", field="lease_seconds")
@@ -243,10 +267,7 @@ class RedisLockProvider:
         while True:
             try:
                 with redis_errors(self._where, "acquire a lock"):
-                    if await client.set(key, held.token, nx=True, px=held._lease_ms):
-                        return held
-                    # A retried SET whose first reply was lost finds our own token.
-                    if await client.get(key) == held.token.encode():
+                    if await _take(client, held):
                         return held
             except BaseException:
                 # Cut after the SET reached Redis (a cancelled task, e.g. at the end of

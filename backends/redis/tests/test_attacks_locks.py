@@ -102,3 +102,21 @@ async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_th
         await cut.aclose()
         await other.aclose()
         await raw.aclose()
+
+
+async def test_an_acquired_lock_holds_its_whole_lease_without_renewal(redis_url: str) -> None:
+    """The first lease of the `SET` is short; what `acquire` returns holds the lease asked."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    locks = RedisLockProvider.from_uri(redis_url, key_prefix=prefix, renew=False)
+    raw = aredis.Redis.from_url(redis_url)
+    try:
+        held = await locks.acquire("long", lease_seconds=30)
+        assert await raw.pttl(f"{prefix}:lock:long") > 29_000
+        await asyncio.sleep(2.2)  # past the first lease
+        await held.verify()
+        short = await locks.acquire("short", lease_seconds=0.5)
+        assert 0 < await raw.pttl(f"{prefix}:lock:short") <= 500
+        assert await held.release() and await short.release()
+    finally:
+        await locks.aclose()
+        await raw.aclose()
