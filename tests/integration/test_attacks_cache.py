@@ -1,0 +1,151 @@
+"""Attacks on hybrid retrieval's cached scope index and its remembered filtered views
+(adk_memory.engine.lexical_cache), with another store instance (as another process) writing.
+
+A bank deleted and re-created with the same id, memory ids and facts while a reader holds its
+scopes and views cached; a bank re-embedded with a model of another dimension while cached; a
+memory id freed by a purge and taken by another scope with the same fact (so the same vector).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adk_memory import AsyncClient
+from adk_memory._registry import store_from_uri
+from adk_memory.engine.reembed import reembed
+from adk_memory.reference_store import ReferenceMemoryStore
+from adk_memory.store import MemoryStore
+
+U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
+FACTS = [
+    "I adopted a rescue greyhound named Biscuit last spring.",
+    "My favourite colour is teal.",
+    "I went hiking in Yosemite in May.",
+    "The quarterly report is due on Friday.",
+    "I am learning to play the cello.",
+]
+FILLER = [f"Note {i}: groceries, laundry and emails for day {i}." for i in range(12)]
+HYBRID = {"retrieval": {"mode": "hybrid"}}
+StoreMaker = Callable[[], MemoryStore]
+
+
+@pytest.fixture(params=["memory", "redis", "chroma", "chroma_http"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
+    """Builds store instances that all see one set of data (as separate processes would)."""
+    if request.param == "memory":
+        name = f"attack-{uuid.uuid4().hex[:8]}"
+        return lambda: ReferenceMemoryStore(name=name)
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    if request.param == "chroma":
+        return lambda: store_from_uri(f"chroma://{tmp_path}")
+    if request.param == "chroma_http":
+        url = request.getfixturevalue("chroma_http_url")
+        return lambda: store_from_uri(f"{url}?collection_prefix={prefix}")
+    url = request.getfixturevalue("redis_url")
+    return lambda: store_from_uri(f"{url}?key_prefix={prefix}&index_algorithm=FLAT")
+
+
+@pytest.fixture
+async def clients(make_store: StoreMaker) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
+    reader = AsyncClient(store=make_store(), embedding_model="hash-64", run_scheduler=False)
+    writer = AsyncClient(store=make_store(), embedding_model="hash-64", run_scheduler=False)
+    try:
+        yield reader, writer
+    finally:
+        await reader.aclose()
+        await writer.aclose()
+
+
+def tagged(tag: str, memory_id: str | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {"metadata": {"tag": {"string_value": tag}}}
+    if memory_id is not None:
+        config["memory_id"] = memory_id
+    return config
+
+
+async def add(
+    client: AsyncClient, bank: str, fact: str, scope: dict[str, str], config: dict[str, Any]
+) -> str:
+    operation = await client.memory_banks.memories.create(
+        name=bank, fact=fact, scope=scope, config=config
+    )
+    assert operation.response is not None and operation.response.name is not None
+    return operation.response.name
+
+
+async def search(
+    client: AsyncClient,
+    bank: str,
+    query: str,
+    scope: dict[str, str] = U1,
+    filter: str | None = None,
+) -> list[tuple[str, str, str]]:
+    """(name, fact, tag) of each hit, best first; every hit is of `scope`."""
+    pager = await client.memory_banks.memories.retrieve(
+        name=bank,
+        scope=scope,
+        similarity_search_params={"search_query": query, "top_k": 20},
+        config={"filter": filter} if filter else None,
+    )
+    found = []
+    async for hit in pager:
+        assert hit.memory.scope == scope
+        tag = (hit.memory.metadata or {}).get("tag")
+        found.append(
+            (hit.memory.name or "", hit.memory.fact or "", getattr(tag, "string_value", ""))
+        )
+    return found
+
+
+async def test_a_bank_recreated_with_the_same_id_and_memories_is_searched_afresh(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """The reader holds the old bank's scope and a filter's view cached; the writer deletes
+    the bank and re-creates it with the same id, the same memory ids and facts (so the same
+    vectors) tagged the other way, and fewer of them."""
+    reader, writer = clients
+    bank_id = f"b{uuid.uuid4().hex[:10]}"
+    facts = FACTS + FILLER
+    for client_tags in (("a", "b"), ("b", "a")):
+        client = reader if client_tags[0] == "a" else writer
+        bank = (await client.memory_banks.create(memory_bank_id=bank_id, extensions=HYBRID)).name
+        kept = facts if client is reader else facts[:-3]
+        for index, fact in enumerate(kept):
+            tag = client_tags[index % 2]
+            await add(client, bank, fact, U1, tagged(tag, memory_id=f"m{index:02d}"))
+        for filter in (None, 'metadata.tag = "a"', 'metadata.tag = "a"'):
+            hits = await search(reader, bank, "greyhound Biscuit groceries", filter=filter)
+            expected = {
+                (f"{bank}/memories/m{index:02d}", fact, client_tags[index % 2])
+                for index, fact in enumerate(kept)
+                if filter is None or client_tags[index % 2] == "a"
+            }
+            assert set(hits) == expected, (client_tags, filter)
+        if client is reader:
+            await writer.memory_banks.delete(name=bank, force=True)
+
+
+async def test_a_bank_re_embedded_with_another_dimension_is_searched_with_the_new_model(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """The reader's cached vectors are 64-d; the writer re-embeds the bank with a 32-d model:
+    the reader's next searches (plain and filtered) rank the new vectors."""
+    reader, writer = clients
+    bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+    names = {}
+    for index, fact in enumerate(FACTS + FILLER):
+        names[fact] = await add(reader, bank, fact, U1, tagged("ab"[index % 2]))
+    before = await search(reader, bank, "greyhound Biscuit")
+    await search(reader, bank, "greyhound Biscuit", filter='metadata.tag = "a"')
+    await reembed(writer.engine, bank.rsplit("/", 1)[-1], "hash-32", batch_size=5)
+    for filter in (None, 'metadata.tag = "a"'):
+        hits = await search(reader, bank, "greyhound Biscuit", filter=filter)
+        assert hits[0][0] == names[FACTS[0]]
+        assert {hit[0] for hit in hits} == {
+            hit[0] for hit in before if filter is None or hit[2] == "a"
+        }
