@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
 from adk_memory.engine.reembed import reembed
 from adk_memory.reference_store import ReferenceMemoryStore
-from adk_memory.store import MemoryStore
+from adk_memory.scope import scope_key
+from adk_memory.store import MemoryStore, WriteBatch
 
 U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
 FACTS = [
@@ -149,3 +152,37 @@ async def test_a_bank_re_embedded_with_another_dimension_is_searched_with_the_ne
         assert {hit[0] for hit in hits} == {
             hit[0] for hit in before if filter is None or hit[2] == "a"
         }
+
+
+async def test_a_memory_moved_to_another_scope_with_its_vector_leaves_the_cached_one(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """Moves no request makes, but a store must keep apart: the same record (fact, vector,
+    id) rewritten into another scope by one upsert, then deleted and inserted back; the
+    reader holds both scopes cached with a filter's view each time."""
+    reader, writer = clients
+    bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+    bank_id = bank.rsplit("/", 1)[-1]
+    names = [await add(reader, bank, fact, U1, tagged("a")) for fact in FACTS + FILLER]
+    await add(reader, bank, "Biscuit sleeps on the sofa.", U2, tagged("a"))
+    moved_id = names[0].rsplit("/", 1)[-1]
+    store = writer.engine.store
+    [record] = await store.get_memories(bank_id, [moved_id], datetime.now(UTC))
+    for scope, other in ((U2, U1), (U1, U2)):
+        for where in (U1, U2):
+            for filter in (None, 'metadata.tag = "a"'):
+                await search(reader, bank, "greyhound Biscuit", where, filter)
+        later = datetime.now(UTC)
+        record = replace(record, scope=scope, scope_key=scope_key(scope), update_time=later)
+        if scope == U2:
+            await store.apply(bank_id, WriteBatch(upserts=(record,)))
+        else:
+            await store.apply(bank_id, WriteBatch(deletes=(moved_id,)))
+            await store.apply(bank_id, WriteBatch(inserts=(record,)))
+        for filter in (None, 'metadata.tag = "a"'):
+            assert (await search(reader, bank, "greyhound Biscuit", scope, filter))[0][0] == (
+                names[0]
+            )
+            assert names[0] not in [
+                hit[0] for hit in await search(reader, bank, "greyhound Biscuit", other, filter)
+            ]
