@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +186,82 @@ async def test_a_memory_moved_to_another_scope_with_its_vector_leaves_the_cached
             assert names[0] not in [
                 hit[0] for hit in await search(reader, bank, "greyhound Biscuit", other, filter)
             ]
+
+
+async def test_a_deleted_memory_rolled_back_by_another_store_returns_to_the_cached_scope(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """The reader caches the scope (and a view) after the delete; the rollback re-creates the
+    memory, tagged as in the revision chosen."""
+    reader, writer = clients
+    bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+    for fact in FACTS[1:] + FILLER:
+        await add(reader, bank, fact, U1, tagged("a"))
+    name = await add(reader, bank, FACTS[0], U1, tagged("b"))
+    await reader.memory_banks.memories.update(
+        name=name, config={**tagged("a"), "update_mask": "metadata"}
+    )
+    revisions = [
+        revision async for revision in await reader.memory_banks.memories.revisions.list(name=name)
+    ]
+    first = (revisions[-1].name or "").rsplit("/", 1)[-1]  # newest first: tagged "b"
+    await writer.memory_banks.memories.delete(name=name)
+    for filter in (None, 'metadata.tag = "b"', 'metadata.tag = "a"'):
+        assert name not in [
+            hit[0] for hit in await search(reader, bank, "greyhound", filter=filter)
+        ]
+    await writer.memory_banks.memories.rollback(name=name, target_revision_id=first)
+    assert (await search(reader, bank, "greyhound Biscuit"))[0][:2] == (name, FACTS[0])
+    assert [
+        hit[0] for hit in await search(reader, bank, "greyhound", filter='metadata.tag = "b"')
+    ] == [name]
+    assert name not in [
+        hit[0] for hit in await search(reader, bank, "greyhound", filter='metadata.tag = "a"')
+    ]
+
+
+async def test_memories_swept_after_a_view_is_cached_stay_gone_for_a_clock_set_back(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """The reader caches the scope and a view while a memory is live; it expires and another
+    store sweeps it; a query at a later time, then one with the clock set back before the
+    expiry, never return it (it is deleted, whatever the clock says)."""
+    reader, writer = clients
+    start = datetime.now(UTC)
+    now = [start]
+    for client in (reader, writer):
+        client.engine.context.clock = lambda: now[0]
+    bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+    for fact in FACTS[1:] + FILLER:
+        await add(reader, bank, fact, U1, tagged("a"))
+    name = await add(reader, bank, FACTS[0], U1, {**tagged("a"), "ttl": "60s"})
+    only_a = 'metadata.tag = "a"'
+    for filter in (None, only_a, 'fact:"Biscuit"'):
+        assert (await search(reader, bank, "greyhound Biscuit", filter=filter))[0][0] == name
+    now[0] = start + timedelta(seconds=61)
+    assert await writer.engine.store.sweep_expired(name.split("/")[-3], now[0]) >= 1
+    for when in (start + timedelta(seconds=62), start + timedelta(seconds=30)):
+        now[0] = when
+        for filter in (None, only_a, 'fact:"Biscuit"'):
+            hits = await search(reader, bank, "greyhound Biscuit", filter=filter)
+            assert name not in [hit[0] for hit in hits], (when, filter)
+
+
+async def test_a_repeated_filter_sees_another_store_retag(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """A view remembered, then the metadata changed by another store (and back)."""
+    reader, writer = clients
+    bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+    for fact in FACTS[1:] + FILLER:
+        await add(reader, bank, fact, U1, tagged("a"))
+    name = await add(reader, bank, FACTS[0], U1, tagged("b"))
+    for tag in ("a", "b", "a"):
+        for filter in ('metadata.tag = "b"', 'metadata.tag = "b"', 'NOT metadata.tag = "a"'):
+            await search(reader, bank, "greyhound", filter=filter)  # remembered at this version
+        await writer.memory_banks.memories.update(
+            name=name, config={**tagged(tag), "update_mask": "metadata"}
+        )
+        for filter in ('metadata.tag = "b"', 'NOT metadata.tag = "a"'):
+            hits = [hit[0] for hit in await search(reader, bank, "greyhound", filter=filter)]
+            assert hits == ([] if tag == "a" else [name]), (tag, filter)
