@@ -9,13 +9,15 @@ memory id freed by a purge and taken by another scope with the same fact (so the
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from adk_memory_chroma import ChromaMemoryStore
+from adk_memory_redis import RedisMemoryStore
 
 from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
@@ -265,3 +267,79 @@ async def test_a_repeated_filter_sees_another_store_retag(
         for filter in ('metadata.tag = "b"', 'NOT metadata.tag = "a"'):
             hits = [hit[0] for hit in await search(reader, bank, "greyhound", filter=filter)]
             assert hits == ([] if tag == "a" else [name]), (tag, filter)
+
+
+class _MovedBeforeRecordRead:
+    """A store mixin that runs `race` once, just before its next `get_memories`."""
+
+    race: Callable[[], Awaitable[None]] | None = None
+
+    async def get_memories(self, bank_id: str, memory_ids: Any, now: datetime) -> Any:
+        if self.race is not None:
+            race, self.race = self.race, None
+            await race()
+        return await super().get_memories(bank_id, memory_ids, now)  # type: ignore[misc]
+
+
+class _RacedMemory(_MovedBeforeRecordRead, ReferenceMemoryStore):
+    """The memory:// store, raced."""
+
+
+class _RacedRedis(_MovedBeforeRecordRead, RedisMemoryStore):
+    """The Redis store, raced."""
+
+
+class _RacedChroma(_MovedBeforeRecordRead, ChromaMemoryStore):
+    """The Chroma store, raced."""
+
+
+@pytest.fixture(params=["memory", "redis", "chroma"])
+def raced_and_plain(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[Callable[[], _MovedBeforeRecordRead], StoreMaker]:
+    """Makers of a store whose record reads can be raced, and of a plain one, on one data."""
+    if request.param == "memory":
+        name = f"raced-{uuid.uuid4().hex[:8]}"
+        return lambda: _RacedMemory(name=name), lambda: ReferenceMemoryStore(name=name)
+    if request.param == "chroma":
+        uri = f"chroma://{tmp_path}"
+        return lambda: _RacedChroma.from_uri(uri), lambda: store_from_uri(uri)
+    url = request.getfixturevalue("redis_url")
+    uri = f"{url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
+    return lambda: _RacedRedis.from_uri(uri), lambda: store_from_uri(uri)
+
+
+async def test_a_memory_id_taken_by_another_scope_during_a_query_is_not_returned(
+    raced_and_plain: tuple[Callable[[], _MovedBeforeRecordRead], StoreMaker],
+) -> None:
+    """Between the cached ranking and its record read, the memory is deleted and its id taken
+    by another scope with the same fact (an id is free again once its revisions expired): the
+    cached ranking is dropped, and the fallback must not serve that record either."""
+    raced_maker, plain_maker = raced_and_plain
+    raced = raced_maker()
+    reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)  # type: ignore[arg-type]
+    writer = AsyncClient(store=plain_maker(), embedding_model="hash-64", run_scheduler=False)
+    try:
+        bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+        bank_id = bank.rsplit("/", 1)[-1]
+        for fact in FACTS[1:] + FILLER:
+            await add(reader, bank, fact, U1, tagged("a"))
+        name = await add(reader, bank, FACTS[0], U1, tagged("a", memory_id="biscuit"))
+        assert (await search(reader, bank, "greyhound Biscuit"))[0][0] == name
+        store = writer.engine.store
+        [record] = await store.get_memories(bank_id, ["biscuit"], datetime.now(UTC))
+        elsewhere = replace(
+            record, scope=U2, scope_key=scope_key(U2), update_time=datetime.now(UTC)
+        )
+
+        async def race() -> None:
+            await store.apply(bank_id, WriteBatch(deletes=("biscuit",)))
+            await store.apply(bank_id, WriteBatch(inserts=(elsewhere,)))
+
+        raced.race = race
+        hits = await search(reader, bank, "greyhound Biscuit")  # asserts each hit's scope
+        assert raced.race is None  # the race ran
+        assert name not in [hit[0] for hit in hits]
+    finally:
+        await reader.aclose()
+        await writer.aclose()
