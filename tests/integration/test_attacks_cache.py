@@ -39,7 +39,7 @@ HYBRID = {"retrieval": {"mode": "hybrid"}}
 StoreMaker = Callable[[], MemoryStore]
 
 
-@pytest.fixture(params=["memory", "redis", "chroma", "chroma_http"])
+@pytest.fixture(params=["memory", "redis", "redis_cluster", "chroma", "chroma_http"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
     """Builds store instances that all see one set of data (as separate processes would)."""
     if request.param == "memory":
@@ -51,7 +51,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
     if request.param == "chroma_http":
         url = request.getfixturevalue("chroma_http_url")
         return lambda: store_from_uri(f"{url}?collection_prefix={prefix}")
-    url = request.getfixturevalue("redis_url")
+    url = request.getfixturevalue(f"{request.param}_url")
     return lambda: store_from_uri(f"{url}?key_prefix={prefix}&index_algorithm=FLAT")
 
 
