@@ -1,8 +1,9 @@
-"""Attacks on `RedisLockProvider.acquire` freeing a lock when it is cut after its `SET`.
+"""Attacks on `RedisLockProvider` freeing a lock whose acquisition or release is cut.
 
 The acquisition's `SET … NX` may reach Redis after the task that sent it was cancelled: its
 connection is dropped, but bytes already on their way still arrive (a slow or lossy path, a
-TCP retransmission). The lock must then not stay taken for the whole lease with nobody to free
+TCP retransmission). A release may be cut before its command left (while its connection is
+being opened). Either way the lock must not stay taken for the whole lease with nobody to free
 it.
 """
 
@@ -19,17 +20,20 @@ from adk_memory_redis import RedisLockProvider
 from adk_memory.errors import ResourceExhausted
 
 _SET = b"$3\r\nSET\r\n"
+_HELLO = b"HELLO"
+"""What redis-py sends first on a new connection."""
 
 
 class _SlowRequests:
     """Forwards TCP to Redis, holding back `delay` seconds the client's bytes that carry the
-    next `SET` command (bytes already sent still arrive after the client hangs up)."""
+    next command named `marker` (bytes already sent still arrive after the client hangs up)."""
 
     def __init__(self, upstream: str) -> None:
         host_port = upstream.split("//")[1].split("/")[0].rsplit("@", 1)[-1]
         self.host, port = host_port.split(":")
         self.upstream_port = int(port)
         self.delay = 0.0
+        self.marker = _SET
         self.server: asyncio.Server | None = None
         self.port = 0
 
@@ -51,7 +55,7 @@ class _SlowRequests:
 
         async def to_server() -> None:
             while data := await reader.read(65536):
-                if self.delay and _SET in data:
+                if self.delay and self.marker in data:
                     delay, self.delay = self.delay, 0.0
                     await asyncio.sleep(delay)
                 up_writer.write(data)
@@ -119,4 +123,42 @@ async def test_an_acquired_lock_holds_its_whole_lease_without_renewal(redis_url:
         assert await held.release() and await short.release()
     finally:
         await locks.aclose()
+        await raw.aclose()
+
+
+async def test_a_release_cut_before_its_command_left_still_frees_the_lock(
+    slow_requests: _SlowRequests, redis_url: str
+) -> None:
+    """The holder's task is cancelled as its release waits for a new connection (its pooled
+    one was dropped): the release command never left, and the renewal has stopped."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    cut = RedisLockProvider.from_uri(
+        f"redis://127.0.0.1:{slow_requests.port}/0", key_prefix=prefix, socket_timeout=5
+    )
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    releasing = asyncio.Event()
+
+    async def hold() -> None:
+        async with cut.lock("held", lease_seconds=60):
+            await cut._redis().connection_pool.disconnect()  # the release needs a connection
+            slow_requests.marker, slow_requests.delay = _HELLO, 0.5
+            releasing.set()
+
+    try:
+        holder = asyncio.create_task(hold())
+        await releasing.wait()
+        await asyncio.sleep(0.1)  # the release waits for its connection's handshake
+        holder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        try:
+            async with other.lock("held", wait_seconds=3):
+                pass
+        except ResourceExhausted:
+            ttl = await raw.pttl(f"{prefix}:lock:held")
+            pytest.fail(f"the cut release leaves the lock taken for {ttl} ms more")
+    finally:
+        await cut.aclose()
+        await other.aclose()
         await raw.aclose()
