@@ -132,8 +132,14 @@ class RedisLock:
             return False
         self._released = True
         client = self._provider._redis()
-        with redis_errors(self._provider._where, "release a lock"):
-            freed = bool(await client.eval(_RELEASE_SCRIPT, 1, self._key, self.token))
+        try:
+            with redis_errors(self._provider._where, "release a lock"):
+                freed = bool(await client.eval(_RELEASE_SCRIPT, 1, self._key, self.token))
+        except asyncio.CancelledError:
+            # Cut (as `asyncio.run` ends) perhaps before the command left, with renewal
+            # already stopped: free it anyway rather than leave it taken for the lease.
+            await self._abandon()
+            raise
         if not freed:
             self._lost = True
             logger.warning(
@@ -142,7 +148,7 @@ class RedisLock:
         return freed
 
     async def _abandon(self) -> None:
-        """Frees the lock if a cut acquisition took it after all; never raises a store error."""
+        """Frees the lock a cut acquisition or release may have left; never raises a store error."""
         self._released = True
         with contextlib.suppress(Exception):
             await self._provider._redis().eval(_RELEASE_SCRIPT, 1, self._key, self.token)
