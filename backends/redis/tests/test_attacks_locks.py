@@ -162,3 +162,31 @@ async def test_a_release_cut_before_its_command_left_still_frees_the_lock(
         await cut.aclose()
         await other.aclose()
         await raw.aclose()
+
+
+async def test_a_holder_cancelled_as_its_lock_is_given_back_stops_and_frees_the_lock(
+    redis_url: str,
+) -> None:
+    """Cancelled while `lock` stops the lease's renewal: the task ends cancelled (the request
+    is not swallowed with the renewal's own cancellation), and the lock is free."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    locks = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    after_the_block: list[str] = []
+
+    async def hold() -> None:
+        async with locks.lock("given-back", lease_seconds=30):
+            task = asyncio.current_task()
+            assert task is not None
+            asyncio.get_running_loop().call_soon(task.cancel)  # lands as renewal is stopped
+        after_the_block.append("ran on")
+
+    try:
+        holder = asyncio.create_task(hold())
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        assert after_the_block == []
+        assert not await raw.exists(f"{prefix}:lock:given-back")
+    finally:
+        await locks.aclose()
+        await raw.aclose()
