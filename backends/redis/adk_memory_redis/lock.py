@@ -309,11 +309,13 @@ class RedisLockProvider:
         try:
             yield held
         finally:
-            if renewer is not None:
-                renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewer
-            await held.release()
+            try:
+                if renewer is not None:
+                    renewer.cancel()
+                    # Not `await renewer`: its CancelledError would hide a cancellation of ours.
+                    await asyncio.wait([renewer])
+            finally:
+                await held.release()
 
     async def aclose(self) -> None:
         """Closes the connection pool the provider opened (never a client passed in)."""
