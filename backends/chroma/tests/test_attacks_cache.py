@@ -323,3 +323,28 @@ async def test_a_write_cut_while_taking_a_redis_journal_lock_leaves_it_free(
         )
     names = [f"{kind}{steps}" for steps in range(12) for kind in "hn"]
     assert len(await second.get_memories(BANK, names, NOW)) == len(names)
+
+
+async def _commit(finished: list[str]) -> None:
+    await asyncio.sleep(0)
+    finished.append("committed")
+
+
+async def _apply(finished: list[str]) -> None:
+    await _store._uncancellable(_commit(finished))
+
+
+async def test_a_commit_cancelled_as_it_ends_still_reports_the_cancellation() -> None:
+    """`_uncancellable` runs the commit to its end, then re-raises a cancellation that came
+    meanwhile, also one landing in the turn of the loop in which the commit finished."""
+    for turns in range(1, 6):
+        finished: list[str] = []
+        writer = asyncio.ensure_future(_apply(finished))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        if writer.done():
+            break
+        writer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writer
+        assert finished == ["committed"], turns
