@@ -3,7 +3,8 @@
 
 A bank deleted and re-created with the same id, memory ids and facts while a reader holds its
 scopes and views cached; a bank re-embedded with a model of another dimension while cached; a
-memory id freed by a purge and taken by another scope with the same fact (so the same vector).
+memory moved to another scope with its vector, or its id taken by another scope during a query;
+a rollback, a sweep with the clock set back, a retag, a merge import, the same ids in two banks.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from adk_memory_redis import RedisMemoryStore
 from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
 from adk_memory.engine.reembed import reembed
+from adk_memory.errors import AlreadyExists
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import MemoryStore, WriteBatch
+from adk_memory.transfer import export_bank, import_bank
 
 U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
 FACTS = [
@@ -343,3 +346,64 @@ async def test_a_memory_id_taken_by_another_scope_during_a_query_is_not_returned
     finally:
         await reader.aclose()
         await writer.aclose()
+
+
+async def test_a_merge_import_over_cached_scopes_is_seen_and_cannot_move_a_memory(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """Exports whose memories have the target's ids are imported with `merge` (70 in one batch:
+    Chroma's memory-slot journal) while the reader holds the scopes and a filter's view cached:
+    one that would move them to another scope is refused whole, one that rewrites them in place
+    is seen by the reader's next searches."""
+    reader, writer = clients
+    facts = [f"{fact} ({index})" for index, fact in enumerate((FACTS + FILLER) * 4)][:70]
+    target = (await reader.memory_banks.create(extensions=HYBRID)).name
+    for index, fact in enumerate(facts):
+        await add(reader, target, fact, U1, tagged("a", memory_id=f"m{index:02d}"))
+    query = "greyhound Biscuit (0)"
+    before = await search(reader, target, query)
+    for scope, tag in ((U2, "a"), (U1, "b")):
+        source = (await writer.memory_banks.create(extensions=HYBRID)).name
+        for index, fact in enumerate(facts):
+            await add(
+                writer, source, f"{fact} again", scope, tagged(tag, memory_id=f"m{index:02d}")
+            )
+        for where in (U1, U2):
+            for filter in (None, 'metadata.tag = "a"', 'metadata.tag = "b"'):
+                await search(reader, target, query, where, filter)
+        lines: list[str] = []
+        await export_bank(writer.engine, source.rsplit("/", 1)[-1], lines.append)
+        target_id = target.rsplit("/", 1)[-1]
+        if scope == U2:
+            with pytest.raises(AlreadyExists):
+                await import_bank(writer.engine, lines, bank_id=target_id, merge=True)
+            assert await search(reader, target, query) == before
+            assert await search(reader, target, query, U2) == []
+            continue
+        await import_bank(writer.engine, lines, bank_id=target_id, merge=True, batch_size=100)
+        assert await search(reader, target, query, filter='metadata.tag = "a"') == []
+        hits = await search(reader, target, query, filter='metadata.tag = "b"')
+        assert len(hits) == 20 and all(fact.endswith(" again") for _, fact, _ in hits)
+        assert hits[0][0] == f"{target}/memories/m00"
+
+
+async def test_the_same_memory_ids_and_scope_in_two_banks_stay_apart(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """Two banks, one scope, the same memory ids with other facts: searched in turn (each cached),
+    and rewritten by the writer in turn, each bank answers with its own memories only."""
+    reader, writer = clients
+    banks = [(await reader.memory_banks.create(extensions=HYBRID)).name for _ in "12"]
+    for bank, facts in zip(banks, (FACTS, FACTS[::-1]), strict=True):
+        for index, fact in enumerate(facts):
+            await add(reader, bank, fact, U1, tagged("a", memory_id=f"m{index}"))
+    for round_number in range(3):
+        for bank, facts in zip(banks, (FACTS, FACTS[::-1]), strict=True):
+            for filter in (None, 'metadata.tag = "a"'):
+                hits = await search(reader, bank, "greyhound Biscuit cello", filter=filter)
+                expected = {(f"{bank}/memories/m{i}", fact, "a") for i, fact in enumerate(facts)}
+                assert set(hits) == expected, (round_number, bank)
+        bank = banks[round_number % 2]
+        await writer.memory_banks.memories.update(
+            name=f"{bank}/memories/m0", config={**tagged("a"), "update_mask": "metadata"}
+        )
