@@ -14,6 +14,7 @@ import asyncio
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -33,6 +34,7 @@ from test_write_through import (
     vector,
 )
 
+from adk_memory.filters import parse_filter
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.store import MemoryRecord, NearestQuery, WriteBatch
 from adk_memory.testing.conformance import BANK, T0, bank_record, memory
@@ -348,3 +350,33 @@ async def test_a_commit_cancelled_as_it_ends_still_reports_the_cancellation() ->
         with pytest.raises(asyncio.CancelledError):
             await writer
         assert finished == ["committed"], turns
+
+
+async def test_a_memory_retagged_between_the_filter_and_the_record_read_is_not_returned(
+    two_stores: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pushed filter is asked of Chroma as ids, then the winners are read: a memory the other
+    store retags in between must not be returned for a filter it no longer matches."""
+    searcher, writer = two_stores
+    rng = random.Random(37)
+    records = [memory(f"t{i}", vector(rng), metadata={"tag": "a"}) for i in range(6)]
+    await writer.apply(BANK, WriteBatch(inserts=tuple(records)))
+    only_a = parse_filter('metadata.tag = "a"')
+    query = records[0].embedding
+    first = await searcher.nearest(BANK, NearestQuery(KEYS[1], query, 3, NOW, filter=only_a))
+    assert [hit.record.memory_id for hit in first][0] == "t0"
+    call = searcher._call
+    retagged = replace(records[0], metadata={"tag": "b"}, update_time=NOW)
+
+    async def racing_call(action: str, method: Any, **kwargs: Any) -> Any:
+        result = await call(action, method, **kwargs)
+        if action == "filter a scope":
+            monkeypatch.setattr(searcher, "_call", call)
+            await writer.apply(BANK, WriteBatch(upserts=(retagged,)))
+        return result
+
+    monkeypatch.setattr(searcher, "_call", racing_call)
+    hits = await searcher.nearest(BANK, NearestQuery(KEYS[1], query, 3, NOW, filter=only_a))
+    assert searcher._call == call  # the race ran
+    assert all(hit.record.metadata == {"tag": "a"} for hit in hits)
+    assert len(hits) == 3 and "t0" not in [hit.record.memory_id for hit in hits]
