@@ -217,7 +217,7 @@ from adk_memory.errors import (
     ResourceExhausted,
     StoreUnavailable,
 )
-from adk_memory.filters import FilterExpr
+from adk_memory.filters import FilterExpr, matches
 from adk_memory.locks import FileLockProvider, LockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -1786,12 +1786,13 @@ class ChromaMemoryStore(MemoryStore):
                 records = [
                     record
                     for record in _decode_live(found, now_us)
-                    if record.scope_key == query.scope_key
+                    if record.scope_key == query.scope_key and matches(query.filter, record)
                 ]
                 if len(records) == len(best):
                     return _ranked(records, vector, query.k)
-                # Gone or changed since the index was read (or an index that lists a memory
-                # of another scope): read the scope again, checking each row's scope.
+                # Gone or changed since the index (or the filter's ids) was read, or an index
+                # that lists a memory of another scope: read the scope again, checking each
+                # row's scope.
                 self._vectors.drop(vectors.key)
             return _ranked(records, vector, query.k)
 
