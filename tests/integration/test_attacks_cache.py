@@ -9,6 +9,8 @@ a rollback, a sweep with the clock set back, a retag, a merge import, the same i
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -407,3 +409,71 @@ async def test_the_same_memory_ids_and_scope_in_two_banks_stay_apart(
         await writer.memory_banks.memories.update(
             name=f"{bank}/memories/m0", config={**tagged("a"), "update_mask": "metadata"}
         )
+
+
+async def test_concurrent_writes_and_filtered_searches_never_serve_a_wrong_memory(
+    clients: tuple[AsyncClient, AsyncClient],
+) -> None:
+    """The writer creates, retags, rewrites and deletes (and moves ids between scopes through
+    the store) while the reader searches with and without a filter: every hit is of the
+    scope, matches the filter as read, and was not deleted before the search began."""
+    reader, writer = clients
+    rng = random.Random(41)
+    bank = (await reader.memory_banks.create(extensions=HYBRID)).name
+    bank_id = bank.rsplit("/", 1)[-1]
+    live = {
+        await add(reader, bank, fact, rng.choice([U1, U2]), tagged(rng.choice("ab")))
+        for fact in FACTS + FILLER
+    }
+    deleted: set[str] = set()
+
+    async def write() -> None:
+        for step in range(40):
+            name = rng.choice(sorted(live))
+            action = rng.random()
+            if action < 0.2:
+                live.add(
+                    await add(writer, bank, rng.choice(FACTS), rng.choice([U1, U2]), tagged("a"))
+                )
+            elif action < 0.5:
+                config = {**tagged(rng.choice("ab")), "update_mask": "metadata"}
+                await writer.memory_banks.memories.update(name=name, config=config)
+            elif action < 0.65:
+                await writer.memory_banks.memories.update(
+                    name=name, fact=f"{rng.choice(FACTS)} {step}", config={"update_mask": "fact"}
+                )
+            elif action < 0.8 and len(live) > 5:
+                live.discard(name)
+                await writer.memory_banks.memories.delete(name=name)
+                deleted.add(name)
+            else:  # the id moves to the other scope with its vector (an id freed and reused)
+                memory_id = name.rsplit("/", 1)[-1]
+                found = await writer.engine.store.get_memories(
+                    bank_id, [memory_id], datetime.now(UTC)
+                )
+                for record in found:
+                    scope = U2 if record.scope == U1 else U1
+                    moved = replace(
+                        record,
+                        scope=scope,
+                        scope_key=scope_key(scope),
+                        update_time=datetime.now(UTC),
+                    )
+                    await writer.engine.store.apply(bank_id, WriteBatch(deletes=(memory_id,)))
+                    await writer.engine.store.apply(bank_id, WriteBatch(inserts=(moved,)))
+
+    async def read() -> None:
+        for _ in range(60):
+            gone = set(deleted)
+            filter = rng.choice(
+                [None, 'metadata.tag = "a"', 'NOT metadata.tag = "a"', 'fact:"Biscuit"']
+            )
+            scope = rng.choice([U1, U2])
+            for name, fact, tag in await search(reader, bank, rng.choice(FACTS), scope, filter):
+                assert name not in gone
+                if filter is not None and "tag" in filter:
+                    assert (tag == "a") == filter.startswith("metadata"), (filter, tag)
+                if filter == 'fact:"Biscuit"':
+                    assert "Biscuit" in fact
+
+    await asyncio.gather(write(), read())
