@@ -147,6 +147,23 @@ class RedisLock:
             )
         return freed
 
+    async def _take(self, client: RedisClient) -> bool:
+        """Whether this lock took its key: set to its token while free, then given its lease.
+
+        The `SET` asks for at most `_FIRST_LEASE_MS`: one that lands after its acquisition was
+        cut (its bytes still on the way when the connection was dropped, so `_abandon`'s release
+        came first) holds the lock no longer than that. A first lease that lapsed before the
+        extension counts as not taken.
+        """
+        first_ms = min(self._lease_ms, _FIRST_LEASE_MS)
+        if not await client.set(self._key, self.token, nx=True, px=first_ms):
+            # A retried SET whose first reply was lost finds our own token.
+            if await client.get(self._key) != self.token.encode():
+                return False
+        if first_ms == self._lease_ms:
+            return True
+        return bool(await client.eval(_EXTEND_SCRIPT, 1, self._key, self.token, self._lease_ms))
+
     async def _abandon(self) -> None:
         """Frees the lock a cut acquisition or release may have left; never raises a store error."""
         self._released = True
@@ -165,25 +182,6 @@ class RedisLock:
                     return
             except Exception:  # a blip: keep trying until the lease itself runs out
                 logger.debug("renewing lock %r failed; retrying", self.name, exc_info=True)
-
-
-async def _take(client: RedisClient, held: RedisLock) -> bool:
-    """Whether `held` took its key: set to its token while free, then given its whole lease.
-
-    The `SET` asks for at most `_FIRST_LEASE_MS`: one that lands after its acquisition was cut
-    (its bytes still on the way when the connection was dropped, so `_abandon`'s release came
-    first) holds the lock no longer than that. A first lease that lapsed before the extension
-    counts as not taken.
-    """
-    token = held.token
-    first_ms = min(held._lease_ms, _FIRST_LEASE_MS)
-    if not await client.set(held.key, token, nx=True, px=first_ms):
-        # A retried SET whose first reply was lost finds our own token.
-        if await client.get(held.key) != token.encode():
-            return False
-    if first_ms == held._lease_ms:
-        return True
-    return bool(await client.eval(_EXTEND_SCRIPT, 1, held.key, token, held._lease_ms))
 
 
 def _lease_ms(seconds: float) -> int:
@@ -273,7 +271,7 @@ class RedisLockProvider:
         while True:
             try:
                 with redis_errors(self._where, "acquire a lock"):
-                    if await _take(client, held):
+                    if await held._take(client):
                         return held
             except BaseException:
                 # Cut after the SET reached Redis (a cancelled task, e.g. at the end of
