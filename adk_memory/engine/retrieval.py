@@ -293,8 +293,9 @@ class Retrieval:
         missing = [memory_id for memory_id in lexical.scores if memory_id not in found]
         target = np.asarray(vector, dtype=np.float64)
         for record in await self._context.store.get_memories(bank_id, missing, now):
-            if not matches(expr, record):
-                continue  # changed since the lexical ranking's index was read
+            part, _ = lexical.rows[record.memory_id]
+            if record.scope_key != keys[part] or not matches(expr, record):
+                continue  # changed (its id now another scope's) since the index was read
             distance = exact_distances(np.asarray([record.embedding]), target)[0]
             found[record.memory_id] = (record, float(distance))
         distance_of = {memory_id: distance for memory_id, (_, distance) in found.items()}

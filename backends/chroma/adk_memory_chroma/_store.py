@@ -39,7 +39,7 @@ import numpy as np
 from chromadb.api import AsyncClientAPI, ClientAPI
 
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
-from adk_memory.filters import FilterExpr
+from adk_memory.filters import FilterExpr, matches
 from adk_memory.locks import LockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -423,12 +423,13 @@ class ChromaMemoryStore(MemoryStore):
                 records = [
                     record
                     for record in _decode_live(found, now_us)
-                    if record.scope_key == query.scope_key
+                    if record.scope_key == query.scope_key and matches(query.filter, record)
                 ]
                 if len(records) == len(best):
                     return ranked(records, vector, query.k)
-                # Gone or changed since the index was read (or an index that lists a memory
-                # of another scope): read the scope again, checking each row's scope.
+                # Gone or changed since the index (or the filter's ids) was read, or an index
+                # that lists a memory of another scope: read the scope again, checking each
+                # row's scope.
                 self._vectors.drop(vectors.key)
             return ranked(records, vector, query.k)
 

@@ -362,9 +362,7 @@ async def _uncancellable(work: Coroutine[Any, Any, None]) -> None:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            if task.done():
-                break
-            cancelled = True
+            cancelled = True  # also when `work` ended in the same turn: ours is still asked
     task.result()
     if cancelled:
         raise asyncio.CancelledError

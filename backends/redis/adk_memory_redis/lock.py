@@ -15,9 +15,12 @@ await locks.aclose()
 
 `RedisLockProvider` satisfies `adk_memory.locks.LockProvider`.
 
-Acquire is `SET key token NX PX lease`; only the holder's token can release (`GET` = token then
-`DEL`, in one script) or extend it, so a holder whose lease ran out can never free the lock of
-the next holder. A holder that dies stops renewing, and the lock frees itself when the lease ends.
+Acquire is `SET key token NX PX 2000`, then an extension to the whole lease; only the holder's
+token can release (`GET` = token then `DEL`, in one script) or extend it, so a holder whose lease
+ran out can never free the lock of the next holder. An acquisition cut after its `SET` was sent
+releases the lock; a `SET` that lands after that release (still on its way when the connection
+was dropped) holds the lock for those 2 s, not the whole lease. A holder that dies stops
+renewing, and the lock frees itself when the lease ends.
 While held, a background task renews the lease every third of it; if renewal finds the lock
 taken over (the process stalled longer than the lease), the lease is marked `lost`.
 """
@@ -61,6 +64,8 @@ _EXTEND_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+_FIRST_LEASE_MS = 2_000
+"""The lease a lock's `SET` asks for; `acquire` extends it to the whole lease (`_take`)."""
 _MAX_NAME = 1024
 _BANK_LOCK = re.compile(r"[a-z][a-z-]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?::|$)")
 """The engine's lock names, `<kind>:<bank id>[:…]` (`generate:`, `stream:`, `memory-id:`, …)."""
@@ -127,8 +132,14 @@ class RedisLock:
             return False
         self._released = True
         client = self._provider._redis()
-        with redis_errors(self._provider._where, "release a lock"):
-            freed = bool(await client.eval(_RELEASE_SCRIPT, 1, self._key, self.token))
+        try:
+            with redis_errors(self._provider._where, "release a lock"):
+                freed = bool(await client.eval(_RELEASE_SCRIPT, 1, self._key, self.token))
+        except asyncio.CancelledError:
+            # Cut (as `asyncio.run` ends) perhaps before the command left, with renewal
+            # already stopped: free it anyway rather than leave it taken for the lease.
+            await self._abandon()
+            raise
         if not freed:
             self._lost = True
             logger.warning(
@@ -136,8 +147,25 @@ class RedisLock:
             )
         return freed
 
+    async def _take(self, client: RedisClient) -> bool:
+        """Whether this lock took its key: set to its token while free, then given its lease.
+
+        The `SET` asks for at most `_FIRST_LEASE_MS`: one that lands after its acquisition was
+        cut (its bytes still on the way when the connection was dropped, so `_abandon`'s release
+        came first) holds the lock no longer than that. A first lease that lapsed before the
+        extension counts as not taken.
+        """
+        first_ms = min(self._lease_ms, _FIRST_LEASE_MS)
+        if not await client.set(self._key, self.token, nx=True, px=first_ms):
+            # A retried SET whose first reply was lost finds our own token.
+            if await client.get(self._key) != self.token.encode():
+                return False
+        if first_ms == self._lease_ms:
+            return True
+        return bool(await client.eval(_EXTEND_SCRIPT, 1, self._key, self.token, self._lease_ms))
+
     async def _abandon(self) -> None:
-        """Frees the lock if a cut acquisition took it after all; never raises a store error."""
+        """Frees the lock a cut acquisition or release may have left; never raises a store error."""
         self._released = True
         with contextlib.suppress(Exception):
             await self._provider._redis().eval(_RELEASE_SCRIPT, 1, self._key, self.token)
@@ -243,10 +271,7 @@ class RedisLockProvider:
         while True:
             try:
                 with redis_errors(self._where, "acquire a lock"):
-                    if await client.set(key, held.token, nx=True, px=held._lease_ms):
-                        return held
-                    # A retried SET whose first reply was lost finds our own token.
-                    if await client.get(key) == held.token.encode():
+                    if await held._take(client):
                         return held
             except BaseException:
                 # Cut after the SET reached Redis (a cancelled task, e.g. at the end of
@@ -282,11 +307,13 @@ class RedisLockProvider:
         try:
             yield held
         finally:
-            if renewer is not None:
-                renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewer
-            await held.release()
+            try:
+                if renewer is not None:
+                    renewer.cancel()
+                    # Not `await renewer`: its CancelledError would hide a cancellation of ours.
+                    await asyncio.wait([renewer])
+            finally:
+                await held.release()
 
     async def aclose(self) -> None:
         """Closes the connection pool the provider opened (never a client passed in)."""

@@ -1,0 +1,192 @@
+"""Attacks on `RedisLockProvider` freeing a lock whose acquisition or release is cut.
+
+The acquisition's `SET … NX` may reach Redis after the task that sent it was cancelled: its
+connection is dropped, but bytes already on their way still arrive (a slow or lossy path, a
+TCP retransmission). A release may be cut before its command left (while its connection is
+being opened). Either way the lock must not stay taken for the whole lease with nobody to free
+it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+from adk_memory_redis import RedisLockProvider
+
+from adk_memory.errors import ResourceExhausted
+
+_SET = b"$3\r\nSET\r\n"
+_HELLO = b"HELLO"
+"""What redis-py sends first on a new connection."""
+
+
+class _SlowRequests:
+    """Forwards TCP to Redis, holding back `delay` seconds the client's bytes that carry the
+    next command named `marker` (bytes already sent still arrive after the client hangs up)."""
+
+    def __init__(self, upstream: str) -> None:
+        host_port = upstream.split("//")[1].split("/")[0].rsplit("@", 1)[-1]
+        self.host, port = host_port.split(":")
+        self.upstream_port = int(port)
+        self.delay = 0.0
+        self.marker = _SET
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
+
+        async def to_client() -> None:
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+
+        async def to_server() -> None:
+            while data := await reader.read(65536):
+                if self.delay and self.marker in data:
+                    delay, self.delay = self.delay, 0.0
+                    await asyncio.sleep(delay)
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()  # after what was held back: Redis reads it, then the hang-up
+
+        await asyncio.gather(to_client(), to_server(), return_exceptions=True)
+        writer.close()
+
+
+@pytest.fixture
+async def slow_requests(redis_url: str) -> AsyncIterator[_SlowRequests]:
+    proxy = _SlowRequests(redis_url)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_the_lease(
+    slow_requests: _SlowRequests, redis_url: str
+) -> None:
+    """The task is cancelled while its SET is still on its way; the release that `acquire`
+    sends on another connection gets there first and finds nothing, then the SET lands."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    cut = RedisLockProvider.from_uri(
+        f"redis://127.0.0.1:{slow_requests.port}/0", key_prefix=prefix, socket_timeout=5
+    )
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    try:
+        async with cut.lock("warm-up", wait_seconds=1):
+            pass  # a pooled connection exists
+        slow_requests.delay = 0.4
+        taking = asyncio.create_task(cut.acquire("slow", lease_seconds=60))
+        await asyncio.sleep(0.1)
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        await asyncio.sleep(0.6)  # the SET has landed by now
+        assert await raw.exists(f"{prefix}:lock:slow"), "the SET reached Redis late"
+        try:
+            async with other.lock("slow", wait_seconds=5):
+                pass
+        except ResourceExhausted:
+            ttl = await raw.pttl(f"{prefix}:lock:slow")
+            pytest.fail(f"the cut acquisition keeps the lock for {ttl} ms more")
+    finally:
+        await cut.aclose()
+        await other.aclose()
+        await raw.aclose()
+
+
+async def test_an_acquired_lock_holds_its_whole_lease_without_renewal(redis_url: str) -> None:
+    """The first lease of the `SET` is short; what `acquire` returns holds the lease asked."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    locks = RedisLockProvider.from_uri(redis_url, key_prefix=prefix, renew=False)
+    raw = aredis.Redis.from_url(redis_url)
+    try:
+        held = await locks.acquire("long", lease_seconds=30)
+        assert await raw.pttl(f"{prefix}:lock:long") > 29_000
+        await asyncio.sleep(2.2)  # past the first lease
+        await held.verify()
+        short = await locks.acquire("short", lease_seconds=0.5)
+        assert 0 < await raw.pttl(f"{prefix}:lock:short") <= 500
+        assert await held.release() and await short.release()
+    finally:
+        await locks.aclose()
+        await raw.aclose()
+
+
+async def test_a_release_cut_before_its_command_left_still_frees_the_lock(
+    slow_requests: _SlowRequests, redis_url: str
+) -> None:
+    """The holder's task is cancelled as its release waits for a new connection (its pooled
+    one was dropped): the release command never left, and the renewal has stopped."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    cut = RedisLockProvider.from_uri(
+        f"redis://127.0.0.1:{slow_requests.port}/0", key_prefix=prefix, socket_timeout=5
+    )
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    releasing = asyncio.Event()
+
+    async def hold() -> None:
+        async with cut.lock("held", lease_seconds=60):
+            await cut._redis().connection_pool.disconnect()  # the release needs a connection
+            slow_requests.marker, slow_requests.delay = _HELLO, 0.5
+            releasing.set()
+
+    try:
+        holder = asyncio.create_task(hold())
+        await releasing.wait()
+        await asyncio.sleep(0.1)  # the release waits for its connection's handshake
+        holder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        try:
+            async with other.lock("held", wait_seconds=3):
+                pass
+        except ResourceExhausted:
+            ttl = await raw.pttl(f"{prefix}:lock:held")
+            pytest.fail(f"the cut release leaves the lock taken for {ttl} ms more")
+    finally:
+        await cut.aclose()
+        await other.aclose()
+        await raw.aclose()
+
+
+async def test_a_holder_cancelled_as_its_lock_is_given_back_stops_and_frees_the_lock(
+    redis_url: str,
+) -> None:
+    """Cancelled while `lock` stops the lease's renewal: the task ends cancelled (the request
+    is not swallowed with the renewal's own cancellation), and the lock is free."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    locks = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    after_the_block: list[str] = []
+
+    async def hold() -> None:
+        async with locks.lock("given-back", lease_seconds=30):
+            task = asyncio.current_task()
+            assert task is not None
+            asyncio.get_running_loop().call_soon(task.cancel)  # lands as renewal is stopped
+        after_the_block.append("ran on")
+
+    try:
+        holder = asyncio.create_task(hold())
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        assert after_the_block == []
+        assert not await raw.exists(f"{prefix}:lock:given-back")
+    finally:
+        await locks.aclose()
+        await raw.aclose()
