@@ -365,18 +365,18 @@ async def test_a_memory_retagged_between_the_filter_and_the_record_read_is_not_r
     query = records[0].embedding
     first = await searcher.nearest(BANK, NearestQuery(KEYS[1], query, 3, NOW, filter=only_a))
     assert [hit.record.memory_id for hit in first][0] == "t0"
-    call = searcher._call
+    call = searcher._chroma.call
     retagged = replace(records[0], metadata={"tag": "b"}, update_time=NOW)
 
     async def racing_call(action: str, method: Any, **kwargs: Any) -> Any:
         result = await call(action, method, **kwargs)
         if action == "filter a scope":
-            monkeypatch.setattr(searcher, "_call", call)
+            monkeypatch.setattr(searcher._chroma, "call", call)
             await writer.apply(BANK, WriteBatch(upserts=(retagged,)))
         return result
 
-    monkeypatch.setattr(searcher, "_call", racing_call)
+    monkeypatch.setattr(searcher._chroma, "call", racing_call)
     hits = await searcher.nearest(BANK, NearestQuery(KEYS[1], query, 3, NOW, filter=only_a))
-    assert searcher._call == call  # the race ran
+    assert searcher._chroma.call == call  # the race ran
     assert all(hit.record.metadata == {"tag": "a"} for hit in hits)
     assert len(hits) == 3 and "t0" not in [hit.record.memory_id for hit in hits]
