@@ -31,7 +31,7 @@ import numpy as np
 
 from adk_memory.errors import InvalidArgument
 from adk_memory.store import MemoryRecord, ScoredRecord
-from adk_memory.vectors import VectorMatrix, exact_distances
+from adk_memory.vectors import VectorMatrix, exact_distances, ids_nbytes, nearest_rows
 from adk_memory_chroma import _codec as codec
 
 
@@ -51,17 +51,128 @@ class ScopeWrite:
     """The rows' vectors as a read of Chroma returns them (`as_read_embedded`, `as_read_http`)."""
 
 
+_NEVER = np.iinfo(np.int64).max
+"""`_Rows.gone_at` of a row no version has dropped."""
+_HEADROOM_SHARE = 4
+"""An entry laid out again for a write gets room for 1/_HEADROOM_SHARE more rows (plus a few):
+appending then copies each row a few times at most (amortised), and holds at most 1/4 unused."""
+_DEAD_SHARE = 8
+"""An entry is laid out again once more than 1/_DEAD_SHARE of its rows are dropped ones (a
+search still multiplies them)."""
+_ROW_OF_BYTES = 64
+"""A memory's entry in `_Rows.row_of` (its slot, and the int of its row)."""
+
+
+class _Rows:
+    """The rows of successive versions of one scope's entry: appended, never changed.
+
+    Version `seq` sees the first `count` rows but those whose `gone_at` is at most `seq`. Only
+    the newest version (`tip`) appends rows or marks rows gone (then with a later `seq`), so
+    every older version, held by a search in flight on any thread, sees the same rows forever.
+    """
+
+    __slots__ = (
+        "gone_at",
+        "id_bytes",
+        "ids",
+        "live_us",
+        "matrix",
+        "row_of",
+        "squared_norms",
+        "tip",
+    )
+
+    def __init__(
+        self, vectors: VectorMatrix, live_us: np.ndarray[Any, np.dtype[np.int64]], capacity: int
+    ) -> None:
+        self.matrix: np.ndarray[Any, np.dtype[np.floating[Any]]]
+        self.matrix = _with_capacity(vectors.matrix, capacity)
+        self.squared_norms: np.ndarray[Any, np.dtype[np.float64]]
+        self.squared_norms = _with_capacity(vectors.squared_norms, capacity)
+        self.live_us: np.ndarray[Any, np.dtype[np.int64]] = _with_capacity(live_us, capacity)
+        self.gone_at = np.full(capacity, _NEVER, dtype=np.int64)
+        """The first version without the row."""
+        self.ids = list(vectors.ids)
+        self.id_bytes = ids_nbytes(self.ids)
+        self.row_of = {memory_id: row for row, memory_id in enumerate(self.ids)}
+        """The row of each memory in the newest version."""
+        self.tip = 0
+        """The newest version's `seq`."""
+
+    @property
+    def capacity(self) -> int:
+        return len(self.gone_at)
+
+    def nbytes(self, count: int) -> int:
+        """About what the rows hold in memory: allocated rows, ids, and the newest's row map."""
+        arrays = self.matrix.nbytes + self.squared_norms.nbytes + self.live_us.nbytes
+        return int(arrays + self.gone_at.nbytes) + self.id_bytes + _ROW_OF_BYTES * count
+
+
+def _with_capacity(array: np.ndarray[Any, Any], capacity: int) -> np.ndarray[Any, Any]:
+    """`array` with room for `capacity` rows (itself if it has exactly that many)."""
+    if len(array) == capacity:
+        return array
+    grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A batch's rows of a scope, as the cache keeps them."""
+
+    ids: list[str]
+    matrix: np.ndarray[Any, Any]
+    squared_norms: np.ndarray[Any, np.dtype[np.float64]]
+    live_us: np.ndarray[Any, np.dtype[np.int64]]
+
+    @classmethod
+    def of(cls, write: ScopeWrite) -> _Batch:
+        matrix = (
+            write.as_read([row[1] for row in write.rows])
+            if write.rows
+            else np.empty((0, 0), dtype=np.float32)
+        )
+        return cls(
+            [row[0] for row in write.rows],
+            matrix,
+            np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64),
+            np.fromiter((int(row[3][codec.LIVE_US]) for row in write.rows), dtype=np.int64),
+        )
+
+    def fits(self, matrix: np.ndarray[Any, Any]) -> bool:
+        """Whether these rows go into `matrix` as they are (same length; float32 if exact)."""
+        if not self.ids:
+            return True
+        if self.matrix.shape[1] != matrix.shape[1]:
+            return False
+        return matrix.dtype == np.float64 or np.array_equal(
+            self.matrix.astype(np.float32), self.matrix
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ScopeVectors:
-    """A scope's memories as of one version of its index: ids and vectors, expiries."""
+    """A scope's memories as of one version of its index: ids and vectors, expiries.
+
+    The first `count` of `rows`, less those later versions dropped (`_Rows`): a write appends
+    to the rows its entry shares with the version before (O(batch)), and lays them out again
+    (O(scope)) only when they are full or more than 1/_DEAD_SHARE of them are dropped ones.
+    """
 
     key: tuple[str, str]
     """(memory collection id, scope digest)."""
     version: str
-    vectors: VectorMatrix
-    live_us: np.ndarray[Any, np.dtype[np.int64]]
+    rows: _Rows
+    count: int
+    """The rows of this version, dropped ones included."""
+    seq: int
+    """This version's place among those of `rows`."""
+    size: int
+    """The memories of this version."""
     nbytes: int
-    """About what the entry holds in memory (the vectors, norms, expiries and ids)."""
+    """About what the entry holds in memory (`_Rows.nbytes`)."""
 
     @classmethod
     def build(
@@ -74,17 +185,21 @@ class ScopeVectors:
     ) -> ScopeVectors:
         vectors = VectorMatrix.of(ids, embeddings)
         expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
-        return cls.of(key, version, vectors, expiries)
+        return cls._laid_out(key, version, vectors, expiries, len(ids))
 
     @classmethod
-    def of(
+    def _laid_out(
         cls,
         key: tuple[str, str],
         version: str,
         vectors: VectorMatrix,
         live_us: np.ndarray[Any, np.dtype[np.int64]],
+        capacity: int,
     ) -> ScopeVectors:
-        return cls(key, version, vectors, live_us, vectors.nbytes + live_us.nbytes)
+        """An entry on rows of its own: `vectors`, room for `capacity` rows."""
+        rows = _Rows(vectors, live_us, capacity)
+        count = len(vectors.ids)
+        return cls(key, version, rows, count, 0, count, rows.nbytes(count))
 
     def after(self, write: ScopeWrite) -> ScopeVectors | None:
         """The scope at `write.version`, if this entry is the scope at the version it replaces.
@@ -93,47 +208,104 @@ class ScopeVectors:
         scope, as a read of Chroma would return them. None if their dimension differs from the
         rows kept (then this entry cannot be the scope the batch was checked against).
         """
-        kept = np.fromiter(
-            (memory_id not in write.touched for memory_id in self.vectors.ids),
-            dtype=bool,
-            count=len(self.vectors.ids),
+        batch = _Batch.of(write)
+        if self.rows.tip == self.seq and batch.fits(self.rows.matrix):
+            gone = [self.rows.row_of[i] for i in write.touched if i in self.rows.row_of]
+            count = self.count + len(batch.ids)
+            dead = count - (self.size - len(gone) + len(batch.ids))
+            if count <= self.rows.capacity and dead * _DEAD_SHARE <= count:
+                return self._appended(write.version, gone, batch)
+        return self._rewritten(write, batch)
+
+    def _appended(self, version: str, gone: list[int], batch: _Batch) -> ScopeVectors:
+        """The next version on these rows: `gone` dropped, `batch` appended."""
+        rows, seq, start = self.rows, self.seq + 1, self.count
+        end = start + len(batch.ids)
+        rows.tip = seq  # first: should this fail half-way, no version would append again
+        rows.gone_at[gone] = seq
+        for row in gone:
+            del rows.row_of[rows.ids[row]]
+        rows.matrix[start:end] = batch.matrix
+        rows.squared_norms[start:end] = batch.squared_norms
+        rows.live_us[start:end] = batch.live_us
+        rows.ids.extend(batch.ids)
+        rows.id_bytes += ids_nbytes(batch.ids)
+        rows.row_of.update(zip(batch.ids, range(start, end), strict=True))
+        size = self.size - len(gone) + len(batch.ids)
+        return ScopeVectors(self.key, version, rows, end, seq, size, rows.nbytes(end))
+
+    def _rewritten(self, write: ScopeWrite, batch: _Batch) -> ScopeVectors | None:
+        """The next version on rows of its own, with room to append to."""
+        ids = self.rows.ids
+        kept = self.present & np.fromiter(
+            (ids[row] not in write.touched for row in range(self.count)), bool, self.count
         )
-        added = (
-            write.as_read([row[1] for row in write.rows])
-            if write.rows
-            else np.empty((0, 0), dtype=np.float32)
-        )
-        parts = [part for part in (self.vectors.matrix[kept], added) if len(part)]
+        matrix = self.rows.matrix[: self.count][kept]
+        parts = [part for part in (matrix, batch.matrix) if len(part)]
         if len({part.shape[1] for part in parts}) > 1:
             return None
-        matrix = np.concatenate(parts) if parts else added
-        norms = np.concatenate(
-            [
-                self.vectors.squared_norms[kept],
-                np.einsum("ij,ij->i", added, added, dtype=np.float64),
-            ]
+        vectors = VectorMatrix(
+            (*(ids[row] for row in np.flatnonzero(kept)), *batch.ids),
+            np.concatenate(parts) if parts else batch.matrix,
+            np.concatenate([self.rows.squared_norms[: self.count][kept], batch.squared_norms]),
         )
-        ids = [memory_id for memory_id, keep in zip(self.vectors.ids, kept, strict=True) if keep]
-        ids += [row[0] for row in write.rows]
-        live_us = np.fromiter((int(row[3][codec.LIVE_US]) for row in write.rows), dtype=np.int64)
-        return ScopeVectors.of(
-            self.key,
-            write.version,
-            VectorMatrix(tuple(ids), matrix, norms),
-            np.concatenate([self.live_us[kept], live_us]),
+        live_us = np.concatenate([self.rows.live_us[: self.count][kept], batch.live_us])
+        size = len(vectors.ids)
+        capacity = size + size // _HEADROOM_SHARE + 4
+        return ScopeVectors._laid_out(self.key, write.version, vectors, live_us, capacity)
+
+    @property
+    def present(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which rows are memories of this version (the others were dropped since)."""
+        return self.rows.gone_at[: self.count] > self.seq
+
+    def live(self, now_us: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which rows are memories of this version live at `now_us`."""
+        return self.present & (self.rows.live_us[: self.count] > now_us)
+
+    @property
+    def dimensions(self) -> int:
+        return int(self.rows.matrix.shape[1])
+
+    @property
+    def memory_ids(self) -> list[str]:
+        """The ids of this version's memories."""
+        return [self.rows.ids[row] for row in np.flatnonzero(self.present)]
+
+    def rows_of(self, memory_ids: set[str]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which rows hold one of `memory_ids` (dropped rows too: `live` leaves those out)."""
+        ids = self.rows.ids
+        return np.fromiter((ids[row] in memory_ids for row in range(self.count)), bool, self.count)
+
+    @property
+    def vectors(self) -> VectorMatrix:
+        """This version's memories as one matrix of their own: O(scope)."""
+        present = self.present
+        return VectorMatrix(
+            tuple(self.memory_ids),
+            self.rows.matrix[: self.count][present],
+            self.rows.squared_norms[: self.count][present],
         )
 
     @property
-    def ids(self) -> list[str]:
-        """The memory id of each row."""
-        return list(self.vectors.ids)
+    def live_us(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The expiry of each of `vectors`' rows."""
+        return np.compress(self.present, self.rows.live_us[: self.count])
 
     def nearest(
         self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
     ) -> list[str]:
         """The ids of the `k` allowed rows nearest to `vector`: exact distance, then id."""
-        rows, _ = self.vectors.nearest(vector, allowed, k)
-        return [self.vectors.ids[row] for row in rows]
+        rows = self.rows
+        found, _ = nearest_rows(
+            rows.matrix[: self.count],
+            rows.squared_norms[: self.count],
+            rows.ids,
+            vector,
+            allowed,
+            k,
+        )
+        return [rows.ids[row] for row in found]
 
 
 class VectorCache:
