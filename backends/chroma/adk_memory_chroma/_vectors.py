@@ -16,6 +16,12 @@ rows of the scope as a read would return them. Any other cached version means an
 came in between: the entry is dropped. A reader's entry put meanwhile is harmless: the batch
 rewrites every row in which the two versions differ.
 
+A scope's successive cached versions share their rows (`_Rows`), so a write costs O(batch), not
+O(scope): the batch's rows are appended in place, and the rows it drops are marked gone as of
+the new version, which every older version (a search in flight, on any thread) ignores. Only the
+newest version appends; an entry is laid out afresh, with room to grow, when its rows are full
+or too many of them are dropped ones (amortised O(1) a row).
+
 No I/O here.
 """
 
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +70,7 @@ _ROW_OF_BYTES = 64
 
 
 class _Rows:
-    """The rows of successive versions of one scope's entry: appended, never changed.
+    """The rows of successive versions of one scope's entry: appended, never rewritten.
 
     Version `seq` sees the first `count` rows but those whose `gone_at` is at most `seq`. Only
     the newest version (`tip`) appends rows or marks rows gone (then with a later `seq`), so
@@ -103,10 +109,11 @@ class _Rows:
     def capacity(self) -> int:
         return len(self.gone_at)
 
-    def nbytes(self, count: int) -> int:
-        """About what the rows hold in memory: allocated rows, ids, and the newest's row map."""
+    @property
+    def nbytes(self) -> int:
+        """About what the rows hold in memory: all allocated, the ids, the newest's row map."""
         arrays = self.matrix.nbytes + self.squared_norms.nbytes + self.live_us.nbytes
-        return int(arrays + self.gone_at.nbytes) + self.id_bytes + _ROW_OF_BYTES * count
+        return int(arrays + self.gone_at.nbytes) + self.id_bytes + _ROW_OF_BYTES * len(self.ids)
 
 
 def _with_capacity(array: np.ndarray[Any, Any], capacity: int) -> np.ndarray[Any, Any]:
@@ -142,7 +149,7 @@ class _Batch:
         )
 
     def fits(self, matrix: np.ndarray[Any, Any]) -> bool:
-        """Whether these rows go into `matrix` as they are (same length; float32 if exact)."""
+        """Whether these rows go into `matrix` as they are (its dimension; float32 if exact)."""
         if not self.ids:
             return True
         if self.matrix.shape[1] != matrix.shape[1]:
@@ -199,7 +206,7 @@ class ScopeVectors:
         """An entry on rows of its own: `vectors`, room for `capacity` rows."""
         rows = _Rows(vectors, live_us, capacity)
         count = len(vectors.ids)
-        return cls(key, version, rows, count, 0, count, rows.nbytes(count))
+        return cls(key, version, rows, count, 0, count, rows.nbytes)
 
     def after(self, write: ScopeWrite) -> ScopeVectors | None:
         """The scope at `write.version`, if this entry is the scope at the version it replaces.
@@ -232,24 +239,20 @@ class ScopeVectors:
         rows.id_bytes += ids_nbytes(batch.ids)
         rows.row_of.update(zip(batch.ids, range(start, end), strict=True))
         size = self.size - len(gone) + len(batch.ids)
-        return ScopeVectors(self.key, version, rows, end, seq, size, rows.nbytes(end))
+        return ScopeVectors(self.key, version, rows, end, seq, size, rows.nbytes)
 
     def _rewritten(self, write: ScopeWrite, batch: _Batch) -> ScopeVectors | None:
         """The next version on rows of its own, with room to append to."""
-        ids = self.rows.ids
-        kept = self.present & np.fromiter(
-            (ids[row] not in write.touched for row in range(self.count)), bool, self.count
-        )
-        matrix = self.rows.matrix[: self.count][kept]
-        parts = [part for part in (matrix, batch.matrix) if len(part)]
+        kept, kept_live_us = self._where(self.present & ~self.rows_of(write.touched))
+        parts = [part for part in (kept.matrix, batch.matrix) if len(part)]
         if len({part.shape[1] for part in parts}) > 1:
             return None
         vectors = VectorMatrix(
-            (*(ids[row] for row in np.flatnonzero(kept)), *batch.ids),
+            (*kept.ids, *batch.ids),
             np.concatenate(parts) if parts else batch.matrix,
-            np.concatenate([self.rows.squared_norms[: self.count][kept], batch.squared_norms]),
+            np.concatenate([kept.squared_norms, batch.squared_norms]),
         )
-        live_us = np.concatenate([self.rows.live_us[: self.count][kept], batch.live_us])
+        live_us = np.concatenate([kept_live_us, batch.live_us])
         size = len(vectors.ids)
         capacity = size + size // _HEADROOM_SHARE + 4
         return ScopeVectors._laid_out(self.key, write.version, vectors, live_us, capacity)
@@ -272,7 +275,7 @@ class ScopeVectors:
         """The ids of this version's memories."""
         return [self.rows.ids[row] for row in np.flatnonzero(self.present)]
 
-    def rows_of(self, memory_ids: set[str]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    def rows_of(self, memory_ids: Set[str]) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """Which rows hold one of `memory_ids` (dropped rows too: `live` leaves those out)."""
         ids = self.rows.ids
         return np.fromiter((ids[row] in memory_ids for row in range(self.count)), bool, self.count)
@@ -280,17 +283,24 @@ class ScopeVectors:
     @property
     def vectors(self) -> VectorMatrix:
         """This version's memories as one matrix of their own: O(scope)."""
-        present = self.present
-        return VectorMatrix(
-            tuple(self.memory_ids),
-            self.rows.matrix[: self.count][present],
-            self.rows.squared_norms[: self.count][present],
-        )
+        return self._where(self.present)[0]
 
     @property
     def live_us(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The expiry of each of `vectors`' rows."""
-        return np.compress(self.present, self.rows.live_us[: self.count])
+        return self._where(self.present)[1]
+
+    def _where(
+        self, mask: np.ndarray[Any, np.dtype[np.bool_]]
+    ) -> tuple[VectorMatrix, np.ndarray[Any, np.dtype[np.int64]]]:
+        """The rows where `mask` holds, as a matrix of their own, and their expiries."""
+        rows, count = self.rows, self.count
+        vectors = VectorMatrix(
+            tuple(rows.ids[row] for row in np.flatnonzero(mask)),
+            rows.matrix[:count][mask],
+            rows.squared_norms[:count][mask],
+        )
+        return vectors, np.compress(mask, rows.live_us[:count])
 
     def nearest(
         self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
