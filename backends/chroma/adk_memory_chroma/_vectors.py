@@ -69,73 +69,18 @@ _ROW_OF_BYTES = 64
 """A memory's entry in `_Rows.row_of` (its slot, and the int of its row)."""
 
 
-class _Rows:
-    """The rows of successive versions of one scope's entry: appended, never rewritten.
-
-    Version `seq` sees the first `count` rows but those whose `gone_at` is at most `seq`. Only
-    the newest version (`tip`) appends rows or marks rows gone (then with a later `seq`), so
-    every older version, held by a search in flight on any thread, sees the same rows forever.
-    """
-
-    __slots__ = (
-        "gone_at",
-        "id_bytes",
-        "ids",
-        "live_us",
-        "matrix",
-        "row_of",
-        "squared_norms",
-        "tip",
-    )
-
-    def __init__(
-        self, vectors: VectorMatrix, live_us: np.ndarray[Any, np.dtype[np.int64]], capacity: int
-    ) -> None:
-        self.matrix: np.ndarray[Any, np.dtype[np.floating[Any]]]
-        self.matrix = _with_capacity(vectors.matrix, capacity)
-        self.squared_norms: np.ndarray[Any, np.dtype[np.float64]]
-        self.squared_norms = _with_capacity(vectors.squared_norms, capacity)
-        self.live_us: np.ndarray[Any, np.dtype[np.int64]] = _with_capacity(live_us, capacity)
-        self.gone_at = np.full(capacity, _NEVER, dtype=np.int64)
-        """The first version without the row."""
-        self.ids = list(vectors.ids)
-        self.id_bytes = ids_nbytes(self.ids)
-        self.row_of = {memory_id: row for row, memory_id in enumerate(self.ids)}
-        """The row of each memory in the newest version."""
-        self.tip = 0
-        """The newest version's `seq`."""
-
-    @property
-    def capacity(self) -> int:
-        return len(self.gone_at)
-
-    @property
-    def nbytes(self) -> int:
-        """About what the rows hold in memory: all allocated, the ids, the newest's row map."""
-        arrays = self.matrix.nbytes + self.squared_norms.nbytes + self.live_us.nbytes
-        return int(arrays + self.gone_at.nbytes) + self.id_bytes + _ROW_OF_BYTES * len(self.ids)
-
-
-def _with_capacity(array: np.ndarray[Any, Any], capacity: int) -> np.ndarray[Any, Any]:
-    """`array` with room for `capacity` rows (itself if it has exactly that many)."""
-    if len(array) == capacity:
-        return array
-    grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
 @dataclass(frozen=True, slots=True)
-class _Batch:
-    """A batch's rows of a scope, as the cache keeps them."""
+class _Block:
+    """Rows of a scope as the cache keeps them: ids, vectors, squared norms, expiries."""
 
-    ids: list[str]
-    matrix: np.ndarray[Any, Any]
+    ids: Sequence[str]
+    matrix: np.ndarray[Any, np.dtype[np.floating[Any]]]
     squared_norms: np.ndarray[Any, np.dtype[np.float64]]
     live_us: np.ndarray[Any, np.dtype[np.int64]]
 
     @classmethod
-    def of(cls, write: ScopeWrite) -> _Batch:
+    def of(cls, write: ScopeWrite) -> _Block:
+        """The batch's rows of the scope, as a read of Chroma returns them."""
         matrix = (
             write.as_read([row[1] for row in write.rows])
             if write.rows
@@ -157,6 +102,63 @@ class _Batch:
         return matrix.dtype == np.float64 or np.array_equal(
             self.matrix.astype(np.float32), self.matrix
         )
+
+
+class _Rows:
+    """The rows of successive versions of one scope's entry: appended, never rewritten.
+
+    Version `seq` sees the first `count` rows but those whose `gone_at` is at most `seq`. Only
+    the newest version (`tip`) appends rows or marks rows gone (then with a later `seq`), so
+    every older version, held by a search in flight on any thread, sees the same rows forever.
+    """
+
+    __slots__ = (
+        "gone_at",
+        "id_bytes",
+        "ids",
+        "live_us",
+        "matrix",
+        "row_of",
+        "squared_norms",
+        "tip",
+    )
+
+    def __init__(self, capacity: int, dimensions: int, dtype: np.dtype[Any]) -> None:
+        self.matrix: np.ndarray[Any, np.dtype[np.floating[Any]]]
+        self.matrix = np.empty((capacity, dimensions), dtype=dtype)
+        self.squared_norms = np.empty(capacity, dtype=np.float64)
+        self.live_us = np.empty(capacity, dtype=np.int64)
+        self.gone_at = np.full(capacity, _NEVER, dtype=np.int64)
+        """The first version without the row."""
+        self.ids: list[str] = []
+        self.id_bytes = 0
+        self.row_of: dict[str, int] = {}
+        """The row of each memory in the newest version."""
+        self.tip = 0
+        """The newest version's `seq`."""
+
+    @property
+    def capacity(self) -> int:
+        return len(self.gone_at)
+
+    @property
+    def nbytes(self) -> int:
+        """About what the rows hold in memory: all allocated, the ids, the newest's row map."""
+        arrays = self.matrix.nbytes + self.squared_norms.nbytes + self.live_us.nbytes
+        return int(arrays + self.gone_at.nbytes) + self.id_bytes + _ROW_OF_BYTES * len(self.ids)
+
+    def append(self, block: _Block) -> int:
+        """Writes `block` after the last row (room checked by the caller); the rows' count."""
+        start = len(self.ids)
+        end = start + len(block.ids)
+        if block.ids:  # an empty block's matrix has no dimension
+            self.matrix[start:end] = block.matrix
+            self.squared_norms[start:end] = block.squared_norms
+            self.live_us[start:end] = block.live_us
+            self.ids.extend(block.ids)
+            self.id_bytes += ids_nbytes(block.ids)
+            self.row_of.update(zip(block.ids, range(start, end), strict=True))
+        return end
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,20 +194,21 @@ class ScopeVectors:
     ) -> ScopeVectors:
         vectors = VectorMatrix.of(ids, embeddings)
         expiries = np.fromiter((live_us[i] for i in ids), dtype=np.int64, count=len(ids))
-        return cls._laid_out(key, version, vectors, expiries, len(ids))
+        block = _Block(ids, vectors.matrix, vectors.squared_norms, expiries)
+        return cls._laid_out(key, version, [block], len(ids))
 
     @classmethod
     def _laid_out(
-        cls,
-        key: tuple[str, str],
-        version: str,
-        vectors: VectorMatrix,
-        live_us: np.ndarray[Any, np.dtype[np.int64]],
-        capacity: int,
+        cls, key: tuple[str, str], version: str, blocks: list[_Block], capacity: int
     ) -> ScopeVectors:
-        """An entry on rows of its own: `vectors`, room for `capacity` rows."""
-        rows = _Rows(vectors, live_us, capacity)
-        count = len(vectors.ids)
+        """An entry on rows of its own: `blocks` (of one dimension), room for `capacity` rows."""
+        filled = [block for block in blocks if block.ids]
+        dimensions = filled[0].matrix.shape[1] if filled else 0
+        dtype = np.result_type(np.float32, *(block.matrix.dtype for block in filled))
+        rows = _Rows(capacity, dimensions, dtype)
+        for block in filled:
+            rows.append(block)
+        count = len(rows.ids)
         return cls(key, version, rows, count, 0, count, rows.nbytes)
 
     def after(self, write: ScopeWrite) -> ScopeVectors | None:
@@ -215,47 +218,30 @@ class ScopeVectors:
         scope, as a read of Chroma would return them. None if their dimension differs from the
         rows kept (then this entry cannot be the scope the batch was checked against).
         """
-        batch = _Batch.of(write)
+        batch = _Block.of(write)
         if self.rows.tip == self.seq and batch.fits(self.rows.matrix):
             gone = [self.rows.row_of[i] for i in write.touched if i in self.rows.row_of]
             count = self.count + len(batch.ids)
             dead = count - (self.size - len(gone) + len(batch.ids))
             if count <= self.rows.capacity and dead * _DEAD_SHARE <= count:
                 return self._appended(write.version, gone, batch)
-        return self._rewritten(write, batch)
+        kept = self._where(self.present & ~self.rows_of(write.touched))
+        if kept.ids and batch.ids and kept.matrix.shape[1] != batch.matrix.shape[1]:
+            return None
+        size = len(kept.ids) + len(batch.ids)
+        capacity = size + size // _HEADROOM_SHARE + 4
+        return ScopeVectors._laid_out(self.key, write.version, [kept, batch], capacity)
 
-    def _appended(self, version: str, gone: list[int], batch: _Batch) -> ScopeVectors:
+    def _appended(self, version: str, gone: list[int], batch: _Block) -> ScopeVectors:
         """The next version on these rows: `gone` dropped, `batch` appended."""
-        rows, seq, start = self.rows, self.seq + 1, self.count
-        end = start + len(batch.ids)
+        rows, seq = self.rows, self.seq + 1
         rows.tip = seq  # first: should this fail half-way, no version would append again
         rows.gone_at[gone] = seq
         for row in gone:
             del rows.row_of[rows.ids[row]]
-        rows.matrix[start:end] = batch.matrix
-        rows.squared_norms[start:end] = batch.squared_norms
-        rows.live_us[start:end] = batch.live_us
-        rows.ids.extend(batch.ids)
-        rows.id_bytes += ids_nbytes(batch.ids)
-        rows.row_of.update(zip(batch.ids, range(start, end), strict=True))
+        count = rows.append(batch)
         size = self.size - len(gone) + len(batch.ids)
-        return ScopeVectors(self.key, version, rows, end, seq, size, rows.nbytes)
-
-    def _rewritten(self, write: ScopeWrite, batch: _Batch) -> ScopeVectors | None:
-        """The next version on rows of its own, with room to append to."""
-        kept, kept_live_us = self._where(self.present & ~self.rows_of(write.touched))
-        parts = [part for part in (kept.matrix, batch.matrix) if len(part)]
-        if len({part.shape[1] for part in parts}) > 1:
-            return None
-        vectors = VectorMatrix(
-            (*kept.ids, *batch.ids),
-            np.concatenate(parts) if parts else batch.matrix,
-            np.concatenate([kept.squared_norms, batch.squared_norms]),
-        )
-        live_us = np.concatenate([kept_live_us, batch.live_us])
-        size = len(vectors.ids)
-        capacity = size + size // _HEADROOM_SHARE + 4
-        return ScopeVectors._laid_out(self.key, write.version, vectors, live_us, capacity)
+        return ScopeVectors(self.key, version, rows, count, seq, size, rows.nbytes)
 
     @property
     def present(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -283,24 +269,23 @@ class ScopeVectors:
     @property
     def vectors(self) -> VectorMatrix:
         """This version's memories as one matrix of their own: O(scope)."""
-        return self._where(self.present)[0]
+        block = self._where(self.present)
+        return VectorMatrix(tuple(block.ids), block.matrix, block.squared_norms)
 
     @property
     def live_us(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The expiry of each of `vectors`' rows."""
-        return self._where(self.present)[1]
+        return self._where(self.present).live_us
 
-    def _where(
-        self, mask: np.ndarray[Any, np.dtype[np.bool_]]
-    ) -> tuple[VectorMatrix, np.ndarray[Any, np.dtype[np.int64]]]:
-        """The rows where `mask` holds, as a matrix of their own, and their expiries."""
+    def _where(self, mask: np.ndarray[Any, np.dtype[np.bool_]]) -> _Block:
+        """The rows where `mask` holds, copied out."""
         rows, count = self.rows, self.count
-        vectors = VectorMatrix(
-            tuple(rows.ids[row] for row in np.flatnonzero(mask)),
+        return _Block(
+            [rows.ids[row] for row in np.flatnonzero(mask)],
             rows.matrix[:count][mask],
             rows.squared_norms[:count][mask],
+            np.compress(mask, rows.live_us[:count]),
         )
-        return vectors, np.compress(mask, rows.live_us[:count])
 
     def nearest(
         self, vector: np.ndarray[Any, np.dtype[np.float64]], allowed: np.ndarray[Any, Any], k: int
