@@ -41,10 +41,7 @@ class Chain:
         self.written = written
         self.next_id = 0
         self.known: Snapshot = {}
-        rows = [self.row(self.fresh_id()) for _ in range(size)]
-        vectors = built([row[1] for row in rows]).tolist()
-        for row, read in zip(rows, vectors, strict=True):
-            self.known[row[0]] = (tuple(read), int(row[3][codec.LIVE_US]))
+        self.learn([self.row(self.fresh_id()) for _ in range(size)], built)
         self.entry = self.cold("v0")
         self.writes = 0
 
@@ -84,11 +81,15 @@ class Chain:
         )
         for memory_id in touched:
             self.known.pop(memory_id, None)
+        self.learn(rows, self.written)
+        return write
+
+    def learn(self, rows: list[codec.Row], as_read: AsRead) -> None:
+        """The memories of `rows` from now on, their vectors as `as_read` gives them."""
         if rows:
-            vectors = self.written([row[1] for row in rows]).tolist()
+            vectors = as_read([row[1] for row in rows]).tolist()
             for row, read in zip(rows, vectors, strict=True):
                 self.known[row[0]] = (tuple(read), int(row[3][codec.LIVE_US]))
-        return write
 
     def create(self, memory_id: str | None = None) -> _vectors.ScopeVectors:
         return self.write(set(), [self.row(memory_id or self.fresh_id())])
