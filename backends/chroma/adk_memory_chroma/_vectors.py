@@ -62,7 +62,7 @@ _NEVER = np.iinfo(np.int64).max
 _HEADROOM_SHARE = 4
 """An entry laid out again for a write gets room for 1/_HEADROOM_SHARE more rows (plus a few):
 appending then copies each row a few times at most (amortised), and holds at most 1/4 unused."""
-_DEAD_SHARE = 8
+_DEAD_SHARE = 16
 """An entry is laid out again once more than 1/_DEAD_SHARE of its rows are dropped ones (a
 search still multiplies them)."""
 _ROW_OF_BYTES = 64
