@@ -105,7 +105,7 @@ class _Block:
 
 
 class _Rows:
-    """The rows of successive versions of one scope's entry: appended, never rewritten.
+    """The rows of successive versions of one scope's entry: appended, then only marked gone.
 
     Version `seq` sees the first `count` rows but those whose `gone_at` is at most `seq`. Only
     the newest version (`tip`) appends rows or marks rows gone (then with a later `seq`), so
@@ -165,9 +165,10 @@ class _Rows:
 class ScopeVectors:
     """A scope's memories as of one version of its index: ids and vectors, expiries.
 
-    The first `count` of `rows`, less those later versions dropped (`_Rows`): a write appends
-    to the rows its entry shares with the version before (O(batch)), and lays them out again
-    (O(scope)) only when they are full or more than 1/_DEAD_SHARE of them are dropped ones.
+    The first `count` of `rows` but those dropped by this version or earlier ones (`_Rows`): a
+    write appends to the rows its entry shares with the version before (O(batch)), and lays
+    them out again (O(scope)) only when they are full or more than 1/_DEAD_SHARE of them are
+    dropped ones.
     """
 
     key: tuple[str, str]
