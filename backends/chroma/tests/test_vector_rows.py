@@ -207,6 +207,30 @@ def test_a_memory_deleted_then_created_again_is_one_memory_with_its_new_vector()
     assert everything.count(again) == 1  # its dropped row is never a result
 
 
+def test_a_write_failing_half_way_leaves_its_version_whole_and_its_rows_never_appended_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chain = Chain(32, 10, _vectors.as_read_embedded, _vectors.as_read_embedded)
+    before = chain.create()  # laid out with room
+    known = dict(chain.known)
+    victim = sorted(known)[0]
+    write = _vectors.ScopeWrite(
+        "failed", before.version, frozenset({victim, "new"}), [chain.row("new")], chain.written
+    )
+
+    def out_of_memory(ids: Any) -> int:
+        raise MemoryError("no memory for the ids")
+
+    monkeypatch.setattr(_vectors, "ids_nbytes", out_of_memory)  # after rows were written
+    with pytest.raises(MemoryError):
+        before.after(write)
+    monkeypatch.undo()
+    assert snapshot(before) == known
+    following = chain.create()
+    assert following.rows is not before.rows  # laid out afresh from the version, not appended
+    assert_as_cold(chain, following)
+
+
 def test_a_search_on_another_thread_holding_an_old_version_sees_it_unchanged() -> None:
     chain = Chain(300, 3, _vectors.as_read_embedded, _vectors.as_read_embedded)
     chain.create()
