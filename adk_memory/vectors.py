@@ -9,17 +9,22 @@ stores report (`numpy.linalg.norm` of float64 rows), ties by id (SPEC §3).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["VectorMatrix", "exact_distances"]
+__all__ = ["VectorMatrix", "exact_distances", "ids_nbytes", "nearest_rows"]
 
 _FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 _BYTES_PER_ID = 64
 """A str id's own bytes beyond its characters, and its slot in the tuple (CPython, 64-bit)."""
+
+
+def ids_nbytes(ids: Iterable[str]) -> int:
+    """About what the ids hold in memory, with their slots in a tuple or list."""
+    return sum(_BYTES_PER_ID + len(memory_id) for memory_id in ids)
 
 
 def exact_distances(
@@ -63,45 +68,63 @@ class VectorMatrix:
     @property
     def nbytes(self) -> int:
         """Its memory: the matrix, the norms and the ids."""
-        ids = sum(_BYTES_PER_ID + len(memory_id) for memory_id in self.ids)
-        return int(self.matrix.nbytes + self.squared_norms.nbytes) + ids
+        return int(self.matrix.nbytes + self.squared_norms.nbytes) + ids_nbytes(self.ids)
 
     def nearest(
         self, vector: Sequence[float] | _FloatArray, allowed: np.ndarray[Any, Any] | None, k: int
     ) -> tuple[np.ndarray[Any, np.dtype[np.intp]], np.ndarray[Any, np.dtype[np.float64]]]:
-        """The rows of the `k` allowed vectors nearest to `vector`, and their exact distances.
+        """`nearest_rows` of these vectors."""
+        return nearest_rows(self.matrix, self.squared_norms, self.ids, vector, allowed, k)
 
-        `allowed` is a boolean mask over the rows (None: every row). Rows come nearest first,
-        ties by id; fewer than `k` when fewer are allowed.
-        """
-        target = np.asarray(vector, dtype=np.float64)
-        if allowed is None:
-            allowed = np.ones(len(self.ids), dtype=bool)
-        count = int(np.count_nonzero(allowed))
-        if k <= 0 or count == 0:
-            return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
-        # Squared distances as |m|^2 - 2 m.v + |v|^2: one product over the whole matrix
-        # (selecting the allowed rows first would copy it). einsum's own single-threaded loop,
-        # not BLAS: the product is memory-bound, and threaded BLAS measured 3-5x slower on a
-        # busy 2-core machine (10,000 x 384: 2.5-4.5 ms against 11-14 ms).
-        products = np.einsum("ij,j->i", self.matrix, target.astype(self.matrix.dtype))
-        approx = np.where(allowed, self.squared_norms - 2.0 * products + target @ target, np.inf)
-        kth = min(k, count) - 1
-        edge = float(np.partition(approx, kth)[kth])
-        candidates = np.flatnonzero(approx <= edge + 2.0 * self._rounding_bound(target))
-        distances = exact_distances(self.matrix[candidates], target)
-        order = sorted(
-            range(len(candidates)), key=lambda at: (distances[at], self.ids[candidates[at]])
-        )[:k]
-        return candidates[order], distances[order]
 
-    def _rounding_bound(self, target: np.ndarray[Any, np.dtype[np.float64]]) -> float:
-        """A bound on the error of one approximate squared distance.
+def nearest_rows(
+    matrix: _FloatArray,
+    squared_norms: np.ndarray[Any, np.dtype[np.float64]],
+    ids: Sequence[str],
+    vector: Sequence[float] | _FloatArray,
+    allowed: np.ndarray[Any, Any] | None,
+    k: int,
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], np.ndarray[Any, np.dtype[np.float64]]]:
+    """The rows of the `k` allowed vectors nearest to `vector`, and their exact distances.
 
-        The dot product of n terms in type t errs by at most n * eps(t) * |m| |v| (plus the
-        rounding of `target` to t), and |m| |v| <= (|m|^2 + |v|^2) / 2; float64 terms add
-        far less than the slack of two more terms.
-        """
-        largest = float(self.squared_norms.max(initial=0.0))
-        eps = float(np.finfo(self.matrix.dtype).eps)
-        return (self.dimensions + 2) * eps * (largest + float(target @ target))
+    Row i of `matrix` is the vector of `ids[i]`, its squared norm `squared_norms[i]` (`ids` is
+    read only at the rows ranked, so it may go on past the matrix). `allowed` is a boolean mask
+    over the rows (None: every row). Rows come nearest first, ties by id; fewer than `k` when
+    fewer are allowed.
+    """
+    target = np.asarray(vector, dtype=np.float64)
+    if allowed is None:
+        allowed = np.ones(len(matrix), dtype=bool)
+    count = int(np.count_nonzero(allowed))
+    if k <= 0 or count == 0:
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
+    # Squared distances as |m|^2 - 2 m.v + |v|^2: one product over the whole matrix
+    # (selecting the allowed rows first would copy it). einsum's own single-threaded loop,
+    # not BLAS: the product is memory-bound, and threaded BLAS measured 3-5x slower on a
+    # busy 2-core machine (10,000 x 384: 2.5-4.5 ms against 11-14 ms).
+    products = np.einsum("ij,j->i", matrix, target.astype(matrix.dtype))
+    approx = np.where(allowed, squared_norms - 2.0 * products + target @ target, np.inf)
+    kth = min(k, count) - 1
+    edge = float(np.partition(approx, kth)[kth])
+    bound = _rounding_bound(matrix, squared_norms, target)
+    candidates = np.flatnonzero(approx <= edge + 2.0 * bound)
+    distances = exact_distances(matrix[candidates], target)
+    rows = candidates.tolist()
+    order = sorted(range(len(rows)), key=lambda at: (distances[at], ids[rows[at]]))[:k]
+    return candidates[order], distances[order]
+
+
+def _rounding_bound(
+    matrix: _FloatArray,
+    squared_norms: np.ndarray[Any, np.dtype[np.float64]],
+    target: np.ndarray[Any, np.dtype[np.float64]],
+) -> float:
+    """A bound on the error of one approximate squared distance.
+
+    The dot product of n terms in type t errs by at most n * eps(t) * |m| |v| (plus the
+    rounding of `target` to t), and |m| |v| <= (|m|^2 + |v|^2) / 2; float64 terms add
+    far less than the slack of two more terms.
+    """
+    largest = float(squared_norms.max(initial=0.0))
+    eps = float(np.finfo(matrix.dtype).eps)
+    return (int(matrix.shape[1]) + 2) * eps * (largest + float(target @ target))

@@ -218,10 +218,11 @@ class ScopeIndex:
     ) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """Which of `vectors`' rows the pushed filter keeps, asked of Chroma (ids only).
 
-        Expiry is left to the caller: a range on `live_us` makes Chroma walk every row.
+        Expiry is left to the caller (a range on `live_us` makes Chroma walk every row), and so
+        are rows this version dropped (`ScopeVectors.live` leaves both out).
         """
-        kept = await self.matching_ids(memories, scope_key, list(vectors.ids), pushed)
-        return np.fromiter((memory_id in kept for memory_id in vectors.ids), dtype=bool)
+        kept = await self.matching_ids(memories, scope_key, vectors.memory_ids, pushed)
+        return vectors.rows_of(kept)
 
     async def matching_ids(
         self, memories: Any, scope_key: str, ids: list[str], pushed: dict[str, Any]

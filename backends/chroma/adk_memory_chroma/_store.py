@@ -403,10 +403,9 @@ class ChromaMemoryStore(MemoryStore):
                 vectors = await self._scopes.vectors(
                     bank_id, memories, aux, query.scope_key, verified
                 )
-                dimensions = vectors.vectors.dimensions
-                if vectors.vectors.ids and dimensions != len(vector):
-                    as_matrix([vector], dimensions)  # raises InvalidArgument
-                allowed = vectors.live_us > now_us
+                if vectors.size and vectors.dimensions != len(vector):
+                    as_matrix([vector], vectors.dimensions)  # raises InvalidArgument
+                allowed = vectors.live(now_us)
                 if pushed is not True and allowed.any():
                     allowed &= await self._scopes.matching(
                         memories, query.scope_key, vectors, pushed
