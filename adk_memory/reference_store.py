@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
-from adk_memory.filters import FilterExpr, matches
+from adk_memory.filters import matches
 from adk_memory.locks import InProcessLockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -312,16 +312,6 @@ class ReferenceMemoryStore(MemoryStore):
     async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str:
         """A number drawn afresh by every write that touches the scope ("0": never written)."""
         return str(self._bank(bank_id).versions.get(scope_key, 0))
-
-    async def matching_ids(
-        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str]:
-        """The scope's memories that match, by their ids (one pass over the scope)."""
-        bank = self._bank(bank_id)
-        members = bank.members.get(scope_key, {})
-        return frozenset(
-            memory_id for memory_id in members if matches(filter, bank.memories[memory_id])
-        )
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit."""

@@ -515,17 +515,6 @@ class MemoryStore(Protocol):
         """
         return None
 
-    async def matching_ids(
-        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str] | None:
-        """The ids of the scope's memories that match `filter`, expired ones possibly included.
-
-        `filter` holds only conditions of `capabilities.pushdown`. For a caller that keeps the
-        scope's records itself (hybrid retrieval's cache): the cost follows the ids, not the
-        records. None (the default): the store cannot say cheaply; callers scan instead.
-        """
-        return None
-
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Up to `limit` live memories matching the query, in its order, after `query.after`.
 

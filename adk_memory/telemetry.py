@@ -40,7 +40,6 @@ from adk_memory.errors import AdkMemoryError
 if TYPE_CHECKING:
     from adk_memory.embeddings import Embedder
     from adk_memory.engine.context import EngineContext
-    from adk_memory.filters import FilterExpr
     from adk_memory.locks import LockProvider
     from adk_memory.scope import ScopeKey
     from adk_memory.store import (
@@ -316,15 +315,6 @@ class TracingStore:
         with self._call("scope_version", bank_id) as span:
             found = await self.inner.scope_version(bank_id, scope_key)
             span.set_attribute(RESULTS, int(found is not None))
-            return found
-
-    async def matching_ids(
-        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str] | None:
-        """See `MemoryStore.matching_ids`."""
-        with self._call("matching_ids", bank_id) as span:
-            found = await self.inner.matching_ids(bank_id, scope_key, filter)
-            span.set_attribute(RESULTS, -1 if found is None else len(found))
             return found
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:

@@ -575,7 +575,7 @@ class MemoryStoreConformance:
     ) -> None:
         """Each supported filter is applied before the k nearest are taken.
 
-        And by a scan and `matching_ids` of the scope (never another scope's memories).
+        And by a scan of the scope (never another scope's memories).
         """
         records = (
             memory(
@@ -654,8 +654,6 @@ class MemoryStoreConformance:
                 ),
             )
             assert [record.memory_id for record in scanned] == expected, expr
-            found = await store.matching_ids(bank, KEY, expr)
-            assert found is None or found == set(expected), expr
         assert tried or not supported
 
     async def test_an_upsert_replaces_the_whole_record(self, store: MemoryStore, bank: str) -> None:

@@ -564,7 +564,7 @@ class _Raced:
 
     race: Callable[[], Awaitable[None]] | None = None
     raced: tuple[str, ...] = ("get_memories",)
-    """Of `get_memories`, `scan`, `matching_ids`, `nearest`."""
+    """Of `get_memories`, `scan`, `nearest`."""
 
     async def _run_race(self, method: str) -> None:
         if self.race is not None and method in self.raced:
@@ -582,10 +582,6 @@ class _Raced:
     async def nearest(self, bank_id: str, query: Any) -> Any:
         await self._run_race("nearest")
         return await super().nearest(bank_id, query)  # type: ignore[misc]
-
-    async def matching_ids(self, bank_id: str, scope_key: Any, filter: Any) -> Any:
-        await self._run_race("matching_ids")
-        return await super().matching_ids(bank_id, scope_key, filter)  # type: ignore[misc]
 
 
 class _RacedMemory(_Raced, ReferenceMemoryStore):
@@ -665,7 +661,7 @@ async def test_a_write_during_the_scope_scan_is_seen_and_a_warm_filter_reads_no_
 ) -> None:
     """The index claims the version read before its scan: a memory written during the scan is
     seen by the next query (a newer version: one rebuild). Once warm, a filter of any kind is
-    evaluated from the index's columns: no scan, no `matching_ids`, no store `nearest`."""
+    evaluated from the index's columns: no scan, no store `nearest`."""
     raced_maker, writer_maker = raced_and_writer
     raced = raced_maker()
     reader = AsyncClient(store=raced, embedding_model="hash-64", run_scheduler=False)
@@ -691,7 +687,7 @@ async def test_a_write_during_the_scope_scan_is_seen_and_a_warm_filter_reads_no_
                 ["Biscuit the greyhound loves the beach.", FACTS[0]]
             )
             assert written[0] in [hit[0] for hit in hits]
-        raced.race, raced.raced = race, ("scan", "matching_ids", "nearest")
+        raced.race, raced.raced = race, ("scan", "nearest")
         for where in ('fact=~"Bisc[u]it"', 'create_time > "2000-01-01T00:00:00Z"'):
             assert len(await search(reader, bank, "greyhound", filter=where)) >= 2
         assert raced.race is not None  # none was read: the cached vectors ranked the dense side

@@ -39,7 +39,7 @@ import numpy as np
 from chromadb.api import AsyncClientAPI, ClientAPI
 
 from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
-from adk_memory.filters import FilterExpr, matches
+from adk_memory.filters import matches
 from adk_memory.locks import LockProvider
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
@@ -444,26 +444,6 @@ class ChromaMemoryStore(MemoryStore):
         async def work(memories: Any) -> str | None:
             aux = await self._chroma.collection(self._chroma.name(bank_id, AUX))
             return await self._scopes.head(bank_id, memories, aux, scope_key)
-
-        return await self._on_bank(bank_id, MEM, work)
-
-    async def matching_ids(
-        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str]:
-        """The scope's memories that match, by id: those its index lists, asked of Chroma.
-
-        One `get` (ids only) with the pushed filter; expired ones are not left out.
-        """
-        pushed = compile_filter(filter)
-
-        async def work(memories: Any) -> frozenset[str]:
-            if pushed is False:
-                return frozenset()
-            aux = await self._chroma.collection(self._chroma.name(bank_id, AUX))
-            ids = list(await self._scopes.members(aux, scope_key))
-            if pushed is True:
-                return frozenset(ids)
-            return frozenset(await self._scopes.matching_ids(memories, scope_key, ids, pushed))
 
         return await self._on_bank(bank_id, MEM, work)
 

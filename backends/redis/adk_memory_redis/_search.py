@@ -1,7 +1,7 @@
-"""Queries of a bank's index: `nearest`, `matching_ids` and `scan`.
+"""Queries of a bank's index: `nearest` and `scan`.
 
-`nearest` is a KNN search ranked exactly here, `matching_ids` one FT.AGGREGATE, `scan` keyset
-pages of FT.AGGREGATE in a sort order.
+`nearest` is a KNN search ranked exactly here, `scan` keyset pages of FT.AGGREGATE in a sort
+order.
 
 FLAT ranks exactly, so its window only needs room to see ties at the k-th place. HNSW may miss
 true neighbours: it over-fetches (`overfetch`) and ranks the candidates exactly, and a small
@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 
 from adk_memory.errors import InvalidArgument
-from adk_memory.filters import FilterExpr
-from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     MemoryRecord,
     NearestQuery,
@@ -187,31 +185,6 @@ class Search:
             for distance, (key, doc) in zip(distances, docs, strict=True)
         )  # (distance, memory id): SPEC §3, ties break by name
         return bank, ranked, len(docs) < window
-
-    async def matching_ids(
-        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str]:
-        """The scope's memories that match, by id: one FT.AGGREGATE with a single row.
-
-        Its `REDUCE TOLIST` of the ids took a third to a fifth of the time of FT.SEARCH
-        NOCONTENT's reply of 5,000 keys. Expired ones are not left out (the caller does that).
-        """
-        query = base_query(0, scope_key, filter)
-        if query is None:
-            return frozenset()
-
-        def queue(pipe: Any, bank: Bank) -> None:
-            pipe.execute_command(
-                "FT.AGGREGATE", bank.index_name, query,
-                "GROUPBY", 0, "REDUCE", "TOLIST", 1, "@memory_id", "AS", "ids",
-                *search_args(self._config.query_timeout_ms),
-            )  # fmt: skip
-
-        async with self._connection.call("filter a scope") as client:
-            _bank, replies = await self._banks.with_bank(client, bank_id, queue)
-        rows, warnings = parse_aggregate(replies[0])
-        self.check_warnings(warnings)
-        return frozenset(text(memory_id) for row in rows for memory_id in row.get("ids") or ())
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit.

@@ -47,7 +47,7 @@ spans slots; SCAN and FT._LIST run on every primary. A bank indexed before this 
 - `_banks`: bank records, the registry, the cached layouts, the epoch-checked round trip
   (`with_bank`) and the removal of deleted epochs;
 - `_writer`: `apply`'s WATCH/MULTI/EXEC, its checks, commit marker and cluster slot handling;
-- `_search`: `nearest`, `matching_ids` and `scan`;
+- `_search`: `nearest` and `scan`;
 - `_revisions`: revision reads and the `rids` set;
 - `_documents`: engine documents; `_due`: the due index;
 - `_expiry`: native expiry and `sweep_expired` / `earliest_expiry`;
@@ -63,7 +63,6 @@ from datetime import datetime
 from typing import Any, ClassVar, Self
 
 from adk_memory.errors import NotFound
-from adk_memory.filters import FilterExpr
 from adk_memory.scope import ScopeKey
 from adk_memory.store import (
     BankRecord,
@@ -263,12 +262,6 @@ class RedisMemoryStore(MemoryStore):
                 client, bank_id, lambda pipe, bank: pipe.get(bank.scope_version(key))
             )
         return f"{bank.epoch}:{text(replies[0] or b'0')}"
-
-    async def matching_ids(
-        self, bank_id: str, scope_key: ScopeKey, filter: FilterExpr
-    ) -> frozenset[str]:
-        """The scope's memories that match, by id (expired ones included)."""
-        return await self._search.matching_ids(bank_id, scope_key, filter)
 
     async def scan(self, bank_id: str, query: ScanQuery) -> list[MemoryRecord]:
         """Live memories matching the query in its order, after its cursor, up to its limit."""
