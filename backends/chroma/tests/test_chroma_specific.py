@@ -343,6 +343,7 @@ async def main(path):
         await store.create_bank(BankRecord(bank_id, {}, "h", 2, T0, T0))
     # 130 rows in one write: saved (sync_threshold 128); the next one is not.
     await store.apply("big", WriteBatch(inserts=tuple(memory(f"s{i}", i) for i in range(130))))
+    await store.apply("big", WriteBatch(upserts=(memory("s1", 500.0),)))  # a new vector, unsaved
     for bank_id, memory_id in banks.items():
         await store.apply(bank_id, WriteBatch(inserts=(memory(memory_id, -1.0),)))
     client = store._chroma.client
@@ -357,12 +358,14 @@ async def main(path):
         other.get(ids=["f"], include=["embeddings"])
         filler += 1
     errors = sorted({error for b, m in banks.items() if (error := index_error(mem[b], m))})
+    [updated] = await store.get_memories("big", ["s1"], T0)  # before any rebuild of big's index
     read = {}
     for bank_id, memory_id in banks.items():
         read[bank_id] = [r.memory_id for r in await store.get_memories(bank_id, [memory_id], T0)]
     query = NearestQuery(scope_key(SCOPE), (1.0, -1.0), 2, T0)
     nearest = [hit.record.memory_id for hit in await store.nearest("big", query)]
     print(json.dumps({"errors": errors, "read": read, "nearest": nearest,
+                      "updated": list(updated.embedding),
                       "rows": [rows, mem["big"].count()]}))
     await store.aclose()
 
@@ -371,24 +374,43 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-def test_reads_of_vectors_whose_index_chroma_evicted_unsaved_work(tmp_path: Path) -> None:
-    """The hard open-file limit (400) keeps the store from raising the soft one, so Chroma
-    keeps few vector indexes and drops the least recently used unsaved: never saved ("Nothing
-    found on disk"), or saved before its last rows ("Error finding id"). A read rebuilds it."""
+@pytest.fixture(scope="module")
+def evicted_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What `EVICTION_SCRIPT` read (one run, about 7 s, for the tests below)."""
+    folder = tmp_path_factory.mktemp("evicted") / "folder"
     done = subprocess.run(
-        [sys.executable, "-c", EVICTION_SCRIPT, str(tmp_path / "folder")],
+        [sys.executable, "-c", EVICTION_SCRIPT, str(folder)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-1500:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_reads_of_vectors_whose_index_chroma_evicted_unsaved_work(
+    evicted_reads: dict[str, Any],
+) -> None:
+    """The hard open-file limit (400) keeps the store from raising the soft one, so Chroma
+    keeps few vector indexes and drops the least recently used unsaved: never saved ("Nothing
+    found on disk"), or saved before its last rows ("Error finding id"). A read rebuilds it."""
+    found = evicted_reads
     assert any("Nothing found on disk" in error for error in found["errors"])
     assert any("Error finding id" in error for error in found["errors"])
     assert found["read"] == {"big": ["late"]} | {f"b{n}": [f"m{n}"] for n in range(40)}
     assert found["nearest"] == ["late", "s0"]
     assert found["rows"][0] == found["rows"][1]  # the rebuild deleted nothing
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: an evicted index reloads unsaved updates old")
+def test_a_vector_updated_since_the_last_save_is_read_new_after_an_eviction(
+    evicted_reads: dict[str, Any],
+) -> None:
+    """Chroma reloads an evicted index from its last save without a word: a vector replaced
+    since then reads as the old one until the collection's next write (chromadb 1.5.9)."""
+    assert evicted_reads["updated"] == [1.0, 500.0]
 
 
 async def test_only_chromas_evicted_index_errors_start_a_rebuild() -> None:
