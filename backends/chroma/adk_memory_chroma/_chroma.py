@@ -206,6 +206,28 @@ class Chroma:
                 return await cast(Callable[..., Awaitable[Any]], method)(**kwargs)
             return await asyncio.to_thread(method, **kwargs)
 
+    async def get(self, action: str, collection: Any, **kwargs: Any) -> Any:
+        """`collection.get(**kwargs)`, read again once if Chroma had evicted its vector index.
+
+        For every read that includes embeddings (the only reads that use the index). Chroma
+        keeps a bounded number of indexes in memory and drops the least recently used one
+        without saving it; reading its vectors then fails (`_EVICTED`) until the collection's
+        next write, which replays the collection's unsaved log entries (kept in its SQLite log
+        until the index is saved) into a fresh index. So on that failure, and only on it, this
+        deletes `REBUILD_ID`, which no row has (a one-row write that changes nothing), and
+        reads once more; any other error, or a second failure, is raised as it is.
+        """
+        try:
+            return await self.call(action, collection.get, **kwargs)
+        except StoreUnavailable as exc:
+            if not _index_evicted(exc):
+                raise
+            logger.info("Chroma evicted the vector index of %s; rebuilding it", collection.name)
+        await self.call(
+            "rebuild an evicted vector index", collection.delete, ids=[codec.REBUILD_ID]
+        )
+        return await self.call(action, collection.get, **kwargs)
+
     def name(self, bank_id: str | None, kind: str) -> str:
         prefix = self._config.collection_prefix
         if bank_id is None:
@@ -377,6 +399,18 @@ def _chroma_has_open(folder: str) -> bool:
         identifier and Path(identifier).expanduser().resolve() == Path(folder)
         for identifier in list(systems)
     )
+
+
+_EVICTED = (
+    "Nothing found on disk",  # never saved yet: no index files
+    "Error finding id",  # loaded from its last save, without the rows written since
+)
+"""How chromadb 1.5 reports a read of an index it evicted (see `Chroma.get`)."""
+
+
+def _index_evicted(error: StoreUnavailable) -> bool:
+    cause = error.__cause__
+    return isinstance(cause, ChromaError) and any(sign in str(cause) for sign in _EVICTED)
 
 
 def _is_http_client(client: Any) -> bool:

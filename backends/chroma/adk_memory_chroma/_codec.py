@@ -181,6 +181,9 @@ SCOPE_BUCKETS = 16
 LAYOUT_ID = "j:layout"
 LAYOUT_VERSION = 2
 """1: no scope index (before issue 18); 2: scope index rows in the memory collection."""
+REBUILD_ID = "i:rebuild"
+"""Never a row (no other id starts with `i:`, no memory id has a colon): deleted to make Chroma
+rebuild a vector index it evicted (`Chroma.get`)."""
 STATE_LIVE = "live"
 STATE_DELETING = "deleting"
 

@@ -162,9 +162,9 @@ def raise_open_file_limit() -> None:
     """Raises this process's soft open-file limit towards `OPEN_FILES_WANTED` (never lowers it).
 
     Chroma keeps (soft limit ÷ 5) vector indexes open per client, fixed when the client is
-    built, and closes the least recently used one without saving it: rows written since its
-    last save are missing from it until the collection's next write. With Linux's usual soft
-    limit of 1,024 that is 204 collections, about 100 banks; the hard limit is usually far
+    built, in 64 LRU shards, and closes the least recently used one of a full shard without
+    saving it (`Chroma.get` rebuilds one a read finds missing). With Linux's usual soft limit
+    of 1,024 eviction typically starts at ~55 collections; the hard limit is usually far
     higher. Call it before building the chromadb client.
     """
     if sys.platform == "win32":

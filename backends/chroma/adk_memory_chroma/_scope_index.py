@@ -197,8 +197,8 @@ class ScopeIndex:
         ids: list[str] = []
         embeddings: list[Any] = []
         for request in _scope_requests(list(members), scoped, scoped if verified else None):
-            found = await self._chroma.call(
-                "read a scope's vectors", memories.get, include=["embeddings"], **request
+            found = await self._chroma.get(
+                "read a scope's vectors", memories, include=["embeddings"], **request
             )
             for memory_id, embedding in zip(found["ids"], found["embeddings"], strict=True):
                 if memory_id in members:  # the scope's memories, by the index

@@ -375,9 +375,9 @@ class ChromaMemoryStore(MemoryStore):
             return []
 
         async def work(memories: Any) -> list[MemoryRecord]:
-            found = await self._chroma.call(
+            found = await self._chroma.get(
                 "read memories",
-                memories.get,
+                memories,
                 ids=unique,
                 include=["metadatas", "documents", "embeddings"],
             )
@@ -413,9 +413,9 @@ class ChromaMemoryStore(MemoryStore):
                 best = vectors.nearest(vector, allowed, query.k)
                 if not best:
                     return []
-                found = await self._chroma.call(
+                found = await self._chroma.get(
                     "read nearest memories",
-                    memories.get,
+                    memories,
                     ids=best,
                     include=["metadatas", "documents", "embeddings"],
                 )

@@ -266,9 +266,9 @@ class BatchWriter:
         """
         if self.dimensions.get(bank_id) == dimension:
             return memories
-        probe = await self._chroma.call(
+        probe = await self._chroma.get(
             "read the vector dimension",
-            memories.get,
+            memories,
             where={codec.LIVE_US: {"$gte": -codec.NEVER_US}},  # memories only, not the journal
             limit=1,
             include=["embeddings"],
