@@ -30,6 +30,7 @@ keep embedded Chroma off network shares, as Chroma itself advises; copy the fold
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -178,6 +179,22 @@ def raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError) as exc:
             logger.warning("could not raise the open-file limit from %d: %s", soft, exc)
+    if wanted < OPEN_FILES_WANTED:
+        _warn_small_index_cache(hard)
+
+
+@functools.cache
+def _warn_small_index_cache(hard: int) -> None:
+    """Says once per process that the hard open-file limit keeps Chroma's index cache small."""
+    logger.warning(
+        "The open-file hard limit is %d, so Chroma keeps at most %d vector indexes open (in 64 "
+        "shards) and may evict one unsaved once a few dozen collections are in use; a memory "
+        "updated since its index was last saved can then be read with its old vector. Raise "
+        "the hard limit (ulimit -Hn %d) for many banks.",
+        hard,
+        hard // 5,
+        OPEN_FILES_WANTED,
+    )
 
 
 def first_hold(key: str) -> bool:

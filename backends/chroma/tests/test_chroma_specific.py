@@ -308,6 +308,36 @@ def test_an_embedded_store_raises_a_low_open_file_limit_before_chroma_sizes_its_
     assert cache == wanted // 5
 
 
+def test_a_hard_open_file_limit_that_keeps_chromas_cache_small_is_warned_about(
+    tmp_path: Path,
+) -> None:
+    """Under a low hard limit the store cannot avoid evictions, nor the stale read they can
+    cause (README, Chroma backend): it says so once per process, with the limit and the fix."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, logging, resource
+        from adk_memory_chroma import ChromaMemoryStore
+
+        logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
+
+        async def main():
+            for folder in ("one", "two"):
+                store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}/{{folder}}")
+                await store.list_banks()
+                await store.aclose()
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    warned = [line for line in done.stderr.splitlines() if "open-file hard limit is 400" in line]
+    assert len(warned) == 1, done.stderr
+    assert "at most 80 vector indexes" in warned[0] and "ulimit -Hn 65536" in warned[0]
+
+
 EVICTION_SCRIPT = """
 import asyncio, json, resource, sys
 from datetime import UTC, datetime
