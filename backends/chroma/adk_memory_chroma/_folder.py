@@ -157,6 +157,9 @@ def use_write_ahead_log(key: str) -> None:
 
 OPEN_FILES_WANTED = 65536
 """The soft open-file limit an embedded store asks for (never above the hard limit)."""
+OPEN_FILES_WARN_BELOW = 8192
+"""A hard limit below this gets a warning: Chroma's index cache of (limit ÷ 5) in 64 shards
+then evicts from a few hundred collections on (~55 at 1,024; ~3,000 at 20,000)."""
 
 
 def raise_open_file_limit() -> None:
@@ -179,7 +182,7 @@ def raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError) as exc:
             logger.warning("could not raise the open-file limit from %d: %s", soft, exc)
-    if wanted < OPEN_FILES_WANTED:
+    if wanted < OPEN_FILES_WARN_BELOW:
         _warn_small_index_cache(hard)
 
 
@@ -188,9 +191,9 @@ def _warn_small_index_cache(hard: int) -> None:
     """Says once per process that the hard open-file limit keeps Chroma's index cache small."""
     logger.warning(
         "The open-file hard limit is %d, so Chroma keeps at most %d vector indexes open (in 64 "
-        "shards) and may evict one unsaved once a few dozen collections are in use; a memory "
-        "updated since its index was last saved can then be read with its old vector. Raise "
-        "the hard limit (ulimit -Hn %d) for many banks.",
+        "shards) and may evict one unsaved once a few hundred collections (two per bank) are "
+        "in use; a memory updated since its index was last saved can then be read with its "
+        "old vector. Raise the hard limit (ulimit -Hn %d) for many banks.",
         hard,
         hard // 5,
         OPEN_FILES_WANTED,
