@@ -1,23 +1,19 @@
-"""A worker process for the multi-process reliability tests.
+"""The worker processes of the multi-process reliability tests: `reliability_support` forks
+each from its server process and runs `run_job` there (never imported by the tests themselves).
 
-`run_job` is what `reliability_support.run_workers` starts in each forked process; `python
-_worker.py '{"mode": …, …}'` runs one job as a script and prints one JSON line with what it did
-(the `hold_*` modes, which tests kill). Modes:
-`mixed` (create the memory id `same-id`, then `count` times: one generate on the shared scope
-and one on the worker's own scope, each updating that scope's single memory), `hold_lock`
+Modes: `mixed` (create the memory id `same-id`, then `count` times: one generate on the shared
+scope and one on the worker's own scope, each updating that scope's single memory), `hold_lock`
 (take a Redis lock and hang), `hold_folder` (open an embedded Chroma directory, write one memory
 and hang), `embedded` (write `count` memories into an embedded Chroma directory, waiting while
 another process holds it), `schedule` (run an ingest scheduler for `seconds`) and `produce`
-(the same while ingesting events into several streams). All but the `hold_*` modes call
-`started` once connected: it tells the parent and waits for its signal, so that the parent
-releases all of them at once.
+(the same while ingesting events into several streams). Each calls `started` once connected (the
+`hold_*` modes once holding): it tells the parent and waits for its signal, so that the parent
+can release several at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -115,7 +111,7 @@ async def main(args: dict[str, Any], started: Started) -> dict[str, Any]:
 
         provider = RedisLockProvider.from_uri(args["redis_url"])
         await provider.acquire(args["name"], lease_seconds=args["lease"])
-        print(json.dumps({"held": True}), flush=True)  # noqa: T201
+        started()
         await asyncio.sleep(3600)
         return {}
     if mode == "hold_folder":
@@ -123,7 +119,7 @@ async def main(args: dict[str, Any], started: Started) -> dict[str, Any]:
             await c.memory_banks.memories.create(
                 name=args["bank"], fact="held", scope={"user_id": "holder"}
             )
-            print(json.dumps({"held": True}), flush=True)  # noqa: T201
+            started()
             await asyncio.sleep(3600)
         return {}
     if mode == "embedded":
@@ -187,13 +183,3 @@ def run_job(job: dict[str, Any], parent: Connection) -> None:
     except BaseException:
         parent.send({"error": traceback.format_exc()})
         raise
-
-
-def _started_on_stdio() -> None:
-    print(json.dumps({"ready": True}), flush=True)  # noqa: T201
-    sys.stdin.readline()
-
-
-if __name__ == "__main__":
-    job = json.loads(sys.argv[1])
-    print(json.dumps(asyncio.run(main(job, _started_on_stdio))), flush=True)  # noqa: T201

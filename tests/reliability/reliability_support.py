@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import random
 import re
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from multiprocessing.connection import Connection
-from pathlib import Path
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import _worker
@@ -20,9 +21,6 @@ from pydantic import Field
 
 from adk_memory import AsyncClient
 from adk_memory.testing.models import ScriptedMemoryModel
-
-WORKER = Path(__file__).with_name("_worker.py")
-
 
 # Workers are forked from a server process that has imported these once, so that each worker
 # starts in a fraction of a second instead of importing them anew (seconds per process): they are
@@ -44,29 +42,54 @@ def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[di
 
     A worker still running after `timeout` seconds is killed and fails the test (a deadlock).
     """
-    pipes = [_FORKS.Pipe() for _ in jobs]
-    procs = [
-        _FORKS.Process(target=_worker.run_job, args=(job, child), daemon=True)
-        for job, (_, child) in zip(jobs, pipes, strict=True)
-    ]
+    deadline = time.monotonic() + timeout
+    workers = _start(jobs)
     try:
-        for proc in procs:
-            proc.start()
-        deadline = time.monotonic() + timeout
-        for parent, _ in pipes:
-            assert _message(parent, deadline) == {"ready": True}
-        for parent, _ in pipes:
-            parent.send("go")
-        results = [_message(parent, deadline)["result"] for parent, _ in pipes]
-        for proc in procs:
+        _release(workers, deadline)
+        results = [_message(parent, deadline)["result"] for _, parent in workers]
+        for proc, _ in workers:
             proc.join(timeout=max(1.0, deadline - time.monotonic()))
             assert proc.exitcode == 0, f"a worker exited with {proc.exitcode}"
         return results
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        _kill(workers)
+
+
+@contextlib.contextmanager
+def holding(job: dict[str, Any], *, timeout: float = 60.0) -> Iterator[BaseProcess]:
+    """Runs a `hold_*` job in a process of its own; its process once it holds. The process is
+    killed (no cleanup) when the block exits."""
+    workers = _start([job])
+    try:
+        _release(workers, time.monotonic() + timeout)
+        yield workers[0][0]
+    finally:
+        _kill(workers)
+
+
+def _start(jobs: list[dict[str, Any]]) -> list[tuple[BaseProcess, Connection]]:
+    workers = []
+    for job in jobs:
+        parent, child = _FORKS.Pipe()
+        proc = _FORKS.Process(target=_worker.run_job, args=(job, child), daemon=True)
+        proc.start()
+        workers.append((proc, parent))
+    return workers
+
+
+def _release(workers: list[tuple[BaseProcess, Connection]], deadline: float) -> None:
+    """Waits until every worker is ready, then signals them all."""
+    for _, parent in workers:
+        assert _message(parent, deadline) == {"ready": True}
+    for _, parent in workers:
+        parent.send("go")
+
+
+def _kill(workers: list[tuple[BaseProcess, Connection]]) -> None:
+    for proc, _ in workers:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def _message(parent: Connection, deadline: float) -> dict[str, Any]:
