@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import random
 import re
 import time
@@ -16,25 +15,12 @@ from typing import Any
 
 import _worker
 import pytest
+from forks import FORKS
 from google.adk.models import LlmRequest, LlmResponse
 from pydantic import Field
 
 from adk_memory import AsyncClient
 from adk_memory.testing.models import ScriptedMemoryModel
-
-# Workers are forked from a server process that has imported these once, so that each worker
-# starts in a fraction of a second instead of importing them anew (seconds per process): they are
-# still separate processes, each with its own client, connections and event loop.
-_FORKS = multiprocessing.get_context("forkserver")
-_FORKS.set_forkserver_preload(
-    [
-        "adk_memory",
-        "adk_memory.testing.models",
-        "adk_memory_chroma",
-        "adk_memory_redis",
-        "reliability_support",
-    ]
-)
 
 
 def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[dict[str, Any]]:
@@ -70,9 +56,10 @@ def holding(job: dict[str, Any], *, timeout: float = 60.0) -> Iterator[BaseProce
 def _start(jobs: list[dict[str, Any]]) -> list[tuple[BaseProcess, Connection]]:
     workers = []
     for job in jobs:
-        parent, child = _FORKS.Pipe()
-        proc = _FORKS.Process(target=_worker.run_job, args=(job, child), daemon=True)
+        parent, child = FORKS.Pipe()
+        proc = FORKS.Process(target=_worker.run_job, args=(job, child), daemon=True)
         proc.start()
+        child.close()  # the worker holds the only other end: its death reads as end of file
         workers.append((proc, parent))
     return workers
 

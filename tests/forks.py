@@ -1,0 +1,46 @@
+"""Processes forked from a server process that has imported the package and its backends once.
+
+A new interpreter spends seconds importing them before its first call; a process forked from
+the server starts in a fraction of a second. It is still a separate process, with its own
+stores, caches, connections, locks and event loop: what the tests that use it are about.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(
+    ["adk_memory", "adk_memory.testing.models", "adk_memory_chroma", "adk_memory_redis"]
+)
+
+
+def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> None:
+    """Runs `target(*args)` (a module-level function) in a forked process; fails with its
+    traceback if it raises, or if it has not returned within `timeout` seconds."""
+    parent, child = FORKS.Pipe(duplex=False)
+    process = FORKS.Process(target=_reporting, args=(child, target, *args), daemon=True)
+    process.start()
+    child.close()  # the process holds the only writing end: its death reads as end of file
+    try:
+        assert parent.poll(timeout), f"the process did not return within {timeout} s"
+        error = parent.recv()
+        assert error is None, error[-3000:]
+    finally:
+        process.kill()
+        process.join()
+
+
+def _reporting(parent: Connection, target: Callable[..., Any], *args: Any) -> None:
+    """Sends None when `target(*args)` returns, else its traceback (the parent's stderr capture
+    may not be the one this process inherited)."""
+    try:
+        target(*args)
+    except BaseException:
+        parent.send(traceback.format_exc())
+        raise
+    parent.send(None)
