@@ -155,7 +155,7 @@ def test_the_worker_flushes_streams_that_came_due(uri: str) -> None:
     """What a deployment's `adk-memory worker` is for: streams no client is left to flush.
 
     The clients here run no scheduler of their own, which would flush the stream as soon as it
-    is due (a slow machine can make a client outlive the 2 s).
+    is due (a slow machine can make a client outlive the 1 s).
     """
     with Client(uri, run_scheduler=False) as client:
         client.memory_banks.create(
@@ -166,9 +166,9 @@ def test_the_worker_flushes_streams_that_came_due(uri: str) -> None:
             name="reasoningEngines/worker",
             scope={"user_id": "u1"},
             direct_contents_source={"events": [EVENT]},
-            generation_trigger_config={"generation_rule": {"idle_duration": "2s"}},
+            generation_trigger_config={"generation_rule": {"idle_duration": "1s"}},
         )
-    time.sleep(2.2)
+    time.sleep(1.2)
     with Client(uri, run_scheduler=False) as client:
         assert list(client.memory_banks.memories.list(name="reasoningEngines/worker")) == []
     flushed = CliRunner().invoke(app, ["worker", "--once", "--uri", uri])
