@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from adk_memory_chroma import ChromaMemoryStore
 from adk_memory_redis import RedisMemoryStore
-from forks import run_in_a_process
 
 from adk_memory import AsyncClient
 from adk_memory._registry import store_from_uri
@@ -30,6 +29,7 @@ from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryStore
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.processes import run_in_a_process
 
 U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
 FACTS = [

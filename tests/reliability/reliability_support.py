@@ -15,12 +15,12 @@ from typing import Any
 
 import _worker
 import pytest
-from forks import FORKS
 from google.adk.models import LlmRequest, LlmResponse
 from pydantic import Field
 
 from adk_memory import AsyncClient
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.processes import FORKS
 
 
 def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[dict[str, Any]]:

@@ -19,28 +19,34 @@ FORKS.set_forkserver_preload(
 )
 
 
-def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> None:
-    """Runs `target(*args)` (a module-level function) in a forked process; fails with its
-    traceback if it raises, or if it has not returned within `timeout` seconds."""
+def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> Any:
+    """What `target(*args)` returns when run in a forked process.
+
+    `target` is a module-level function; its arguments and result are pickled. Fails with its
+    traceback if it raises, or if it has not returned within `timeout` seconds.
+    """
     parent, child = FORKS.Pipe(duplex=False)
     process = FORKS.Process(target=_reporting, args=(child, target, *args), daemon=True)
     process.start()
     child.close()  # the process holds the only writing end: its death reads as end of file
     try:
         assert parent.poll(timeout), f"the process did not return within {timeout} s"
-        error = parent.recv()
+        error, result = parent.recv()
         assert error is None, error[-3000:]
+        return result
     finally:
         process.kill()
         process.join()
 
 
 def _reporting(parent: Connection, target: Callable[..., Any], *args: Any) -> None:
-    """Sends None when `target(*args)` returns, else its traceback (the parent's stderr capture
-    may not be the one this process inherited)."""
+    """Sends (None, what `target(*args)` returns), or (its traceback, None) when it raises.
+
+    Over the pipe, since the stderr this process inherited may be another test's capture.
+    """
     try:
-        target(*args)
+        result = target(*args)
     except BaseException:
-        parent.send(traceback.format_exc())
+        parent.send((traceback.format_exc(), None))
         raise
-    parent.send(None)
+    parent.send((None, result))
