@@ -7,10 +7,12 @@ stores, caches, connections, locks and event loop: what the tests that use it ar
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 FORKS = multiprocessing.get_context("forkserver")
@@ -25,10 +27,7 @@ def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 12
     `target` is a module-level function; its arguments and result are pickled. Fails with its
     traceback if it raises, or if it has not returned within `timeout` seconds.
     """
-    parent, child = FORKS.Pipe(duplex=False)
-    process = FORKS.Process(target=_reporting, args=(child, target, *args), daemon=True)
-    process.start()
-    child.close()  # the process holds the only writing end: its death reads as end of file
+    process, parent = _start(target, args)
     try:
         assert parent.poll(timeout), f"the process did not return within {timeout} s"
         error, result = parent.recv()
@@ -37,6 +36,33 @@ def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 12
     finally:
         process.kill()
         process.join()
+
+
+def exit_code_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> int:
+    """The exit code of a forked process in which `target(*args)` ends the process itself.
+
+    For a crash on purpose (`os._exit`): fails with the traceback if `target` raises, or if the
+    process still runs after `timeout` seconds.
+    """
+    process, parent = _start(target, args)
+    try:
+        process.join(timeout)
+        assert process.exitcode is not None, f"the process still ran after {timeout} s"
+        with contextlib.suppress(EOFError):  # the process ended without a word, as it meant to
+            error, _ = parent.recv()
+            assert error is None, error[-3000:]
+        return process.exitcode
+    finally:
+        process.kill()
+        process.join()
+
+
+def _start(target: Callable[..., Any], args: tuple[Any, ...]) -> tuple[BaseProcess, Connection]:
+    parent, child = FORKS.Pipe(duplex=False)
+    process = FORKS.Process(target=_reporting, args=(child, target, *args), daemon=True)
+    process.start()
+    child.close()  # the process holds the only writing end: its death reads as end of file
+    return process, parent
 
 
 def _reporting(parent: Connection, target: Callable[..., Any], *args: Any) -> None:
