@@ -3,6 +3,8 @@
 A new interpreter spends seconds importing them before its first call; a process forked from
 the server starts in a fraction of a second. It is still a separate process, with its own
 stores, caches, connections, locks and event loop: what the tests that use it are about.
+It inherits the environment of when the server started (the first use in a test session), not
+the test's current one: pass what a test sets (URIs, models) as arguments.
 """
 
 from __future__ import annotations
