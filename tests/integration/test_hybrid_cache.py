@@ -7,9 +7,8 @@ equality tests pair each with a subclass that keeps no scope version (the scan-e
 
 from __future__ import annotations
 
+import asyncio
 import random
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,7 @@ from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import ScopeKey
 from adk_memory.store import MemoryStore
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.processes import run_in_a_process
 
 U1, U2 = {"user_id": "u1"}, {"user_id": "u2"}
 FACTS = [
@@ -138,29 +138,21 @@ async def test_writes_through_another_store_instance_are_seen_by_the_next_query(
     assert name not in [hit[0] for hit in await search(reader, bank, "madagascar")]
 
 
-_WRITE_IN_A_PROCESS = """
-import asyncio, sys
-from adk_memory import AsyncClient
+def _write(uri: str, bank: str, action: str, target: str) -> None:
+    """Run in another process: creates the memory `target` in scope u1, or deletes `target`."""
 
-async def main(uri, bank, action, target):
-    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
-        if action == "create":
-            await client.memory_banks.memories.create(
-                name=bank, fact=target, scope={"user_id": "u1"}
-            )
-        else:
-            await client.memory_banks.memories.delete(name=target)
+    async def main() -> None:
+        async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+            if action == "create":
+                await client.memory_banks.memories.create(name=bank, fact=target, scope=U1)
+            else:
+                await client.memory_banks.memories.delete(name=target)
 
-asyncio.run(main(*sys.argv[1:]))
-"""
+    asyncio.run(main())
 
 
 def write_in_another_process(uri: str, bank: str, action: str, target: str) -> None:
-    subprocess.run(
-        [sys.executable, "-c", _WRITE_IN_A_PROCESS, uri, bank, action, target],
-        check=True,
-        timeout=120,
-    )
+    run_in_a_process(_write, uri, bank, action, target)
 
 
 async def test_writes_of_another_process_are_seen_by_the_next_query(redis_url: str) -> None:

@@ -69,12 +69,13 @@ def test_memories_list_prints_100_unless_limit_says_otherwise(uri: str) -> None:
 
 
 def test_verbose_before_the_command_logs_to_stderr(
-    clean_env: dict[str, str], tmp_path: Path
+    clean_env: dict[str, str], tmp_path: Path, hash_embeddings: None
 ) -> None:
-    """A subprocess: `-v` installs a log handler for the rest of the process."""
+    """Subprocesses: `-v` installs a log handler for the rest of the process (the bank they
+    export is made in-process, which is not what this test is about)."""
     clean_env["ADK_MEMORY_URI"] = f"chroma://{tmp_path}/db"
     script = str(Path(sys.executable).parent / "adk-memory")
-    subprocess.run([script, "banks", "create", "--id", "b"], env=clean_env, check=True)
+    cli("banks", "create", "--id", "b", "--uri", clean_env["ADK_MEMORY_URI"])
     export = ["export", "-b", "b", "-o", str(tmp_path / "b.jsonl")]
     runs = [
         subprocess.run([script, *flag, *export], env=clean_env, capture_output=True, text=True)
@@ -154,7 +155,7 @@ def test_the_worker_flushes_streams_that_came_due(uri: str) -> None:
     """What a deployment's `adk-memory worker` is for: streams no client is left to flush.
 
     The clients here run no scheduler of their own, which would flush the stream as soon as it
-    is due (a slow machine can make a client outlive the 2 s).
+    is due (a slow machine can make a client outlive the 1 s).
     """
     with Client(uri, run_scheduler=False) as client:
         client.memory_banks.create(
@@ -165,9 +166,9 @@ def test_the_worker_flushes_streams_that_came_due(uri: str) -> None:
             name="reasoningEngines/worker",
             scope={"user_id": "u1"},
             direct_contents_source={"events": [EVENT]},
-            generation_trigger_config={"generation_rule": {"idle_duration": "2s"}},
+            generation_trigger_config={"generation_rule": {"idle_duration": "1s"}},
         )
-    time.sleep(2.2)
+    time.sleep(1.2)
     with Client(uri, run_scheduler=False) as client:
         assert list(client.memory_banks.memories.list(name="reasoningEngines/worker")) == []
     flushed = CliRunner().invoke(app, ["worker", "--once", "--uri", uri])
@@ -187,21 +188,33 @@ def test_the_quickstart_deletes_its_bank_unless_kept(hash_embeddings: None, keep
     assert banks == (["quickstart"] if keep else [])
 
 
+_CLIENT_THEN_COMMAND = """
+import sys
+from adk_memory import Client
+from adk_memory.cli import app
+
+with Client() as client:
+    client.memory_banks.create(memory_bank_id="py")
+sys.argv = ["adk-memory", "banks", "create", "--id", "cli"]
+sys.exit(app())
+"""
+
+
 def test_without_a_uri_the_store_is_embedded_chroma_in_the_home_folder(
     clean_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """`ADK_MEMORY_URI` when set, else `~/.adk-memory`; the same for commands and `Client()`."""
-    script = Path(sys.executable).parent / "adk-memory"
-    code = "from adk_memory import Client\nClient().memory_banks.create(memory_bank_id='py')"
+    """`ADK_MEMORY_URI` when set, else `~/.adk-memory`; the same for commands and `Client()`.
+
+    One new process per environment (the home folder is read at import) runs `Client()` and
+    then the command line as the `adk-memory` script does."""
     for home in ("home", "other"):
         env = {**clean_env, "HOME": str(tmp_path / home)}
         if home == "other":
             env["ADK_MEMORY_URI"] = f"chroma://{tmp_path}/named"
         made = subprocess.run(
-            [str(script), "banks", "create", "--id", "cli"], env=env, capture_output=True, text=True
+            [sys.executable, "-c", _CLIENT_THEN_COMMAND], env=env, capture_output=True, text=True
         )
         assert made.returncode == 0, made.stderr
-        subprocess.run([sys.executable, "-c", code], env=env, check=True)
     with Client(f"chroma://{tmp_path}/home/.adk-memory") as client:
         assert sorted(b.name.rsplit("/", 1)[1] for b in client.memory_banks.list()) == ["cli", "py"]
     assert not (tmp_path / "other" / ".adk-memory").exists()

@@ -1,23 +1,27 @@
-"""A worker process for the multi-process reliability tests (run as a script, never imported).
+"""The worker processes of the multi-process reliability tests: `reliability_support` forks
+each from its server process and runs `run_job` there (never imported by the tests themselves).
 
-`python _worker.py '{"mode": …, …}'` prints one JSON line with what it did. Modes:
-`mixed` (create the memory id `same-id`, then `count` times: one generate on the shared scope
-and one on the worker's own scope, each updating that scope's single memory), `hold_lock`
+Modes: `mixed` (create the memory id `same-id`, then `count` times: one generate on the shared
+scope and one on the worker's own scope, each updating that scope's single memory), `hold_lock`
 (take a Redis lock and hang), `hold_folder` (open an embedded Chroma directory, write one memory
 and hang), `embedded` (write `count` memories into an embedded Chroma directory, waiting while
 another process holds it), `schedule` (run an ingest scheduler for `seconds`) and `produce`
-(the same while ingesting events into several streams). All but the `hold_*` modes print
-`{"ready": true}` once connected and wait for a line on stdin, so that the parent releases all
-of them at once.
+(the same while ingesting events into several streams). Each calls `started` once connected (the
+`hold_*` modes once holding): it tells the parent and waits for its signal, so that the parent
+can release several at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
+
+Started = Callable[[], None]
+"""Called by a worker once connected: tells the parent and waits for its start signal."""
 
 
 def consolidate_append(request: Any) -> dict[str, Any]:
@@ -38,7 +42,7 @@ def consolidate_append(request: Any) -> dict[str, Any]:
     }
 
 
-async def embedded(args: dict[str, Any]) -> dict[str, Any]:
+async def embedded(args: dict[str, Any], started: Started) -> dict[str, Any]:
     """Writes `count` memories into an embedded Chroma directory, in one session of its own.
 
     While another process holds the directory, each attempt is refused with FailedPrecondition;
@@ -46,8 +50,7 @@ async def embedded(args: dict[str, Any]) -> dict[str, Any]:
     """
     from adk_memory import AsyncClient, FailedPrecondition
 
-    print(json.dumps({"ready": True}), flush=True)  # noqa: T201
-    sys.stdin.readline()
+    started()
     deadline = time.monotonic() + args["seconds"]
     refusals: list[str] = []
     while True:
@@ -70,7 +73,7 @@ async def embedded(args: dict[str, Any]) -> dict[str, Any]:
             await asyncio.sleep(0.05)
 
 
-async def ingest_work(args: dict[str, Any]) -> dict[str, Any]:
+async def ingest_work(args: dict[str, Any], started: Started) -> dict[str, Any]:
     """`schedule`: runs the client's ingest scheduler for `seconds` (`schedule_for`); `produce`:
     the same while ingesting the events of `reliability_support.produce_events`."""
     from reliability_support import EchoModel, produce_events, schedule_for
@@ -82,8 +85,7 @@ async def ingest_work(args: dict[str, Any]) -> dict[str, Any]:
         args["uri"], embedding_model="hash-64", generation_model=model, run_scheduler=False
     ) as client:
         await client.memory_banks.get(name=args["bank"])
-        print(json.dumps({"ready": True}), flush=True)  # noqa: T201
-        sys.stdin.readline()
+        started()
         if args["mode"] == "schedule":
             passes = await schedule_for(client, args["seconds"])
             return {"seen": model.seen, "passes": passes, "flushes": _extractions(model)}
@@ -99,7 +101,7 @@ def _extractions(model: Any) -> int:
     return sum(1 for request in model.requests if model.kind_of(request) == "extraction")
 
 
-async def main(args: dict[str, Any]) -> dict[str, Any]:
+async def main(args: dict[str, Any], started: Started) -> dict[str, Any]:
     from adk_memory import AdkMemoryError, AsyncClient
     from adk_memory.testing.models import ScriptedMemoryModel
 
@@ -109,7 +111,7 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
 
         provider = RedisLockProvider.from_uri(args["redis_url"])
         await provider.acquire(args["name"], lease_seconds=args["lease"])
-        print(json.dumps({"held": True}), flush=True)  # noqa: T201
+        started()
         await asyncio.sleep(3600)
         return {}
     if mode == "hold_folder":
@@ -117,20 +119,19 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
             await c.memory_banks.memories.create(
                 name=args["bank"], fact="held", scope={"user_id": "holder"}
             )
-            print(json.dumps({"held": True}), flush=True)  # noqa: T201
+            started()
             await asyncio.sleep(3600)
         return {}
     if mode == "embedded":
-        return await embedded(args)
+        return await embedded(args, started)
     if mode in ("produce", "schedule"):
-        return await ingest_work(args)
+        return await ingest_work(args, started)
     model = ScriptedMemoryModel(consolidate=consolidate_append)
     async with AsyncClient(
         args["uri"], embedding_model="hash-64", generation_model=model, run_scheduler=False
     ) as client:
         await client.memory_banks.get(name=args["bank"])  # connect before the start signal
-        print(json.dumps({"ready": True}), flush=True)  # noqa: T201
-        sys.stdin.readline()  # the parent releases every worker at once
+        started()  # the parent releases every worker at once
         began_all = time.perf_counter()
         latencies: dict[str, list[float]] = {"create": [], "shared": [], "own": []}
         errors: dict[str, list[str]] = {"create": [], "shared": [], "own": []}
@@ -169,5 +170,16 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
         }
 
 
-if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))), flush=True)  # noqa: T201
+def run_job(job: dict[str, Any], parent: Connection) -> None:
+    """Runs `job` in this process, talking to the parent over `parent`: `{"ready": true}`, then
+    (after its signal) `{"result": …}`, or `{"error": traceback}` when the job raised."""
+
+    def started() -> None:
+        parent.send({"ready": True})
+        parent.recv()
+
+    try:
+        parent.send({"result": asyncio.run(main(job, started))})
+    except BaseException:
+        parent.send({"error": traceback.format_exc()})
+        raise

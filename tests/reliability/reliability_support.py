@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
-import subprocess
-import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
+import _worker
 import pytest
 from google.adk.models import LlmRequest, LlmResponse
 from pydantic import Field
 
 from adk_memory import AsyncClient
 from adk_memory.testing.models import ScriptedMemoryModel
-
-WORKER = Path(__file__).with_name("_worker.py")
+from adk_memory.testing.processes import FORKS
 
 
 def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[dict[str, Any]]:
@@ -28,39 +28,67 @@ def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[di
 
     A worker still running after `timeout` seconds is killed and fails the test (a deadlock).
     """
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(job)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for job in jobs
-    ]
+    deadline = time.monotonic() + timeout
+    workers = _start(jobs)
     try:
-        for proc in procs:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read()[-3000:]
-            assert json.loads(line)["ready"]
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        deadline = time.monotonic() + timeout
-        for proc in procs:
-            try:
-                out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"a worker did not finish within {timeout} s (deadlock?)")
-            assert proc.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        _release(workers, deadline)
+        results = [_message(parent, deadline)["result"] for _, parent in workers]
+        for proc, _ in workers:
+            proc.join(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.exitcode == 0, f"a worker exited with {proc.exitcode}"
         return results
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _kill(workers)
+
+
+@contextlib.contextmanager
+def holding(job: dict[str, Any], *, timeout: float = 60.0) -> Iterator[BaseProcess]:
+    """Runs a `hold_*` job in a process of its own; its process once it holds. The process is
+    killed (no cleanup) when the block exits."""
+    workers = _start([job])
+    try:
+        _release(workers, time.monotonic() + timeout)
+        yield workers[0][0]
+    finally:
+        _kill(workers)
+
+
+def _start(jobs: list[dict[str, Any]]) -> list[tuple[BaseProcess, Connection]]:
+    workers = []
+    for job in jobs:
+        parent, child = FORKS.Pipe()
+        proc = FORKS.Process(target=_worker.run_job, args=(job, child), daemon=True)
+        proc.start()
+        child.close()  # the worker holds the only other end: its death reads as end of file
+        workers.append((proc, parent))
+    return workers
+
+
+def _release(workers: list[tuple[BaseProcess, Connection]], deadline: float) -> None:
+    """Waits until every worker is ready, then signals them all."""
+    for _, parent in workers:
+        assert _message(parent, deadline) == {"ready": True}
+    for _, parent in workers:
+        parent.send("go")
+
+
+def _kill(workers: list[tuple[BaseProcess, Connection]]) -> None:
+    for proc, _ in workers:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def _message(parent: Connection, deadline: float) -> dict[str, Any]:
+    """The worker's next message; fails the test on its traceback or when it is late."""
+    if not parent.poll(max(0.0, deadline - time.monotonic())):
+        pytest.fail("a worker did not answer in time (deadlock?)")
+    try:
+        message: dict[str, Any] = parent.recv()
+    except EOFError:
+        pytest.fail("a worker died without a word")
+    assert "error" not in message, message["error"][-3000:]
+    return message
 
 
 async def snapshot(client: AsyncClient, bank: str, names: set[str]) -> list[tuple[Any, ...]]:

@@ -1,25 +1,23 @@
 """Several processes on one shared store: no lost update, no duplicate, no deadlock (Issue 8.1).
 
-Each worker is a separate Python process (`_worker.py`) with its own client, all against one
-Redis or one Chroma server whose scope lock is in Redis (`lock_url=`); several ingest schedulers
-on the same streams; several processes on one embedded Chroma directory, which admits one
-process at a time. The numbers these tests print (`-s`) are the ones quoted in RELIABILITY.md.
+Each worker is a separate Python process (`_worker.py`, forked from a server process that has
+imported the package once) with its own client, all against one Redis or one Chroma server whose
+scope lock is in Redis (`lock_url=`); several ingest schedulers on the same streams; several
+processes on one embedded Chroma directory, which admits one process at a time. The numbers
+these tests print (`-s`) are the ones quoted in RELIABILITY.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from reliability_support import WORKER, EchoModel, produce_events, run_workers, schedule_for
+from reliability_support import EchoModel, holding, produce_events, run_workers, schedule_for
 
 from adk_memory import AsyncClient, FailedPrecondition, ResourceExhausted
 
@@ -98,32 +96,19 @@ def test_lock_lease_expires_when_its_holder_dies(redis_url: str) -> None:
     from adk_memory_redis import RedisLockProvider
 
     name = f"generate:bank:{time.time_ns()}"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            str(WORKER),
-            json.dumps({"mode": "hold_lock", "redis_url": redis_url, "name": name, "lease": 2.0}),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert json.loads(holder.stdout.readline())["held"]
 
-        async def attempt(wait: float) -> float:
-            provider = RedisLockProvider.from_uri(redis_url)
-            began = time.monotonic()
-            try:
-                async with provider.lock(name, wait_seconds=wait):
-                    return time.monotonic() - began
-            finally:
-                await provider.aclose()
+    async def attempt(wait: float) -> float:
+        provider = RedisLockProvider.from_uri(redis_url)
+        began = time.monotonic()
+        try:
+            async with provider.lock(name, wait_seconds=wait):
+                return time.monotonic() - began
+        finally:
+            await provider.aclose()
 
+    with holding({"mode": "hold_lock", "redis_url": redis_url, "name": name, "lease": 2.0}):
         with pytest.raises(ResourceExhausted):
             asyncio.run(attempt(0.5))
-    finally:
-        holder.kill()
-        holder.wait()
     waited = asyncio.run(attempt(10.0))
     print(f"\n[lease] acquired {waited:.2f} s after the holder was killed")  # noqa: T201
     assert waited < 3.0
@@ -228,27 +213,11 @@ def test_a_second_process_is_refused_an_embedded_chroma_folder_until_the_holder_
     (no cleanup), the directory opens and holds what the holder wrote."""
     uri = f"chroma://{tmp_path / 'db'}"
     bank = asyncio.run(_new_bank(uri))
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            str(WORKER),
-            json.dumps({"mode": "hold_folder", "uri": uri, "bank": bank}),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = holder.stdout.readline() if holder.stdout else ""
-        assert line, holder.stderr.read()[-3000:] if holder.stderr else ""
-        assert json.loads(line)["held"]
+    with holding({"mode": "hold_folder", "uri": uri, "bank": bank}) as holder:
         with pytest.raises(
             FailedPrecondition, match=f"in use by another process \\(pid {holder.pid}\\)"
         ):
             asyncio.run(_facts(uri, bank, {"user_id": "holder"}))
-    finally:
-        holder.kill()
-        holder.wait()
     assert asyncio.run(_facts(uri, bank, {"user_id": "holder"})) == ["held"]
 
 

@@ -3,10 +3,9 @@ the collections a bank is stored in with their HNSW settings, and the options th
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig
 
 from adk_memory import Client
 from adk_memory.errors import InvalidArgument
+from adk_memory.testing.processes import run_in_a_process
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 
@@ -94,40 +94,38 @@ def test_options_that_are_gone_are_refused(gone: str) -> None:
     assert raised.value.field == gone
 
 
+def _open_folder_error(path: Path) -> str:
+    """Run in another process: the error a store opening `path` raises, or "" when it opens."""
+
+    async def main() -> str:
+        store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        try:
+            await store.list_banks()
+        except Exception as error:
+            return f"{type(error).__name__} {error}"
+        finally:
+            await store.aclose()
+        return ""
+
+    return asyncio.run(main())
+
+
 async def test_an_open_folder_is_locked_in_its_lock_file_until_the_last_store_closes(
     tmp_path: Path,
 ) -> None:
     """ "The first store of a process takes an OS lock on `<path>/.adk-memory.lock` (shared by
     that process's stores, freed by the last `aclose()`)": another process is refused while a
     store is open, and opens the folder once they are all closed."""
-    probe = (
-        "import asyncio, sys\n"
-        "from adk_memory_chroma import ChromaMemoryStore\n"
-        "async def main():\n"
-        f"    store = ChromaMemoryStore.from_uri({f'chroma://{tmp_path}'!r})\n"
-        "    try:\n"
-        "        await store.list_banks()\n"
-        "    except Exception as error:\n"
-        "        print(type(error).__name__, error)\n"
-        "    await store.aclose()\n"
-        "asyncio.run(main())\n"
-    )
-
-    def other_process() -> str:
-        run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        return run.stdout
-
     first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     second = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     await first.list_banks()
     await second.list_banks()
     assert (tmp_path / ".adk-memory.lock").read_text().strip() == str(os.getpid())
     await first.aclose()
-    refused = other_process()
+    refused = run_in_a_process(_open_folder_error, tmp_path)
     assert refused.startswith("FailedPrecondition") and f"pid {os.getpid()}" in refused
     await second.aclose()
-    assert other_process() == ""
+    assert run_in_a_process(_open_folder_error, tmp_path) == ""
 
 
 def test_the_open_file_limit_is_raised_to_at_most_65536() -> None:

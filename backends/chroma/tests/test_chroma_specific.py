@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
 import random
 import resource
 import subprocess
@@ -44,6 +42,7 @@ from adk_memory.store import (
     WriteBatch,
 )
 from adk_memory.testing.conformance import revision
+from adk_memory.testing.processes import run_in_a_process
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(hours=1)
@@ -206,6 +205,25 @@ async def test_embedded_store_locks_with_files_next_to_the_data(tmp_path: Path) 
 # Persistence
 
 
+def _read_in_a_new_process(path: Path) -> dict[str, Any]:
+    """Run in a forked process: the banks and the nearest memories a fresh store finds."""
+
+    async def main() -> dict[str, Any]:
+        store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        try:
+            query = NearestQuery(scope_key({"user_id": "u1"}), (0.0, 1.0, 0.0), 5, T0)
+            hits = await store.nearest(BANK, query)
+            return {
+                "banks": [b.bank_id for b in await store.list_banks()],
+                "hits": [[h.record.memory_id, h.record.fact, round(h.distance, 6)] for h in hits],
+                "metadata": dict(hits[1].record.metadata),
+            }
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
 async def test_data_is_read_back_by_a_new_process(tmp_path: Path) -> None:
     """What one store wrote is found by a fresh store in another Python process."""
     path = tmp_path / "persist"
@@ -218,37 +236,7 @@ async def test_data_is_read_back_by_a_new_process(tmp_path: Path) -> None:
     )
     await writer.apply(BANK, WriteBatch(inserts=records))
     await writer.aclose()
-    script = textwrap.dedent(
-        f"""
-        import asyncio, json
-        from datetime import datetime
-        from adk_memory.scope import scope_key
-        from adk_memory.store import NearestQuery
-        from adk_memory_chroma import ChromaMemoryStore
-
-        async def main():
-            store = ChromaMemoryStore.from_uri({f"chroma://{path}"!r})
-            now = datetime.fromisoformat({T0.isoformat()!r})
-            hits = await store.nearest(
-                {BANK!r}, NearestQuery(scope_key({{"user_id": "u1"}}), (0.0, 1.0, 0.0), 5, now)
-            )
-            banks = await store.list_banks()
-            print(json.dumps({{
-                "banks": [b.bank_id for b in banks],
-                "hits": [[h.record.memory_id, h.record.fact, round(h.distance, 6)] for h in hits],
-                "metadata": dict(hits[1].record.metadata),
-            }}))
-            await store.aclose()
-
-        asyncio.run(main())
-        """
-    )
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = run_in_a_process(_read_in_a_new_process, path)
     assert found == {
         "banks": [BANK],
         "hits": [["m2", "zweiter ☕", 0.0], ["m1", "fact of m1", round(math.sqrt(2), 6)]],
@@ -541,6 +529,17 @@ async def test_a_bank_read_racing_an_update_is_not_cached(
         await writer.aclose()
 
 
+def _delete_bank_in_a_new_process(path: Path) -> None:
+    async def main() -> None:
+        store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        try:
+            await store.delete_bank(BANK)
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
 async def test_a_bank_changed_by_another_process_after_release_is_read_afresh(
     tmp_path: Path,
 ) -> None:
@@ -549,24 +548,7 @@ async def test_a_bank_changed_by_another_process_after_release_is_read_afresh(
     await first.create_bank(bank(3))
     assert await first.get_bank(BANK) == bank(3)
     await first.aclose()
-    script = textwrap.dedent(
-        f"""
-        import asyncio
-        from adk_memory_chroma import ChromaMemoryStore
-
-        async def main():
-            store = ChromaMemoryStore.from_uri({f"chroma://{tmp_path}"!r})
-            await store.delete_bank({BANK!r})
-            await store.aclose()
-
-        asyncio.run(main())
-        """
-    )
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_in_a_process(_delete_bank_in_a_new_process, tmp_path)
     again = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     try:
         assert await again.get_bank(BANK) is None

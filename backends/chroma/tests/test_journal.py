@@ -16,9 +16,6 @@ import contextlib
 import json
 import os
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -42,6 +39,7 @@ from adk_memory.errors import ResourceExhausted, StoreUnavailable
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.store import DocumentRecord, MemoryStore, NearestQuery, ScanQuery, WriteBatch
 from adk_memory.testing.conformance import BANK, KEY, T0, bank_record, memory, revision
+from adk_memory.testing.processes import exit_code_in_a_process
 
 T1 = T0 + timedelta(hours=1)
 NOW = T1 + timedelta(minutes=1)
@@ -469,40 +467,31 @@ def test_journal_text_round_trips_rows_exactly() -> None:
         codec.decode_journal([json.dumps({"v": 99})])
 
 
+def _commit_then_die(path: Path) -> None:
+    """Run in another process: applies GENERATE, exiting right after its commit row is written."""
+
+    async def main() -> None:
+        store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        await store.create_bank(bank_record())
+        await store.apply(BANK, SETUP)
+        upsert = Collection.upsert
+
+        def dying_upsert(self: Collection, *args: Any, **kwargs: Any) -> Any:
+            upsert(self, *args, **kwargs)
+            if _has_commit_row(list(kwargs["ids"])):
+                os._exit(17)  # no cleanup, no lock release, no flush: the process is gone
+
+        Collection.upsert = dying_upsert  # type: ignore[method-assign]
+        await store.apply(BANK, GENERATE)
+
+    asyncio.run(main())
+
+
 async def test_a_killed_process_leaves_a_batch_that_the_next_process_completes(
     tmp_path: Path,
 ) -> None:
     """A real crash: the writer's process exits (`os._exit`) right after committing a batch."""
-    script = textwrap.dedent(
-        f"""
-        import asyncio, os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from chromadb.api.models.Collection import Collection
-        from adk_memory_chroma import ChromaMemoryStore
-        from test_journal import BANK, GENERATE, SETUP, bank_record, _has_commit_row
-
-        async def main():
-            store = ChromaMemoryStore.from_uri({f"chroma://{tmp_path}"!r})
-            await store.create_bank(bank_record())
-            await store.apply(BANK, SETUP)
-            upsert = Collection.upsert
-
-            def dying_upsert(self, *args, **kwargs):
-                upsert(self, *args, **kwargs)
-                if _has_commit_row(list(kwargs["ids"])):
-                    os._exit(17)  # no cleanup, no lock release, no flush: the process is gone
-
-            Collection.upsert = dying_upsert
-            await store.apply(BANK, GENERATE)
-
-        asyncio.run(main())
-        """
-    )
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 17, done.stderr[-3000:]
+    assert exit_code_in_a_process(_commit_then_die, tmp_path) == 17
     fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     state = await snapshot(fresh)
     assert state == await expected(SETUP, GENERATE)

@@ -1,0 +1,80 @@
+"""Processes forked from a server process that has imported the package and its backends once.
+
+A new interpreter spends seconds importing them before its first call; a process forked from
+the server starts in a fraction of a second. It is still a separate process, with its own
+stores, caches, connections, locks and event loop: what the tests that use it are about.
+It inherits the environment of when the server started (the first use in a test session), not
+the test's current one: pass what a test sets (URIs, models) as arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(
+    ["adk_memory", "adk_memory.testing.models", "adk_memory_chroma", "adk_memory_redis"]
+)
+
+
+def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> Any:
+    """What `target(*args)` returns when run in a forked process.
+
+    `target` is a module-level function; its arguments and result are pickled. Fails with its
+    traceback if it raises, or if it has not returned within `timeout` seconds.
+    """
+    process, parent = _start(target, args)
+    try:
+        assert parent.poll(timeout), f"the process did not return within {timeout} s"
+        error, result = parent.recv()
+        assert error is None, error[-3000:]
+        return result
+    finally:
+        process.kill()
+        process.join()
+
+
+def exit_code_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> int:
+    """The exit code of a forked process in which `target(*args)` ends the process itself.
+
+    For a crash on purpose (`os._exit`): fails with the traceback if `target` raises, or if the
+    process still runs after `timeout` seconds.
+    """
+    process, parent = _start(target, args)
+    try:
+        process.join(timeout)
+        assert process.exitcode is not None, f"the process still ran after {timeout} s"
+        with contextlib.suppress(EOFError):  # the process ended without a word, as it meant to
+            error, _ = parent.recv()
+            assert error is None, error[-3000:]
+        return process.exitcode
+    finally:
+        process.kill()
+        process.join()
+
+
+def _start(target: Callable[..., Any], args: tuple[Any, ...]) -> tuple[BaseProcess, Connection]:
+    parent, child = FORKS.Pipe(duplex=False)
+    process = FORKS.Process(target=_reporting, args=(child, target, *args), daemon=True)
+    process.start()
+    child.close()  # the process holds the only writing end: its death reads as end of file
+    return process, parent
+
+
+def _reporting(parent: Connection, target: Callable[..., Any], *args: Any) -> None:
+    """Sends (None, what `target(*args)` returns), or (its traceback, None) when it raises.
+
+    Over the pipe, since the stderr this process inherited may be another test's capture.
+    """
+    try:
+        result = target(*args)
+    except BaseException:
+        parent.send((traceback.format_exc(), None))
+        raise
+    parent.send((None, result))
