@@ -271,11 +271,11 @@ def test_update_with_mask_changes_only_masked_fields(client: Client, bank: str) 
 
 
 def test_ttl_hides_a_memory_when_it_expires(client: Client, bank: str) -> None:
-    short = create(client, bank, "temporary code 4711", ttl="1s")
+    short = create(client, bank, "temporary code 4711", ttl="2s")
     assert short.expire_time is not None
     memories = client.memory_banks.memories
     assert memories.get(name=short.name).fact == "temporary code 4711"
-    time.sleep(1.1)
+    time.sleep(2.1)
     with pytest.raises(NotFound):
         memories.get(name=short.name)
     assert list(memories.retrieve(name=bank, scope=SCOPE)) == []
