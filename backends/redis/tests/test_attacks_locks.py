@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aredis
 from adk_memory_redis import RedisLockProvider
+from test_redis_specific import _Proxy
 
 from adk_memory.errors import ResourceExhausted
 
@@ -24,58 +25,17 @@ _HELLO = b"HELLO"
 """What redis-py sends first on a new connection."""
 
 
-class _SlowRequests:
-    """Forwards TCP to Redis, holding back `delay` seconds the client's bytes that carry the
-    next command named `marker` (bytes already sent still arrive after the client hangs up)."""
-
-    def __init__(self, upstream: str) -> None:
-        host_port = upstream.split("//")[1].split("/")[0].rsplit("@", 1)[-1]
-        self.host, port = host_port.split(":")
-        self.upstream_port = int(port)
-        self.delay = 0.0
-        self.marker = _SET
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(self.host, self.upstream_port)
-
-        async def to_client() -> None:
-            while data := await up_reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-
-        async def to_server() -> None:
-            while data := await reader.read(65536):
-                if self.delay and self.marker in data:
-                    delay, self.delay = self.delay, 0.0
-                    await asyncio.sleep(delay)
-                up_writer.write(data)
-                await up_writer.drain()
-            up_writer.close()  # after what was held back: Redis reads it, then the hang-up
-
-        await asyncio.gather(to_client(), to_server(), return_exceptions=True)
-        writer.close()
-
-
 @pytest.fixture
-async def slow_requests(redis_url: str) -> AsyncIterator[_SlowRequests]:
-    proxy = _SlowRequests(redis_url)
+async def slow_requests(redis_url: str) -> AsyncIterator[_Proxy]:
+    proxy = _Proxy(redis_url)
+    proxy.request_marker = _SET
     await proxy.start()
     yield proxy
     await proxy.stop()
 
 
 async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_the_lease(
-    slow_requests: _SlowRequests, redis_url: str
+    slow_requests: _Proxy, redis_url: str
 ) -> None:
     """The task is cancelled while its SET is still on its way; the release that `acquire`
     sends on another connection gets there first and finds nothing, then the SET lands."""
@@ -88,7 +48,7 @@ async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_th
     try:
         async with cut.lock("warm-up", wait_seconds=1):
             pass  # a pooled connection exists
-        slow_requests.delay = 0.4
+        slow_requests.request_delay = 0.4
         taking = asyncio.create_task(cut.acquire("slow", lease_seconds=60))
         await asyncio.sleep(0.1)
         taking.cancel()
@@ -127,7 +87,7 @@ async def test_an_acquired_lock_holds_its_whole_lease_without_renewal(redis_url:
 
 
 async def test_a_release_cut_before_its_command_left_still_frees_the_lock(
-    slow_requests: _SlowRequests, redis_url: str
+    slow_requests: _Proxy, redis_url: str
 ) -> None:
     """The holder's task is cancelled as its release waits for a new connection (its pooled
     one was dropped): the release command never left, and the renewal has stopped."""
@@ -142,7 +102,7 @@ async def test_a_release_cut_before_its_command_left_still_frees_the_lock(
     async def hold() -> None:
         async with cut.lock("held", lease_seconds=60):
             await cut._redis().connection_pool.disconnect()  # the release needs a connection
-            slow_requests.marker, slow_requests.delay = _HELLO, 0.5
+            slow_requests.request_marker, slow_requests.request_delay = _HELLO, 0.5
             releasing.set()
 
     try:

@@ -686,7 +686,9 @@ class _Proxy:
     `before_exec`: forwards `fraction` of the transaction's bytes (never its final byte), then
     resets both sides: Redis never sees a complete EXEC. `after_exec`: forwards the whole
     transaction, then drops the connection to the client before any reply reaches it.
-    `reply_delay` holds each reply from Redis that long before the client gets it.
+    `reply_delay` holds each reply from Redis that long before the client gets it;
+    `request_delay` holds the client's next bytes that carry `request_marker` (a command) that
+    long, once (bytes already sent still arrive after the client hangs up).
     """
 
     def __init__(self, upstream: str, *, tls: ssl.SSLContext | None = None) -> None:
@@ -698,6 +700,8 @@ class _Proxy:
         self.fraction = 0.5
         self.cuts = 0
         self.reply_delay = 0.0
+        self.request_delay = 0.0
+        self.request_marker = b""
         self.server: asyncio.Server | None = None
         self.port = 0
 
@@ -724,6 +728,9 @@ class _Proxy:
         async def to_server() -> None:
             pending = b""
             while data := await reader.read(65536):
+                if self.request_delay and self.request_marker in data:
+                    delay, self.request_delay = self.request_delay, 0.0
+                    await asyncio.sleep(delay)
                 pending += data
                 start = pending.find(_MULTI) if self.mode != "pass" else -1
                 if start < 0:
