@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_hybrid_cache
 from adk_memory_chroma import ChromaMemoryStore
 from adk_memory_redis import RedisMemoryStore
 
@@ -60,15 +61,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
     return lambda: store_from_uri(f"{url}?key_prefix={prefix}&index_algorithm=FLAT")
 
 
-@pytest.fixture
-async def clients(make_store: StoreMaker) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
-    reader = AsyncClient(store=make_store(), embedding_model="hash-64", run_scheduler=False)
-    writer = AsyncClient(store=make_store(), embedding_model="hash-64", run_scheduler=False)
-    try:
-        yield reader, writer
-    finally:
-        await reader.aclose()
-        await writer.aclose()
+clients = test_hybrid_cache.clients
+"""The reader and the writer, each on its own store from this module's `make_store`."""
 
 
 def tagged(tag: str, memory_id: str | None = None) -> dict[str, Any]:
