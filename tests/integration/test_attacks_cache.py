@@ -63,6 +63,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
 
 clients = test_hybrid_cache.clients
 """The reader and the writer, each on its own store from this module's `make_store`."""
+add = test_hybrid_cache.add
 
 
 def tagged(tag: str, memory_id: str | None = None) -> dict[str, Any]:
@@ -70,16 +71,6 @@ def tagged(tag: str, memory_id: str | None = None) -> dict[str, Any]:
     if memory_id is not None:
         config["memory_id"] = memory_id
     return config
-
-
-async def add(
-    client: AsyncClient, bank: str, fact: str, scope: dict[str, str], config: dict[str, Any]
-) -> str:
-    operation = await client.memory_banks.memories.create(
-        name=bank, fact=fact, scope=scope, config=config
-    )
-    assert operation.response is not None and operation.response.name is not None
-    return operation.response.name
 
 
 async def search(
@@ -121,7 +112,7 @@ async def test_a_bank_recreated_with_the_same_id_and_memories_is_searched_afresh
         kept = facts if client is reader else facts[:-3]
         for index, fact in enumerate(kept):
             tag = client_tags[index % 2]
-            await add(client, bank, fact, U1, tagged(tag, memory_id=f"m{index:02d}"))
+            await add(client, bank, fact, U1, **tagged(tag, memory_id=f"m{index:02d}"))
         for filter in (None, 'metadata.tag = "a"', 'metadata.tag = "a"'):
             hits = await search(reader, bank, "greyhound Biscuit groceries", filter=filter)
             expected = {
@@ -143,7 +134,7 @@ async def test_a_bank_re_embedded_with_another_dimension_is_searched_with_the_ne
     bank = (await reader.memory_banks.create(extensions=HYBRID)).name
     names = {}
     for index, fact in enumerate(FACTS + FILLER):
-        names[fact] = await add(reader, bank, fact, U1, tagged("ab"[index % 2]))
+        names[fact] = await add(reader, bank, fact, U1, **tagged("ab"[index % 2]))
     before = await search(reader, bank, "greyhound Biscuit")
     await search(reader, bank, "greyhound Biscuit", filter='metadata.tag = "a"')
     await reembed(writer.engine, bank.rsplit("/", 1)[-1], "hash-32", batch_size=5)
@@ -164,8 +155,8 @@ async def test_a_memory_moved_to_another_scope_with_its_vector_leaves_the_cached
     reader, writer = clients
     bank = (await reader.memory_banks.create(extensions=HYBRID)).name
     bank_id = bank.rsplit("/", 1)[-1]
-    names = [await add(reader, bank, fact, U1, tagged("a")) for fact in FACTS + FILLER]
-    await add(reader, bank, "Biscuit sleeps on the sofa.", U2, tagged("a"))
+    names = [await add(reader, bank, fact, U1, **tagged("a")) for fact in FACTS + FILLER]
+    await add(reader, bank, "Biscuit sleeps on the sofa.", U2, **tagged("a"))
     moved_id = names[0].rsplit("/", 1)[-1]
     store = writer.engine.store
     [record] = await store.get_memories(bank_id, [moved_id], datetime.now(UTC))
@@ -197,8 +188,8 @@ async def test_a_deleted_memory_rolled_back_by_another_store_returns_to_the_cach
     reader, writer = clients
     bank = (await reader.memory_banks.create(extensions=HYBRID)).name
     for fact in FACTS[1:] + FILLER:
-        await add(reader, bank, fact, U1, tagged("a"))
-    name = await add(reader, bank, FACTS[0], U1, tagged("b"))
+        await add(reader, bank, fact, U1, **tagged("a"))
+    name = await add(reader, bank, FACTS[0], U1, **tagged("b"))
     await reader.memory_banks.memories.update(
         name=name, config={**tagged("a"), "update_mask": "metadata"}
     )
@@ -234,8 +225,8 @@ async def test_memories_swept_after_a_view_is_cached_stay_gone_for_a_clock_set_b
         client.engine.context.clock = lambda: now[0]
     bank = (await reader.memory_banks.create(extensions=HYBRID)).name
     for fact in FACTS[1:] + FILLER:
-        await add(reader, bank, fact, U1, tagged("a"))
-    name = await add(reader, bank, FACTS[0], U1, {**tagged("a"), "ttl": "60s"})
+        await add(reader, bank, fact, U1, **tagged("a"))
+    name = await add(reader, bank, FACTS[0], U1, **tagged("a"), ttl="60s")
     only_a = 'metadata.tag = "a"'
     for filter in (None, only_a, 'fact:"Biscuit"'):
         assert (await search(reader, bank, "greyhound Biscuit", filter=filter))[0][0] == name
@@ -255,8 +246,8 @@ async def test_a_repeated_filter_sees_another_store_retag(
     reader, writer = clients
     bank = (await reader.memory_banks.create(extensions=HYBRID)).name
     for fact in FACTS[1:] + FILLER:
-        await add(reader, bank, fact, U1, tagged("a"))
-    name = await add(reader, bank, FACTS[0], U1, tagged("b"))
+        await add(reader, bank, fact, U1, **tagged("a"))
+    name = await add(reader, bank, FACTS[0], U1, **tagged("b"))
     for tag in ("a", "b", "a"):
         for filter in ('metadata.tag = "b"', 'metadata.tag = "b"', 'NOT metadata.tag = "a"'):
             await search(reader, bank, "greyhound", filter=filter)  # remembered at this version
@@ -322,8 +313,8 @@ async def test_a_memory_id_taken_by_another_scope_during_a_query_is_not_returned
         bank = (await reader.memory_banks.create(extensions=HYBRID)).name
         bank_id = bank.rsplit("/", 1)[-1]
         for fact in FACTS[1:] + FILLER:
-            await add(reader, bank, fact, U1, tagged("a"))
-        name = await add(reader, bank, FACTS[0], U1, tagged("a", memory_id="biscuit"))
+            await add(reader, bank, fact, U1, **tagged("a"))
+        name = await add(reader, bank, FACTS[0], U1, **tagged("a", memory_id="biscuit"))
         assert (await search(reader, bank, "greyhound Biscuit"))[0][0] == name
         store = writer.engine.store
         [record] = await store.get_memories(bank_id, ["biscuit"], datetime.now(UTC))
@@ -355,14 +346,14 @@ async def test_a_merge_import_over_cached_scopes_is_seen_and_cannot_move_a_memor
     facts = [f"{fact} ({index})" for index, fact in enumerate((FACTS + FILLER) * 4)][:70]
     target = (await reader.memory_banks.create(extensions=HYBRID)).name
     for index, fact in enumerate(facts):
-        await add(reader, target, fact, U1, tagged("a", memory_id=f"m{index:02d}"))
+        await add(reader, target, fact, U1, **tagged("a", memory_id=f"m{index:02d}"))
     query = "greyhound Biscuit (0)"
     before = await search(reader, target, query)
     for scope, tag in ((U2, "a"), (U1, "b")):
         source = (await writer.memory_banks.create(extensions=HYBRID)).name
         for index, fact in enumerate(facts):
             await add(
-                writer, source, f"{fact} again", scope, tagged(tag, memory_id=f"m{index:02d}")
+                writer, source, f"{fact} again", scope, **tagged(tag, memory_id=f"m{index:02d}")
             )
         for where in (U1, U2):
             for filter in (None, 'metadata.tag = "a"', 'metadata.tag = "b"'):
@@ -392,7 +383,7 @@ async def test_the_same_memory_ids_and_scope_in_two_banks_stay_apart(
     banks = [(await reader.memory_banks.create(extensions=HYBRID)).name for _ in "12"]
     for bank, facts in zip(banks, (FACTS, FACTS[::-1]), strict=True):
         for index, fact in enumerate(facts):
-            await add(reader, bank, fact, U1, tagged("a", memory_id=f"m{index}"))
+            await add(reader, bank, fact, U1, **tagged("a", memory_id=f"m{index}"))
     for round_number in range(3):
         for bank, facts in zip(banks, (FACTS, FACTS[::-1]), strict=True):
             for filter in (None, 'metadata.tag = "a"'):
@@ -416,7 +407,7 @@ async def test_concurrent_writes_and_filtered_searches_never_serve_a_wrong_memor
     bank = (await reader.memory_banks.create(extensions=HYBRID)).name
     bank_id = bank.rsplit("/", 1)[-1]
     live = {
-        await add(reader, bank, fact, rng.choice([U1, U2]), tagged(rng.choice("ab")))
+        await add(reader, bank, fact, rng.choice([U1, U2]), **tagged(rng.choice("ab")))
         for fact in FACTS + FILLER
     }
     deleted: set[str] = set()
@@ -427,7 +418,7 @@ async def test_concurrent_writes_and_filtered_searches_never_serve_a_wrong_memor
             action = rng.random()
             if action < 0.2:
                 live.add(
-                    await add(writer, bank, rng.choice(FACTS), rng.choice([U1, U2]), tagged("a"))
+                    await add(writer, bank, rng.choice(FACTS), rng.choice([U1, U2]), **tagged("a"))
                 )
             elif action < 0.5:
                 config = {**tagged(rng.choice("ab")), "update_mask": "metadata"}

@@ -34,6 +34,17 @@ async def slow_requests(redis_url: str) -> AsyncIterator[_Proxy]:
     await proxy.stop()
 
 
+async def assert_free_soon(
+    other: RedisLockProvider, raw: aredis.Redis, prefix: str, name: str, wait: float, what: str
+) -> None:
+    """`other` takes lock `name` within `wait` seconds; else the failure says how long it stays."""
+    try:
+        async with other.lock(name, wait_seconds=wait):
+            pass
+    except ResourceExhausted:
+        pytest.fail(f"{what} keeps the lock for {await raw.pttl(f'{prefix}:lock:{name}')} ms more")
+
+
 async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_the_lease(
     slow_requests: _Proxy, redis_url: str
 ) -> None:
@@ -56,12 +67,7 @@ async def test_an_acquire_cut_before_its_set_lands_does_not_keep_the_lock_for_th
             await taking
         await asyncio.sleep(0.6)  # the SET has landed by now
         assert await raw.exists(f"{prefix}:lock:slow"), "the SET reached Redis late"
-        try:
-            async with other.lock("slow", wait_seconds=5):
-                pass
-        except ResourceExhausted:
-            ttl = await raw.pttl(f"{prefix}:lock:slow")
-            pytest.fail(f"the cut acquisition keeps the lock for {ttl} ms more")
+        await assert_free_soon(other, raw, prefix, "slow", 5, "the cut acquisition")
     finally:
         await cut.aclose()
         await other.aclose()
@@ -112,12 +118,7 @@ async def test_a_release_cut_before_its_command_left_still_frees_the_lock(
         holder.cancel()
         with pytest.raises(asyncio.CancelledError):
             await holder
-        try:
-            async with other.lock("held", wait_seconds=3):
-                pass
-        except ResourceExhausted:
-            ttl = await raw.pttl(f"{prefix}:lock:held")
-            pytest.fail(f"the cut release leaves the lock taken for {ttl} ms more")
+        await assert_free_soon(other, raw, prefix, "held", 3, "the cut release")
     finally:
         await cut.aclose()
         await other.aclose()
