@@ -70,7 +70,6 @@ __all__ = [
     "Not",
     "Op",
     "Or",
-    "as_utc",
     "combine",
     "family_of",
     "field_holds",
@@ -873,7 +872,7 @@ def field_holds(cond: Condition, actual: Any) -> bool:
     if name in _TIME_FIELDS:
         if actual is None or not isinstance(value, datetime):
             return False  # a memory that never expires matches no expire_time comparison
-        return _compare(op, as_utc(actual), as_utc(value))
+        return _compare(op, _as_utc(actual), _as_utc(value))
     if name in (_MANAGED, _CUSTOM):
         managed = name == _MANAGED
         present = any((t.managed if managed else t.custom) == value for t in actual)
@@ -940,13 +939,13 @@ def _compare(op: Op, actual: Any, expected: Any) -> bool:
     return False
 
 
-def as_utc(when: datetime) -> datetime:
+def _as_utc(when: datetime) -> datetime:
     """`when` in UTC; a naive time is taken as UTC (as every comparison of a filter does)."""
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _whole_seconds(when: datetime) -> datetime:
-    return as_utc(when).replace(microsecond=0)
+    return _as_utc(when).replace(microsecond=0)
 
 
 def _valid_utf8(text: str) -> str:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, as_utc, family_of
+from adk_memory.engine.paging import micros
+from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
 from adk_memory.filters import field_holds as holds
 from adk_memory.store import MemoryRecord
 
@@ -31,8 +32,6 @@ __all__ = ["ScopeColumns"]
 
 _Mask = np.ndarray[Any, np.dtype[np.bool_]]
 _Times = np.ndarray[Any, np.dtype[np.int64]]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _TIME_COMPARISONS: dict[Op, Callable[[_Times, int], _Mask]] = {
     Op.EQ: np.equal,
     Op.NE: np.not_equal,
@@ -43,10 +42,6 @@ _TIME_COMPARISONS: dict[Op, Callable[[_Times, int], _Mask]] = {
 }
 _BYTES_PER_ITEM = 120
 """A topic or a scope entry inside a distinct value: its object or two strings, and a slot."""
-
-
-def _micros(when: datetime) -> int:
-    return (as_utc(when) - _EPOCH) // _MICROSECOND
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +120,7 @@ class ScopeColumns:
         def times(read: Callable[[MemoryRecord], datetime | None]) -> _Times:
             values = (read(record) for record in records)
             return np.fromiter(
-                (0 if when is None else _micros(when) for when in values), np.int64, count
+                (0 if when is None else micros(when) for when in values), np.int64, count
             )
 
         keys = sorted({key for record in records for key in record.metadata})
@@ -158,7 +153,7 @@ class ScopeColumns:
 
     def expired(self, now: datetime) -> _Mask:
         """The documents expired at `now` (a memory is live while its expiry is after `now`)."""
-        return self.expires & (self.expire_times <= _micros(now))
+        return self.expires & (self.expire_times <= micros(now))
 
     def matching(self, expr: FilterExpr) -> _Mask:
         """A mask of the documents that `filters.matches(expr)`."""
@@ -195,6 +190,6 @@ class ScopeColumns:
             "update_time": self.update_times,
             "expire_time": self.expire_times,
         }[cond.field]
-        mask = compare(column, _micros(cond.value))
+        mask = compare(column, micros(cond.value))
         # A memory that never expires matches no expire_time comparison.
         return mask & self.expires if cond.field == "expire_time" else mask
