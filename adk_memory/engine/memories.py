@@ -64,6 +64,7 @@ from adk_memory.store import (
     cursor_of,
     sort_records,
 )
+from adk_memory.wording import call, option
 
 __all__ = [
     "MemoryOps",
@@ -437,7 +438,7 @@ class MemoryOps:
         if target is None:
             raise NotFound(
                 f"Revision {target_revision_id[:40]!r} of memory {memory_id!r} does not exist or "
-                "has expired; list them with memories.revisions.list().",
+                f"has expired; list them with {call('memories.revisions.list')}.",
                 field="target_revision_id",
             )
         if target.deleted:
@@ -451,7 +452,7 @@ class MemoryOps:
         if current is not None and current.scope_key != target.scope_key:
             raise NotFound(  # re-created in another scope meanwhile: not this memory's revision
                 f"Revision {target_revision_id[:40]!r} of memory {memory_id!r} does not exist or "
-                "has expired; list them with memories.revisions.list().",
+                f"has expired; list them with {call('memories.revisions.list')}.",
                 field="target_revision_id",
             )
         expected = Expectation(memory_id, now) if current is None else unchanged(current, now)
@@ -501,8 +502,8 @@ class MemoryOps:
         """Counts (force=False) or deletes (force=True) the memories the filters select."""
         if not filter and not filter_groups:
             raise InvalidArgument(
-                "purge needs a filter or filter_groups; to empty a bank, delete it with "
-                "memory_banks.delete(name, force=True).",
+                f"purge needs {option('filters')}; to empty a bank, delete it with "
+                f"{call('memory_banks.delete')}.",
                 field="filter",
             )
         expr = combine(

@@ -36,6 +36,7 @@ from adk_memory.names import Names
 from adk_memory.scope import validate_scope
 from adk_memory.server.auth import ApiKeys, Principal, is_loopback, load_in_scope, principal_of
 from adk_memory.server.wire import error_response
+from adk_memory.wording import render
 
 __all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
 
@@ -137,7 +138,7 @@ def _register(
             try:
                 return await function(*args, **kwargs)
             except AdkMemoryError as exc:
-                raise ToolError(f"{exc.status}: {exc}") from None
+                raise ToolError(f"{exc.status}: {render(exc, 'mcp')}") from None
 
         server.tool()(telling)
         return function
