@@ -707,7 +707,8 @@ def _static_file(package: str, filename: str) -> bytes:
         folder = resources.files(package) / "static"
     except ModuleNotFoundError:
         raise FailedPrecondition(
-            f"/docs needs the {package} package: pip install 'adk-memory[server]'."
+            f"The {package} package is missing (/docs needs fastapi_offline): "
+            "pip install 'adk-memory[server]'."
         ) from None
     return (folder / filename).read_bytes()
 

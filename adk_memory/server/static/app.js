@@ -496,6 +496,8 @@ async function openMemory(id, push) {
   state.open = { id, memory, live, revisions: null };
   if (push) writeLocation();
   highlightOpen();
+  const row = $("memories").querySelector(`tr[data-memory="${CSS.escape(id)}"]`);
+  if (row && !push) row.scrollIntoView({ block: "nearest" });
   await loadRevisions();
 }
 
