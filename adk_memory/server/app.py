@@ -21,7 +21,7 @@ import email.message
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.types import DecoratedCallable
 from google.genai.errors import ClientError
@@ -595,7 +596,7 @@ def create_app(
         summary="A self-hosted Memory Bank: the Agent Platform Memory Bank REST API (v1beta1).",
         version=_version(),
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # `_add_docs` serves /docs with its assets (no CDN)
         redoc_url=None,
         dependencies=[Depends(guard)],
         # A path with a trailing slash is a 404 in the error envelope, not a 307 to a Location
@@ -620,6 +621,7 @@ def create_app(
     if keys is None:
         app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
     _add_browser(app)
+    _add_docs(app)
     for failure in (AdkMemoryError, HTTPException, RequestValidationError, Exception):
         app.add_exception_handler(failure, _on_error)
     if cors_origins:
@@ -666,19 +668,87 @@ _UI_HEADERS = {
 
 def _add_browser(app: FastAPI) -> None:
     """Serves the memory browser's three static files (no build step, no external resource)."""
-    static = resources.files("adk_memory.server") / "static"
     for path, (filename, media_type) in _UI_FILES.items():
-        content = (static / filename).read_bytes()
-
-        async def serve_file(content: bytes = content, media_type: str = media_type) -> Response:
-            return Response(content, media_type=media_type, headers=_UI_HEADERS)
-
-        app.add_api_route(path, serve_file, methods=["GET"], include_in_schema=False)
+        read = functools.partial(_static_file, "adk_memory.server", filename)
+        handler = _static_handler(read, media_type, _UI_HEADERS)
+        app.add_api_route(path, handler, methods=["GET"], include_in_schema=False)
 
     async def slash() -> Response:
         return RedirectResponse("/ui", status_code=308)
 
     app.add_api_route("/ui/", slash, methods=["GET"], include_in_schema=False)
+
+
+# The API's interactive description (/docs): Swagger UI, its script and style served from the
+# fastapi-offline package (a dependency of the `server` extra), so that it works offline.
+
+_DOCS_ASSETS = {
+    "/docs/swagger-ui-bundle.js": ("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
+    "/docs/swagger-ui.css": ("swagger-ui.css", "text/css; charset=utf-8"),
+    "/docs/favicon.png": ("favicon.png", "image/png"),
+}
+_DOCS_HEADERS = {
+    # Swagger UI's page starts it with an inline script and styles itself inline; it loads
+    # nothing from elsewhere and talks only to this server.
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+@functools.cache
+def _static_file(package: str, filename: str) -> bytes:
+    """A file of a package's `static` folder, read once."""
+    try:
+        folder = resources.files(package) / "static"
+    except ModuleNotFoundError:
+        raise FailedPrecondition(
+            f"The {package} package is missing (/docs needs fastapi_offline): "
+            "pip install 'adk-memory[server]'."
+        ) from None
+    return (folder / filename).read_bytes()
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Serves Swagger UI at /docs with its assets from the installed fastapi-offline package."""
+
+    async def docs() -> Response:
+        page = get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} · REST API",
+            swagger_js_url="/docs/swagger-ui-bundle.js",
+            swagger_css_url="/docs/swagger-ui.css",
+            swagger_favicon_url="/docs/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None},  # no badge from validator.swagger.io
+        )
+        page.headers.update(_DOCS_HEADERS)
+        return page
+
+    app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
+    headers = {**_DOCS_HEADERS, "cache-control": "public, max-age=86400"}
+    for path, (filename, media_type) in _DOCS_ASSETS.items():
+        read = functools.partial(_static_file, "fastapi_offline", filename)
+        handler = _static_handler(read, media_type, headers)
+        app.add_api_route(path, handler, methods=["GET"], include_in_schema=False)
+
+
+def _static_handler(
+    read: Callable[[], bytes], media_type: str, headers: dict[str, str]
+) -> Callable[[], Awaitable[Response]]:
+    """A route handler serving `read()`.
+
+    It takes no parameters: a default argument would be a query parameter, letting a link choose
+    what the page serves.
+    """
+
+    async def serve() -> Response:
+        return Response(read(), media_type=media_type, headers=headers)
+
+    return serve
 
 
 def _version() -> str:
