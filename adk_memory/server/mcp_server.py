@@ -356,8 +356,9 @@ async def serve_mcp(
     The bank is created first if it does not exist.
 
     Raises:
-        InvalidArgument: No scope, and no keys that could bind one.
-        FailedPrecondition: HTTP on a non-loopback address without keys.
+        InvalidArgument: No scope, and no keys that could bind one; a malformed host name.
+        FailedPrecondition: HTTP on a non-loopback address, or for every Host name (`*`),
+            without keys.
     """
     if not binding.scope and binding.api_keys is None:
         raise InvalidArgument(
@@ -371,6 +372,8 @@ async def serve_mcp(
             "read and change the memories. Pass --keys FILE, or bind --host 127.0.0.1.",
             field="host",
         )
+    if transport == "http":  # a refused --allowed-host, before the store is touched
+        RequestGuard.of(allowed_hosts, (), keyless=binding.api_keys is None)
     try:
         await client.memory_banks.get(name=binding.bank)
     except NotFound:

@@ -310,7 +310,10 @@ async def test_a_bound_key_names_its_own_memory_by_the_id_it_was_given(
             f"{short}/memories", params={"memoryId": own_id}, json=body, headers=ALICE_HEADERS
         )
         too_long = await http.post(
-            f"{short}/memories", params={"memoryId": "a" * 50}, json=body, headers=ALICE_HEADERS
+            f"{short}/memories", params={"memoryId": "a" * 47}, json=body, headers=ALICE_HEADERS
+        )
+        longest = await http.post(
+            f"{short}/memories", params={"memoryId": "a" * 46}, json=body, headers=ALICE_HEADERS
         )
         admin = await http.post(
             f"{short}/memories", params={"memoryId": "note"}, json=body, headers=ADMIN
@@ -318,6 +321,7 @@ async def test_a_bound_key_names_its_own_memory_by_the_id_it_was_given(
     assert got.status_code == 200 and got.json()["fact"] == "alice's note"
     assert again.status_code == 409
     assert too_long.status_code == 400 and "namespaced" in too_long.json()["error"]["message"]
+    assert longest.status_code == 200, longest.text
     assert admin.json()["response"]["name"].endswith("/memories/note")  # unbound: as chosen
 
 
