@@ -496,7 +496,8 @@ class RequestGuard:
     """Which `Host` names and browser origins the server answers."""
 
     allowed_hosts: frozenset[str] | None
-    """Host names served (`*` for any); None: loopback names only without keys, any with keys."""
+    """Host names served (`*` for any, with keys only); None: loopback names only without keys,
+    any with keys."""
     cors_origins: frozenset[str]
     """Origins (`https://app.example`) whose pages may call the server."""
     keyless: bool
@@ -512,7 +513,8 @@ class RequestGuard:
         Raises:
             InvalidArgument: A host has a port or is not a host name, or an origin is not
                 `scheme://host[:port]`.
-            FailedPrecondition: CORS for every origin (`*`) on a server without keys.
+            FailedPrecondition: CORS for every origin, or every Host name (`*`), on a server
+                without keys.
         """
         hosts = [str(host).strip().lower() for host in allowed_hosts or ()]
         if "*" in hosts and keyless:
