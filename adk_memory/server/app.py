@@ -50,7 +50,6 @@ from adk_memory.errors import (
     Unimplemented,
 )
 from adk_memory.filters import is_blank, request_filter
-from adk_memory.names import Names
 from adk_memory.server import wire
 from adk_memory.server.auth import (
     ApiKey,
@@ -223,9 +222,10 @@ async def list_banks(
     if not is_blank(query.filter):
         raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
     config = {"page_size": query.page_size, "page_token": query.page_token}
-    pager = await client.memory_banks.list(config=config)
-    banks = [b for b in pager.page if principal.may_use_bank(Names.parse_bank(b.name or ""))]
-    payload: dict[str, Any] = {"reasoningEngines": [wire.reasoning_engine_json(b) for b in banks]}
+    pager = await client.memory_banks.list(config=config, bank_ids=principal.banks)
+    payload: dict[str, Any] = {
+        "reasoningEngines": [wire.reasoning_engine_json(b) for b in pager.page]
+    }
     if pager.next_page_token:
         payload["nextPageToken"] = pager.next_page_token
     return JSONResponse(payload)

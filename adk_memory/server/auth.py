@@ -388,6 +388,11 @@ class Principal:
         """
         return json.dumps([self.label, sorted((self.scope or {}).items())])
 
+    @property
+    def banks(self) -> frozenset[str] | None:
+        """The bank ids the key is limited to; None: every bank."""
+        return self.key.banks if self.key is not None else None
+
     def may_use_bank(self, bank_id: str) -> bool:
         """Whether the key is not limited to other banks."""
         return self.key is None or self.key.banks is None or bank_id in self.key.banks

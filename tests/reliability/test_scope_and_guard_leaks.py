@@ -53,7 +53,7 @@ KEYS = ApiKeys.of(
             name="limited",
             key=LIMITED_KEY,
             permissions=["memories.*", "reasoningEngines.list"],
-            banks=["visible"],
+            banks=["visible", "visible-too"],
         ),
         ApiKey(
             name="users",
@@ -358,9 +358,9 @@ async def test_a_bank_limited_key_learns_no_other_bank_from_a_page_token(
     aclient: AsyncClient,
 ) -> None:
     """Before: the bank-list token was `{"v": [create_us], "i": "<bank id>"}`, naming banks the
-    key may not use. Now it is sealed, and the admin's and the limited key's tokens are each
-    their own."""
-    for bank_id in ("hidden-one", "visible", "hidden-two"):
+    key may not use, and its pages counted them (empty pages). Now it is sealed, pages hold only
+    the key's banks, and the admin's and the limited key's tokens are each their own."""
+    for bank_id in ("hidden-one", "visible", "hidden-two", "visible-too"):
         await aclient.memory_banks.create(memory_bank_id=bank_id)
     async with rest(aclient, api_keys=KEYS) as http:
 
@@ -380,7 +380,7 @@ async def test_a_bank_limited_key_learns_no_other_bank_from_a_page_token(
     shown = [
         bank["name"].rsplit("/", 1)[-1] for answer in seen for bank in answer["reasoningEngines"]
     ]
-    assert shown == ["visible"]
+    assert shown == ["visible", "visible-too"] and len(seen) == 2  # no page for a hidden bank
     for hidden in ("hidden-one", "hidden-two"):
         assert hidden not in _readable(token) and hidden not in json.dumps(seen)
     assert replayed.status_code == 200  # the same caller may ask for the same page again
