@@ -384,6 +384,8 @@ async def test_a_bank_limited_key_learns_no_other_bank_from_a_page_token(
     for hidden in ("hidden-one", "hidden-two"):
         assert hidden not in _readable(token) and hidden not in json.dumps(seen)
     assert replayed.status_code == 200  # the same caller may ask for the same page again
+    only = await aclient.memory_banks.list(config={"page_size": 1}, bank_ids=["visible-too"])
+    assert [b.name.rsplit("/", 1)[-1] async for b in only if b.name] == ["visible-too"]
     assert stolen.status_code == borrowed.status_code == 400
     assert stolen.json()["error"]["status"] == "INVALID_ARGUMENT"
 
