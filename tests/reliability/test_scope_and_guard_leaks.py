@@ -506,7 +506,7 @@ async def test_a_blank_filter_never_passes_purge_needs_a_filter(aclient: AsyncCl
                     f"{short}/memories:purge", json={**body, "force": True}, headers=headers
                 )
                 assert answer.status_code == 400, (body, answer.text)
-                assert "condition" in answer.json()["error"]["message"]
+                assert "purge needs" in answer.json()["error"]["message"]
         # A blank filter lists and retrieves as no filter (the key's scope still applies).
         listed = await http.get(f"{short}/memories", params={"filter": "  "}, headers=ALICE_HEADERS)
         retrieved = await http.post(
@@ -517,9 +517,9 @@ async def test_a_blank_filter_never_passes_purge_needs_a_filter(aclient: AsyncCl
     assert [h["memory"]["fact"] for h in retrieved.json()["retrievedMemories"]] == ["alice stays"]
     assert banks.status_code == 200
     for blank in (" ", "\n"):
-        with pytest.raises(InvalidArgument, match="condition"):
+        with pytest.raises(InvalidArgument, match="purge needs"):
             await memories.purge(name=bank, filter=blank, force=True)
-        with pytest.raises(InvalidArgument, match="condition"):
+        with pytest.raises(InvalidArgument, match="purge needs"):
             await memories.purge(name=bank, filter=blank, filter_groups=[], force=True)
     assert await facts(aclient, bank, ALICE) == ["alice stays"]
     assert await facts(aclient, bank, BOB) == ["bob stays"]
