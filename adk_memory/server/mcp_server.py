@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -306,19 +307,16 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
 
 
 def mcp_http_app(
-    server: MCPServer,
-    keys: ApiKeys | None,
-    *,
-    host: str = "127.0.0.1",
-    allowed_hosts: Sequence[str] | None = None,
+    server: MCPServer, keys: ApiKeys | None, *, allowed_hosts: Sequence[str] | None = None
 ) -> ASGIApp:
     """The streamable HTTP app (`/mcp`) behind the REST server's guard and the key check.
 
     Every request passes `auth.GuardMiddleware` first, as on the REST server: the `Host` must be
     one served (`allowed_hosts`; None: loopback names only without keys, whatever address is
-    bound) and, without keys, the `Origin` this server's own. Then a request without a valid key
-    is 401. Stateless: every request is authenticated on its own, so a session id is never a
-    credential.
+    bound) and, without keys, the `Origin` this server's own. It replaces the MCP SDK's own
+    check, which knows only 127.0.0.1, localhost and ::1 and would refuse `allowed_hosts`. Then
+    a request without a valid key is 401. Stateless: every request is authenticated on its own,
+    so a session id is never a credential.
 
     Raises:
         FailedPrecondition: `*` in `allowed_hosts` without keys.
@@ -335,7 +333,11 @@ def mcp_http_app(
         with tokens_for(principal.audience):  # the tools' page tokens are the caller's own
             return await call_next(request)
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+    app = server.streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
     app.add_middleware(BaseHTTPMiddleware, dispatch=authenticated)
     return GuardMiddleware(app, policy=policy)
 
@@ -384,6 +386,6 @@ async def serve_mcp(
         return
     import uvicorn
 
-    app = mcp_http_app(server, binding.api_keys, host=host, allowed_hosts=allowed_hosts)
+    app = mcp_http_app(server, binding.api_keys, allowed_hosts=allowed_hosts)
     config = uvicorn.Config(app, host=host, port=port, access_log=False, server_header=False)
     await uvicorn.Server(config).serve()

@@ -150,7 +150,7 @@ async def test_keyless_mcp_on_127_0_0_2_refuses_a_rebound_host_and_a_foreign_ori
         bank = "reasoningEngines/notes"
         await client.memory_banks.memories.create(name=bank, fact="my secret", scope=ALICE)
         server = await create_mcp_server(client, McpBinding(bank, ALICE))
-        app = mcp_http_app(server, None, host="127.0.0.2")
+        app = mcp_http_app(server, None)
         async with listening(app, "127.0.0.2") as address, httpx.AsyncClient() as http:
             url = f"http://{address}/mcp"
             for host in REBOUND_HOSTS:
@@ -169,6 +169,24 @@ async def test_keyless_mcp_on_127_0_0_2_refuses_a_rebound_host_and_a_foreign_ori
             listed = await http.post(url, json=rpc("list_memories"), headers=own)
         assert listed.status_code == 200 and "my secret" in listed.text
         assert await facts(client, bank, ALICE) == ["my secret"]  # nothing planted
+
+
+async def test_keyless_mcp_answers_the_names_it_is_given_and_no_others() -> None:
+    """`--allowed-host` works for MCP as for REST (the SDK's own check, which would refuse it,
+    is replaced by the one guard): the named host is answered, the loopback names are not."""
+    async with AsyncClient("memory://", embedding_model="hash-64") as client:
+        await client.memory_banks.create(memory_bank_id="notes")
+        server = await create_mcp_server(client, McpBinding("reasoningEngines/notes", ALICE))
+        app = mcp_http_app(server, None, allowed_hosts=["memory.internal"])
+        async with listening(app, "127.0.0.1") as address, httpx.AsyncClient() as http:
+            url = f"http://{address}/mcp"
+            named = await http.post(
+                url, json=rpc("list_memories"), headers={**MCP_HEADERS, "host": "memory.internal"}
+            )
+            loopback = await http.post(
+                url, json=rpc("list_memories"), headers={**MCP_HEADERS, "host": address}
+            )
+    assert (named.status_code, loopback.status_code) == (200, 403), named.text
 
 
 async def test_keyless_rest_on_127_0_0_2_refuses_the_same_hosts() -> None:
