@@ -19,7 +19,10 @@ import asyncio
 import base64
 import binascii
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -470,6 +473,52 @@ async def test_embedded_tokens_are_sealed_under_the_configured_secret(
     monkeypatch.setenv("ADK_MEMORY_PAGE_TOKEN_SECRET", "short")
     with pytest.raises(FailedPrecondition, match="ADK_MEMORY_PAGE_TOKEN_SECRET"):
         await memories.list(name=bank, config={"page_size": 1})
+
+
+_LIST_IN_ANOTHER_PROCESS = """
+import asyncio, sys
+from adk_memory import AsyncClient
+
+async def main():
+    async with AsyncClient(sys.argv[1], embedding_model="hash-64") as client:
+        page = await client.memory_banks.memories.list(name=sys.argv[2], config={"page_size": 1})
+        print(page.next_page_token)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("store_uri", ["redis"], indirect=True)  # any shared store
+async def test_a_server_process_with_the_same_secret_continues_anothers_listing(
+    store_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes on one shared store (as servers behind one address): a token one process
+    gave is continued by the other when both have ADK_MEMORY_PAGE_TOKEN_SECRET, and refused
+    when the giver had none (its key was its own)."""
+    secret = "shared-page-token-secret-0123456789abcdef"
+
+    def token_of_another_process(with_secret: bool) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "ADK_MEMORY_PAGE_TOKEN_SECRET"}
+        if with_secret:
+            env["ADK_MEMORY_PAGE_TOKEN_SECRET"] = secret
+        command = [sys.executable, "-c", _LIST_IN_ANOTHER_PROCESS, store_uri, bank]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    monkeypatch.setenv("ADK_MEMORY_PAGE_TOKEN_SECRET", secret)
+    async with AsyncClient(store_uri, embedding_model="hash-64") as client:
+        memories = client.memory_banks.memories
+        bank = (await client.memory_banks.create()).name or ""
+        for i in range(3):
+            await memories.create(name=bank, fact=f"fact {i}", scope=ALICE)
+        first = (await memories.list(name=bank, config={"page_size": 1})).page
+        shared = await asyncio.to_thread(token_of_another_process, True)
+        own_key = await asyncio.to_thread(token_of_another_process, False)
+        resumed = await memories.list(name=bank, config={"page_size": 1, "page_token": shared})
+        assert [m.name for m in resumed.page] != [m.name for m in first] and resumed.page
+        with pytest.raises(InvalidArgument, match="page_token"):
+            await memories.list(name=bank, config={"page_size": 1, "page_token": own_key})
 
 
 async def test_an_mcp_page_token_opens_for_its_own_caller_only() -> None:
