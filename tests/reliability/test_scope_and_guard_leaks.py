@@ -161,14 +161,24 @@ async def test_keyless_mcp_on_127_0_0_2_refuses_a_rebound_host_and_a_foreign_ori
                     answer = await http.post(url, json=body, headers={**MCP_HEADERS, "host": host})
                     assert answer.status_code == 403, (host, answer.text)
                     assert "my secret" not in answer.text
-            foreign = {**MCP_HEADERS, "host": address, "origin": "http://evil.example"}
+            port = int(address.rsplit(":", 1)[1])
+            origins = [
+                "http://evil.example",
+                "HTTP://EVIL.EXAMPLE",
+                "null",
+                f"http://127.0.0.2:{port + 1}",  # another local server's page
+                f"http://{address}.evil.example",
+                f"http://{address}@evil.example",
+                f"http://localhost:{port}",  # same port, another name: another origin
+            ]
+            headers = [{**MCP_HEADERS, "host": address, "origin": origin} for origin in origins]
             rebound = {**MCP_HEADERS, "host": "evil.example", "origin": "http://evil.example"}
-            for headers in (foreign, rebound):
+            for sent in [*headers, rebound]:
                 answer = await http.post(
-                    url, json=rpc("create_memory", fact="planted"), headers=headers
+                    url, json=rpc("create_memory", fact="planted"), headers=sent
                 )
-                assert answer.status_code == 403, answer.text
-            own = {**MCP_HEADERS, "host": address, "origin": f"http://{address}"}
+                assert answer.status_code == 403, (sent, answer.text)
+            own = {**MCP_HEADERS, "host": address, "origin": f"HTTP://{address.upper()}"}
             listed = await http.post(url, json=rpc("list_memories"), headers=own)
         assert listed.status_code == 200 and "my secret" in listed.text
         assert await facts(client, bank, ALICE) == ["my secret"]  # nothing planted
