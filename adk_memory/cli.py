@@ -93,6 +93,13 @@ KeysOption = Annotated[
     str | None,
     typer.Option("--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."),
 ]
+AllowedHostOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A Host name the server answers to (repeatable; '*' for any, with --keys only). "
+        "Default: loopback names without --keys, any with --keys."
+    ),
+]
 
 _SCOPE_KEY = re.compile(r"[A-Za-z0-9_.:+-]+")
 
@@ -407,13 +414,7 @@ def serve(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8080,
     keys: KeysOption = None,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A Host name the server answers to (repeatable; '*' for any). Default: "
-            "loopback names without --keys, any with --keys."
-        ),
-    ] = None,
+    allowed_host: AllowedHostOption = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(help="An origin whose web pages may call the API (repeatable; CORS)."),
@@ -458,6 +459,7 @@ def mcp_command(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8765,
     keys: KeysOption = None,
+    allowed_host: AllowedHostOption = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -488,7 +490,14 @@ def mcp_command(
         )
 
     async def run(client: AsyncClient) -> None:
-        await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
+        await serve_mcp(
+            client,
+            binding,
+            transport=transport,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            allowed_hosts=allowed_host or None,
+        )
 
     options: dict[str, Any] = {"generation_model": model} if model else {}
     _run(uri, run, interrupt_ok=True, **options)

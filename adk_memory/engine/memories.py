@@ -48,7 +48,7 @@ from adk_memory.errors import (
     InvalidArgument,
     NotFound,
 )
-from adk_memory.filters import combine, from_filter_groups, matches, parse_filter, partition
+from adk_memory.filters import matches, parse_filter, partition, request_filter
 from adk_memory.names import new_memory_id, validate_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
@@ -235,16 +235,19 @@ class MemoryOps:
         # the id's past and its insert (the insert itself refuses only a live memory).
         locks = self._context.store.lock_provider()
         async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
-            await self._check_id_is_free(bank_id, memory_id, now)
+            await self._check_id_is_free(bank_id, memory_id, now, record.scope_key)
             await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
         return record
 
-    async def _check_id_is_free(self, bank_id: str, memory_id: str, now: datetime) -> None:
+    async def _check_id_is_free(
+        self, bank_id: str, memory_id: str, now: datetime, scope: ScopeKey
+    ) -> None:
         """Refuses a caller-chosen id of a live memory, or whose earlier memory's revisions live.
 
         They are kept for rollback, and a new memory under the id would inherit that history
         (another scope's facts, perhaps). Checked under the id's lock: a memory live now may be
-        deleted before the insert, which would then see a free id.
+        deleted before the insert, which would then see a free id. Only a history wholly of the
+        creating `scope` is told when the id frees up: another scope's times stay its own.
         """
         if await self._context.store.get_memories(bank_id, [memory_id], now):
             raise AlreadyExists(
@@ -253,6 +256,12 @@ class MemoryOps:
         history = await self._context.store.list_revisions(bank_id, memory_id, now)
         if not history:
             return
+        if any(revision.scope_key != scope for revision in history):
+            raise AlreadyExists(
+                f"Memory id {memory_id!r} belonged to a deleted memory whose revisions are kept "
+                "for rollback, so it cannot name a new memory; use another id.",
+                field="config.memory_id",
+            )
         expiries = [revision.expire_time for revision in history]
         frees = (
             "never frees up, as some of them never expire"
@@ -500,15 +509,13 @@ class MemoryOps:
         self, bank_id: str, *, filter: str | None, filter_groups: Any, force: bool
     ) -> int:
         """Counts (force=False) or deletes (force=True) the memories the filters select."""
-        if not filter and not filter_groups:
+        expr = request_filter(filter, filter_groups, allow_scope=True)
+        if expr is None:  # a blank filter or empty groups state no condition either
             raise InvalidArgument(
                 f"purge needs {option('filters')}; to empty a bank, delete it with "
                 f"{call('memory_banks.delete')}.",
                 field="filter",
             )
-        expr = combine(
-            parse_filter(filter or "", allow_scope=True), from_filter_groups(filter_groups)
-        )
         await self._context.load_bank(bank_id)
         query = ScanQuery(now=self._context.clock(), order_by=(SortKey("create_time"),))
         pushed, residual = partition(expr, self._context.store.capabilities.pushdown)

@@ -8,7 +8,8 @@ failure is the Google error envelope with the error's own status. FastAPI valida
 generates `/openapi.json` from these declarations. Memory Bank's rules live in the engine.
 
 Bodies must be JSON (415 otherwise; a body without a content type is read as JSON). Every request
-passes `auth.guard` (Host allow-list; without keys, same-origin or a configured CORS origin).
+passes `auth.GuardMiddleware` (Host allow-list; without keys, same-origin or a configured CORS
+origin), the same guard as the MCP app's.
 
 Resource names in responses carry the client's project and location (`local` by default); the
 project and location in a request path may be anything, as with the client's short names.
@@ -48,15 +49,15 @@ from adk_memory.errors import (
     PermissionDenied,
     Unimplemented,
 )
-from adk_memory.names import Names
+from adk_memory.filters import is_blank, request_filter
 from adk_memory.server import wire
 from adk_memory.server.auth import (
     ApiKey,
     ApiKeys,
+    GuardMiddleware,
     Principal,
     RequestGuard,
     authorize,
-    guard,
     is_loopback,
     load_in_scope,
 )
@@ -218,12 +219,13 @@ async def list_banks(
     principal: Annotated[Principal, _permission("reasoningEngines.list")],
 ) -> JSONResponse:
     """List the memory banks the key may use."""
-    if query.filter:
+    if not is_blank(query.filter):
         raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
     config = {"page_size": query.page_size, "page_token": query.page_token}
-    pager = await client.memory_banks.list(config=config)
-    banks = [b for b in pager.page if principal.may_use_bank(Names.parse_bank(b.name or ""))]
-    payload: dict[str, Any] = {"reasoningEngines": [wire.reasoning_engine_json(b) for b in banks]}
+    pager = await client.memory_banks.list(config=config, bank_ids=principal.banks)
+    payload: dict[str, Any] = {
+        "reasoningEngines": [wire.reasoning_engine_json(b) for b in pager.page]
+    }
     if pager.next_page_token:
         payload["nextPageToken"] = pager.next_page_token
     return JSONResponse(payload)
@@ -294,10 +296,10 @@ async def create_memory(
     body: wire.CreateMemoryBody,
     query: Annotated[wire.CreateMemoryQuery, Query()],
 ) -> types.MemoryOperation:
-    """Create a memory."""
+    """Create a memory (a caller bound to a scope chooses ids in that scope's namespace)."""
     caller.check_scope(_scope_of(body))
     own, config = _split(body)
-    config["memory_id"] = query.memory_id
+    config["memory_id"] = caller.memory_id_for(query.memory_id, own["scope"])
     return await client.memory_banks.memories.create(name=bank, **own, config=config)
 
 
@@ -356,7 +358,8 @@ async def purge(
     For a caller bound to a scope, the filter is ANDed with that scope.
     """
     own, config = _split(body)
-    if own.get("filter") or own.get("filter_groups"):  # else the engine refuses to purge all
+    stated = request_filter(own.get("filter"), own.get("filter_groups"), allow_scope=True)
+    if stated is not None:  # else the engine refuses: confining no condition would purge all
         own["filter"] = caller.confine_filter(own.get("filter"))
     own["force"] = bool(own.get("force", False))
     return await client.memory_banks.memories.purge(name=bank, **own, config=config)
@@ -556,13 +559,18 @@ def create_app(
         api_keys: The accepted keys with their permissions; None serves everyone (bind it to
             loopback only: `serve` refuses anything else).
         max_body_bytes: The largest request body accepted; larger ones get 413.
-        allowed_hosts: The `Host` names served (`*` for any). None: loopback names only without
-            keys (a web page cannot rebind a name of its own to this server), any with keys.
+        allowed_hosts: The `Host` names served (`*` for any, with keys only). None: loopback
+            names only without keys (a web page cannot rebind a name of its own to this server),
+            any with keys.
         cors_origins: Origins whose web pages may call the API (CORS); none by default. Without
             keys, requests from any other origin than the server's own are refused.
 
     Returns:
         A FastAPI app with the routes of reference §2, `/openapi.json` and `/healthz`.
+
+    Raises:
+        FailedPrecondition: `*` in `allowed_hosts` or `cors_origins` without keys.
+        InvalidArgument: A malformed host or origin, or a bad `max_body_bytes`.
     """
     if isinstance(client_or_uri, str):
         client, owned = AsyncClient(client_or_uri), True
@@ -598,7 +606,6 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # `_add_docs` serves /docs with its assets (no CDN)
         redoc_url=None,
-        dependencies=[Depends(guard)],
         # A path with a trailing slash is a 404 in the error envelope, not a 307 to a Location
         # built from the request's Host header (`/ui/` has its own redirect below).
         redirect_slashes=False,
@@ -606,7 +613,7 @@ def create_app(
     app.state.client = client
     app.state.api_keys = keys
     app.state.max_body_bytes = max_body_bytes
-    app.state.guard = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
+    policy = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
     app.include_router(
         router,
         prefix="/v1beta1/projects/{project}/locations/{location}",
@@ -631,6 +638,7 @@ def create_app(
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["content-type", "authorization", "x-goog-api-key"],
         )
+    app.add_middleware(GuardMiddleware, policy=policy)  # outside CORS: preflights too
     app.add_middleware(_Perimeter, max_bytes=max_body_bytes)
     return app
 

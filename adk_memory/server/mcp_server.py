@@ -10,12 +10,13 @@ reaches only memories of that scope: a memory named by id passes `auth.load_in_s
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
+from adk_memory.engine.paging import tokens_for
 from adk_memory.errors import (
     AdkMemoryError,
     FailedPrecondition,
@@ -34,7 +36,15 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.scope import validate_scope
-from adk_memory.server.auth import ApiKeys, Principal, is_loopback, load_in_scope, principal_of
+from adk_memory.server.auth import (
+    ApiKeys,
+    GuardMiddleware,
+    Principal,
+    RequestGuard,
+    is_loopback,
+    load_in_scope,
+    principal_of,
+)
 from adk_memory.server.wire import error_response
 from adk_memory.wording import render
 
@@ -296,22 +306,40 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
     return server
 
 
-def mcp_http_app(server: MCPServer, keys: ApiKeys | None, *, host: str = "127.0.0.1") -> ASGIApp:
-    """The streamable HTTP app (`/mcp`) behind the key check (401 without a valid key).
+def mcp_http_app(
+    server: MCPServer, keys: ApiKeys | None, *, allowed_hosts: Sequence[str] | None = None
+) -> ASGIApp:
+    """The streamable HTTP app (`/mcp`) behind the REST server's guard and the key check.
 
-    Stateless: every request is authenticated on its own, so a session id is never a credential.
+    Every request passes `auth.GuardMiddleware` first, as on the REST server: the `Host` must be
+    one served (`allowed_hosts`; None: loopback names only without keys, whatever address is
+    bound) and, without keys, the `Origin` this server's own. It replaces the MCP SDK's own
+    check, which knows only 127.0.0.1, localhost and ::1 and would refuse `allowed_hosts`. Then
+    a request without a valid key is 401. Stateless: every request is authenticated on its own,
+    so a session id is never a credential.
+
+    Raises:
+        FailedPrecondition: `*` in `allowed_hosts` without keys.
+        InvalidArgument: A malformed host name.
     """
+    policy = RequestGuard.of(allowed_hosts, (), keyless=keys is None)
 
     async def authenticated(request: Request, call_next: RequestResponseEndpoint) -> Response:
         try:
-            request.state.principal = await principal_of(request, keys)
+            principal = await principal_of(request, keys)
         except Unauthenticated as exc:
             return error_response(exc)
-        return await call_next(request)
+        request.state.principal = principal
+        with tokens_for(principal.audience):  # the tools' page tokens are the caller's own
+            return await call_next(request)
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+    app = server.streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
     app.add_middleware(BaseHTTPMiddleware, dispatch=authenticated)
-    return app
+    return GuardMiddleware(app, policy=policy)
 
 
 async def serve_mcp(
@@ -321,14 +349,18 @@ async def serve_mcp(
     transport: Literal["stdio", "http"] = "stdio",
     host: str = "127.0.0.1",
     port: int = 8765,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> None:
     """Serves the MCP server on stdio, or on `http://host:port/mcp`, until stopped.
+
+    `allowed_hosts` are the `Host` names the HTTP transport answers (see `mcp_http_app`).
 
     The bank is created first if it does not exist.
 
     Raises:
-        InvalidArgument: No scope, and no keys that could bind one.
-        FailedPrecondition: HTTP on a non-loopback address without keys.
+        InvalidArgument: No scope, and no keys that could bind one; a malformed host name.
+        FailedPrecondition: HTTP on a non-loopback address, or for every Host name (`*`),
+            without keys.
     """
     if not binding.scope and binding.api_keys is None:
         raise InvalidArgument(
@@ -342,6 +374,8 @@ async def serve_mcp(
             "read and change the memories. Pass --keys FILE, or bind --host 127.0.0.1.",
             field="host",
         )
+    if transport == "http":  # a refused --allowed-host, before the store is touched
+        RequestGuard.of(allowed_hosts, (), keyless=binding.api_keys is None)
     try:
         await client.memory_banks.get(name=binding.bank)
     except NotFound:
@@ -352,6 +386,6 @@ async def serve_mcp(
         return
     import uvicorn
 
-    app = mcp_http_app(server, binding.api_keys, host=host)
+    app = mcp_http_app(server, binding.api_keys, allowed_hosts=allowed_hosts)
     config = uvicorn.Config(app, host=host, port=port, access_log=False, server_header=False)
     await uvicorn.Server(config).serve()
