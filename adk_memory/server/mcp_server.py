@@ -16,6 +16,7 @@ protected-resource metadata (`/.well-known/oauth-protected-resource/mcp`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -105,10 +106,21 @@ _Topics = Annotated[
         "KEY_CONVERSATION_DETAILS, EXPLICIT_INSTRUCTIONS, or a label of your own.",
     ),
 ]
+
+
+def _scalar(value: object) -> object:
+    """A metadata value as Memory Bank stores one (a number is a double), or one clear error."""
+    if isinstance(value, str | bool):
+        return value
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    raise ValueError("must be a string, a finite number or a boolean")
+
+
 _Metadata = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=200)],
-        str | bool | Annotated[float, Field(allow_inf_nan=False)],
+        Annotated[str | bool | float, BeforeValidator(_scalar)],
     ],
     Field(
         max_length=MAX_METADATA_ENTRIES,
@@ -263,7 +275,9 @@ def _argument_errors(error: ValidationError) -> str:
         where = "".join(
             f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]
         ).lstrip(".")
-        what = "required" if item["type"] == "missing" else item["msg"]
+        what = (
+            "required" if item["type"] == "missing" else item["msg"].removeprefix("Value error, ")
+        )
         problems.append(f"{where or 'arguments'}: {what}")
     return "INVALID_ARGUMENT: " + "; ".join(problems) + "."
 
