@@ -62,6 +62,7 @@ TOOLS = {
     "list_memories",
     "get_memory",
     "create_memory",
+    "create_memories",
     "update_memory",
     "delete_memory",
     "list_revisions",
