@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import httpx2
 import pytest
 import uvicorn
@@ -22,7 +23,9 @@ from mcp import Client
 
 import adk_memory
 from adk_memory import AsyncClient
-from adk_memory.server import ApiKey, ApiKeys
+from adk_memory.errors import Unauthenticated
+from adk_memory.server import ApiKey, ApiKeys, create_app
+from adk_memory.server.auth import authenticate
 from adk_memory.server.mcp_server import McpBinding, create_mcp_server, mcp_http_app
 from adk_memory.testing.models import ScriptedMemoryModel
 
@@ -264,9 +267,9 @@ def _free_port() -> int:
         return port
 
 
-def _token(subject: str, expires_in: int) -> str:
+def _token(subject: str, expires_in: int, *, secret: str = SECRET) -> str:
     claims = {"sub": subject, "exp": int(time.time()) + expires_in}
-    return jwt.encode({"alg": "HS256"}, claims, OctKey.import_key(SECRET))
+    return jwt.encode({"alg": "HS256"}, claims, OctKey.import_key(secret))
 
 
 @pytest.fixture
@@ -319,6 +322,20 @@ async def _post(base_url: str, headers: dict[str, str]) -> httpx2.Response:
             "The token has expired (its exp claim is past); put a new one in the headers of "
             "this server's entry in your MCP client's configuration.",
         ),
+        (  # forged: expired, but not signed with the key's secret; nothing to tell
+            {"authorization": f"Bearer {_token('alice', -60, secret='f' * 40)}"},
+            401,
+            "invalid_token",
+            "The API key is not valid for this server; check the key in the headers of this "
+            "server's entry in your MCP client's configuration.",
+        ),
+        (  # unsigned
+            {"authorization": "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJib2IifQ."},
+            401,
+            "invalid_token",
+            "The API key is not valid for this server; check the key in the headers of this "
+            "server's entry in your MCP client's configuration.",
+        ),
         (
             {"x-goog-api-key": NOTHING_KEY},
             403,
@@ -370,3 +387,30 @@ async def test_a_valid_token_reaches_the_tools_and_the_version_over_http(base_ur
             made = await call(session, "create_memories", memories=[{"fact": "Alice rows."}])
             hits = await call(session, "retrieve_memories", query="rows")
             assert [h["memory_id"] for h in hits] == [made[0]["memory_id"]]
+
+
+async def test_rest_and_python_word_the_same_refusals_their_own_way(client: AsyncClient) -> None:
+    """The REST server's 401s name the request's headers; the Python message the SDK's token."""
+    app = create_app(client, api_keys=KEYS)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        url = f"/v1beta1/{BANK}/memories:retrieve"
+        missing = await http.post(url, json={"scope": ALICE})
+        expired = await http.post(
+            url,
+            json={"scope": ALICE},
+            headers={"authorization": f"Bearer {_token('alice', -60)}"},
+        )
+    assert missing.status_code == expired.status_code == 401
+    assert missing.json()["error"]["message"] == (
+        "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
+        "'Authorization: Bearer KEY' (the request's headers)."
+    )
+    assert expired.json()["error"]["message"] == (
+        "The token has expired (its exp claim is past); put a new one in the request's headers."
+    )
+    with pytest.raises(Unauthenticated) as raised:
+        authenticate(KEYS, None, None)
+    assert str(raised.value).endswith(
+        "(credentials.token, which the official SDK sends as a bearer token)."
+    )
