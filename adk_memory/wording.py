@@ -58,6 +58,12 @@ _OPTIONS: dict[str, dict[Surface, str]] = {
         "cli": "the request's headers",
         "mcp": "the headers of this server's entry in your MCP client's configuration",
     },
+    "filter_groups": {
+        "python": "filter_groups",
+        "rest": '"filterGroups"',
+        "cli": "the Python or REST API's filter_groups",
+        "mcp": "metadata_filters",
+    },
     "filters": {
         "python": "filter or filter_groups",
         "rest": '"filter" or "filterGroups"',

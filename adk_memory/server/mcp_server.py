@@ -117,11 +117,10 @@ def _scalar(value: object) -> object:
     raise ValueError("must be a string, a finite number or a boolean")
 
 
+_MetadataKey = Annotated[str, Field(min_length=1, max_length=200)]
+_MetadataValue = Annotated[str | bool | float, BeforeValidator(_scalar)]
 _Metadata = Annotated[
-    dict[
-        Annotated[str, Field(min_length=1, max_length=200)],
-        Annotated[str | bool | float, BeforeValidator(_scalar)],
-    ],
+    dict[_MetadataKey, _MetadataValue],
     Field(
         max_length=MAX_METADATA_ENTRIES,
         description="Labels to filter on later (string, number or boolean values), e.g. "
@@ -147,6 +146,47 @@ _Filter = Annotated[
         "OR, NOT and parentheses.",
     ),
 ]
+
+
+class MetadataCondition(BaseModel):
+    """One comparison of a metadata value; a memory without the key never matches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: _MetadataKey
+    op: Literal["=", ">", "<"] = "="
+    value: _MetadataValue
+    negate: bool = Field(False, description="True: the memories the comparison does not match.")
+
+    def as_filter(self) -> dict[str, Any]:
+        """The Memory Bank metadata filter of the condition."""
+        return {
+            "key": self.key,
+            "op": _OPERATORS[self.op],
+            "value": {_KINDS[type(self.value)]: self.value},
+            "negate": self.negate,
+        }
+
+
+_OPERATORS = {"=": "EQUAL", ">": "GREATER_THAN", "<": "LESS_THAN"}
+_KINDS = {bool: "bool_value", str: "string_value", float: "double_value", int: "double_value"}
+_MetadataFilters = Annotated[
+    list[MetadataCondition],
+    Field(
+        min_length=1,
+        max_length=20,
+        description="Metadata comparisons, all of which must hold, e.g. "
+        '[{"key": "confidence", "op": ">", "value": 0.5}].',
+    ),
+]
+
+
+def _retrieve_config(
+    filter: str | None, metadata_filters: Sequence[MetadataCondition] | None
+) -> dict[str, Any]:
+    groups = [{"filters": [c.as_filter() for c in metadata_filters]}] if metadata_filters else None
+    return {"filter": filter, "filter_groups": groups}
+
 
 _READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 _ADD = ToolAnnotations(
@@ -235,9 +275,6 @@ def _config_of(
     return config
 
 
-_KINDS = {bool: "bool_value", str: "string_value", float: "double_value", int: "double_value"}
-
-
 def _topic_label(topic: types.MemoryTopicId) -> str:
     managed = topic.managed_memory_topic
     return (
@@ -268,6 +305,13 @@ def _memory_out(memory: types.Memory, distance: float | None = None) -> MemoryOu
     )
 
 
+_PLAIN = {
+    "missing": "required",
+    "string_pattern_mismatch": "not a memory_id (lowercase letters, digits and '-')",
+}
+"""Pydantic's wordings replaced for the model (the only pattern is the memory id's)."""
+
+
 def _argument_errors(error: ValidationError) -> str:
     """A refused argument list as one line: `top_k: must be ≥ 1; query: required`."""
     problems = []
@@ -275,9 +319,7 @@ def _argument_errors(error: ValidationError) -> str:
         where = "".join(
             f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]
         ).lstrip(".")
-        what = (
-            "required" if item["type"] == "missing" else item["msg"].removeprefix("Value error, ")
-        )
+        what = _PLAIN.get(item["type"]) or item["msg"].removeprefix("Value error, ")
         problems.append(f"{where or 'arguments'}: {what}")
     return "INVALID_ARGUMENT: " + "; ".join(problems) + "."
 
@@ -366,6 +408,7 @@ def _tools(client: AsyncClient, binding: McpBinding, generation: bool) -> list[T
         ],
         top_k: Annotated[int, Field(ge=1, le=100)] = 5,
         filter: _Filter | None = None,
+        metadata_filters: _MetadataFilters | None = None,
         max_distance: Annotated[
             float | None,
             Field(ge=0, description="Leave out memories farther than this (0 is identical)."),
@@ -375,15 +418,16 @@ def _tools(client: AsyncClient, binding: McpBinding, generation: bool) -> list[T
 
         Call it before answering anything that may depend on what the user said in earlier
         conversations (preferences, facts about them, past decisions), and before storing a
-        fact, to update an existing memory instead of repeating it. `filter` narrows the
-        search first (by topic, metadata or time); `max_distance` drops weak matches.
+        fact, to update an existing memory instead of repeating it. `filter` and
+        `metadata_filters` narrow the search first (by topic, metadata or time);
+        `max_distance` drops weak matches.
         """
         scope = _call_scope(ctx, binding, "memories.retrieve")
         pager = await memories.retrieve(
             name=bank,
             scope=scope,
             similarity_search_params={"search_query": query, "top_k": top_k},
-            config={"filter": filter},
+            config=_retrieve_config(filter, metadata_filters),
         )
         return [
             _memory_out(hit.memory, hit.distance)
@@ -400,6 +444,7 @@ def _tools(client: AsyncClient, binding: McpBinding, generation: bool) -> list[T
         page_size: Annotated[int, Field(ge=1, le=100)] = 20,
         page_token: Annotated[str | None, Field(description="From the previous page.")] = None,
         filter: _Filter | None = None,
+        metadata_filters: _MetadataFilters | None = None,
     ) -> dict[str, Any]:
         """List the user's memories, newest first, a page at a time (next_page_token: more).
 
@@ -408,7 +453,10 @@ def _tools(client: AsyncClient, binding: McpBinding, generation: bool) -> list[T
         scope = _call_scope(ctx, binding, "memories.retrieve")
         params = {"page_size": page_size, "page_token": page_token or None}
         pager = await memories.retrieve(
-            name=bank, scope=scope, simple_retrieval_params=params, config={"filter": filter}
+            name=bank,
+            scope=scope,
+            simple_retrieval_params=params,
+            config=_retrieve_config(filter, metadata_filters),
         )
         page = [_memory_out(hit.memory).model_dump() for hit in pager.page if hit.memory]
         return {"memories": page, "next_page_token": pager.next_page_token or None}

@@ -24,8 +24,8 @@ ALICE = {"user_id": "alice"}
 BOB = {"user_id": "bob"}
 BOB_SECRET = "bob-secret-0b7a"
 TOOLS = {
-    "retrieve_memories": ("query", "top_k", "filter", "max_distance"),
-    "list_memories": ("page_size", "page_token", "filter"),
+    "retrieve_memories": ("query", "top_k", "filter", "metadata_filters", "max_distance"),
+    "list_memories": ("page_size", "page_token", "filter", "metadata_filters"),
     "get_memory": ("memory_id",),
     "create_memory": ("fact", "topics", "metadata", "ttl_seconds"),
     "create_memories": ("memories",),
@@ -136,6 +136,16 @@ def tool_calls(draw: st.DrawFn, bob_id: str, alice_id: str) -> tuple[str, dict[s
             st.sampled_from(['scope.user_id = "bob"', f'fact : "{BOB_SECRET}"', "fact ="]), TEXT
         ),
         "max_distance": st.one_of(st.floats(allow_nan=False), JSON),
+        "metadata_filters": st.one_of(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"key": TEXT, "value": st.one_of(TEXT, st.floats(), st.booleans())},
+                    optional={"op": st.sampled_from(["=", ">", "<", "!"]), "negate": JSON},
+                ),
+                max_size=3,
+            ),
+            JSON,
+        ),
         "topics": st.one_of(st.lists(TEXT, max_size=3), JSON),
         "metadata": st.one_of(
             st.dictionaries(TEXT, st.one_of(TEXT, st.floats()), max_size=3), JSON

@@ -120,7 +120,7 @@ async def test_each_tool_declares_its_annotations_title_and_schema(server: Any) 
         assert "self-contained" in (create.description or "")
         assert "never secrets" in (create.description or "")
         retrieve = tools["retrieve_memories"].input_schema["properties"]
-        assert {"filter", "max_distance"} <= set(retrieve)
+        assert {"filter", "metadata_filters", "max_distance"} <= set(retrieve)
         assert "AIP-160" in retrieve["filter"]["anyOf"][0]["description"]
         batch = tools["create_memories"].input_schema
         assert batch["properties"]["memories"]["maxItems"] == 20
@@ -176,6 +176,19 @@ async def test_topics_metadata_and_ttl_are_stored_and_filter_retrieval(server: A
             max_distance=(every[0]["distance"] + every[1]["distance"]) / 2,
         )
         assert [h["fact"] for h in near] == ["Alice drinks green tea."]
+        confident = await call(
+            session,
+            "retrieve_memories",
+            query="Alice",
+            metadata_filters=[{"key": "confidence", "op": ">", "value": 0.5}],
+        )
+        assert [h["fact"] for h in confident] == ["Alice drinks green tea."]
+        unconfirmed = await call(
+            session,
+            "list_memories",
+            metadata_filters=[{"key": "confirmed", "value": True, "negate": True}],
+        )
+        assert [m["fact"] for m in unconfirmed["memories"]] == ["Alice lives in Lyon."]
         listed = await call(session, "list_memories", filter='metadata.source = "form"')
         assert [m["fact"] for m in listed["memories"]] == ["Alice lives in Lyon."]
 
@@ -243,6 +256,13 @@ async def test_failures_read_in_the_tools_terms(server: Any) -> None:
         )
         bad_filter = await failure(session, "retrieve_memories", query="x", filter="fact ==")
         assert bad_filter.startswith("INVALID_ARGUMENT: filter")
+        compared = await failure(
+            session, "retrieve_memories", query="x", filter="metadata.confidence > 0.5"
+        )
+        assert compared.endswith("Use =, or metadata_filters for other metadata comparisons.")
+        assert await failure(session, "get_memory", memory_id="Not/An/Id") == (
+            "INVALID_ARGUMENT: memory_id: not a memory_id (lowercase letters, digits and '-')."
+        )
         made = await call(session, "create_memory", fact="Alice cycles.")
         memory_id = made["memory_id"]
         assert await failure(session, "update_memory", memory_id=memory_id) == (
