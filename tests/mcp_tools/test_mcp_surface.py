@@ -396,17 +396,27 @@ async def test_the_protected_resource_metadata_is_served_without_a_key(base_url:
     assert "authorization_servers" not in document
 
 
-async def test_a_valid_token_reaches_the_tools_and_the_version_over_http(base_url: str) -> None:
+async def test_a_valid_token_reaches_the_tools_and_the_version_over_http(
+    client: AsyncClient, base_url: str
+) -> None:
+    """A batch created with bob's token lands in bob's scope only; alice's token sees none."""
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"authorization": f"Bearer {_token('alice', 600)}"}
-    async with httpx2.AsyncClient(headers=headers) as http:
-        async with Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as session:
-            assert session.server_info is not None
-            assert session.server_info.version == adk_memory.__version__
-            made = await call(session, "create_memories", memories=[{"fact": "Alice rows."}])
-            hits = await call(session, "retrieve_memories", query="rows")
-            assert [h["memory_id"] for h in hits] == [made[0]["memory_id"]]
+    for user, batch in (("bob", [{"fact": "Bob rows."}, {"fact": "Bob sails."}]), ("alice", [])):
+        headers = {"authorization": f"Bearer {_token(user, 600)}"}
+        async with httpx2.AsyncClient(headers=headers) as http:
+            url = f"{base_url}/mcp"
+            async with Client(streamable_http_client(url, http_client=http)) as session:
+                assert session.server_info is not None
+                assert session.server_info.version == adk_memory.__version__
+                made = await call(session, "create_memories", memories=batch) if batch else []
+                hits = await call(session, "retrieve_memories", query="rows", top_k=10)
+                assert {h["memory_id"] for h in hits} == {m["memory_id"] for m in made}
+    stored = await client.memory_banks.memories.retrieve(name=BANK, scope={"user_id": "bob"})
+    assert sorted(hit.memory.fact for hit in stored.page if hit.memory) == [
+        "Bob rows.",
+        "Bob sails.",
+    ]
 
 
 async def test_rest_and_python_word_the_same_refusals_their_own_way(client: AsyncClient) -> None:
