@@ -521,12 +521,12 @@ def _tools(client: AsyncClient, binding: McpBinding, generation: bool) -> list[T
 
         The old text stays in its revisions (list_revisions, rollback_memory).
         """
-        name = await own_memory(ctx, "memories.update", memory_id)
         changes = _config_of(topics, metadata, ttl_seconds)
         if fact is None and not changes:
             raise InvalidArgument(
                 "Give what changes: fact, topics, metadata or ttl_seconds.", field="fact"
             )
+        name = await own_memory(ctx, "memories.update", memory_id)
         operation = await memories.update(name=name, fact=fact, config=changes)
         assert operation.response is not None
         return _memory_out(operation.response)
