@@ -57,6 +57,7 @@ import re2  # google-re2 ships no type information (see [tool.mypy] overrides)
 from adk_memory.bounds import TIME_RANGE, bounded_time
 from adk_memory.errors import InvalidArgument
 from adk_memory.types import MANAGED_TOPIC_NAMES
+from adk_memory.wording import option
 
 if TYPE_CHECKING:
     from adk_memory.store import MemoryRecord
@@ -591,7 +592,7 @@ class _Parser:
             label = name.split(".")[0] if name.startswith(("scope.", "metadata.")) else name
             fix = f"Use {', '.join(o.value for o in allowed)}"
             if label == "metadata":
-                fix += ", or filter_groups for other metadata comparisons"
+                fix += f", or {option('filter_groups')} for other metadata comparisons"
             what = f"{label} does not support the comparator '{op.value}'"
             raise self.error(op_pos, what, fix + ".")
         if name in _TIME_FIELDS:

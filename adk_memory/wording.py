@@ -52,6 +52,18 @@ _OPTIONS: dict[str, dict[Surface, str]] = {
         "cli": "--force",
         "mcp": "force: true",
     },
+    "credentials": {
+        "python": "credentials.token, which the official SDK sends as a bearer token",
+        "rest": "the request's headers",
+        "cli": "the request's headers",
+        "mcp": "the headers of this server's entry in your MCP client's configuration",
+    },
+    "filter_groups": {
+        "python": "filter_groups",
+        "rest": '"filterGroups"',
+        "cli": "the Python or REST API's filter_groups",
+        "mcp": "metadata_filters",
+    },
     "filters": {
         "python": "filter or filter_groups",
         "rest": '"filter" or "filterGroups"',

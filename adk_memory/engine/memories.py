@@ -196,32 +196,10 @@ class MemoryOps:
                 "profiles; choose another config.memory_id.",
                 field="config.memory_id",
             )
-        topics = topics_from_request(config.topics, field="config.topics")
-        metadata = metadata_from_request(config.metadata, field="config.metadata")
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()
-        expire_time = memory_expiry(
-            now=now,
-            action=Action.CREATE,
-            ttl=config.ttl,
-            expire_time=config.expire_time,
-            bank_ttl=bank.config.ttl_config,
-        )
         [embedding] = await bank.embedder.embed_documents([fact])
-        record = MemoryRecord(
-            memory_id=memory_id,
-            scope_key=scope_key(checked_scope),
-            scope=checked_scope,
-            fact=fact,
-            embedding=embedding,
-            create_time=now,
-            update_time=now,
-            expire_time=None if expire_time is UNCHANGED else expire_time,  # type: ignore[arg-type]
-            topics=topics,
-            metadata=metadata,
-            display_name=config.display_name,
-            description=config.description,
-        )
+        record = self._new_record(bank, memory_id, fact, checked_scope, config, now, embedding)
         revisions = self._revision_for(bank, record, now, config)
         batch = WriteBatch(
             inserts=(record,),
@@ -238,6 +216,84 @@ class MemoryOps:
             await self._check_id_is_free(bank_id, memory_id, now, record.scope_key)
             await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
         return record
+
+    async def create_many(
+        self, bank_id: str, *, scope: Any, memories: Sequence[tuple[str, types.MemoryConfig]]
+    ) -> builtins.list[MemoryRecord]:
+        """Creates memories of one scope, each `(fact, config)`, in one atomic write.
+
+        Either every memory (with its first revision) is stored or none is. Ids are fresh:
+        a config naming a `memory_id` is refused.
+        """
+        checked_scope = validate_scope(scope)
+        for index, (fact, config) in enumerate(memories):
+            validate_fact(fact, field=f"memories[{index}].fact")
+            if config.memory_id:
+                raise InvalidArgument(
+                    "Memories created together get fresh ids; create one with a chosen "
+                    "config.memory_id on its own.",
+                    field=f"memories[{index}].config.memory_id",
+                )
+        bank = await self._context.load_bank(bank_id)
+        now = self._context.clock()
+        vectors = await bank.embedder.embed_documents([fact for fact, _ in memories])
+        records = [
+            self._new_record(
+                bank,
+                new_memory_id(),
+                fact,
+                checked_scope,
+                config,
+                now,
+                vector,
+                field=f"memories[{index}].config",
+            )
+            for index, ((fact, config), vector) in enumerate(zip(memories, vectors, strict=True))
+        ]
+        revisions = [
+            revision
+            for record, (_, config) in zip(records, memories, strict=True)
+            for revision in self._revision_for(bank, record, now, config)
+        ]
+        batch = WriteBatch(inserts=tuple(records), revisions=tuple(revisions))
+        await self._context.store.apply(bank_id, batch)
+        return records
+
+    def _new_record(
+        self,
+        bank: LoadedBank,
+        memory_id: str,
+        fact: str,
+        scope: dict[str, str],
+        config: types.MemoryConfig,
+        now: datetime,
+        embedding: tuple[float, ...],
+        *,
+        field: str = "config",
+    ) -> MemoryRecord:
+        """The record a create writes, its expiry from the request's TTL or the bank's."""
+        expire_time = memory_expiry(
+            now=now,
+            action=Action.CREATE,
+            ttl=config.ttl,
+            expire_time=config.expire_time,
+            bank_ttl=bank.config.ttl_config,
+            field_prefix=field,
+        )
+        return MemoryRecord(
+            memory_id=memory_id,
+            scope_key=scope_key(scope),
+            scope=scope,
+            fact=fact,
+            embedding=embedding,
+            create_time=now,
+            update_time=now,
+            expire_time=None if expire_time is UNCHANGED else expire_time,  # type: ignore[arg-type]
+            topics=topics_from_request(config.topics, field=f"{field}.topics"),
+            metadata=metadata_from_request(config.metadata, field=f"{field}.metadata"),
+            display_name=config.display_name,
+            description=config.description,
+        )
 
     async def _check_id_is_free(
         self, bank_id: str, memory_id: str, now: datetime, scope: ScopeKey

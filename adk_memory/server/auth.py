@@ -35,7 +35,7 @@ from fastapi.security import (
     SecurityScopes,
 )
 from joserfc import jwt
-from joserfc.errors import JoseError
+from joserfc.errors import ExpiredTokenError, JoseError
 from joserfc.jwk import OctKey
 from pydantic import (
     AfterValidator,
@@ -61,6 +61,7 @@ from adk_memory.filters import parse_filter, quote_string
 from adk_memory.names import Names, scoped_memory_id
 from adk_memory.scope import MAX_SCOPE_PAIRS, scope_key, validate_scope
 from adk_memory.server.wire import error_response
+from adk_memory.wording import option
 
 if TYPE_CHECKING:
     from adk_memory import types
@@ -217,12 +218,8 @@ class ApiKey(BaseModel):
         A token must be HS256, signed with `token_secret`, unexpired (`exp` is required) and
         carry every claim of `scope_claims` as a non-empty string.
         """
-        if self.token_secret is None:
-            return None
         try:
-            secret = OctKey.import_key(self.token_secret.get_secret_value())
-            claims = jwt.decode(token, secret, algorithms=["HS256"]).claims
-            jwt.JWTClaimsRegistry(exp={"essential": True}).validate(claims)
+            claims = self._claims(token)
         except (JoseError, ValueError):
             return None
         scope = dict(self.scope or {})
@@ -232,6 +229,30 @@ class ApiKey(BaseModel):
                 return None
             scope[entry] = value
         return scope
+
+    def expired(self, token: str) -> bool:
+        """Whether `token` is one this key signed whose `exp` has passed."""
+        try:
+            self._claims(token)
+        except ExpiredTokenError:
+            return True
+        except (JoseError, ValueError):
+            return False
+        return False
+
+    def _claims(self, token: str) -> dict[str, Any]:
+        """The claims of an unexpired token signed with `token_secret`.
+
+        Raises:
+            JoseError: Not signed by this key, expired (`ExpiredTokenError`) or without `exp`.
+            ValueError: Not a token at all.
+        """
+        if self.token_secret is None:
+            raise JoseError("not a token key")
+        secret = OctKey.import_key(self.token_secret.get_secret_value())
+        claims: dict[str, Any] = jwt.decode(token, secret, algorithms=["HS256"]).claims
+        jwt.JWTClaimsRegistry(exp={"essential": True}).validate(claims)
+        return claims
 
 
 class ApiKeys(BaseModel):
@@ -318,6 +339,10 @@ class ApiKeys(BaseModel):
                 if scope is not None:
                     return Principal(key, scope)
         return None
+
+    def expired(self, presented: str) -> bool:
+        """Whether `presented` is a token of one of the keys whose `exp` has passed."""
+        return presented.count(".") == 2 and any(key.expired(presented) for key in self.keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,7 +474,8 @@ def authenticate(
     """The caller behind the `x-goog-api-key` header or the `Authorization: Bearer` token.
 
     Raises:
-        Unauthenticated: Keys are configured and the request carries none, or an unknown one.
+        Unauthenticated: Keys are configured and the request carries none, an unknown one, or
+            an expired token (`field` is "credentials" for a wrong or expired one).
     """
     if keys is None:
         return Principal(None)
@@ -457,13 +483,21 @@ def authenticate(
     if not presented:
         raise Unauthenticated(
             "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
-            "'Authorization: Bearer KEY' (the official SDK sends credentials.token as a "
-            "bearer token).",
+            f"'Authorization: Bearer KEY' ({option('credentials')}).",
         )
     principal = keys.identify(presented)
-    if principal is None:
-        raise Unauthenticated("The API key is not valid for this server.")
-    return principal
+    if principal is not None:
+        return principal
+    if keys.expired(presented):
+        raise Unauthenticated(
+            f"The token has expired (its exp claim is past); put a new one in "
+            f"{option('credentials')}.",
+            field="credentials",
+        )
+    raise Unauthenticated(
+        f"The API key is not valid for this server; check the key in {option('credentials')}.",
+        field="credentials",
+    )
 
 
 async def principal_of(request: Request, keys: ApiKeys | None) -> Principal:
