@@ -7,13 +7,14 @@ same bank read from Chroma and written into Redis (or `memory://`) is the same b
 
 The file is one JSON object per line, each with a `kind`, in this order:
 
-* `export`: the header: `format` (`adk-memory-bank`), `version` (1), `exported_at`, `bank_id`.
+* `export`: the header: `format` (`adk-memory-bank`), `version` (2), `exported_at`, `bank_id`.
 * `bank`: the bank record: id, config (the wire-form `memoryBankConfig` JSON, snake_case),
   embedding model and dimension, create/update time, display name, description.
 * `memory`, then that memory's `revision`s, oldest first, for each live memory in
   `create_time` order. A memory's vector is `embedding_f64`: its float64 values, little-endian,
-  base64 (exact, and half the size of decimal text); `export(vectors=False)` leaves it out and
-  import re-embeds.
+  base64 (exact, and half the size of decimal text), with `vector_digest` (`vector_digest`:
+  sha256 of the bank's model, the fact and the vector); `export(vectors=False)` leaves both out
+  and import re-embeds.
 * `revision`s of the memories that are no longer live (deleted, or expired) but still have
   live revisions, oldest first per memory, so that after import they can be listed and rolled
   back to as in the source. Their ids come from `MemoryStore.list_revision_memory_ids`.
@@ -25,8 +26,27 @@ The file is one JSON object per line, each with a `kind`, in this order:
 
 Reads are streamed (pages of `page_size` memories in `create_time` order, keyset-paginated so
 that concurrent writes neither repeat nor skip a memory, then keyset pages of the ids that have
-revisions) and so are writes (batches of `batch_size` memories and revisions, one `WriteBatch`
-each).
+revisions) and so are writes (batches of `batch_size` memories, revisions and streams, one
+`WriteBatch` each).
+
+What import checks. Nothing in the file is trusted; a problem is an `InvalidArgument` naming the
+line and field, never a value:
+
+* every field is checked as the API checks a request: ids in their stored forms, scopes, facts,
+  times (with a zone, in range; times something happened at leave room for any duration),
+  topics, metadata, display names, the bank's config (as `memory_banks.create` validates it),
+  revision labels and extracted memories, a stream's events, trigger and generate settings;
+* whatever can be derived is derived and compared: scope digests from scopes, a profile's id
+  from its scope and schema and its fact from its data, a stream's key from its scope and stream
+  id (`ingest.checked_stream`), the bank's embedding model and dimension from its config;
+* every vector written has the bank's dimension and only finite values within float32's range,
+  and belongs to its fact (`vector_digest`; a file of version 1 has none): one that does not is
+  refused, or with `reembed` computed from the fact;
+* a merge never gives one memory id records of two scopes.
+
+Into a new bank an import is all or nothing: when it fails, the bank it created is removed.
+Into an existing bank (`merge`), batches are written as they fill, and a failure names the lines
+written.
 """
 
 from __future__ import annotations

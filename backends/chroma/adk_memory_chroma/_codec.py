@@ -657,9 +657,10 @@ class NewerJournal(ValueError):
 def decode_journal(chunks: list[str]) -> tuple[list[Row], list[Row], list[str]]:
     """The memory rows, revision rows and deleted ids of a journal, from its parts in order.
 
-    Every row is checked to have the shape this module writes (string ids, a mapping of
-    scalars or lists of scalars as metadata), so that what a replay sends Chroma is never
-    refused by the client for its shape.
+    Every row is checked to have the shape this module writes and chromadb's client accepts
+    (unique non-empty string ids, a vector, metadata of scalars or non-empty lists of one
+    scalar type under non-empty keys): the client refuses anything else with a `ValueError`,
+    which cannot be told from a failing Chroma, so a replay would fail at every attempt.
 
     Raises:
         NewerJournal: The journal is of a later format.
@@ -679,7 +680,11 @@ def decode_journal(chunks: list[str]) -> tuple[list[Row], list[Row], list[str]]:
         (_row_id(row_id), placeholder_vector(row_id), None, _row_meta(meta))
         for row_id, meta in body["r"]
     ]
-    return memory_rows, revision_rows, [_row_id(row_id) for row_id in body["d"]]
+    deletes = [_row_id(row_id) for row_id in body["d"]]
+    for rows in (memory_rows, revision_rows):
+        if len({row[0] for row in rows}) != len(rows) or any(not row[1] for row in rows):
+            raise ValueError("a journal names a row twice, or a row without a vector")
+    return memory_rows, revision_rows, deletes
 
 
 def _row_id(value: Any) -> str:
@@ -695,18 +700,23 @@ def _document(value: Any) -> str | None:
 
 
 def _row_meta(value: Any) -> dict[str, Any]:
-    scalar = str | int | float | bool
     if not isinstance(value, dict) or not all(
-        isinstance(key, str)
-        and (
-            item is None
-            or isinstance(item, scalar)
-            or (isinstance(item, list) and all(isinstance(x, scalar) for x in item))
-        )
-        for key, item in value.items()
+        isinstance(key, str) and key and _meta_value(item) for key, item in value.items()
     ):
-        raise ValueError("a journal row's metadata is not a mapping of scalars")
+        raise ValueError("a journal row's metadata is not what Chroma takes")
     return value
+
+
+def _meta_value(item: Any) -> bool:
+    """Whether chromadb's client takes `item` as a metadata value (None removes the field)."""
+    if item is None or isinstance(item, str | int | float):  # bool is an int
+        return True
+    return (
+        isinstance(item, list)
+        and bool(item)
+        and isinstance(item[0], str | int | float)
+        and all(type(element) is type(item[0]) for element in item)
+    )
 
 
 def _journal_vector(row_id: str, dimension: int | None) -> list[float]:

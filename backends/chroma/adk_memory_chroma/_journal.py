@@ -56,6 +56,19 @@ failed on the way back is checked for its commit row and completed if it is ther
 cancelled after the commit row waits for the end of the batch (the calls run in threads that
 cannot be stopped half-way anyway).
 
+Setting aside. A replay that Chroma refuses (`InvalidArgument`: its `InvalidArgumentError` or
+`InvalidDimensionException`, e.g. a NaN vector) would be refused again at every later replay, so
+before every read and write of the bank, for every user: a journal must never be able to wedge
+a bank. Such a batch, and a journal no version wrote (corrupt, malformed, or holding rows
+chromadb's client refuses with a `ValueError`), is set aside (`Journal._set_aside`): its journal
+text is kept in `SET_ASIDE_PART_KIND` documents, a `SET_ASIDE_KIND` document reports it, both
+before the journal is closed (a crash in between sets it aside again), an ERROR is logged, and
+the replay goes on; whatever of the batch was written stays. `adk-memory banks set-aside` lists
+them. Every other failure (`StoreUnavailable`: a server that is down, failing, rate-limiting;
+`Gone`) is raised and leaves the batch pending, so an outage never costs a batch. `apply`
+refuses vectors Chroma would refuse before journaling (`store.check_vectors`), so setting aside
+is the last line of defence.
+
 Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads (skipped when
 settled), the reads of the touched memories and index buckets, and the slot row in the first
 write. A one-memory write is dominated by Chroma's per-call cost: each upsert is two SQLite
