@@ -152,8 +152,8 @@ DEFAULT_BATCH_SIZE = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ASCENDING = (SortKey("create_time", descending=False),)
 _PROFILE = "STRUCTURED_PROFILE"
-_SimilaritySearchConfig = types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig
 _NATURAL_LANGUAGE = "NATURAL_LANGUAGE_COLLECTION"
+_SimilaritySearchConfig = types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig
 
 Progress = Callable[[int, int | None], None]
 """Called with (memories done, memories in total or None)."""
@@ -290,7 +290,9 @@ def _topics_from_json(data: Any, where: str) -> tuple[TopicRef, ...]:
             or (managed is None) == (custom is None)
         ):
             raise InvalidArgument(f"{at} must be {{managed: ENUM}} or {{custom: label}}.", field=at)
-        if managed is not None and managed not in types.MANAGED_TOPIC_NAMES:
+        if managed is not None and (
+            not isinstance(managed, str) or managed not in types.MANAGED_TOPIC_NAMES
+        ):
             raise InvalidArgument(
                 f"{at}: unknown managed topic; use one of {', '.join(types.MANAGED_TOPIC_NAMES)}.",
                 field=at,
@@ -345,25 +347,6 @@ def bank_from_json(data: Mapping[str, Any], *, where: str = "bank") -> BankRecor
     if not isinstance(bank_id, str):
         raise InvalidArgument(f"{where}.bank_id must be a string.", field=f"{where}.bank_id")
     Names.parse_bank(f"reasoningEngines/{bank_id}", field=f"{where}.bank_id")
-    config = _json_object(data.get("config"), f"{where}.config") or {}
-    wire = {key: value for key, value in config.items() if key != EXTENSIONS_KEY}
-    parsed = parse_model(
-        types.ReasoningEngineContextSpecMemoryBankConfig, wire, field=f"{where}.config"
-    )
-    validate_bank_config(parsed)
-    search = parsed.similarity_search_config
-    if search is None or not search.embedding_model:  # recorded, as `memory_banks.create` does
-        parsed = parsed.model_copy(
-            update={
-                "similarity_search_config": _SimilaritySearchConfig(
-                    embedding_model=data["embedding_model"]
-                )
-            }
-        )
-    checked = parsed.model_dump(mode="json", exclude_none=True)
-    if config.get(EXTENSIONS_KEY):
-        extensions = parse_model(BankExtensions, config[EXTENSIONS_KEY], field=f"{where}.config")
-        checked[EXTENSIONS_KEY] = extensions.model_dump(mode="json")
     model, dimension = data["embedding_model"], data["embedding_dimension"]
     if not isinstance(model, str) or model != canonical_model_name(model):
         raise InvalidArgument(
@@ -375,6 +358,21 @@ def bank_from_json(data: Mapping[str, Any], *, where: str = "bank") -> BankRecor
             f"{where}.embedding_dimension must be a positive integer.",
             field=f"{where}.embedding_dimension",
         )
+    config = _json_object(data.get("config"), f"{where}.config") or {}
+    wire = {key: value for key, value in config.items() if key != EXTENSIONS_KEY}
+    parsed = parse_model(
+        types.ReasoningEngineContextSpecMemoryBankConfig, wire, field=f"{where}.config"
+    )
+    validate_bank_config(parsed)
+    search = parsed.similarity_search_config
+    if search is None or not search.embedding_model:  # recorded, as `memory_banks.create` does
+        parsed = parsed.model_copy(
+            update={"similarity_search_config": _SimilaritySearchConfig(embedding_model=model)}
+        )
+    checked = parsed.model_dump(mode="json", exclude_none=True)
+    if config.get(EXTENSIONS_KEY):
+        extensions = parse_model(BankExtensions, config[EXTENSIONS_KEY], field=f"{where}.config")
+        checked[EXTENSIONS_KEY] = extensions.model_dump(mode="json")
     display_name = _optional_text(data, "display_name", where)
     check_display_name(display_name)
     return BankRecord(
@@ -1025,7 +1023,7 @@ class _Importer:
         """
         assert self.exported is not None
         record = memory_from_json(data, where=where)
-        pending = self.pending
+        embed = not record.embedding or self.reembed_all
         if record.embedding:
             vector = record.embedding
             if len(vector) != self.exported.embedding_dimension:
@@ -1044,15 +1042,17 @@ class _Importer:
                     "have the fact embedded.",
                     field=f"{where}.embedding_f64",
                 )
-            expected = vector_digest(self.exported.embedding_model, record.fact, vector)
-            if not self.reembed_all and data.get("vector_digest") != expected:
+            given = data.get("vector_digest")
+            if not embed and given != vector_digest(
+                self.exported.embedding_model, record.fact, vector
+            ):
                 if not self.reembed:
                     raise InvalidArgument(
                         f"{where}: the vector does not belong to the fact ("
                         + (
                             "the line has no vector_digest: an export of format version 1, or "
                             "an edited line"
-                            if data.get("vector_digest") is None
+                            if given is None
                             else "vector_digest, which covers the model, the fact and the "
                             "vector, does not match: was the fact edited?"
                         )
@@ -1060,10 +1060,10 @@ class _Importer:
                         "facts, or export the bank again.",
                         field=f"{where}.vector_digest",
                     )
-                pending.embed.append(len(pending.memories))
-        if not record.embedding or self.reembed_all:
-            pending.embed.append(len(pending.memories))
-        pending.memories.append(record)
+                embed = True
+        if embed:
+            self.pending.embed.append(len(self.pending.memories))
+        self.pending.memories.append(record)
 
     def _document(self, data: Mapping[str, Any], where: str) -> None:
         kind = data["document_kind"]
@@ -1092,7 +1092,7 @@ class _Importer:
         if self.bank is None or not len(pending):
             return
         bank = self.bank
-        embed = sorted(set(pending.embed))
+        embed = pending.embed
         if embed:
             embedder = self.engine.context.embedder(self.embedding_model or _configured_model(bank))
             vectors = await embedder.embed_documents([pending.memories[i].fact for i in embed])
@@ -1288,6 +1288,8 @@ async def import_bank(
     """
     if batch_size < 1:
         raise InvalidArgument("batch_size must be positive.", field="batch_size")
+    if bank_id is not None:
+        Names.parse_bank(f"reasoningEngines/{bank_id}", field="bank_id")
     importer = _Importer(
         engine,
         bank_id=bank_id,

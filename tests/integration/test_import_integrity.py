@@ -417,7 +417,8 @@ def test_the_import_command_removes_the_bank_of_a_failed_import(
     tmp_path: Path, uri: str, hash_embeddings: None
 ) -> None:
     """The issue's case through the CLI: a truncated file prints "line 3 is not JSON", exits 1,
-    says the bank was removed, and the next import of a whole file succeeds."""
+    says the bank was removed, and the next import of a whole file succeeds. An edited fact is
+    refused pointing at --reembed, which then embeds it."""
 
     async def prepare() -> list[str]:
         async with AsyncClient(uri, embedding_model=MODEL, run_scheduler=False) as source:
@@ -439,6 +440,15 @@ def test_the_import_command_removes_the_bank_of_a_failed_import(
     assert missing.exit_code == 1 and "NOT_FOUND" in missing.stderr
     again = runner.invoke(app, ["import", str(whole), "--uri", uri, "--bank", "cli-copy"])
     assert again.exit_code == 0, again.stderr
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(whole.read_text().replace("I like tea.", "I like coffee."))
+    refused = runner.invoke(app, ["import", str(edited), "--uri", uri, "--bank", "cli-edit"])
+    assert refused.exit_code == 1 and "--reembed" in refused.stderr
+    taken = runner.invoke(
+        app, ["import", str(edited), "--uri", uri, "--bank", "cli-edit", "--reembed", "--json"]
+    )
+    assert taken.exit_code == 0, taken.stderr
+    assert json.loads(taken.stdout)["reembedded"] == 1
 
 
 @pytest.fixture

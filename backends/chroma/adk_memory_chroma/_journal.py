@@ -150,9 +150,9 @@ JOURNAL_LEASE_SECONDS = 30.0
 """Lease of the per-bank journal lock (a Redis lock is renewed while held; a file lock needs none,
 the OS releases a dead holder's)."""
 JOURNAL_WAIT_SECONDS = 120.0
+"""How long a write or a first read waits for another writer of the bank to finish its batch."""
 _REPORTED_IDS = 100
 """Memory ids a set-aside batch's report lists (the rest are counted)."""
-"""How long a write or a first read waits for another writer of the bank to finish its batch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -719,9 +719,10 @@ def _slot_complete(slot: Mapping[str, Any], probed: Mapping[str, Mapping[str, An
 def _batch_time(batch_id: str) -> str | None:
     """When a batch was journaled, from its id (`new_batch_id`); None for an id of another form."""
     nanos = batch_id.split("-", 1)[0]
-    if not nanos.isdigit():
+    try:
+        return datetime.fromtimestamp(int(nanos) / 1e9, UTC).isoformat()
+    except (ValueError, OverflowError, OSError):  # not a time: a journal no version wrote
         return None
-    return datetime.fromtimestamp(int(nanos) / 1e9, UTC).isoformat()
 
 
 def new_batch_id() -> str:

@@ -921,11 +921,20 @@ def _poison_malformed_aux_slot(
     return [(aux, [(codec.SLOT_ID, codec.placeholder_vector(codec.SLOT_ID), None, head)])]
 
 
+def _poison_malformed_aux_journal(
+    batch_id: str, memories: Any, aux: Any
+) -> list[tuple[Any, list[codec.Row]]]:
+    head_id = codec.batch_head_id(batch_id)
+    head = {codec.KIND: codec.KIND_JOURNAL, codec.JOURNAL_BATCH: batch_id}  # no parts, no text
+    return [(aux, [(head_id, codec.placeholder_vector(head_id), None, head)])]
+
+
 POISONS = {
     "refused-in-the-aux-slot": _poison_refused_aux_slot,
     "refused-in-an-aux-journal": _poison_refused_aux_journal,
     "corrupt-in-the-memory-slot": _poison_corrupt_memory_slot,
     "malformed-aux-slot": _poison_malformed_aux_slot,
+    "malformed-aux-journal": _poison_malformed_aux_journal,
 }
 
 
@@ -1058,6 +1067,9 @@ def test_a_journal_chromas_client_would_refuse_is_corrupt() -> None:
         codec.decode_journal([json.dumps({**good, "r": [["r1", {}], ["r1", {}]]})])
     with pytest.raises(codec.NewerJournal):
         codec.decode_journal([json.dumps({**good, "v": 2})])
+    # A batch id that is no time (a poisoned head) is reported without a time, not a crash.
+    assert _journal._batch_time("9" * 40 + "-x") is None
+    assert _journal._batch_time(_journal.new_batch_id()) is not None
 
 
 def test_the_set_aside_command_lists_and_discards(tmp_path: Path) -> None:
