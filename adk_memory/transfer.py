@@ -1314,7 +1314,7 @@ async def import_bank(
         # Cancelled or interrupted too: the clean-up runs to its end first.
         note = await _uncancelled(importer.failed(exc))
         if note and isinstance(exc, AdkMemoryError):
-            raise type(exc)(f"{exc.message} {note}", field=exc.field) from exc
+            raise type(exc)(f"{exc.template} {note}", field=exc.field) from exc
         raise
     logger.info(
         "Imported bank %s: %d memories, %d revisions, %d documents, %d re-embedded",

@@ -348,7 +348,7 @@ class Journal:
             ) from exc
         if batch_id in aside:
             raise InvalidArgument(
-                f"{refusal.message} The batch had been journaled: it was set aside for an "
+                f"{refusal.template} The batch had been journaled: it was set aside for an "
                 f"operator (`adk-memory banks set-aside -b {bank_id}`), part of it may be "
                 "visible, and the bank goes on serving.",
                 field=refusal.field,
