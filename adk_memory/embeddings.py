@@ -57,6 +57,7 @@ __all__ = [
     "CheckedEmbedder",
     "DEFAULT_EMBEDDING_MODEL",
     "Embedder",
+    "EmbedderWrapper",
     "GeminiEmbedder",
     "HashEmbedder",
     "LocalEmbedder",
@@ -1020,14 +1021,11 @@ def preload_embedder(model: str | None) -> None:
 # Checked vectors
 
 
-class CheckedEmbedder:
-    """An embedder whose every vector is checked before the engine stores or searches with it.
+class EmbedderWrapper:
+    """An embedder around another (`inner`): its model, dimension and any other attribute.
 
-    `EngineContext.embedder` wraps every embedder in one, so that no write path (create, update,
-    rollback, generate, re-embedding, import) takes a vector no store can hold: one per text, of
-    the embedder's dimension, finite and within float32's range. A vector that is not is an
-    `InvalidArgument` naming the model and the text's position, raised before anything is
-    written (a custom model, or a broken local model folder, can return NaN).
+    Subclasses override `embed_documents` and `embed_query` (`CheckedEmbedder`, telemetry's
+    `TracingEmbedder`).
     """
 
     def __init__(self, inner: Embedder) -> None:
@@ -1046,6 +1044,17 @@ class CheckedEmbedder:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class CheckedEmbedder(EmbedderWrapper):
+    """An embedder whose every vector is checked before the engine stores or searches with it.
+
+    `EngineContext.embedder` wraps every embedder in one, so that no write path (create, update,
+    rollback, generate, re-embedding, import) takes a vector no store can hold: one per text, of
+    the embedder's dimension, finite and within float32's range. A vector that is not is an
+    `InvalidArgument` naming the model and the text's position, raised before anything is
+    written (a custom model, or a broken local model folder, can return NaN).
+    """
 
     async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
         """See `Embedder.embed_documents`; the vectors are checked."""
