@@ -650,6 +650,73 @@ def banks_delete(
     _stdout().print(f"Deleted bank {escape(_short(bank))}.")
 
 
+@banks_app.command("set-aside")
+def banks_set_aside(
+    uri: UriOption = None,
+    bank: Annotated[
+        str | None, typer.Option("--bank", "-b", help="Only this bank (default: every bank).")
+    ] = None,
+    discard: Annotated[
+        str | None,
+        typer.Option(help="Delete this set-aside batch (its report and kept journal); needs -b."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List write batches the store set aside instead of completing them (Chroma's journal)."""
+    from adk_memory.store import discard_set_aside, set_aside_batches
+
+    async def work(client: AsyncClient) -> list[tuple[str, dict[str, Any]]]:
+        store = client.engine.store
+        if discard is not None:
+            if bank is None:
+                raise InvalidArgument("--discard needs --bank.", field="--discard")
+            bank_id = _bank_id(_bank_name(bank))
+            await client.memory_banks.get(name=_bank_name(bank))  # NotFound for a missing bank
+            if not await discard_set_aside(store, bank_id, discard):
+                raise InvalidArgument(
+                    f"Bank {bank_id!r} has no set-aside batch {discard[:80]!r}; list them with "
+                    f"`adk-memory banks set-aside -b {bank_id}`.",
+                    field="--discard",
+                )
+            return []
+        if bank is not None:
+            await client.memory_banks.get(name=_bank_name(bank))
+            bank_ids = [_bank_id(_bank_name(bank))]
+        else:
+            bank_ids = [record.bank_id for record in await store.list_banks()]
+        return [
+            (bank_id, report)
+            for bank_id in bank_ids
+            for report in await set_aside_batches(store, bank_id)
+        ]
+
+    found = _run(uri, work)
+    if discard is not None:
+        _stdout().print(f"Discarded set-aside batch {escape(discard)}.")
+        return
+    if as_json:
+        _print_json([{"bank": bank_id, **report} for bank_id, report in found])
+        return
+    if not found:
+        _stdout().print("No set-aside batches.")
+        return
+    table = Table()
+    for column in ("bank", "batch", "journaled", "set aside", "memories", "deletions", "reason"):
+        table.add_column(column)
+    for bank_id, report in found:
+        cells = [
+            bank_id,
+            str(report.get("batch_id", "")),
+            str(report.get("journaled_at") or ""),
+            str(report.get("set_aside_at") or ""),
+            str(report.get("memories", "")),
+            str(report.get("deletions", "")),
+            str(report.get("reason", "")),
+        ]
+        table.add_row(*(escape(cell) for cell in cells))
+    _stdout().print(table)
+
+
 # Memories
 
 
@@ -1149,10 +1216,21 @@ def import_command(
         str | None,
         typer.Option(help="Re-embed every fact with this model instead of the file's vectors."),
     ] = None,
+    reembed: Annotated[
+        bool,
+        typer.Option(
+            "--reembed",
+            help="Embed the facts whose vector does not match them (edited since the export, or "
+            "an export without digests) instead of refusing the file.",
+        ),
+    ] = False,
     batch_size: Annotated[int, typer.Option(help="Records written per batch.")] = 1000,
     as_json: JsonOption = False,
 ) -> None:
-    """Import a bank exported with `adk-memory export`, exactly (names, times, revisions)."""
+    """Import a bank exported with `adk-memory export`, exactly (names, times, revisions).
+
+    Every line is checked; a failed import into a new bank removes the bank.
+    """
     from adk_memory.transfer import import_bank
 
     async def work(client: AsyncClient) -> Any:
@@ -1170,6 +1248,7 @@ def import_command(
                 bank_id=target,
                 merge=merge,
                 embedding_model=embedding_model,
+                reembed=reembed,
                 batch_size=batch_size,
                 progress=lambda imported, _: bar.update(task, completed=imported),
             )

@@ -182,8 +182,9 @@ class Chroma:
             raise Gone(action) from exc
         except (InvalidArgumentError, InvalidDimensionException) as exc:
             raise InvalidArgument(
-                f"{self._config.location} refused to {action} ({type(exc).__name__}); most "
-                "likely a vector's dimension differs from the bank's memories'."
+                f"{self._config.location} refused to {action} ({type(exc).__name__}): a vector "
+                "whose dimension differs from the bank's memories', or that holds NaN, ±inf or "
+                "a value beyond float32, is refused so."
             ) from exc
         except (ChromaError, ValueError, OSError, RuntimeError, ConnectionError) as exc:
             # Messages of the driver may quote stored values, so only the type is repeated.

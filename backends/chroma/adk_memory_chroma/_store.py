@@ -57,6 +57,7 @@ from adk_memory.store import (
     StoreCapabilities,
     WriteBatch,
     check_cursor,
+    check_vectors,
     expiry_around,
     index_around,
 )
@@ -321,12 +322,14 @@ class ChromaMemoryStore(MemoryStore):
         Raises:
             AlreadyExists: An insert names a memory that is live at the insert's `create_time`.
             InvalidArgument: The vectors of the batch differ in dimension from each other or from
-                the memories already in the bank.
+                the memories already in the bank, or hold a value no store can (NaN, ±inf,
+                beyond float32).
             NotFound: The bank does not exist.
             ResourceExhausted: Another writer held the bank's journal lock for too long.
             StoreUnavailable: Chroma failed; if the batch's journal was already written, the
                 message says so and the batch is completed when the bank is next used.
         """
+        check_vectors(batch, None)  # the dimension is checked against the stored rows
         final: dict[str, MemoryRecord] = {}
         for record in (*batch.inserts, *batch.upserts):
             final[record.memory_id] = record
