@@ -10,11 +10,12 @@ server `127.0.0.1` and the other `localhost`, each with its own `TMPDIR`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -47,6 +48,13 @@ def spelled(url: str, host: str) -> str:
 
 def prefix() -> str:
     return f"sl-{uuid.uuid4().hex[:8]}"
+
+
+def http_client(url: str) -> Any:
+    """A chromadb client of the server at `url`."""
+    parts = urlsplit(url)
+    settings = Settings(anonymized_telemetry=False)
+    return chromadb.HttpClient(host=str(parts.hostname), port=parts.port, settings=settings)
 
 
 # Refusal without locks
@@ -123,10 +131,7 @@ async def test_the_client_refuses_a_server_uri_without_locks(chroma_http_url: st
 
 
 async def test_an_http_client_passed_in_needs_locks_too(chroma_http_url: str) -> None:
-    parts = urlsplit(chroma_http_url)
-    client = chromadb.HttpClient(
-        host=str(parts.hostname), port=parts.port, settings=Settings(anonymized_telemetry=False)
-    )
+    client = http_client(chroma_http_url)
     name = prefix()
     bare = ChromaMemoryStore(ChromaStoreConfig(collection_prefix=name), client=client)
     with pytest.raises(FailedPrecondition, match="lock_url="):
@@ -180,26 +185,20 @@ def test_lock_url_is_taken_percent_encoded_or_plain(query: str, lock_url: str) -
 # What single_host does
 
 
-@pytest.fixture
-def other_tmpdir(tmp_path: Path) -> Any:
-    """Runs a block with `tempfile.gettempdir()` somewhere else, as a process with another
-    TMPDIR (or systemd's PrivateTmp) would have it."""
-
-    class Elsewhere:
-        def __enter__(self) -> str:
-            self.saved = tempfile.tempdir
-            tempfile.tempdir = str(tmp_path / "elsewhere")
-            os.makedirs(tempfile.tempdir, exist_ok=True)
-            return tempfile.tempdir
-
-        def __exit__(self, *exc: object) -> None:
-            tempfile.tempdir = self.saved
-
-    return Elsewhere()
+@contextlib.contextmanager
+def temporary_directory(path: Path) -> Iterator[None]:
+    """`tempfile.gettempdir()` is `path` in the block, as in a process with another TMPDIR (or
+    systemd's PrivateTmp)."""
+    path.mkdir(exist_ok=True)
+    saved, tempfile.tempdir = tempfile.tempdir, str(path)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
 
 
 async def test_single_host_locks_meet_across_spellings_and_temporary_directories(
-    chroma_http_url: str, other_tmpdir: Any
+    chroma_http_url: str, tmp_path: Path
 ) -> None:
     """A store on `127.0.0.1` holding a lock blocks one on `localhost` with another TMPDIR; both
     lock in `lock_dir/<id of adk-memory-lock-id>/<prefix>`."""
@@ -210,17 +209,13 @@ async def test_single_host_locks_meet_across_spellings_and_temporary_directories
     )
     try:
         async with first.lock_provider().lock("memory-id:b:m", wait_seconds=1):
-            with other_tmpdir, pytest.raises(ResourceExhausted):
+            with temporary_directory(tmp_path / "other"), pytest.raises(ResourceExhausted):
                 async with second.lock_provider().lock("memory-id:b:m", wait_seconds=0.5):
                     pass
-        with other_tmpdir:
+        with temporary_directory(tmp_path / "other"):
             async with second.lock_provider().lock("memory-id:b:m", wait_seconds=1):
                 pass
-        client = chromadb.HttpClient(
-            host="127.0.0.1", port=urlsplit(chroma_http_url).port,
-            settings=Settings(anonymized_telemetry=False),
-        )  # fmt: skip
-        server_id = str(client.get_collection(SERVER_ID_COLLECTION).id)
+        server_id = str(http_client(chroma_http_url).get_collection(SERVER_ID_COLLECTION).id)
         folder = Path(first.config.lock_dir) / server_id / name
         assert first.config.lock_dir == "/var/lock/adk-memory"
         assert len(list(folder.glob("*.lock"))) == 1
@@ -238,14 +233,10 @@ async def test_single_host_locks_follow_a_replaced_server_id(
     name = prefix()
     old = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=name)
     new = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=name)
-    client = chromadb.HttpClient(
-        host="127.0.0.1", port=urlsplit(chroma_http_url).port,
-        settings=Settings(anonymized_telemetry=False),
-    )  # fmt: skip
     try:
         async with old.lock_provider().lock("x", wait_seconds=1):
             pass
-        client.delete_collection(SERVER_ID_COLLECTION)
+        http_client(chroma_http_url).delete_collection(SERVER_ID_COLLECTION)
         async with new.lock_provider().lock("x", wait_seconds=1):
             with caplog.at_level(logging.WARNING), pytest.raises(ResourceExhausted):
                 async with old.lock_provider().lock("x", wait_seconds=0.5):
