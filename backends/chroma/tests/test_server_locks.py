@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -23,6 +24,7 @@ from urllib.parse import quote, urlsplit
 import chromadb
 import pytest
 from adk_memory_chroma import ChromaMemoryStore, ChromaStoreConfig
+from adk_memory_chroma._chroma import close_client
 from adk_memory_chroma._locks import SERVER_ID_COLLECTION
 from chromadb.config import Settings
 
@@ -50,11 +52,22 @@ def prefix() -> str:
     return f"sl-{uuid.uuid4().hex[:8]}"
 
 
-def http_client(url: str) -> Any:
-    """A chromadb client of the server at `url`."""
+@contextlib.contextmanager
+def http_client(url: str) -> Iterator[Any]:
+    """A chromadb client of the server at `url`, closed after the block."""
     parts = urlsplit(url)
     settings = Settings(anonymized_telemetry=False)
-    return chromadb.HttpClient(host=str(parts.hostname), port=parts.port, settings=settings)
+    client = chromadb.HttpClient(host=str(parts.hostname), port=parts.port, settings=settings)
+    try:
+        yield client
+    finally:
+        close_client(client)
+
+
+def server_id(url: str) -> str:
+    """The id that names the server's `single_host` lock folder."""
+    with http_client(url) as client:
+        return str(client.get_collection(SERVER_ID_COLLECTION).id)
 
 
 # Refusal without locks
@@ -131,22 +144,22 @@ async def test_the_client_refuses_a_server_uri_without_locks(chroma_http_url: st
 
 
 async def test_an_http_client_passed_in_needs_locks_too(chroma_http_url: str) -> None:
-    client = http_client(chroma_http_url)
     name = prefix()
-    bare = ChromaMemoryStore(ChromaStoreConfig(collection_prefix=name), client=client)
-    with pytest.raises(FailedPrecondition, match="lock_url="):
-        await bare.create_bank(bank_record())
-    store = ChromaMemoryStore(
-        ChromaStoreConfig(collection_prefix=name, single_host=True), client=client
-    )
-    try:
-        await store.create_bank(bank_record())
-        await store.apply(BANK, WriteBatch(inserts=(memory("m1", unit(0)),)))
-        assert [m.memory_id for m in await store.scan(BANK, ScanQuery(T0))] == ["m1"]
-    finally:
-        await store.drop_all()
-        await store.aclose()
-        await bare.aclose()
+    with http_client(chroma_http_url) as client:
+        bare = ChromaMemoryStore(ChromaStoreConfig(collection_prefix=name), client=client)
+        with pytest.raises(FailedPrecondition, match="lock_url="):
+            await bare.create_bank(bank_record())
+        store = ChromaMemoryStore(
+            ChromaStoreConfig(collection_prefix=name, single_host=True), client=client
+        )
+        try:
+            await store.create_bank(bank_record())
+            await store.apply(BANK, WriteBatch(inserts=(memory("m1", unit(0)),)))
+            assert [m.memory_id for m in await store.scan(BANK, ScanQuery(T0))] == ["m1"]
+        finally:
+            await store.drop_all()
+            await store.aclose()
+            await bare.aclose()
 
 
 @pytest.mark.parametrize(
@@ -215,8 +228,7 @@ async def test_single_host_locks_meet_across_spellings_and_temporary_directories
         with temporary_directory(tmp_path / "other"):
             async with second.lock_provider().lock("memory-id:b:m", wait_seconds=1):
                 pass
-        server_id = str(http_client(chroma_http_url).get_collection(SERVER_ID_COLLECTION).id)
-        folder = Path(first.config.lock_dir) / server_id / name
+        folder = Path(first.config.lock_dir) / server_id(chroma_http_url) / name
         assert first.config.lock_dir == "/var/lock/adk-memory"
         assert len(list(folder.glob("*.lock"))) == 1
     finally:
@@ -233,10 +245,13 @@ async def test_single_host_locks_follow_a_replaced_server_id(
     name = prefix()
     old = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=name)
     new = ChromaMemoryStore.from_uri(chroma_http_url, collection_prefix=name)
+    replaced = ""
     try:
         async with old.lock_provider().lock("x", wait_seconds=1):
             pass
-        http_client(chroma_http_url).delete_collection(SERVER_ID_COLLECTION)
+        replaced = server_id(chroma_http_url)
+        with http_client(chroma_http_url) as client:
+            client.delete_collection(SERVER_ID_COLLECTION)
         async with new.lock_provider().lock("x", wait_seconds=1):
             with caplog.at_level(logging.WARNING), pytest.raises(ResourceExhausted):
                 async with old.lock_provider().lock("x", wait_seconds=0.5):
@@ -247,6 +262,8 @@ async def test_single_host_locks_follow_a_replaced_server_id(
     finally:
         await old.aclose()
         await new.aclose()
+        if replaced:  # a folder no store will use again
+            shutil.rmtree(Path(old.config.lock_dir) / replaced, ignore_errors=True)
 
 
 async def test_a_lock_dir_that_cannot_hold_files_is_failed_precondition_naming_it(
