@@ -40,6 +40,7 @@ from rich.table import Table
 
 from adk_memory.errors import AdkMemoryError, InvalidArgument
 from adk_memory.settings import api_keys_file, default_uri
+from adk_memory.wording import render
 
 if TYPE_CHECKING:
     from adk_memory import AsyncClient
@@ -92,6 +93,13 @@ KeysOption = Annotated[
     str | None,
     typer.Option("--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."),
 ]
+AllowedHostOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A Host name the server answers to (repeatable; '*' for any, with --keys only). "
+        "Default: loopback names without --keys, any with --keys."
+    ),
+]
 
 _SCOPE_KEY = re.compile(r"[A-Za-z0-9_.:+-]+")
 
@@ -115,6 +123,14 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _cause(error: AdkMemoryError) -> str:
+    """The driver's own words behind an UNAVAILABLE (only this operator's terminal sees them)."""
+    cause = error.__cause__
+    if error.status != "UNAVAILABLE" or cause is None:
+        return ""
+    return f"\n  cause: {type(cause).__name__}: {cause}"
+
+
 @contextlib.contextmanager
 def _errors(*, interrupt_ok: bool = False) -> Iterator[None]:
     """Turns every failure into one line on stderr and a non-zero exit."""
@@ -123,7 +139,7 @@ def _errors(*, interrupt_ok: bool = False) -> Iterator[None]:
     except (typer.Exit, typer.Abort):
         raise
     except AdkMemoryError as exc:
-        _fail(f"{exc.status}: {exc}")
+        _fail(f"{exc.status}: {render(exc, 'cli')}{_cause(exc)}")
     except KeyboardInterrupt:
         if interrupt_ok:
             return
@@ -371,6 +387,12 @@ def _progress() -> Progress:
     )
 
 
+def _memory_lines(path: Path) -> int:
+    """How many memories an export file holds (as `export` writes them), for the progress bar."""
+    with path.open(encoding="utf-8") as lines:
+        return sum(1 for line in lines if line.startswith('{"kind":"memory"'))
+
+
 # Existing commands
 
 
@@ -392,13 +414,7 @@ def serve(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8080,
     keys: KeysOption = None,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A Host name the server answers to (repeatable; '*' for any). Default: "
-            "loopback names without --keys, any with --keys."
-        ),
-    ] = None,
+    allowed_host: AllowedHostOption = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(help="An origin whose web pages may call the API (repeatable; CORS)."),
@@ -443,6 +459,7 @@ def mcp_command(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8765,
     keys: KeysOption = None,
+    allowed_host: AllowedHostOption = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -473,7 +490,14 @@ def mcp_command(
         )
 
     async def run(client: AsyncClient) -> None:
-        await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
+        await serve_mcp(
+            client,
+            binding,
+            transport=transport,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            allowed_hosts=allowed_host or None,
+        )
 
     options: dict[str, Any] = {"generation_model": model} if model else {}
     _run(uri, run, interrupt_ok=True, **options)
@@ -1137,24 +1161,17 @@ def import_command(
             source: TextIO = (
                 sys.stdin if file == "-" else stack.enter_context(Path(file).open(encoding="utf-8"))
             )
-            size = Path(file).stat().st_size if file != "-" else None
+            total = _memory_lines(Path(file)) if file != "-" and _err.is_terminal else None
             bar = stack.enter_context(_progress())
-            task = bar.add_task("importing", total=size)
-
-            def lines() -> Iterator[str]:
-                read = 0
-                for line in source:
-                    read += len(line.encode("utf-8"))
-                    yield line
-                    bar.update(task, completed=read)
-
+            task = bar.add_task("importing memories", total=total)
             return await import_bank(
                 client.engine,
-                lines(),
+                source,
                 bank_id=target,
                 merge=merge,
                 embedding_model=embedding_model,
                 batch_size=batch_size,
+                progress=lambda imported, _: bar.update(task, completed=imported),
             )
 
     summary = _run(uri, work)

@@ -25,6 +25,7 @@ __all__ = [
     "gemini_credentials_configured",
     "genai_environment_fingerprint",
     "genai_uses_vertex",
+    "page_token_secret",
     "vertex_credentials_configured",
 ]
 
@@ -45,6 +46,15 @@ def default_embedding_model() -> str | None:
 def api_keys_file() -> str | None:
     """`ADK_MEMORY_API_KEYS_FILE`: the REST server's API key file (YAML or JSON), else None."""
     return os.environ.get("ADK_MEMORY_API_KEYS_FILE") or None
+
+
+def page_token_secret() -> str | None:
+    """`ADK_MEMORY_PAGE_TOKEN_SECRET`: the secret page tokens are sealed with, else None.
+
+    Processes that share a store and must accept each other's page tokens (several servers
+    behind one address) set the same one; without it each process draws its own.
+    """
+    return os.environ.get("ADK_MEMORY_PAGE_TOKEN_SECRET") or None
 
 
 _API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")

@@ -23,6 +23,7 @@ from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.generation.model import check_model_name
 from adk_memory.names import Names, new_bank_id
 from adk_memory.store import BankRecord, ScanQuery
+from adk_memory.wording import option
 
 __all__ = ["BankOps", "to_memory_bank", "to_reasoning_engine_json", "validate_bank_config"]
 
@@ -246,7 +247,7 @@ class BankOps:
         if not force and await self._holds_memories(bank_id):
             raise FailedPrecondition(
                 f"Memory bank {bank_id!r} still holds memories; delete them first or pass "
-                "force=True to delete the bank with its memories, revisions and vectors.",
+                f"{option('force')} to delete the bank with its memories, revisions and vectors.",
                 field="force",
             )
         await self._context.store.delete_bank(bank_id)

@@ -21,6 +21,7 @@ from adk_memory.errors import NotFound
 from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.names import Names
 from adk_memory.store import BankRecord, MemoryStore, OperationRecord
+from adk_memory.wording import call
 
 __all__ = [
     "DEFAULT_REVISION_TTL",
@@ -100,7 +101,7 @@ class EngineContext:
         if record is None:
             raise NotFound(
                 f"Memory bank {self.names.bank(bank_id)!r} does not exist; create it with "
-                "memory_banks.create() or check the name.",
+                f"{call('memory_banks.create')} or check the name.",
                 field="name",
             )
         config, extensions = split_config(record.config)

@@ -30,11 +30,9 @@ from adk_memory.errors import InvalidArgument
 from adk_memory.extensions import RetrievalConfig
 from adk_memory.filters import (
     FilterExpr,
-    combine,
-    from_filter_groups,
     matches,
-    parse_filter,
     partition,
+    request_filter,
 )
 from adk_memory.lexical import Corpus, best
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
@@ -86,7 +84,7 @@ class Retrieval:
                 "Set at most one of similarity_search_params and simple_retrieval_params.",
                 field="similarity_search_params",
             )
-        expr = combine(parse_filter(config.filter or ""), from_filter_groups(config.filter_groups))
+        expr = request_filter(config.filter, config.filter_groups)
         keys = _scope_keys_for(checked, config.memory_types)
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()

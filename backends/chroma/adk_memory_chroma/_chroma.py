@@ -189,8 +189,7 @@ class Chroma:
             # Messages of the driver may quote stored values, so only the type is repeated.
             raise StoreUnavailable(
                 f"{self._config.location} failed to {action} ({type(exc).__name__}). Check "
-                "that the server is running or the directory is writable; see the chained "
-                "exception for the driver's message."
+                "that the server is running or the directory is writable."
             ) from exc
         except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("httpx", "httpcore", "chromadb"):
