@@ -7,11 +7,11 @@ shares. Server (a `chroma+http(s)` URI, or an HTTP client passed in), one of:
 * `single_host=true`: file locks in `<lock_dir>/<server id>/<prefix>`, for servers whose
   writers all run on one host. The server id is the id Chroma gave the collection
   `adk-memory-lock-id` of the store's database when the first store created it (an atomic
-  get-or-create: 8 racing calls got one id in 30 of 30 rounds), so the folder depends on neither the URI's spelling (`127.0.0.1`,
-  `localhost`, a proxy) nor the temporary directory. It is read again once each lock is held:
-  if the collection was deleted, or the server's data replaced, the lock is taken again under
-  the id the server has now, so stores move to a new id together (only a lock held while the
-  id changes can overlap one taken under the new id).
+  get-or-create: 8 racing calls got one id in 30 of 30 rounds), so the folder depends on
+  neither the URI's spelling (`127.0.0.1`, `localhost`, a proxy) nor the temporary directory.
+  It is read again once each lock is held: if the collection was deleted, or the server's data
+  replaced, the lock is taken again under the id the server has now, so stores move to a new
+  id together (only a lock held while the id changes can overlap one taken under the new id).
 * neither: every write is refused with `FailedPrecondition` naming both (`Locks.require`).
   Reads need no lock.
 
