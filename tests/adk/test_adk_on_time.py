@@ -187,7 +187,9 @@ async def test_a_fact_only_in_a_tool_response_is_remembered(
 # Cases 4 and 7: a down store never fails nor stalls the turn
 
 
-@pytest.mark.parametrize("down_uri", ["redis://127.0.0.1:9/0", "chroma+http://127.0.0.1:9"])
+@pytest.mark.parametrize(
+    "down_uri", ["redis://127.0.0.1:9/0", "chroma+http://127.0.0.1:9?single_host=true"]
+)
 @MODES
 async def test_a_down_store_never_fails_the_turn_and_runner_close_is_clean(
     down_uri: str, mode: Mode, caplog: pytest.LogCaptureFixture

@@ -81,8 +81,8 @@ Redis lock with `lock_url`), and a replay takes the same lock. So a replay never
 journal of a live writer (which could overwrite a newer write of the same memory once that
 writer is done), the slot is only overwritten once its batch is complete, and duplicate-insert
 checks do not race. Two stores replaying the same journal one after the other are harmless: the
-second finds it closed, or repeats identical writes. A Chroma server shared by several hosts
-needs `lock_url` for this, as for generation (without it the locks are per host). The lock is
+second finds it closed, or repeats identical writes. On a server the lock is `lock_url`'s (several
+hosts) or `single_host`'s; without either, the store does not write (`_locks`). The lock is
 taken only by writes and replays: a reader in another process may still see a batch half applied
 *while it is being written* (for the milliseconds of one `apply`), and a long-lived reader sees a
 crashed writer's half batch until that bank's next `apply`, which completes it before writing.

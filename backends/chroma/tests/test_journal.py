@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
+from urllib.parse import urlsplit
 
 import chromadb
 import numpy as np
@@ -517,11 +518,11 @@ async def test_a_killed_process_leaves_a_batch_that_the_next_process_completes(
 
 async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_url: str) -> None:
     """The journal goes through `_call` like every write, so chromadb's async client works too."""
-    host, port = chroma_http_url.removeprefix("chroma+http://").rsplit(":", 1)
+    server = urlsplit(chroma_http_url)
     client = await chromadb.AsyncHttpClient(
-        host=host, port=int(port), settings=Settings(anonymized_telemetry=False)
+        host=str(server.hostname), port=server.port, settings=Settings(anonymized_telemetry=False)
     )
-    config = ChromaStoreConfig(collection_prefix=f"async-{uuid.uuid4().hex[:8]}")
+    config = ChromaStoreConfig(collection_prefix=f"async-{uuid.uuid4().hex[:8]}", single_host=True)
     store = ChromaMemoryStore(config, client=client)
     try:
         await store.create_bank(bank_record())
