@@ -1,0 +1,164 @@
+"""Attacks on the guard-tokens, mcp-cli-surfaces and browser-ui merges, from the outside.
+
+- A key bound to alice, and every MCP caller, can bring back a memory it deleted, as the REST
+  route and the `delete_memory` tool promise ("its revisions remain for a while, so
+  rollback_memory can bring it back"): before, the scope check read the live memory only, so a
+  deleted memory of one's own answered NotFound to its revisions and its rollback. Bob's deleted
+  memories still answer alice exactly as ids that never existed.
+
+The store-touching attacks run on every backend (`store_uri`: memory://, embedded Chroma, a Chroma
+server, Redis).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from test_scope_and_guard_leaks import (
+    ADMIN,
+    ADMIN_KEY,
+    ALICE,
+    ALICE_KEY,
+    BOB,
+    MCP_HEADERS,
+    TOKEN_SECRET,
+    listening,
+    rest,
+    rpc,
+    user_token,
+)
+
+from adk_memory import AsyncClient
+from adk_memory.server import ApiKey, ApiKeys
+from adk_memory.server.mcp_server import McpBinding, create_mcp_server, mcp_http_app
+
+pytestmark = pytest.mark.filterwarnings("ignore:.* is not a valid .*:UserWarning")
+
+ALICE_HEADERS = {"x-goog-api-key": ALICE_KEY}
+HISTORY = ["memories.*", "memoryRevisions.*"]
+KEYS = ApiKeys.of(
+    [
+        ApiKey(name="admin", key=ADMIN_KEY, permissions=["*"]),
+        ApiKey(name="alice", key=ALICE_KEY, permissions=HISTORY, scope=ALICE),
+        ApiKey(
+            name="users",
+            token_secret=TOKEN_SECRET,
+            permissions=HISTORY,
+            scope_claims={"user_id": "sub"},
+        ),
+    ]
+)
+
+
+def _short(name: str) -> str:
+    return name[name.index("reasoningEngines/") :]
+
+
+async def _created_and_deleted(
+    http: httpx.AsyncClient, bank: str, headers: dict[str, str], scope: dict[str, str]
+) -> tuple[str, str]:
+    """(the memory's path, its first revision id) of a memory created and then deleted."""
+    made = await http.post(
+        f"{bank}/memories", json={"fact": f"{scope['user_id']}'s bike", "scope": scope}, headers=headers
+    )
+    assert made.status_code == 200, made.text
+    path = _short(made.json()["response"]["name"])
+    listed = await http.get(f"{path}/revisions", headers=headers)
+    revision = listed.json()["memoryRevisions"][0]["name"].rsplit("/", 1)[-1]
+    assert (await http.delete(path, headers=headers)).status_code == 200
+    return path, revision
+
+
+async def test_a_bound_key_restores_its_own_deleted_memory_and_never_bobs(
+    aclient: AsyncClient,
+) -> None:
+    """Alice lists the revisions of her deleted memory and rolls it back; bob's deleted memory
+    answers her revisions, revision and rollback requests as an id that never existed does."""
+    bank = _short((await aclient.memory_banks.create()).name or "")
+    async with rest(aclient, api_keys=KEYS) as http:
+        own, own_revision = await _created_and_deleted(http, bank, ALICE_HEADERS, ALICE)
+        listed = await http.get(f"{own}/revisions", headers=ALICE_HEADERS)
+        assert listed.status_code == 200, listed.text
+        assert [r["fact"] for r in listed.json()["memoryRevisions"]] == ["alice's bike"]
+        back = await http.post(
+            f"{own}:rollback", json={"targetRevisionId": own_revision}, headers=ALICE_HEADERS
+        )
+        assert back.status_code == 200, back.text
+        restored = await http.get(own, headers=ALICE_HEADERS)
+        assert restored.status_code == 200, restored.text
+        assert (restored.json()["fact"], restored.json()["scope"]) == ("alice's bike", ALICE)
+
+        bobs, bobs_revision = await _created_and_deleted(http, bank, user_token("bob"), BOB)
+        never = f"{bank}/memories/never-was"
+        for path in (bobs, never):
+            answers = [
+                await http.get(f"{path}/revisions", headers=ALICE_HEADERS),
+                await http.get(f"{path}/revisions/{bobs_revision}", headers=ALICE_HEADERS),
+                await http.post(
+                    f"{path}:rollback",
+                    json={"targetRevisionId": bobs_revision},
+                    headers=ALICE_HEADERS,
+                ),
+                await http.get(path, headers=ALICE_HEADERS),
+            ]
+            assert [a.status_code for a in answers] == [404] * 4, [a.text for a in answers]
+            assert all("bob" not in a.text for a in answers)
+        assert (await http.get(bobs, headers=ADMIN)).status_code == 404  # still deleted
+
+
+async def test_mcp_rollback_memory_brings_back_what_delete_memory_deleted(
+    aclient: AsyncClient,
+) -> None:
+    """delete_memory, then list_revisions and rollback_memory of the same id restore it; bob's
+    deleted memory stays out of alice's reach."""
+    await aclient.memory_banks.create(memory_bank_id="notes")
+    bank = "reasoningEngines/notes"
+    server = await create_mcp_server(aclient, McpBinding(bank, {}, KEYS))
+    async with (
+        listening(mcp_http_app(server, KEYS), "127.0.0.1") as address,
+        httpx.AsyncClient() as http,
+    ):
+
+        async def call(user: str, tool: str, **arguments: Any) -> dict[str, Any]:
+            answer = await http.post(
+                f"http://{address}/mcp",
+                json=rpc(tool, **arguments),
+                headers={**MCP_HEADERS, **user_token(user)},
+            )
+            assert answer.status_code == 200, answer.text
+            result: dict[str, Any] = answer.json()["result"]
+            return result
+
+        def made(result: dict[str, Any]) -> Any:
+            assert not result["isError"], result
+            return result["structuredContent"]
+
+        ids = {}
+        for user in ("alice", "bob"):
+            memory_id = made(await call(user, "create_memory", fact=f"{user}'s bike"))["memory_id"]
+            made(await call(user, "delete_memory", memory_id=memory_id))
+            ids[user] = memory_id
+        revisions = made(await call("alice", "list_revisions", memory_id=ids["alice"]))["result"]
+        assert [r["fact"] for r in revisions] == ["alice's bike"]
+        restored = made(
+            await call(
+                "alice",
+                "rollback_memory",
+                memory_id=ids["alice"],
+                revision_id=revisions[0]["revision_id"],
+            )
+        )
+        assert restored["fact"] == "alice's bike"
+        bobs = (await aclient.memory_banks.memories.revisions.list(name=f"{bank}/memories/{ids['bob']}")).page
+        for tool, arguments in (
+            ("list_revisions", {}),
+            ("rollback_memory", {"revision_id": (bobs[0].name or "").rsplit("/", 1)[-1]}),
+        ):
+            refused = await call("alice", tool, memory_id=ids["bob"], **arguments)
+            assert refused["isError"] and "NOT_FOUND" in json.dumps(refused), refused
+            assert "bob" not in json.dumps(refused)
+    hits = (await aclient.memory_banks.memories.retrieve(name=bank, scope=BOB)).page
+    assert hits == []
