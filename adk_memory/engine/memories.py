@@ -332,6 +332,26 @@ class MemoryOps:
             field="config.memory_id",
         )
 
+    async def scope_of(self, bank_id: str, memory_id: str) -> dict[str, str]:
+        """The scope of the id's memory: the live one's, else its kept revisions' (deleted).
+
+        What a caller confined to scopes is checked against before it names a memory by id:
+        a deleted memory is still its scope's, to list the revisions of and roll back.
+
+        Raises:
+            NotFound: Neither a live memory nor a live revision of its own scope has the id
+                (the message `get` gives, so that it tells no more than a missing id does).
+        """
+        await self._context.load_bank(bank_id)
+        now = self._context.clock()
+        found = await self._context.store.get_memories(bank_id, [memory_id], now)
+        if found:
+            return dict(found[0].scope)
+        history = await self._own_revisions(bank_id, memory_id, now)
+        if not history:
+            await self._get_live(bank_id, memory_id)  # the NotFound of a missing memory
+        return dict(history[0].scope)
+
     async def get(self, bank_id: str, memory_id: str) -> MemoryRecord:
         """The live memory; `NotFound` if missing or expired."""
         await self._context.load_bank(bank_id)
