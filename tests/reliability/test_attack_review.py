@@ -31,7 +31,7 @@ from test_scope_and_guard_leaks import (
     user_token,
 )
 
-from adk_memory import AsyncClient
+from adk_memory import AsyncClient, InvalidArgument
 from adk_memory.server import ApiKey, ApiKeys
 from adk_memory.server.mcp_server import McpBinding, create_mcp_server, mcp_http_app
 
@@ -62,7 +62,9 @@ async def _created_and_deleted(
 ) -> tuple[str, str]:
     """(the memory's path, its first revision id) of a memory created and then deleted."""
     made = await http.post(
-        f"{bank}/memories", json={"fact": f"{scope['user_id']}'s bike", "scope": scope}, headers=headers
+        f"{bank}/memories",
+        json={"fact": f"{scope['user_id']}'s bike", "scope": scope},
+        headers=headers,
     )
     assert made.status_code == 200, made.text
     path = _short(made.json()["response"]["name"])
@@ -152,7 +154,9 @@ async def test_mcp_rollback_memory_brings_back_what_delete_memory_deleted(
             )
         )
         assert restored["fact"] == "alice's bike"
-        bobs = (await aclient.memory_banks.memories.revisions.list(name=f"{bank}/memories/{ids['bob']}")).page
+        bobs = (
+            await aclient.memory_banks.memories.revisions.list(name=f"{bank}/memories/{ids['bob']}")
+        ).page
         for tool, arguments in (
             ("list_revisions", {}),
             ("rollback_memory", {"revision_id": (bobs[0].name or "").rsplit("/", 1)[-1]}),
@@ -162,3 +166,51 @@ async def test_mcp_rollback_memory_brings_back_what_delete_memory_deleted(
             assert "bob" not in json.dumps(refused)
     hits = (await aclient.memory_banks.memories.retrieve(name=bank, scope=BOB)).page
     assert hits == []
+
+
+async def test_a_page_token_of_a_deleted_bank_is_refused_by_its_successor(
+    aclient: AsyncClient,
+) -> None:
+    """A bank deleted and created again under its id is another listing: before, the old
+    bank's list, retrieve and revisions tokens resumed after a position the new bank's
+    memories all precede, so the page came back empty and last, and the caller believed it
+    had seen every memory. Now each is refused, saying to start over."""
+    memories = aclient.memory_banks.memories
+    bank = "reasoningEngines/recreated"
+
+    async def fill(label: str) -> None:
+        await aclient.memory_banks.create(memory_bank_id="recreated")
+        for i in range(3):
+            await memories.create(name=bank, fact=f"{label} {i}", scope=ALICE)
+        pet = (
+            await memories.create(name=bank, fact=label, scope=ALICE, config={"memory_id": "pet"})
+        ).response
+        for i in range(2):
+            await memories.update(name=pet.name or "", fact=f"{label} pet {i}")
+
+    await fill("old")
+    pet = f"{bank}/memories/pet"
+    tokens = {
+        "list": (await memories.list(name=bank, config={"page_size": 1})).next_page_token,
+        "retrieve": (
+            await memories.retrieve(
+                name=bank, scope=ALICE, simple_retrieval_params={"page_size": 1}
+            )
+        ).next_page_token,
+        "revisions": (
+            await memories.revisions.list(name=pet, config={"page_size": 1})
+        ).next_page_token,
+    }
+    assert all(tokens.values()), tokens
+    await aclient.memory_banks.delete(name=bank, force=True)
+    await fill("new")
+    resumed = {
+        "list": lambda token: memories.list(name=bank, config={"page_token": token}),
+        "retrieve": lambda token: memories.retrieve(
+            name=bank, scope=ALICE, simple_retrieval_params={"page_token": token}
+        ),
+        "revisions": lambda token: memories.revisions.list(name=pet, config={"page_token": token}),
+    }
+    for kind, token in tokens.items():
+        with pytest.raises(InvalidArgument, match="page_token"):
+            await resumed[kind](token)
