@@ -5,6 +5,11 @@
   rollback_memory can bring it back"): before, the scope check read the live memory only, so a
   deleted memory of one's own answered NotFound to its revisions and its rollback. Bob's deleted
   memories still answer alice exactly as ids that never existed.
+- A page token of a bank deleted and created again under its id resumed the new bank's list,
+  retrieve or revisions after a position all its memories precede: an empty last page, and a
+  caller sure it had seen everything. Tokens now name the bank's creation too, and are refused.
+- Held, kept because cheap: a request without `Host` and the MCP endpoint's other methods from a
+  foreign page are refused by the keyless guard.
 
 The store-touching attacks run on every backend (`store_uri`: memory://, embedded Chroma, a Chroma
 server, Redis).
@@ -12,6 +17,7 @@ server, Redis).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -32,7 +38,7 @@ from test_scope_and_guard_leaks import (
 )
 
 from adk_memory import AsyncClient, InvalidArgument
-from adk_memory.server import ApiKey, ApiKeys
+from adk_memory.server import ApiKey, ApiKeys, create_app
 from adk_memory.server.mcp_server import McpBinding, create_mcp_server, mcp_http_app
 
 pytestmark = pytest.mark.filterwarnings("ignore:.* is not a valid .*:UserWarning")
@@ -214,3 +220,38 @@ async def test_a_page_token_of_a_deleted_bank_is_refused_by_its_successor(
     for kind, token in tokens.items():
         with pytest.raises(InvalidArgument, match="page_token"):
             await resumed[kind](token)
+
+
+async def _status(address: str, request: bytes) -> bytes:
+    """The status line a raw HTTP request gets (what no HTTP client library would send)."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        return (await asyncio.wait_for(reader.readline(), 10)).strip()
+    finally:
+        writer.close()
+
+
+async def test_keyless_http_refuses_a_request_without_host_and_foreign_mcp_methods() -> None:
+    """Held: an HTTP/1.0 request with no `Host` (a name the guard cannot check) and the MCP
+    endpoint's GET (event stream), DELETE (session end) and OPTIONS (preflight) from a foreign
+    page are 403 on the keyless REST and MCP apps alike."""
+    async with AsyncClient("memory://", embedding_model="hash-64") as client:
+        await client.memory_banks.create(memory_bank_id="notes")
+        server = await create_mcp_server(client, McpBinding("reasoningEngines/notes", ALICE))
+        for app in (create_app(client), mcp_http_app(server, None)):
+            async with listening(app, "127.0.0.1") as address:
+                no_host = [
+                    b"GET /v1beta1/reasoningEngines HTTP/1.0\r\n\r\n",
+                    b"POST /mcp HTTP/1.0\r\ncontent-type: application/json\r\n"
+                    b"content-length: 2\r\n\r\n{}",
+                ]
+                foreign = [
+                    f"{method} /mcp HTTP/1.1\r\nhost: {address}\r\norigin: http://evil.example"
+                    f"\r\naccess-control-request-method: POST\r\nconnection: close\r\n\r\n".encode()
+                    for method in ("GET", "DELETE", "OPTIONS")
+                ]
+                for request in [*no_host, *foreign]:
+                    assert (await _status(address, request)).endswith(b" 403 Forbidden"), request
