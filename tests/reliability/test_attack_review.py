@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import httpx
@@ -37,7 +38,7 @@ from test_scope_and_guard_leaks import (
     user_token,
 )
 
-from adk_memory import AsyncClient, InvalidArgument
+from adk_memory import AsyncClient, InvalidArgument, NotFound
 from adk_memory.server import ApiKey, ApiKeys, create_app
 from adk_memory.server.mcp_server import McpBinding, create_mcp_server, mcp_http_app
 
@@ -255,3 +256,48 @@ async def test_keyless_http_refuses_a_request_without_host_and_foreign_mcp_metho
                 ]
                 for request in [*no_host, *foreign]:
                     assert (await _status(address, request)).endswith(b" 403 Forbidden"), request
+
+
+MARKERS = ["[[call:nope]]", "[[option:nope]]"]
+"""Text shaped like `wording`'s advice markers, naming no operation or option."""
+
+
+async def test_text_shaped_like_an_advice_marker_is_quoted_back_not_a_crash(
+    aclient: AsyncClient,
+) -> None:
+    """A revision id, a memory id or a filter holding `[[call:nope]]` (an advice marker of
+    `adk_memory.wording` with an unknown name): before, the error built around it raised
+    KeyError, an untyped exception in Python and a 500 over REST. Now each is its typed error,
+    quoting the text as sent, in Python, over REST and over MCP."""
+    memories = aclient.memory_banks.memories
+    await aclient.memory_banks.create(memory_bank_id="marked")
+    bank = "reasoningEngines/marked"
+    made = await memories.create(name=bank, fact="a fact", scope=ALICE)
+    name = made.response.name if made.response else ""
+    for marker in MARKERS:
+        with pytest.raises(NotFound, match=re.escape(marker)):
+            await memories.rollback(name=name, target_revision_id=marker)
+        with pytest.raises(InvalidArgument, match=re.escape(marker)):
+            await memories.list(name=bank, config={"filter": f"{marker} = 1"})
+    async with rest(aclient, api_keys=KEYS) as http:
+        for marker in MARKERS:
+            answers = [
+                await http.post(
+                    f"{_short(name)}:rollback", json={"targetRevisionId": marker}, headers=ADMIN
+                ),
+                await http.get(f"{bank}/memories", params={"filter": marker}, headers=ADMIN),
+            ]
+            assert [a.status_code for a in answers] == [404, 400], [a.text for a in answers]
+            assert all(marker in a.json()["error"]["message"] for a in answers)
+    server = await create_mcp_server(aclient, McpBinding(bank, ALICE))
+    async with (
+        listening(mcp_http_app(server, None), "127.0.0.1") as address,
+        httpx.AsyncClient() as http,
+    ):
+        for marker in MARKERS:
+            memory_id = name.rsplit("/", 1)[-1]
+            body = rpc("rollback_memory", memory_id=memory_id, revision_id=marker)
+            answer = await http.post(f"http://{address}/mcp", json=body, headers=MCP_HEADERS)
+            result = answer.json()["result"]
+            assert result["isError"] and result["content"][0]["text"].startswith("NOT_FOUND")
+            assert marker in result["content"][0]["text"]
