@@ -265,7 +265,7 @@ MARKERS = ["[[call:nope]]", "[[option:nope]]"]
 async def test_text_shaped_like_an_advice_marker_is_quoted_back_not_a_crash(
     aclient: AsyncClient,
 ) -> None:
-    """A revision id, a memory id or a filter holding `[[call:nope]]` (an advice marker of
+    """A revision id or a memory name holding `[[call:nope]]` (an advice marker of
     `adk_memory.wording` with an unknown name): before, the error built around it raised
     KeyError, an untyped exception in Python and a 500 over REST. Now each is its typed error,
     quoting the text as sent, in Python, over REST and over MCP."""
@@ -278,14 +278,14 @@ async def test_text_shaped_like_an_advice_marker_is_quoted_back_not_a_crash(
         with pytest.raises(NotFound, match=re.escape(marker)):
             await memories.rollback(name=name, target_revision_id=marker)
         with pytest.raises(InvalidArgument, match=re.escape(marker)):
-            await memories.list(name=bank, config={"filter": f"{marker} = 1"})
+            await memories.get(name=f"{bank}/memories/{marker}")
     async with rest(aclient, api_keys=KEYS) as http:
         for marker in MARKERS:
             answers = [
                 await http.post(
                     f"{_short(name)}:rollback", json={"targetRevisionId": marker}, headers=ADMIN
                 ),
-                await http.get(f"{bank}/memories", params={"filter": marker}, headers=ADMIN),
+                await http.get(f"{bank}/memories/{marker}", headers=ADMIN),
             ]
             assert [a.status_code for a in answers] == [404, 400], [a.text for a in answers]
             assert all(marker in a.json()["error"]["message"] for a in answers)
