@@ -262,6 +262,7 @@ MARKERS = ["[[call:nope]]", "[[option:nope]]"]
 """Text shaped like `wording`'s advice markers, naming no operation or option."""
 
 
+@pytest.mark.parametrize("store_uri", ["memory"], indirect=True)  # wording, not the store
 async def test_text_shaped_like_an_advice_marker_is_quoted_back_not_a_crash(
     aclient: AsyncClient,
 ) -> None:
