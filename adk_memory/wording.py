@@ -88,11 +88,17 @@ def option(name: str) -> str:
 
 
 def render_text(template: str, surface: Surface) -> str:
-    """A marked message in one surface's terms."""
+    """A marked message in one surface's terms.
+
+    Messages quote what the caller sent (an id, a filter token), which may look like a marker:
+    one naming no known operation or option is left as written, so that building an error
+    never fails on the text it quotes.
+    """
 
     def spell(found: re.Match[str]) -> str:
         table = _CALLS if found.group(1) == "call" else _OPTIONS
-        return table[found.group(2)][surface]
+        spelled = table.get(found.group(2))
+        return found.group(0) if spelled is None else spelled[surface]
 
     return _MARKER.sub(spell, template)
 

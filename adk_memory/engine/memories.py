@@ -127,6 +127,16 @@ async def owner_scopes(
     return owners
 
 
+def _listing(bank: LoadedBank, *query: object) -> str:
+    """The fingerprint a page token of the bank's listing `query` is sealed with.
+
+    It names the bank by its id and creation time: a bank deleted and created again under its
+    id is another listing, whose memories all came after the old one's, so an old token would
+    resume after every one of them and end the listing silently (it is refused instead).
+    """
+    return repr((bank.bank_id, bank.record.create_time.isoformat(), *query))
+
+
 def validate_fact(fact: object, *, field: str = "fact") -> str:
     """The fact if it is a non-empty string within the size limit."""
     if not isinstance(fact, str) or not fact.strip():
@@ -332,6 +342,26 @@ class MemoryOps:
             field="config.memory_id",
         )
 
+    async def scope_of(self, bank_id: str, memory_id: str) -> dict[str, str]:
+        """The scope of the id's memory: the live one's, else its kept revisions' (deleted).
+
+        What a caller confined to scopes is checked against before it names a memory by id:
+        a deleted memory is still its scope's, to list the revisions of and roll back.
+
+        Raises:
+            NotFound: Neither a live memory nor a live revision of its own scope has the id
+                (the message `get` gives, so that it tells no more than a missing id does).
+        """
+        await self._context.load_bank(bank_id)
+        now = self._context.clock()
+        found = await self._context.store.get_memories(bank_id, [memory_id], now)
+        if found:
+            return dict(found[0].scope)
+        history = await self._own_revisions(bank_id, memory_id, now)
+        if not history:
+            await self._get_live(bank_id, memory_id)  # the NotFound of a missing memory
+        return dict(history[0].scope)
+
     async def get(self, bank_id: str, memory_id: str) -> MemoryRecord:
         """The live memory; `NotFound` if missing or expired."""
         await self._context.load_bank(bank_id)
@@ -342,13 +372,13 @@ class MemoryOps:
         page_size = _page_size(config.page_size, DEFAULT_LIST_PAGE_SIZE, MAX_LIST_PAGE_SIZE)
         order = parse_order_by(config.order_by)
         expr = parse_filter(config.filter or "", allow_scope=True)
-        await self._context.load_bank(bank_id)
+        bank = await self._context.load_bank(bank_id)
         query = ScanQuery(now=self._context.clock(), order_by=order)
-        return await self.scan_page(bank_id, query, expr, page_size, config.page_token)
+        return await self.scan_page(bank, query, expr, page_size, config.page_token)
 
     async def scan_page(
         self,
-        bank_id: str,
+        bank: LoadedBank,
         query: ScanQuery | Sequence[ScanQuery],
         expr: Any,
         page_size: int,
@@ -362,20 +392,32 @@ class MemoryOps:
         """
         queries = [query] if isinstance(query, ScanQuery) else list(query)
         order = queries[0].order_by
-        fingerprint = repr((bank_id, [(q.scope_key, q.order_by) for q in queries], expr))
+        fingerprint = _listing(bank, [(q.scope_key, q.order_by) for q in queries], expr)
         position = decode_page_token(page_token, fingerprint, len(order))
         after = None if position is None else ScanCursor(position.values, position.item_id)
-        pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
-        found: list[MemoryRecord] = []
-        for part in queries:
-            part = replace(part, filter=pushed, after=after)
-            found += await self._scan_matching(bank_id, part, residual, page_size + 1)
-        found = sort_records(found, queries[0])[: page_size + 1]
+        found = await self.scan(bank.bank_id, queries, expr, page_size + 1, after=after)
         if len(found) <= page_size:
             return Page(found, None)
         last = cursor_of(found[page_size - 1], order)
         token = encode_page_token(Position(last.values, last.memory_id), fingerprint)
         return Page(found[:page_size], token)
+
+    async def scan(
+        self,
+        bank_id: str,
+        queries: Sequence[ScanQuery],
+        expr: Any,
+        limit: int,
+        *,
+        after: ScanCursor | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """The first `limit` memories matching `expr` of the scans merged in the first's order."""
+        pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
+        found: builtins.list[MemoryRecord] = []
+        for part in queries:
+            part = replace(part, filter=pushed, after=after)
+            found += await self._scan_matching(bank_id, part, residual, limit)
+        return sort_records(found, queries[0])[:limit]
 
     async def _scan_matching(
         self, bank_id: str, query: ScanQuery, residual: Any, want: int
@@ -623,14 +665,14 @@ class MemoryOps:
         """A page of a memory's revisions, newest first."""
         page_size = _page_size(config.page_size, DEFAULT_LIST_PAGE_SIZE, MAX_LIST_PAGE_SIZE)
         expr = parse_filter(config.filter or "")
-        await self._context.load_bank(bank_id)
+        bank = await self._context.load_bank(bank_id)
         revisions = await self._own_revisions(bank_id, memory_id, self._context.clock())
         kept = [revision for revision in revisions if matches(expr, _revision_view(revision))]
         return page_after(
             kept,
             page_size=page_size,
             token=config.page_token,
-            fingerprint=repr((bank_id, memory_id, expr)),
+            fingerprint=_listing(bank, memory_id, expr),
             position_of=lambda revision: Position((revision.create_time,), revision.revision_id),
             descending=True,
         )

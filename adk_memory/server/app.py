@@ -58,8 +58,8 @@ from adk_memory.server.auth import (
     Principal,
     RequestGuard,
     authorize,
+    check_in_scope,
     is_loopback,
-    load_in_scope,
 )
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "serve"]
@@ -86,11 +86,15 @@ def _caller(request: Request) -> Principal:
 
 
 async def _memory_name(request: Request, bank: str, memory: str) -> str:
-    """The memory of the path; for a caller bound to a scope, only a live memory of that scope."""
+    """The memory of the path; for a caller bound to a scope, only one of that scope.
+
+    A deleted memory whose revisions are kept is still its scope's (for its revisions and a
+    rollback); the route itself answers NotFound for what needs a live memory.
+    """
     name = f"reasoningEngines/{bank}/memories/{memory}"
     principal = _caller(request)
     if principal.scope is not None:
-        await load_in_scope(_client(request), name, principal.covers)
+        await check_in_scope(_client(request), name, principal.covers)
     return name
 
 
@@ -117,7 +121,7 @@ Bank = Annotated[str, Depends(_bank_name)]
 """The bank of the path, as `reasoningEngines/{bank}`."""
 Memory = Annotated[str, Depends(_memory_name)]
 """The memory of the path, as `reasoningEngines/{bank}/memories/{memory}`; for a caller bound to
-a scope, NotFound unless it is live and in that scope."""
+a scope, NotFound unless it (live, or deleted with its revisions kept) is of that scope."""
 Caller = Annotated[Principal, Depends(_caller)]
 Page = Annotated[wire.PageQuery, Query()]
 

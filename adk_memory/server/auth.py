@@ -5,7 +5,7 @@ The key file format (YAML or JSON, `--keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) 
 `aiplatform.` prefix, or a family wildcard; an unknown one fails the load, so a typo never
 silently grants nothing. A key bound to a scope (`scope`, or a signed token's claims through
 `scope_claims`) confines every call to scopes carrying those entries (`Principal.check_scope`,
-`confine_filter`; a memory named in a request passes `load_in_scope`), and a wildcard never
+`confine_filter`; a memory named in a request passes `check_in_scope`), and a wildcard never
 grants it bank writes: those must be listed by name.
 
 A server without keys trusts whoever can reach it, so it must refuse what a web page can send
@@ -64,7 +64,6 @@ from adk_memory.server.wire import error_response
 from adk_memory.wording import option
 
 if TYPE_CHECKING:
-    from adk_memory import types
     from adk_memory._async_client import AsyncClient
 
 __all__ = [
@@ -76,8 +75,8 @@ __all__ = [
     "RequestGuard",
     "authenticate",
     "authorize",
+    "check_in_scope",
     "is_loopback",
-    "load_in_scope",
     "normalize_permission",
     "principal_of",
 ]
@@ -453,19 +452,24 @@ class Principal:
             )
 
 
-async def load_in_scope(
+async def check_in_scope(
     client: AsyncClient, name: str, allowed: Callable[[dict[str, str]], bool]
-) -> types.Memory:
-    """The memory `name`, if it is live and its scope is `allowed` (REST: `Principal.covers`).
+) -> None:
+    """Passes if the memory `name`'s scope is `allowed` (REST: `Principal.covers`).
+
+    The scope is the live memory's or, once it is deleted, that of the revisions kept for
+    rollback (`MemoryOps.scope_of`): a caller confined to a scope lists the history of its own
+    deleted memory and rolls it back, as the route and the MCP tool promise.
 
     Raises:
-        NotFound: The memory does not exist, has expired, or belongs to a scope the caller may
-            not see (the same answer, so that a bound key learns nothing about other scopes).
+        NotFound: The id names neither a memory nor a kept history, or one of a scope the
+            caller may not see (the same answer, so that a bound key learns nothing about
+            other scopes).
     """
-    memory = await client.memory_banks.memories.get(name=name)
-    if not allowed(memory.scope or {}):
-        raise NotFound(f"Memory {memory.name!r} does not exist or has expired.", field="name")
-    return memory
+    bank_id, memory_id = Names.parse_memory(name)
+    if not allowed(await client.engine.memories.scope_of(bank_id, memory_id)):
+        full = client.engine.names.memory(bank_id, memory_id)
+        raise NotFound(f"Memory {full!r} does not exist or has expired.", field="name")
 
 
 def authenticate(

@@ -4,7 +4,7 @@ Every tool works on one bank and one scope, and neither is ever a tool argument:
 the scope's fixed entries come from the server's configuration (`--bank`, `--scope`), and over
 HTTP with keys the caller's key adds the entries it is bound to (`auth.ApiKey.scope`, or a signed
 token's claims). A prompt-injected model can pass any text as a memory id or a query and still
-reaches only memories of that scope: a memory named by id passes `auth.load_in_scope`.
+reaches only memories of that scope: a memory named by id passes `auth.check_in_scope`.
 
 Tools carry MCP annotations (read-only, destructive, idempotent) so that hosts can approve reads
 and warn before a change, and a failure reads in the tools' own terms (`_ToolInOwnTerms`): an
@@ -54,8 +54,8 @@ from adk_memory.server.auth import (
     GuardMiddleware,
     Principal,
     RequestGuard,
+    check_in_scope,
     is_loopback,
-    load_in_scope,
     principal_of,
 )
 from adk_memory.server.wire import error_envelope
@@ -397,7 +397,7 @@ def _tools(client: AsyncClient, binding: McpBinding, generation: bool) -> list[T
         # Exactly the call's scope, as retrieval matches: the server's entries may be only part.
         scope = _call_scope(ctx, binding, permission)
         name = f"{bank}/memories/{memory_id}"
-        await load_in_scope(client, name, scope.__eq__)
+        await check_in_scope(client, name, scope.__eq__)
         return name
 
     @tool(_READ, "Recall memories")
