@@ -28,7 +28,7 @@ UNIT = (1.0,) + (0.0,) * 7
 async def test_a_server_killed_during_a_replay_sets_nothing_aside_and_completes_it_after(
     restartable_chroma: RestartableChroma, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = f"{restartable_chroma.url}?collection_prefix=j{uuid.uuid4().hex[:8]}"
+    uri = f"{restartable_chroma.url}?single_host=true&collection_prefix=j{uuid.uuid4().hex[:8]}"
     writer = ChromaMemoryStore.from_uri(uri)
     await writer.create_bank(bank_record())
     await writer.apply(
