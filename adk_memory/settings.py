@@ -24,6 +24,7 @@ __all__ = [
     "default_uri",
     "gemini_api_key_configured",
     "gemini_credentials_configured",
+    "local_embedding_runtime",
     "genai_environment_fingerprint",
     "genai_uses_vertex",
     "vertex_credentials_configured",
@@ -41,6 +42,14 @@ def default_uri() -> str:
 def default_embedding_model() -> str | None:
     """`ADK_MEMORY_EMBEDDING_MODEL` (e.g. `hash-64` for fast tests), else None (the default)."""
     return os.environ.get("ADK_MEMORY_EMBEDDING_MODEL") or None
+
+
+def local_embedding_runtime() -> str:
+    """`ADK_MEMORY_LOCAL_RUNTIME`: how all-MiniLM-L6-v2 runs, `auto` (ONNX Runtime) unless set.
+
+    `sentence-transformers` runs it on torch instead (the same vectors, a slower start).
+    """
+    return (os.environ.get("ADK_MEMORY_LOCAL_RUNTIME") or "auto").strip().lower()
 
 
 def cache_dir() -> Path:

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
+from adk_memory.embeddings import warm_up
 from adk_memory.errors import (
     AdkMemoryError,
     FailedPrecondition,
@@ -280,6 +281,12 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
         validate_scope(dict(binding.scope), field="scope")
     bank = await client.memory_banks.get(name=binding.bank)
     config = bank.managed_semantic_memory_config
+    search = config.similarity_search_config if config else None
+    # Loads in the background while the server starts; the first retrieve waits for it if need be.
+    warm_up(
+        (search.embedding_model if search else None)
+        or client.engine.context.default_embedding_model
+    )
     model = config.generation_config.model if config and config.generation_config else None
     generation = client.engine.context.generation_model is not None or bool(model)
     server: MCPServer = MCPServer(
