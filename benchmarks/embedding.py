@@ -119,6 +119,7 @@ def _env(runtime: str) -> dict[str, str]:
     return env | {
         "ADK_MEMORY_LOCAL_RUNTIME": runtime,
         "HF_HUB_OFFLINE": "1",
+        "OMP_WAIT_POLICY": "passive",  # torch's OpenMP threads spin otherwise (shared cores)
         "PYTHONPATH": str(HERE.parent),
     }
 

@@ -97,7 +97,9 @@ def _latency_md(results: dict) -> list[str]:
         "p50 / p99 in ms; qps is sequential throughput (one query at a time, 1000 / mean ms). "
         "`engine` = `memories.retrieve(top_k=10)` with the query embedding excluded; "
         "`again` = the same retrieve repeated at once (its scope's vectors cached); "
-        "`+embed` = the same with all-MiniLM-L6-v2 embedding the query; `store warm` = "
+        "`+embed` = the same with all-MiniLM-L6-v2 embedding the query on ONNX Runtime (the "
+        "default); `+embed st` = on sentence-transformers (the former default), interleaved "
+        "with `+embed`; `store warm` = "
         "`store.nearest` alone after those calls; `store cold` = the same with the scope's "
         "cached vectors forgotten first (Chroma); `first visit` = `engine` likewise (Chroma); "
         "`raw` = one native query to the same store; "
@@ -105,16 +107,17 @@ def _latency_md(results: dict) -> list[str]:
         "in-process. ADK's services do keyword search (no vectors, no embedding).",
         "",
         "| backend | memories | scopes | load s | engine p50 / p99 | engine qps "
-        "| again p50 | first visit p50 | +embed p50 | store cold p50 | store warm p50 "
+        "| again p50 | first visit p50 | +embed p50 | +embed st p50 | store cold p50 "
+        "| store warm p50 "
         "| raw p50 | ping p50 "
         "| numpy p50 | engine ÷ raw | Redis bytes/memory |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(
                 f"| {r['backend']} | {r['size']:,} | {r['scopes']} | failed: "
-                f"{r['error'][:80]} |||||||||||||"
+                f"{r['error'][:80]} ||||||||||||||"
             )
             continue
         e = r["engine"]
@@ -127,7 +130,7 @@ def _latency_md(results: dict) -> list[str]:
             f"| {r['backend']} | {r['size']:,} | {r['scopes']} | {_f(r.get('load_s'), 1)} "
             f"| {_f(e['p50_ms'])} / {_f(e['p99_ms'])} | {_f(e['qps'], 0)} "
             f"| {p50('engine, same query again')} | {p50('engine, first visit')} "
-            f"| {p50('engine+embed')} "
+            f"| {p50('engine+embed')} | {p50('engine+embed, sentence-transformers')} "
             f"| {p50('store, cold')} | {p50('store')} | {p50('raw')} | {p50('ping')} "
             f"| {p50('numpy')} | {ratio} "
             f"| {format(r['bytes_per_memory'], ',') if 'bytes_per_memory' in r else '–'} |"
@@ -296,6 +299,61 @@ def _multilingual_md(results: dict) -> list[str]:
     return lines
 
 
+def _embedding_md(results: dict) -> list[str]:
+    em = results.get("embedding")
+    if not em:
+        return ["Not run."]
+    v, q, cold, cli = em["vectors"], em["query"], em["cold"], em["cli"]
+    lines = [
+        "all-MiniLM-L6-v2 on ONNX Runtime (`onnx`, the default: no torch) beside "
+        "sentence-transformers (`st`, torch: the default before issue 28), in the same run. "
+        f"Vectors: cosine between the two on {v['texts']} varied texts (English, German, "
+        "Spanish, Korean, emoji, one-token texts, texts past the 256-token truncation): min "
+        f"{v['cosine_min']}, 1st percentile {v['cosine_p01']}, mean {v['cosine_mean']}; "
+        f"{v['below_0.999']} below 0.999. Cold start and CLI: fresh processes, runtimes "
+        "taking turns, medians of 3.",
+        "",
+        "| | onnx | st |",
+        "|---|---:|---:|",
+        f"| `import adk_memory` (s) | {cold['onnx']['import_s']} "
+        f"| {cold['sentence-transformers']['import_s']} |",
+        f"| then the first embedding (s) | {cold['onnx']['first_embedding_s']} "
+        f"| {cold['sentence-transformers']['first_embedding_s']} |",
+        f"| `adk-memory memories retrieve -q` end to end (s) | {cli['onnx']['median_s']} "
+        f"| {cli['sentence-transformers']['median_s']} |",
+        f"| one new query embedded, p50 / p99 (ms) | {q['onnx']['p50_ms']} / "
+        f"{q['onnx']['p99_ms']} | {q['sentence-transformers']['p50_ms']} / "
+        f"{q['sentence-transformers']['p99_ms']} |",
+        f"| the same, ONNX with 1 thread, p50 / p99 (ms) | {q['onnx, 1 thread']['p50_ms']} / "
+        f"{q['onnx, 1 thread']['p99_ms']} | |",
+        f"| a batch of {em['batch']['onnx']['texts']} LoCoMo turns (texts/s) "
+        f"| {em['batch']['onnx']['texts_per_s']} "
+        f"| {em['batch']['sentence-transformers']['texts_per_s']} |",
+        "",
+        f"Exporting the ONNX file on a fresh cache (once per machine; `./run` does it at "
+        f"install): {em['export']['seconds']} s, {em['export']['megabytes']} MB.",
+    ]
+    mem0 = em.get("mem0")
+    if mem0:
+        lines += [
+            "",
+            "Beside mem0 2.2.1 (`benchmarks/mem0_compare.py`: the same MiniLM weights through "
+            "its `huggingface` embedder, embedded Chroma, `infer=False`; ours through `Client` "
+            "on embedded Chroma). One add = one memory written, embedding included; one search "
+            "= a new question, top 10; cold start = a fresh process until its first search "
+            "answers (imports, store, model), median of 3, the systems taking turns.",
+            "",
+            "| system | add p50 (ms) | search p50 (ms) | cold start to first search (s) |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, row in mem0.items():
+            lines.append(
+                f"| {name} | {row['add']['p50_ms']} | {row['search']['p50_ms']} "
+                f"| {row['cold_start_median_s']} |"
+            )
+    return lines
+
+
 _SAME = "raw at the store's recall"
 
 
@@ -432,6 +490,10 @@ def write(results: dict, out: Path) -> None:
         "## 5. Multilingual retrieval",
         "",
         *_multilingual_md(results),
+        "",
+        "## 6. Embedding runtime",
+        "",
+        *_embedding_md(results),
         "",
     ]
     notes = out / "NOTES.md"
