@@ -78,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-mpnet", action="store_true", help="skip all-mpnet-base-v2")
     parser.add_argument(
+        "--locomo-models",
+        nargs="+",
+        metavar="M",
+        help="locomo: only these models (e.g. all-MiniLM-L6-v2@onnx); their modes merge into "
+        "results.json, the other models' stay",
+    )
+    parser.add_argument(
         "--sizes",
         type=int,
         nargs="+",
@@ -120,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write(json.loads(results_path.read_text()), HERE)
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # torch spins on busy cores otherwise
     from benchmarks import _common
 
     sections = args.only or list(SECTIONS)
@@ -233,7 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                     models.append(("all-mpnet-base-v2", str(mpnet), 768))
             elif not args.no_mpnet:
                 log(f"  (all-mpnet-base-v2 not found at {mpnet}; see README to add it)")
-            results["locomo"] = locomo.run(where.tmp, models, plan["locomo_variants"], log)
+            if args.locomo_models:
+                models = [m for m in models if m[0] in args.locomo_models]
+            ran = locomo.run(where.tmp, models, plan["locomo_variants"], log)
+            if args.locomo_models and previous.get("locomo"):
+                ran["modes"] = previous["locomo"]["modes"] | ran["modes"]
+            results["locomo"] = ran
             timings["locomo"] = round(time.perf_counter() - started)
         if "multilingual" in sections:
             from benchmarks import multilingual

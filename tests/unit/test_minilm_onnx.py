@@ -72,6 +72,14 @@ async def test_onnx_vectors_match_sentence_transformers() -> None:
     assert queries.min() >= 0.999
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+async def test_onnx_embeds_texts_the_tokenizer_would_refuse() -> None:
+    """A lone surrogate (a JSON "\\ud800") or a NUL still gets a unit vector, not an error."""
+    vectors = await LocalEmbedder(runtime="onnx").embed_documents(["lone \ud800 half", "a\x00b"])
+    assert all(abs(float(np.linalg.norm(v)) - 1.0) < 1e-6 for v in vectors)
+
+
 _FRESH_PROCESS = """
 import asyncio, json, sys, time
 import adk_memory
