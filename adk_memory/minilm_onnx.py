@@ -56,7 +56,7 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OPSET = 17
 _EXPORT_TIMEOUT_SECONDS = 900.0
 _DEFAULT_MAX_SEQ_LENGTH = 256
-_BATCH_SIZE = 32
+_BATCH_SIZE = 8  # small batches keep the activations in cache: less CPU per text than 32 or 64
 _INTRA_OP_THREADS_CAP = 4
 # Texts that exercise the export: short, long (truncated), non-Latin, emoji, empty.
 _CHECK_TEXTS = (
@@ -329,12 +329,17 @@ def _tokenizable(text: str) -> str:
 
 
 def _intra_op_threads() -> int:
-    """Threads for one onnxruntime run: every core this process may use, at most 4."""
+    """Threads for one onnxruntime run: half the cores this process may use, 1 to 4.
+
+    The other half stays with the event loop, the store and concurrent requests. On two shared
+    cores one thread embedded a query as fast as two at the median, with a lower p99 and less CPU
+    (benchmarks/RESULTS.md, section 6).
+    """
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         cores = os.cpu_count() or 1
-    return max(1, min(cores, _INTRA_OP_THREADS_CAP))
+    return max(1, min(cores // 2, _INTRA_OP_THREADS_CAP))
 
 
 def _tokenizer(folder: Path, max_seq_length: int) -> Any:
