@@ -108,6 +108,20 @@ def test_a_fresh_process_embeds_with_the_default_model_without_torch() -> None:
     )
 
 
+def test_importing_adk_memory_loads_no_model_runtime() -> None:
+    """The runtimes are imported when a model loads, not by `import adk_memory` or the CLI."""
+    heavy = ["onnxruntime", "tokenizers", "torch", "sentence_transformers", "snowballstemmer"]
+    script = (
+        f"import sys, adk_memory, adk_memory.cli\nprint([m for m in {heavy!r} if m in sys.modules])"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 # Runtime choice and fallback (no model is loaded: the runtimes are faked)
 
 
