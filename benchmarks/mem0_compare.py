@@ -18,7 +18,8 @@ adk-memory runs from this interpreter on embedded Chroma (`chroma://…`), throu
 and `sentence-transformers`, the former default). Every system runs in fresh processes:
 
 * `add`    one write: `Memory.add(text, user_id=…, infer=False)` against
-           `memories.create(fact=text, scope={"user_id": …})`, 100 LoCoMo turns one by one;
+           `memories.create(fact=text, scope={"user_id": …})`, 100 LoCoMo turns one by one, in
+           4 rounds of 25 (a process per round and system, the systems taking turns);
 * `search` one search for a question never asked before: `Memory.search(q, filters=…, top_k=10)`
            against `memories.retrieve(similarity_search_params={"search_query": q, "top_k": 10})`,
            50 LoCoMo questions;
@@ -46,6 +47,7 @@ MEM0_PYTHON = os.environ.get("MEM0_PYTHON", "/work/mem0-venv/bin/python")
 ADDS = 100
 SEARCHES = 50
 COLD_RUNS = 3
+ROUNDS = 4
 
 _MEM0_CHILD = r"""
 import json, os, sys, time
@@ -62,15 +64,18 @@ config = {
 memory = Memory.from_config(config)
 texts = json.load(open(texts_file))
 out = {}
-if mode == "write":
+if mode.startswith("write"):
+    k, rounds = map(int, mode[5:].split("/"))
+    facts = texts["facts"][k::rounds]
+    questions = texts["questions"][k::rounds]
     times = []
-    for i, fact in enumerate(texts["facts"]):
+    for fact in facts:
         t = time.perf_counter()
         memory.add(fact, user_id="u1", infer=False)
         times.append((time.perf_counter() - t) * 1000)
     out["add_ms"] = times
     times = []
-    for q in texts["questions"]:
+    for q in questions:
         t = time.perf_counter()
         memory.search(q, filters={"user_id": "u1"}, top_k=10)
         times.append((time.perf_counter() - t) * 1000)
@@ -91,16 +96,19 @@ texts = json.load(open(texts_file))
 out = {}
 with Client(f"chroma://{folder}/store") as client:
     memories = client.memory_banks.memories
-    if mode == "write":
-        bank = client.memory_banks.create(memory_bank_id="bench").name
+    if mode.startswith("write"):
+        k, rounds = map(int, mode[5:].split("/"))
+        if k == 0:
+            client.memory_banks.create(memory_bank_id="bench")
+        bank = client.memory_banks.get(name="reasoningEngines/bench").name
         times = []
-        for fact in texts["facts"]:
+        for fact in texts["facts"][k::rounds]:
             t = time.perf_counter()
             memories.create(name=bank, fact=fact, scope={"user_id": "u1"})
             times.append((time.perf_counter() - t) * 1000)
         out["add_ms"] = times
         times = []
-        for q in texts["questions"]:
+        for q in texts["questions"][k::rounds]:
             t = time.perf_counter()
             memories.retrieve(name=bank, scope={"user_id": "u1"},
                               similarity_search_params={"search_query": q, "top_k": 10})
@@ -185,15 +193,23 @@ def run(log: Any = print) -> dict[str, Any] | None:
                 runtime = "onnx" if "onnx" in name else "sentence-transformers"
                 env = ours_env | {"ADK_MEMORY_LOCAL_RUNTIME": runtime}
             systems[name] = (command, env)
-        out: dict[str, Any] = {}
-        for name, (command, env) in systems.items():
-            log(f"  mem0 comparison: {name}: {ADDS} adds, {SEARCHES} searches")
-            written = _child([c.replace("{mode}", "write") for c in command], env)
-            out[name] = {
-                "add": _summary(written["add_ms"]),
-                "search": _summary(written["search_ms"]),
+        samples: dict[str, dict[str, list[float]]] = {
+            name: {"add_ms": [], "search_ms": []} for name in systems
+        }
+        log(f"  mem0 comparison: {ADDS} adds and {SEARCHES} searches each, in {ROUNDS} rounds")
+        for k in range(ROUNDS):  # the systems take turns, so load changes hit them alike
+            for name, (command, env) in systems.items():
+                written = _child([c.replace("{mode}", f"write{k}/{ROUNDS}") for c in command], env)
+                for key in samples[name]:
+                    samples[name][key] += written[key]
+        out: dict[str, Any] = {
+            name: {
+                "add": _summary(samples[name]["add_ms"]),
+                "search": _summary(samples[name]["search_ms"]),
                 "cold_start_s": [],
             }
+            for name in systems
+        }
         for run_index in range(COLD_RUNS):  # the systems take turns, so load hits them alike
             for name, (command, env) in systems.items():
                 cold = _child([c.replace("{mode}", f"cold{run_index}") for c in command], env)
@@ -210,4 +226,4 @@ def run(log: Any = print) -> dict[str, Any] | None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE.parent))
-    run()
+    print(json.dumps(run()))
