@@ -50,14 +50,17 @@ from adk_memory.settings import (
     local_embedding_runtime,
     vertex_credentials_configured,
 )
+from adk_memory.vectors import unstorable_value
 
 if TYPE_CHECKING:
     from google.genai import Client as GenaiClient
     from google.genai import types as genai_types
 
 __all__ = [
+    "CheckedEmbedder",
     "DEFAULT_EMBEDDING_MODEL",
     "Embedder",
+    "EmbedderWrapper",
     "GeminiEmbedder",
     "HashEmbedder",
     "LocalEmbedder",
@@ -1185,3 +1188,78 @@ def warm_up(model: str | None) -> threading.Event:
 
     threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
     return ready
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked vectors
+
+
+class EmbedderWrapper:
+    """An embedder around another (`inner`): its model, dimension and any other attribute.
+
+    Subclasses override `embed_documents` and `embed_query` (`CheckedEmbedder`, telemetry's
+    `TracingEmbedder`).
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        """Wraps `inner`."""
+        self.inner = inner
+
+    @property
+    def model(self) -> str:
+        """The wrapped embedder's model name."""
+        return self.inner.model
+
+    @property
+    def dimension(self) -> int:
+        """The wrapped embedder's vector length."""
+        return self.inner.dimension
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class CheckedEmbedder(EmbedderWrapper):
+    """An embedder whose every vector is checked before the engine stores or searches with it.
+
+    `EngineContext.embedder` wraps every embedder in one, so that no write path (create, update,
+    rollback, generate, re-embedding, import) takes a vector no store can hold: one per text, of
+    the embedder's dimension, finite and within float32's range. A vector that is not is an
+    `InvalidArgument` naming the model and the text's position, raised before anything is
+    written (a custom model, or a broken local model folder, can return NaN).
+    """
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """See `Embedder.embed_documents`; the vectors are checked."""
+        vectors = await self.inner.embed_documents(texts)
+        return self._checked(vectors, len(texts))
+
+    async def embed_query(self, text: str) -> tuple[float, ...]:
+        """See `Embedder.embed_query`; the vector is checked."""
+        return self._checked([await self.inner.embed_query(text)], 1)[0]
+
+    def _checked(self, vectors: Sequence[tuple[float, ...]], count: int) -> list[tuple[float, ...]]:
+        if len(vectors) != count:
+            raise self._refused(f"{len(vectors)} vectors for {count} texts")
+        dimension = self.inner.dimension
+        for index, vector in enumerate(vectors):
+            if len(vector) != dimension:
+                raise self._refused(
+                    f"a {len(vector)}-dimensional vector for text {index + 1} of {count} "
+                    f"(it declares {dimension} dimensions)"
+                )
+            found = unstorable_value(vector)
+            if found is not None:
+                raise self._refused(
+                    f"a vector holding {found[1]!r} at position {found[0]} for text "
+                    f"{index + 1} of {count}"
+                )
+        return list(vectors)
+
+    def _refused(self, what: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"The embedding model {self.inner.model!r} returned {what}; nothing was written. A "
+            "vector must hold finite numbers within float32's range (about ±3.4e38); check the "
+            "model (a broken local model folder returns NaN).",
+            field="embedding",
+        )

@@ -39,8 +39,8 @@ from adk_memory.store import (
     WriteBatch,
     batch_expiry,
     check_cursor,
-    check_dimensions,
     check_expectations,
+    check_vectors,
     sort_records,
 )
 
@@ -256,7 +256,7 @@ class ReferenceMemoryStore(MemoryStore):
         for lease in batch.fences:
             await lease.verify()
         bank = self._bank(bank_id)
-        check_dimensions(batch, bank.record.embedding_dimension)
+        check_vectors(batch, bank.record.embedding_dimension)
         check_expectations(
             batch.expect,
             {

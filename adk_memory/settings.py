@@ -27,6 +27,7 @@ __all__ = [
     "local_embedding_runtime",
     "genai_environment_fingerprint",
     "genai_uses_vertex",
+    "page_token_secret",
     "vertex_credentials_configured",
 ]
 
@@ -67,6 +68,15 @@ def cache_dir() -> Path:
 def api_keys_file() -> str | None:
     """`ADK_MEMORY_API_KEYS_FILE`: the REST server's API key file (YAML or JSON), else None."""
     return os.environ.get("ADK_MEMORY_API_KEYS_FILE") or None
+
+
+def page_token_secret() -> str | None:
+    """`ADK_MEMORY_PAGE_TOKEN_SECRET`: the secret page tokens are sealed with, else None.
+
+    Processes that share a store and must accept each other's page tokens (several servers
+    behind one address) set the same one; without it each process draws its own.
+    """
+    return os.environ.get("ADK_MEMORY_PAGE_TOKEN_SECRET") or None
 
 
 _API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from adk_memory.embeddings import EmbedderWrapper
 from adk_memory.errors import AdkMemoryError
 
 if TYPE_CHECKING:
-    from adk_memory.embeddings import Embedder
     from adk_memory.engine.context import EngineContext
     from adk_memory.locks import LockProvider
     from adk_memory.scope import ScopeKey
@@ -475,25 +475,8 @@ def trace_store(store: MemoryStore) -> MemoryStore:
 # Embedding batches
 
 
-class TracingEmbedder:
+class TracingEmbedder(EmbedderWrapper):
     """An `Embedder` that wraps each batch of another one in a span `adk_memory.embed`."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        """Wraps `embedder`."""
-        self.inner = embedder
-
-    @property
-    def model(self) -> str:
-        """The wrapped embedder's model name."""
-        return self.inner.model
-
-    @property
-    def dimension(self) -> int:
-        """The wrapped embedder's vector length."""
-        return self.inner.dimension
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def _span(self, kind: str, texts: int) -> contextlib.AbstractContextManager[Span]:
         return _span(

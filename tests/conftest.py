@@ -56,7 +56,7 @@ def store_uri(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     if request.param == "chroma":
         return f"chroma://{tmp_path_factory.mktemp('chroma')}"
     if request.param == "chroma_http":
-        return f"{request.getfixturevalue('chroma_http_url')}?collection_prefix={prefix}"
+        return f"{request.getfixturevalue('chroma_http_url')}&collection_prefix={prefix}"
     return f"{request.getfixturevalue('redis_url')}?key_prefix={prefix}&index_algorithm=FLAT"
 
 

@@ -39,6 +39,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -48,8 +49,16 @@ from typing import Any
 from google.genai import types as genai_types
 
 from adk_memory import types
+from adk_memory.bounds import bounded_event_time
 from adk_memory.engine.context import EngineContext, LoadedBank
-from adk_memory.engine.convert import parse_duration, parse_model, to_utc
+from adk_memory.engine.convert import (
+    check_unicode,
+    metadata_from_request,
+    parse_duration,
+    parse_model,
+    to_utc,
+)
+from adk_memory.engine.expiry import revision_expiry
 from adk_memory.engine.generate import GenerateOps
 from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
@@ -60,6 +69,7 @@ __all__ = [
     "IngestOps",
     "StreamStatus",
     "TriggerRule",
+    "checked_stream",
     "due_at",
     "reindex_streams",
     "stream_document",
@@ -75,6 +85,9 @@ MAX_FLUSH_FAILURES = 5
 MAX_RETRY_SECONDS = 300
 _COMMIT_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0)
 """Pauses between attempts to complete the operations of a stored flush (7.4 s in all)."""
+_OPERATION_PATH = re.compile(r"operations/[0-9a-f]{16}")
+"""The form of the operation names `ingest` records on a stream (`operations/{16 hex}`)."""
+_FLUSH_ID = re.compile(r"[0-9a-f]{16}")
 _IMMEDIATELY = datetime(1970, 1, 1, tzinfo=UTC)
 """The due time of a stream due whenever it is looked at (before any clock's `now`)."""
 _GENERATE_FIELDS = (
@@ -233,6 +246,166 @@ def stream_document(
         scope_key=scope_key(stream["scope"]),
         due=due_at(stream, bank_config),
     )
+
+
+def checked_stream(key: object, body: object, *, where: str) -> dict[str, Any]:
+    """A stream document from outside (an import), rebuilt from its own checked fields.
+
+    Its key must be the one `ingest` derives from its scope and stream id, so that no stream can
+    carry one scope's conversation into another's memories; every field `ingest`, `flush` and
+    `due_at` read is checked as `ingest` checks a request (events, trigger, generate config,
+    times, operation names), so that an imported stream cannot fail every flush. Fields no
+    version writes are dropped.
+
+    Raises:
+        InvalidArgument: A field is malformed or the key is not the stream's (`where` and the
+            field are named, never a value).
+    """
+    field = f"{where}.body"
+    if not isinstance(body, Mapping):
+        raise InvalidArgument(f"{field} must be a JSON object.", field=field)
+    check_unicode(body, field=field)
+    checked_scope = validate_scope(body.get("scope"), field=f"{field}.scope")
+    stream_id = body.get("stream_id")
+    if not isinstance(stream_id, str) or len(stream_id) > 256:
+        raise InvalidArgument(
+            f"{field}.stream_id must be a string of at most 256 characters.",
+            field=f"{field}.stream_id",
+        )
+    if key != stream_key(checked_scope, stream_id):
+        raise InvalidArgument(
+            f"{where}: key is not the key of the stream's scope and stream id (the key of a "
+            "stream is derived from both); the file was altered.",
+            field=f"{where}.key",
+        )
+    stream: dict[str, Any] = {
+        "scope": checked_scope,
+        "stream_id": stream_id,
+        "pending": _checked_events(body.get("pending"), f"{field}.pending"),
+        "processed": _checked_events(body.get("processed"), f"{field}.processed"),
+        "seen_ids": _strings(body.get("seen_ids"), f"{field}.seen_ids", SEEN_ID_RETENTION),
+        "operations": _strings(
+            body.get("operations"), f"{field}.operations", MAX_PENDING_EVENTS, _OPERATION_PATH
+        ),
+        "created_at": _checked_time(body.get("created_at"), f"{field}.created_at"),
+    }
+    for name in ("last_event_at", "last_flush_at", "retry_after"):
+        if body.get(name) is not None:
+            stream[name] = _checked_time(body[name], f"{field}.{name}")
+    if body.get("trigger") is not None:
+        if not isinstance(body["trigger"], Mapping):
+            raise InvalidArgument(
+                f"{field}.trigger must be a JSON object.", field=f"{field}.trigger"
+            )
+        trigger = parse_model(
+            types.MemoryGenerationTriggerConfig, dict(body["trigger"]), field=f"{field}.trigger"
+        )
+        TriggerRule.from_config(trigger, field=f"{field}.trigger")
+        if dumped := trigger.model_dump(mode="json", exclude_none=True):
+            stream["trigger"] = dumped
+    config = {} if body.get("config") is None else body["config"]
+    if not isinstance(config, Mapping) or not set(config) <= set(_GENERATE_FIELDS):
+        raise InvalidArgument(
+            f"{field}.config may hold only {', '.join(_GENERATE_FIELDS)}.", field=f"{field}.config"
+        )
+    stream["config"] = _checked_generate_config(
+        parse_model(types.GenerateMemoriesConfig, dict(config), field=f"{field}.config"),
+        field=f"{field}.config",
+    )
+    force, failures = body.get("force", False), body.get("failures", 0)
+    if not isinstance(force, bool):
+        raise InvalidArgument(f"{field}.force must be true or false.", field=f"{field}.force")
+    if isinstance(failures, bool) or not isinstance(failures, int) or not 0 <= failures <= 10**6:
+        raise InvalidArgument(
+            f"{field}.failures must be a count from 0 to 1000000.", field=f"{field}.failures"
+        )
+    stream.update(force=force, failures=failures)
+    last_error, flush_id = body.get("last_error"), body.get("last_flush_id")
+    if last_error is not None:
+        if not isinstance(last_error, str):
+            raise InvalidArgument(
+                f"{field}.last_error must be a string.", field=f"{field}.last_error"
+            )
+        stream["last_error"] = last_error[:1_000]
+    if flush_id is not None:
+        if not isinstance(flush_id, str) or not _FLUSH_ID.fullmatch(flush_id):
+            raise InvalidArgument(
+                f"{field}.last_flush_id must be 16 hex digits.", field=f"{field}.last_flush_id"
+            )
+        stream["last_flush_id"] = flush_id
+    return stream
+
+
+def _checked_generate_config(config: types.GenerateMemoriesConfig, *, field: str) -> dict[str, Any]:
+    """The generate settings a stream keeps, as JSON, checked as a flush will use them."""
+    metadata_from_request(config.metadata, field=f"{field}.metadata")
+    revision_expiry(
+        now=_IMMEDIATELY,
+        revision_ttl=config.revision_ttl,
+        revision_expire_time=config.revision_expire_time,
+        bank_ttl=None,
+        field_prefix=field,
+    )
+    checked: dict[str, Any] = config.model_dump(
+        mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
+    )
+    return checked
+
+
+def _checked_events(value: object, field: str) -> list[dict[str, Any]]:
+    """Stored events (content, event_id, event_time) as `ingest` writes them."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_PENDING_EVENTS:
+        raise InvalidArgument(
+            f"{field} must be a list of at most {MAX_PENDING_EVENTS} events.", field=field
+        )
+    events = []
+    for index, event in enumerate(value):
+        where = f"{field}[{index}]"
+        if not isinstance(event, Mapping):
+            raise InvalidArgument(f"{where} must be a JSON object.", field=where)
+        content = parse_model(genai_types.Content, event.get("content"), field=f"{where}.content")
+        event_id = event.get("event_id")
+        if event_id is not None and not isinstance(event_id, str):
+            raise InvalidArgument(f"{where}.event_id must be a string.", field=f"{where}.event_id")
+        events.append(
+            {
+                "content": content.model_dump(mode="json", exclude_none=True),
+                "event_id": event_id or None,
+                "event_time": _checked_time(event.get("event_time"), f"{where}.event_time"),
+            }
+        )
+    return events
+
+
+def _strings(
+    value: object, field: str, limit: int, form: re.Pattern[str] | None = None
+) -> list[str]:
+    if value is None:
+        return []
+    if (
+        not isinstance(value, list)
+        or len(value) > limit
+        or not all(isinstance(item, str) for item in value)
+        or (form is not None and not all(form.fullmatch(item) for item in value))
+    ):
+        shape = f" of the form {form.pattern}" if form is not None else ""
+        raise InvalidArgument(
+            f"{field} must be a list of at most {limit} strings{shape}.", field=field
+        )
+    return list(value)
+
+
+def _checked_time(value: object, field: str) -> str:
+    """An ISO 8601 time as `ingest` writes it (UTC), from a stored one."""
+    try:
+        moment = _moment(value) if isinstance(value, str) else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise InvalidArgument(f"{field} must be an ISO 8601 time.", field=field)
+    return bounded_event_time(moment, field=field).isoformat()
 
 
 class IngestOps:

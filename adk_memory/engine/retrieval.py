@@ -30,11 +30,9 @@ from adk_memory.errors import InvalidArgument
 from adk_memory.extensions import RetrievalConfig
 from adk_memory.filters import (
     FilterExpr,
-    combine,
-    from_filter_groups,
     matches,
-    parse_filter,
     partition,
+    request_filter,
 )
 from adk_memory.lexical import Corpus, best
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
@@ -86,7 +84,7 @@ class Retrieval:
                 "Set at most one of similarity_search_params and simple_retrieval_params.",
                 field="similarity_search_params",
             )
-        expr = combine(parse_filter(config.filter or ""), from_filter_groups(config.filter_groups))
+        expr = request_filter(config.filter, config.filter_groups)
         keys = _scope_keys_for(checked, config.memory_types)
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()
@@ -117,7 +115,7 @@ class Retrieval:
         # Retrieve-all and simple retrieval share one listing: a retrieve-all token continues
         # as simple_retrieval_params.page_token (the request has no other place for it).
         queries = [ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER) for key in keys]
-        page = await self._memories.scan_page(bank_id, queries, expr, page_size, token)
+        page = await self._memories.scan_page(bank, queries, expr, page_size, token)
         return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
 
     async def _dense(
@@ -357,7 +355,7 @@ class Retrieval:
     ) -> list[MemoryRecord]:
         """The scope's live memories matching `expr` at `now` (with their vectors if asked)."""
         query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
-        records = (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
+        records = await self._memories.scan(bank_id, [query], expr, MAX_SCAN)
         if not with_vectors or all(record.embedding for record in records):
             return records
         # A scan may leave vectors out (store contract): read the scope's records again

@@ -270,7 +270,7 @@ def _documented_commands() -> list[tuple[list[str], list[str]]]:
     commands = []
     for usage in usages:
         words = usage.split()
-        command = [w for w in words[:2] if re.fullmatch(r"[a-z]+", w)]
+        command = [w for w in words[:2] if re.fullmatch(r"[a-z][a-z-]*", w)]
         if command[0] not in ("banks", "memories", "revisions", "reembed", "streams"):
             command = command[:1]
         commands.append((command, re.findall(r"(?<![\w-])--?[a-z][a-z-]*", usage)))

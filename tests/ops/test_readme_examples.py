@@ -463,6 +463,8 @@ def test_chroma_uris(tmp_path: Path, fast_models: None, monkeypatch: pytest.Monk
     scope, _ = run_block(code, {"clients": []})
     embedded, relative, server, prefixed = scope["clients"]
     relative.memory_banks.create(memory_bank_id="here")
+    assert server.aio.engine.store.config.single_host
+    assert prefixed.aio.engine.store.config.lock_url == "rediss://:secret@redis.example.com:6380/0"
     assert (tmp_path / "memory-data").is_dir()
     for client in scope["clients"]:
         client.close()

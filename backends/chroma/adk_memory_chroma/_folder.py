@@ -109,8 +109,8 @@ def hold(path: str) -> str:
                 f"{f' (pid {owner})' if owner else ''}. Embedded Chroma is single-process: two "
                 "processes on one directory would each see a stale copy of its index. Stop the "
                 "other process, or share the data through a server: `chroma run --path "
-                f"{key}` and the URI chroma+http://127.0.0.1:8000, or `adk-memory serve --uri "
-                f"chroma://{key}` and its REST API.",
+                f"{key}` and the URI chroma+http://127.0.0.1:8000?single_host=true, or "
+                f"`adk-memory serve --uri chroma://{key}` and its REST API.",
                 field="uri",
             )
         if sys.platform != "win32":  # Windows locks the bytes themselves; the pid is a courtesy
