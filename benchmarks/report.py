@@ -451,15 +451,18 @@ def _embedding_targets(results: dict) -> list[str]:
         v, cold, cli, q = em["vectors"], em["cold"]["onnx"], em["cli"]["onnx"], em["query"]["onnx"]
         out += [
             f"- Vectors: cosine ≥ 0.999 with sentence-transformers on {v['texts']} varied texts: "
-            f"min {v['cosine_min']} — {_met(v['cosine_min'] >= 0.999)}.",
+            f"min {v['cosine_min']} (1 − cosine at most {v.get('max_1_minus_cosine', '–')}) — "
+            f"{_met(v['cosine_min'] >= 0.999)}.",
             f"- A fresh process's first embedding ≤ 1.0 s after `import adk_memory`: "
-            f"{cold['first_embedding_s']} s (sentence-transformers "
+            f"{cold['first_embedding_s']} s, {cold.get('first_embedding_cpu_s', '–')} CPU-s "
+            f"(sentence-transformers "
             f"{em['cold']['sentence-transformers']['first_embedding_s']} s) — "
             f"{_met(cold['first_embedding_s'] <= 1.0)}.",
             f"- `adk-memory memories retrieve -q` end to end ≤ 2 s: {cli['median_s']} s "
             f"(sentence-transformers {em['cli']['sentence-transformers']['median_s']} s) — "
             f"{_met(cli['median_s'] <= 2.0)}.",
-            f"- One query's embedding p50 ≤ 4 ms: {q['p50_ms']} ms (sentence-transformers "
+            f"- One query's embedding p50 ≤ 4 ms: {q['p50_ms']} ms, CPU p50 "
+            f"{q.get('cpu_p50_ms', '–')} ms (sentence-transformers "
             f"{em['query']['sentence-transformers']['p50_ms']} ms) — {_met(q['p50_ms'] <= 4.0)}.",
         ]
         mem0 = em.get("mem0")
