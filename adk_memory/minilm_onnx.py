@@ -329,17 +329,18 @@ def _tokenizable(text: str) -> str:
 
 
 def _intra_op_threads() -> int:
-    """Threads for one onnxruntime run: half the cores this process may use, 1 to 4.
+    """Threads for one onnxruntime run: every core this process may use, at most 4.
 
-    The other half stays with the event loop, the store and concurrent requests. On two shared
-    cores one thread embedded a query as fast as two at the median, with a lower p99 and less CPU
-    (benchmarks/RESULTS.md, section 6).
+    On two busy shared cores one and two threads embedded a query equally fast at the median
+    (benchmarks/RESULTS.md, section 6: the other thread waits for a core); on idle cores the two
+    share the work. Idle threads sleep (no spinning), so between runs the cores are free for the
+    event loop, the store and other requests.
     """
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         cores = os.cpu_count() or 1
-    return max(1, min(cores // 2, _INTRA_OP_THREADS_CAP))
+    return max(1, min(cores, _INTRA_OP_THREADS_CAP))
 
 
 def _tokenizer(folder: Path, max_seq_length: int) -> Any:

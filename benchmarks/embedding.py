@@ -12,8 +12,8 @@ The default model runs on ONNX Runtime (`adk_memory.minilm_onnx`, no torch); sen
 * `cli`       `adk-memory memories retrieve -q TEXT` end to end, a fresh process each time, on an
               embedded Chroma store of 200 memories; 3 runs per runtime, taking turns;
 * `query`     `embed_query` of new texts in one process (no cache hit), the runtimes interleaved
-              text by text: p50 / p99 and CPU time; ONNX also with 2 threads (the default is half
-              the cores: 1 here);
+              text by text: p50 / p99 and CPU time; ONNX also with 1 thread (the default uses every
+              core, at most 4: 2 here);
 * `batch`     `embed_documents` of 512 LoCoMo turns in one call: texts per second;
 * `export`    seconds to export the ONNX file into an empty cache (what the first run on a new
               machine pays, or `./run` at install) and the file's size;
@@ -216,13 +216,13 @@ def _query(log: Any) -> dict[str, Any]:
     embedders[E5] = MultilingualE5Embedder()
     for embedder in embedders.values():
         asyncio.run(embedder.embed_query("warm up"))
-    two_threads = minilm_onnx.load(packaged_model_dir())
-    two_threads.session = _session(minilm_onnx, packaged_model_dir(), threads=2)
-    two_threads.encode(["warm up"])
+    one_thread = minilm_onnx.load(packaged_model_dir())
+    one_thread.session = _session(minilm_onnx, packaged_model_dir(), threads=1)
+    one_thread.encode(["warm up"])
     series: dict[str, list[float]] = {
         "onnx": [],
         "sentence-transformers": [],
-        "onnx, 2 threads": [],
+        "onnx, 1 thread": [],
         E5: [],
     }
     # CPU time of the whole process (every onnxruntime and torch thread): on shared cores it
@@ -240,9 +240,9 @@ def _query(log: Any) -> dict[str, Any]:
                 series[runtime].append(t.ms)
             started = time.process_time()
             with Timer() as t:
-                two_threads.encode([f"{text} (two threads)"])
-            cpu["onnx, 2 threads"].append((time.process_time() - started) * 1000)
-            series["onnx, 2 threads"].append(t.ms)
+                one_thread.encode([f"{text} (one thread)"])
+            cpu["onnx, 1 thread"].append((time.process_time() - started) * 1000)
+            series["onnx, 1 thread"].append(t.ms)
 
     asyncio.run(measure())
     out = {
