@@ -945,7 +945,7 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "embedded":
         return f"chroma://{tmp_path / 'db'}"
     prefix = f"aside-{uuid.uuid4().hex[:8]}"
-    return f"{request.getfixturevalue('chroma_http_url')}?collection_prefix={prefix}"
+    return f"{request.getfixturevalue('chroma_http_url')}&collection_prefix={prefix}"
 
 
 async def _poisoned(location: str, poison: Callable[..., list[tuple[Any, list[codec.Row]]]]) -> str:
