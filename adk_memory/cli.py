@@ -39,7 +39,7 @@ from rich.progress import (
 from rich.table import Table
 
 from adk_memory.errors import AdkMemoryError, InvalidArgument
-from adk_memory.settings import api_keys_file, default_uri
+from adk_memory.settings import api_keys_file, default_embedding_model, default_uri
 from adk_memory.wording import render
 
 if TYPE_CHECKING:
@@ -157,10 +157,20 @@ def _run(
     work: Callable[[AsyncClient], Awaitable[T]],
     *,
     interrupt_ok: bool = False,
+    embeds: bool = False,
     **options: Any,
 ) -> T:
-    """Runs `work` with an `AsyncClient` on the store, mapping errors to one line."""
+    """Runs `work` with an `AsyncClient` on the store, mapping errors to one line.
+
+    `embeds`: the command embeds a text, so the default local model starts loading in the
+    background now, while the store opens and the bank loads.
+    """
     from adk_memory import AsyncClient
+
+    if embeds:
+        from adk_memory.embeddings import warm_up
+
+        warm_up(options.get("embedding_model") or default_embedding_model())
 
     async def main() -> T:
         async with AsyncClient(uri or default_uri(), run_scheduler=False, **options) as client:
@@ -806,7 +816,7 @@ def memories_create(
         )
         return operation.response
 
-    _print_memory(_run(uri, work), as_json=as_json)
+    _print_memory(_run(uri, work, embeds=True), as_json=as_json)
 
 
 @memories_app.command("delete")
@@ -849,7 +859,7 @@ def memories_retrieve(
         )
         return [hit async for hit in pager]  # every page of a retrieve-all
 
-    hits = _run(uri, work)
+    hits = _run(uri, work, embeds=query is not None)
     if as_json:
         _print_json([_wire(hit) for hit in hits])
     elif not hits:

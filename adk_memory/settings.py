@@ -17,12 +17,14 @@ __all__ = [
     "DEFAULT_ADK_BANK_ID",
     "DEFAULT_DATA_DIR",
     "api_keys_file",
+    "cache_dir",
     "container_runtime",
     "default_adk_bank_id",
     "default_embedding_model",
     "default_uri",
     "gemini_api_key_configured",
     "gemini_credentials_configured",
+    "local_embedding_runtime",
     "genai_environment_fingerprint",
     "genai_uses_vertex",
     "page_token_secret",
@@ -41,6 +43,26 @@ def default_uri() -> str:
 def default_embedding_model() -> str | None:
     """`ADK_MEMORY_EMBEDDING_MODEL` (e.g. `hash-64` for fast tests), else None (the default)."""
     return os.environ.get("ADK_MEMORY_EMBEDDING_MODEL") or None
+
+
+def local_embedding_runtime() -> str:
+    """`ADK_MEMORY_LOCAL_RUNTIME`: how all-MiniLM-L6-v2 runs, `auto` (ONNX Runtime) unless set.
+
+    `sentence-transformers` runs it on torch instead (the same vectors, a slower start).
+    """
+    return (os.environ.get("ADK_MEMORY_LOCAL_RUNTIME") or "auto").strip().lower()
+
+
+def cache_dir() -> Path:
+    """Where derived files that can be rebuilt live (the ONNX export of the default model).
+
+    `ADK_MEMORY_CACHE_DIR`, else `$XDG_CACHE_HOME/adk-memory`, else `~/.cache/adk-memory`.
+    """
+    explicit = os.environ.get("ADK_MEMORY_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "adk-memory"
 
 
 def api_keys_file() -> str | None:

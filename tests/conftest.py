@@ -32,6 +32,10 @@ settings.load_profile("adk-memory")
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """HF_HUB_OFFLINE=1, and any attempt to open a network connection fails the test."""
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: imported under this fixture, it
+    # would stay offline for every later test of the session.
+    import huggingface_hub.constants  # noqa: F401
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     real_connect = socket.socket.connect
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import uuid
 import weakref
 from collections import OrderedDict
@@ -56,7 +55,7 @@ from adk_memory.adk._options import (
     split_service_parameters,
     top_k_within,
 )
-from adk_memory.embeddings import preload_embedder
+from adk_memory.embeddings import warm_up
 from adk_memory.engine.convert import metadata_from_request, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
 from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
@@ -219,7 +218,7 @@ class MemoryBankService(BaseMemoryService):
         )
         """Sessions whose latest events the store has not taken yet: their retry."""
         self._breaker = CircuitBreaker()
-        self._warm = _warm_up(self._embedding_model or default_embedding_model())
+        self._warm = warm_up(self._embedding_model or default_embedding_model())
 
     @property
     def bank_id(self) -> str:
@@ -853,23 +852,6 @@ def _check_client(
             "one for memory://, e.g. AsyncClient('memory://my-app')), or pass uri= instead.",
             field="client",
         )
-
-
-@functools.cache
-def _warm_up(model: str | None) -> threading.Event:
-    """Loads a local embedding model in a daemon thread, once per process; set when done."""
-    ready = threading.Event()
-
-    def load() -> None:
-        try:
-            preload_embedder(model)
-        except Exception as error:  # the first search reports it again, with the fix
-            logger.warning("Preloading the embedding model failed: %s", error)
-        finally:
-            ready.set()
-
-    threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
-    return ready
 
 
 def _shared_memory_uri(uri: str) -> str:

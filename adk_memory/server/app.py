@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
 from adk_memory._pagers import AsyncPager
+from adk_memory.embeddings import warm_up
 from adk_memory.errors import (
     AdkMemoryError,
     FailedPrecondition,
@@ -588,6 +589,9 @@ def create_app(
         )
     if max_body_bytes <= 0:
         raise InvalidArgument("max_body_bytes must be positive.", field="max_body_bytes")
+    # The local model loads in the background while the server starts (requests that need no
+    # embedding never wait; the first that does waits for the load, not for a second one).
+    warm_up(client.engine.context.default_embedding_model)
     keys = ApiKeys.of(api_keys) if api_keys is not None else None
 
     @asynccontextmanager

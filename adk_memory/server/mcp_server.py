@@ -37,6 +37,7 @@ from starlette.types import ASGIApp
 from adk_memory import __version__, types
 from adk_memory._async_client import AsyncClient
 from adk_memory.bounds import MAX_DURATION
+from adk_memory.embeddings import warm_up
 from adk_memory.engine.convert import MAX_FACT_LENGTH, MAX_METADATA_ENTRIES, to_memory
 from adk_memory.engine.paging import tokens_for
 from adk_memory.errors import (
@@ -614,6 +615,12 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
         validate_scope(dict(binding.scope), field="scope")
     bank = await client.memory_banks.get(name=binding.bank)
     config = bank.managed_semantic_memory_config
+    search = config.similarity_search_config if config else None
+    # Loads in the background while the server starts; the first retrieve waits for it if need be.
+    warm_up(
+        (search.embedding_model if search else None)
+        or client.engine.context.default_embedding_model
+    )
     model = config.generation_config.model if config and config.generation_config else None
     generation = client.engine.context.generation_model is not None or bool(model)
     return MCPServer(
