@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from adk_memory import types
+from adk_memory.embedding_batch import batched
 from adk_memory.embeddings import Embedder, embedder_for
 from adk_memory.errors import NotFound
 from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
@@ -88,9 +89,13 @@ class EngineContext:
     """Wraps every embedder the engine uses (telemetry installs a tracing wrapper here)."""
 
     def embedder(self, model: str | None) -> Embedder:
-        """The embedder for a model name (None: the configured default)."""
-        embedder = embedder_for(
-            model or self.default_embedding_model, genai_client=self.genai_client
+        """The embedder for a model name (None: the configured default).
+
+        Local models come behind this process's batcher, so concurrent calls of every client,
+        server and ADK service in the process share model calls (`adk_memory.embedding_batch`).
+        """
+        embedder = batched(
+            embedder_for(model or self.default_embedding_model, genai_client=self.genai_client)
         )
         return self.wrap_embedder(embedder) if self.wrap_embedder else embedder
 
