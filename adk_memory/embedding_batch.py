@@ -27,7 +27,8 @@ per model, so a model has one batcher per process; the engine takes every embedd
 `batched` (`EngineContext.embedder`). The embedders that run on this machine are batched
 (`LocalEmbedder`, `MultilingualE5Embedder`); `GeminiEmbedder` is not (its client belongs to the
 caller's event loop, and its requests overlap on the network instead of queuing for the CPU),
-nor is `HashEmbedder`, the tests' embedder, which costs microseconds a text. A query answered by the query cache never waits for a batch.
+nor is `HashEmbedder`, the tests' embedder, which costs microseconds a text. A query answered
+by the query cache never waits for a batch.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class _Call:
         vectors: list[Vector] = []
         for text in self.texts:
             if text.vector is None:
-                self.waiter.set_exception(text.error or StoreUnavailable("Embedding failed."))
+                lost = StoreUnavailable("The embedding worker lost a text's vector; retry.")
+                self.waiter.set_exception(text.error or lost)
                 return
             vectors.append(text.vector)
         self.waiter.set_result(vectors)
@@ -253,16 +255,19 @@ class BatchingEmbedder(_CachingEmbedder):
     def _work(self) -> None:
         loop = asyncio.new_event_loop()
         try:
-            while taken := self._take():
-                self._run(loop, taken)
+            while groups := self._take():
+                self._run(loop, groups)
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             logger.exception("The embedding worker for %s failed", self.model)
             self._fail_everything(exc)
         finally:
             loop.close()
 
-    def _take(self) -> list[_Text]:
-        """The next model call's texts, oldest first; [] once closed with nothing queued."""
+    def _take(self) -> list[list[_Text]]:
+        """The next texts, oldest first, one group per mode (a model call each).
+
+        [] once closed with nothing queued.
+        """
         with self._lock:
             while True:
                 now = time.monotonic()
@@ -280,21 +285,21 @@ class BatchingEmbedder(_CachingEmbedder):
                 for item in taken:
                     del self._queued[item.key]
                     self._running[item.key] = item
-                for query in (False, True):
-                    group = [item for item in taken if item.query is query]
+                groups = [[item for item in taken if item.query is q] for q in (False, True)]
+                groups = [group for group in groups if group]
+                for group in groups:
                     callers = len({id(call) for item in group for call in item.waiters})
                     batch = _Batch(len(group), callers)
                     for item in group:
                         item.batch = batch
-                return taken
+                return groups
 
-    def _run(self, loop: asyncio.AbstractEventLoop, taken: list[_Text]) -> None:
-        """Embeds `taken` (one model call per mode), then hands every finished caller its result."""
+    def _run(self, loop: asyncio.AbstractEventLoop, groups: list[list[_Text]]) -> None:
+        """Embeds each group in a model call, then hands every finished caller its result."""
         started = time.perf_counter()
-        for query in (False, True):
-            group = [item for item in taken if item.query is query]
-            if group:
-                self._embed_group(loop, group, query=query)
+        for group in groups:
+            self._embed_group(loop, group)
+        taken = [item for group in groups for item in group]
         logger.debug(
             "Embedded %d texts with %s in %.1f ms",
             len(taken),
@@ -303,16 +308,14 @@ class BatchingEmbedder(_CachingEmbedder):
         )
         self._finish(taken)
 
-    def _embed_group(
-        self, loop: asyncio.AbstractEventLoop, group: list[_Text], *, query: bool
-    ) -> None:
+    def _embed_group(self, loop: asyncio.AbstractEventLoop, group: list[_Text]) -> None:
         """Sets each text's vector or error; a failing call is split until each culprit is alone."""
         parts = [group]
         while parts:
             part = parts.pop()
             try:
                 vectors = loop.run_until_complete(
-                    self.inner._embed([item.text for item in part], query=query)
+                    self.inner._embed([item.text for item in part], query=group[0].query)
                 )
                 if len(vectors) != len(part):
                     raise StoreUnavailable(

@@ -9,8 +9,11 @@ to its callers and a long window, so the call starts the moment the last caller 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -25,7 +28,7 @@ from adk_memory.embeddings import (
     MultilingualE5Embedder,
     embedder_for,
 )
-from adk_memory.errors import FailedPrecondition, InvalidArgument
+from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.telemetry import TracingEmbedder
 
 pytestmark = pytest.mark.usefixtures("offline")
@@ -43,7 +46,7 @@ class Records:
         self.entered = threading.Event()
         self.gate = threading.Event()
         self.gate.set()
-        self.failure: Exception | None = None
+        self.failure: BaseException | None = None
 
     async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
         self.calls.append((list(texts), query))
@@ -143,9 +146,12 @@ async def test_concurrent_queries_and_documents_of_a_symmetric_model_share_calls
 async def test_the_same_text_from_concurrent_callers_is_embedded_once(batching: Build) -> None:
     inner, embedder = minilm(batching)
     question = "Which tea does the user like?"
-    vectors = await asyncio.gather(*(embedder.embed_query(question) for _ in range(12)))
+    *asked, [twice, again] = await asyncio.gather(
+        *(embedder.embed_query(question) for _ in range(12)),
+        embedder.embed_documents([question, question]),  # MiniLM: a query is a document
+    )
     assert inner.embedded == [question]
-    assert len(set(vectors)) == 1
+    assert len({*asked, twice, again}) == 1
 
 
 @pytest.mark.slow
@@ -261,3 +267,56 @@ async def test_every_client_of_a_process_shares_one_batcher_per_model(
         monkeypatch.setenv("ADK_MEMORY_EMBEDDING_BATCH_SIZE", "lots")
         with pytest.raises(InvalidArgument, match="ADK_MEMORY_EMBEDDING_BATCH_SIZE"):
             engine_embedder(first, None)
+
+
+class Unit(LocalEmbedder):
+    """A model that needs no weights: every text gets the same unit vector."""
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        return [(1.0,) + (0.0,) * 383 for _ in texts]
+
+
+def embed_in_child(embedder: BatchingEmbedder, results: Connection) -> None:
+    call = asyncio.wait_for(embedder.embed_documents(["after the fork"]), 30)
+    results.send(len(asyncio.run(call)[0]))
+
+
+def test_a_forked_child_embeds_with_a_worker_of_its_own(batching: Build) -> None:
+    """A server that forks its workers after embedding (a warm-up): the parent's worker thread
+    does not exist in the child, which must start its own instead of waiting for it forever."""
+    embedder = batching(Unit(), query_as_document=True)
+    assert len(asyncio.run(embedder.embed_documents(["before the fork"]))[0]) == 384
+    forks = multiprocessing.get_context("fork")
+    receiving, sending = forks.Pipe(duplex=False)
+    with warnings.catch_warnings():  # Python 3.12+ warns about forking a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = forks.Process(target=embed_in_child, args=(embedder, sending))
+        child.start()
+    sending.close()  # the child holds the only writing end: its death reads as end of file
+    try:
+        assert receiving.poll(60), "the forked child's embedding never finished"
+        assert receiving.recv() == 384
+    finally:
+        child.join(10)
+        child.kill()
+    assert child.exitcode == 0
+
+
+class Crash(BaseException):
+    """Not an `Exception`: escapes the per-text handling, as a bug in the worker would."""
+
+
+@pytest.mark.slow
+async def test_a_worker_that_dies_fails_its_callers_and_the_next_call_gets_another(
+    batching: Build, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = MiniLM()
+    inner.failure = Crash()
+    embedder = batching(inner, query_as_document=True, max_batch=2, window=LONG)
+    results = await asyncio.gather(
+        *(embedder.embed_documents([text]) for text in facts(2)), return_exceptions=True
+    )
+    assert [type(result) for result in results] == [StoreUnavailable, StoreUnavailable]
+    assert "The embedding worker for all-MiniLM-L6-v2 failed" in caplog.text
+    inner.failure = None
+    assert len((await embedder.embed_documents(["once more"]))[0]) == 384
