@@ -379,10 +379,14 @@ def batched(embedder: Embedder) -> Embedder:
     `LocalEmbedder` only (its `_embed` ignores `query`). Batch size and window are read when an
     embedder's batcher is built, at its first use.
 
+    A `BatchingEmbedder` is returned as it is.
+
     Raises:
         InvalidArgument: An `ADK_MEMORY_EMBEDDING_BATCH_*` variable is malformed.
     """
-    if not isinstance(embedder, _CachingEmbedder) or isinstance(embedder, _NOT_BATCHED):
+    if not isinstance(embedder, _CachingEmbedder) or isinstance(
+        embedder, (*_NOT_BATCHED, BatchingEmbedder)
+    ):
         return embedder
     max_batch = embedding_batch_size()
     if max_batch == 0:

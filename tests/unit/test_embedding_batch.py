@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from adk_memory import AsyncClient
-from adk_memory.embedding_batch import BatchingEmbedder
+from adk_memory.embedding_batch import BatchingEmbedder, batched
 from adk_memory.embeddings import (
     Embedder,
     HashEmbedder,
@@ -259,6 +259,7 @@ async def test_every_client_of_a_process_shares_one_batcher_per_model(
         default = engine_embedder(first, None)
         assert isinstance(default, BatchingEmbedder) and default.inner is embedder_for(None)
         assert engine_embedder(second, "all-MiniLM-L6-v2") is default
+        assert batched(default) is default
         e5 = engine_embedder(first, "multilingual-e5-small")
         assert isinstance(e5, BatchingEmbedder) and not e5.query_as_document
         assert isinstance(engine_embedder(first, "hash-64"), HashEmbedder)
