@@ -13,15 +13,20 @@ import hashlib
 import os
 from pathlib import Path
 
+from adk_memory.errors import InvalidArgument
+
 __all__ = [
     "DEFAULT_ADK_BANK_ID",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_EMBEDDING_BATCH_SIZE",
     "api_keys_file",
     "cache_dir",
     "container_runtime",
     "default_adk_bank_id",
     "default_embedding_model",
     "default_uri",
+    "embedding_batch_size",
+    "embedding_batch_window",
     "gemini_api_key_configured",
     "gemini_credentials_configured",
     "local_embedding_runtime",
@@ -63,6 +68,45 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "adk-memory"
+
+
+DEFAULT_EMBEDDING_BATCH_SIZE = 64
+"""At most this many texts go into one call of a local embedding model (`embedding_batch`)."""
+
+
+def embedding_batch_size() -> int:
+    """`ADK_MEMORY_EMBEDDING_BATCH_SIZE`: texts per model call of concurrent embeddings (0: off).
+
+    Raises:
+        InvalidArgument: The variable is not a whole number of at least 0.
+    """
+    return int(_number("ADK_MEMORY_EMBEDDING_BATCH_SIZE", DEFAULT_EMBEDDING_BATCH_SIZE, whole=True))
+
+
+def embedding_batch_window() -> float:
+    """`ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS`, in seconds: how long an idle model awaits more texts.
+
+    The default, 0, starts a call at once; texts arriving meanwhile form the next one.
+
+    Raises:
+        InvalidArgument: The variable is not a number of milliseconds from 0 to 1000.
+    """
+    return _number("ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS", 0, whole=False, limit=1000) / 1000
+
+
+def _number(name: str, default: float, *, whole: bool, limit: float | None = None) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= (limit if limit is not None else float("inf")):
+        kind = "a whole number" if whole else "a number"
+        bound = f" from 0 to {limit:g}" if limit is not None else " of at least 0"
+        raise InvalidArgument(f"{name} must be {kind}{bound}, got {raw[:40]!r}.", field=name)
+    return value
 
 
 def api_keys_file() -> str | None:

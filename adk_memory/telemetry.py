@@ -11,7 +11,9 @@ schema URL, `error.type` and an ERROR status naming the error's type, never its 
   (`TracingStore`); `db.operation.name`, `adk_memory.store.backend`, `adk_memory.bank`,
   `adk_memory.results`, and for `apply` the counts of inserts, upserts, deletes and revisions.
 * `adk_memory.embed`: each embedding batch (`TracingEmbedder`); `adk_memory.embedding.model`,
-  `.kind` (`document` or `query`), `.texts` (how many), `.dimension`.
+  `.kind` (`document` or `query`), `.texts` (how many), `.dimension`, and where concurrent calls
+  share model calls (`adk_memory.embedding_batch`) `.batch_size` (texts in the model call that
+  embedded the call's first text) and `.batch_callers` (calls that shared it).
 * `adk_memory.llm`: each model request of generation (`llm_span`); `gen_ai.operation.name`,
   `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` (GenAI
   semantic conventions), `adk_memory.llm.schema`, `adk_memory.llm.attempt`.
@@ -65,6 +67,7 @@ __all__ = [
     "TracingStore",
     "instrument_engine_context",
     "llm_span",
+    "record_embedding_batch",
     "record_llm_usage",
     "trace_store",
     "traced_resource",
@@ -502,6 +505,18 @@ class TracingEmbedder(EmbedderWrapper):
             vector = await self.inner.embed_query(text)
             span.set_attribute("adk_memory.embedding.dimension", len(vector))
             return vector
+
+
+def record_embedding_batch(*, texts: int, callers: int) -> None:
+    """Notes on the current span (a caller's `adk_memory.embed`) the model call that served it.
+
+    Args:
+        texts: The texts of that model call.
+        callers: The embedding calls whose texts it held.
+    """
+    span = trace.get_current_span()
+    span.set_attribute("adk_memory.embedding.batch_size", texts)
+    span.set_attribute("adk_memory.embedding.batch_callers", callers)
 
 
 def instrument_engine_context(context: EngineContext) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,58 @@ def _write_md(results: dict) -> list[str]:
         "above plus one single-fact embedding; a bulk import that re-embeds is bounded by "
         "the batch rate.",
     ]
+    return lines
+
+
+def rest_md(rest: dict | None) -> list[str]:
+    """Section 6: REST throughput with embedding batched and not (`rest_load.py`)."""
+    if not rest:
+        return ["Not run."]
+    rows = [r for r in rest["rows"] if "error" not in r]
+    modes = list(dict.fromkeys(r["mode"] for r in rest["rows"]))  # round 1 runs them in order
+    keys = ["creates_per_s", "create_p50_ms", "create_p95_ms"]
+    keys += ["retrieves_per_s", "retrieve_p50_ms", "retrieve_p95_ms"]
+    lines = [
+        f"`adk-memory serve` (its own process) with all-MiniLM-L6-v2, {rest['clients']} "
+        f"concurrent clients, {rest['requests']} requests: {rest['create_share']:.0%} creates, "
+        "the rest retrieves (top 5) with queries never sent before. `off`: each call embeds "
+        "alone; `on`: concurrent calls share model calls (the default); `on, 2 ms`: with a 2 ms "
+        "window; `no model`: hash-64, the ceiling of the rest of the path. `lost` = acknowledged "
+        "creates missing from the listing afterwards. Modes took turns on fresh servers and "
+        "stores; medians of the rounds, then each round.",
+        "",
+        "| backend | embedding | creates/s | create p50 ms | p95 | retrieves/s | retrieve p50 ms "
+        "| p95 | lost / acknowledged |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        for mode in modes:
+            runs = [r for r in rows if (r["backend"], r["mode"]) == (backend, mode)]
+            if not runs:
+                continue
+            medians = [_f(statistics.median(r[key] for r in runs), 1) for key in keys]
+            lost = sum(r["lost"] for r in runs)
+            acknowledged = sum(r["acknowledged"] for r in runs)
+            lines.append(
+                f"| {backend} | {mode} | {' | '.join(medians)} | {lost} / {acknowledged} |"
+            )
+    lines += [
+        "",
+        "| backend | embedding | round | creates/s | create p50 ms | p95 | retrieves/s "
+        "| retrieve p50 ms | p95 | lost / acknowledged | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    order = {mode: n for n, mode in enumerate(modes)}
+    for r in sorted(rest["rows"], key=lambda r: (r["backend"], order[r["mode"]], r["round"])):
+        if "error" in r:
+            lines.append(f"| {r['backend']} | {r['mode']} | {r['round']} | failed: {r['error']} |")
+            continue
+        lines.append(
+            f"| {r['backend']} | {r['mode']} | {r['round']} | {_f(r['creates_per_s'], 1)} "
+            f"| {_f(r['create_p50_ms'], 0)} | {_f(r['create_p95_ms'], 0)} "
+            f"| {_f(r['retrieves_per_s'], 1)} | {_f(r['retrieve_p50_ms'], 0)} "
+            f"| {_f(r['retrieve_p95_ms'], 0)} | {r['lost']} / {r['acknowledged']} | {r['errors']} |"
+        )
     return lines
 
 
@@ -588,6 +641,10 @@ def write(results: dict, out: Path) -> None:
         "## 6. Embedding runtime",
         "",
         *_embedding_md(results),
+        "",
+        "## 7. REST throughput, embedding batched or not",
+        "",
+        *rest_md(results.get("rest")),
         "",
     ]
     notes = out / "NOTES.md"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SECTIONS = ("latency", "write", "generate", "locomo", "multilingual", "embedding")
+SECTIONS = ("latency", "write", "generate", "locomo", "multilingual", "embedding", "rest")
 MPNET_DIR = HERE / ".cache" / "models" / "all-mpnet-base-v2"
 
 
@@ -48,6 +48,8 @@ def _plan(full: bool, hnsw_100k: bool, redis_1m: bool) -> dict:
         "gen_existing": [0, 100, 1000],
         "gen_requests": 30 if full else 10,
         "locomo_variants": full,
+        "rest_requests": 800 if full else 400,
+        "rest_rounds": 3 if full else 1,
     }
 
 
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     log = lambda message: print(message, flush=True)  # noqa: E731
     timings = results.setdefault("section_seconds", {})
-    need_redis = bool({"latency", "write"} & set(sections))
+    need_redis = bool({"latency", "write", "rest"} & set(sections))
     with _common.backends(need_redis) as where:
         # An --only run without Redis keeps what the merged sections were measured on.
         results["redis"] = where.redis_url is not None or bool(previous.get("redis"))
@@ -263,6 +265,19 @@ def main(argv: list[str] | None = None) -> int:
             results["embedding"] = embedding.run(where.tmp, log)
             timings["embedding"] = round(time.perf_counter() - started)
             results_path.write_text(json.dumps(results, indent=1))
+        if "rest" in sections:
+            from benchmarks import rest_load
+
+            started = time.perf_counter()
+            log("== 7. REST throughput, embedding batched or not")
+            results["rest"] = rest_load.run(
+                where,
+                ["redis-flat", "chroma"],
+                requests=plan["rest_requests"],
+                rounds=plan["rest_rounds"],
+                log=log,
+            )
+            timings["rest"] = round(time.perf_counter() - started)
     results_path.write_text(json.dumps(results, indent=1))
     report.write(results, HERE)
     log(f"wrote {HERE / 'RESULTS.md'}")

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from adk_memory import types
+from adk_memory.embedding_batch import batched
 from adk_memory.embeddings import CheckedEmbedder, Embedder, embedder_for
 from adk_memory.errors import NotFound
 from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
@@ -91,11 +92,18 @@ class EngineContext:
     def embedder(self, model: str | None) -> Embedder:
         """The embedder for a model name (None: the configured default), its vectors checked.
 
-        The one place the engine gets an embedder: `CheckedEmbedder` refuses a vector no store
-        can hold (NaN, ±inf, beyond float32, another dimension) before any write path uses it.
+        The one place the engine gets an embedder. Local models come behind this process's
+        batcher, so concurrent calls of every client, server and ADK service in the process
+        share model calls (`adk_memory.embedding_batch`); `CheckedEmbedder` refuses a vector no
+        store can hold (NaN, ±inf, beyond float32, another dimension) before any write path
+        uses it.
         """
         embedder: Embedder = CheckedEmbedder(
-            embedder_for(model or self.default_embedding_model, genai_client=self.genai_client)
+            batched(
+                embedder_for(
+                    model or self.default_embedding_model, genai_client=self.genai_client
+                )
+            )
         )
         return self.wrap_embedder(embedder) if self.wrap_embedder else embedder
 
