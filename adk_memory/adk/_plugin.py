@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -73,9 +74,10 @@ class MemoryBankPlugin(BasePlugin):
     When a run starts, it generates what the user's other sessions left pending (waiting a
     bounded time), then retrieves once, from the user's message, and adds the memories to every
     model request of that invocation (after ADK's `PreloadMemoryTool`, whose facts it does not
-    repeat). After each run, it stores the session's new events in the session's ingest stream
-    before the run returns (a synchronous `Runner.run`'s loop ends with the run); their
-    generation waits until the user's next session starts or the session has been idle.
+    repeat). After each run, it hands the session's new events to the service, whose writer
+    stores them in the session's ingest stream off the turn (it outlives a synchronous
+    `Runner.run`'s loop); their generation waits until the user's next session starts or the
+    session has been idle.
 
     It uses the runner's memory service unless given `service=`. With another service than
     `MemoryBankService` it keeps the first `top_k` results and sends the run's events through
@@ -144,6 +146,8 @@ class MemoryBankPlugin(BasePlugin):
         self._ingest = ingest
         self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
         self._background = BackgroundTasks("memory ingest")
+        self._handed_to: weakref.WeakSet[MemoryBankService] = weakref.WeakSet()
+        """The memory services this plugin handed events to (for `drain`)."""
         self._warned: set[str] = set()
 
     @override
@@ -203,7 +207,7 @@ class MemoryBankPlugin(BasePlugin):
 
     @override
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
-        """Stores the run's events before the run returns; generation comes later."""
+        """Hands the run's events to memory without waiting for the store; generation later."""
         try:
             invocation = self._invocations.pop(invocation_context.invocation_id, None)
             if invocation is None:
@@ -213,12 +217,13 @@ class MemoryBankPlugin(BasePlugin):
                 return
             session = invocation_context.session
             if isinstance(invocation.service, MemoryBankService):
-                # The session object keeps changing after this run; store a snapshot of it.
+                # The session object keeps changing after this run; hand over a snapshot of it.
                 snapshot = session.model_copy(update={"events": list(session.events)})
-                # Bounded and never raising: a failed write is logged and retried by the service.
+                # Handed to the service's writer: no wait for the store, never raising.
                 await invocation.service.remember_session(
                     snapshot, generation_trigger_config=self._trigger
                 )
+                self._handed_to.add(invocation.service)
                 return
             events = [
                 e for e in session.events if e.invocation_id == invocation_context.invocation_id
@@ -262,14 +267,17 @@ class MemoryBankPlugin(BasePlugin):
                 )
 
     async def drain(self) -> None:
-        """Waits for the background ingests started on the running loop, and the service's work.
+        """Waits until the events handed over are stored, and for the services' background work.
 
         Generation waiting for a stream's idle trigger is not awaited; see
         `MemoryBankService.flush`.
         """
         await self._background.drain()
+        services = set(self._handed_to)
         if isinstance(self._service, MemoryBankService):
-            await self._service.drain()
+            services.add(self._service)
+        for service in services:
+            await service.drain()
 
     def _budget(self, service: BaseMemoryService) -> float:
         if not isinstance(service, MemoryBankService):
