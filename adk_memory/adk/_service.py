@@ -237,8 +237,8 @@ class MemoryBankService(BaseMemoryService):
             bank_config=bank_config,
         )
         # Both clients are built now (no I/O): the store checks its URI options here.
-        self._reads = _Side(service_thread("reads"), self._new_client)
-        self._writes = _Side(service_thread("writes"), self._new_client)
+        self._reads = _Side(service_thread("reads"), self._client_builder())
+        self._writes = _Side(service_thread("writes"), self._client_builder())
         self._breaker = CircuitBreaker()
         self._handover = _Handover()
         self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
@@ -269,7 +269,7 @@ class MemoryBankService(BaseMemoryService):
         bank_config = {key: value for key, value in options.items() if key not in _ARGUMENTS}
         given = {key: value for key, value in options.items() if key in _ARGUMENTS}
         service._configure(uri, **given, bank_config=bank_config)
-        service._new_client()  # the store checks its URI options
+        service._client_builder()()  # the store checks its URI options
 
     def _configure(
         self,
@@ -683,18 +683,16 @@ class MemoryBankService(BaseMemoryService):
 
     # Internals: the service's threads
 
-    def _new_client(self) -> AsyncClient:
-        try:
-            return AsyncClient(
-                self._uri,
-                project=self._names.project,
-                location=self._names.location,
-                embedding_model=self._embedding_model,
-                generation_model=self._generation_model,
-                run_scheduler=False,  # polled by the service's writer instead
-            )
-        except InvalidArgument as error:
-            raise with_service_options(error) from None
+    def _client_builder(self) -> Callable[[], AsyncClient]:
+        """Builds the service's clients; holds no reference to the service (see `_Side`)."""
+        return functools.partial(
+            _new_client,
+            self._uri,
+            project=self._names.project,
+            location=self._names.location,
+            embedding_model=self._embedding_model,
+            generation_model=self._generation_model,
+        )
 
     def _begin_start(self) -> None:
         self._start_task = asyncio.get_running_loop().create_task(self._start())
@@ -785,7 +783,8 @@ class MemoryBankService(BaseMemoryService):
         if not self._breaker.failed(timed_out=timed_out or opens, began=began):
             if not self._breaker.is_open:
                 logger.warning(
-                    "The memory store failed during a %s (%s: %s).",
+                    "The memory store of bank %s failed during a %s (%s: %s).",
+                    self._bank_id,
                     what,
                     type(error).__name__,
                     getattr(error, "message", error) or "timed out",
@@ -793,8 +792,9 @@ class MemoryBankService(BaseMemoryService):
             return
         cause = "did not answer" if timed_out else "failed repeatedly"
         logger.warning(
-            "The memory store %s (%s during a %s); agent turns skip memory until it answers "
-            "again (events wait in this process).",
+            "The memory store of bank %s %s (%s during a %s); agent turns skip memory until it "
+            "answers again (events wait in this process).",
+            self._bank_id,
             cause,
             type(error).__name__,
             what,
@@ -803,13 +803,18 @@ class MemoryBankService(BaseMemoryService):
         self._writes.thread.call_soon(self._start_probe)
 
     def _memory_back(self) -> None:
-        logger.warning("The memory store answers again; agent turns use memory again.")
+        logger.warning(
+            "The memory store of bank %s answers again; agent turns use memory again.",
+            self._bank_id,
+        )
         record_breaker(opened=False, cause="")
         self._writes.thread.call_soon(self._after_outage)
 
     def _after_outage(self) -> None:
-        """A start-up stuck in the outage is given up (the next use connects afresh); the
-        writer sends what waited (writes loop)."""
+        """After an outage: a start-up stuck in it is given up, the writer sends what waited.
+
+        The next use connects afresh (writes loop).
+        """
         start = self._start_task
         if start is not None and not start.done():
             start.cancel()
@@ -821,19 +826,7 @@ class MemoryBankService(BaseMemoryService):
 
     def _start_probe(self) -> None:
         if self._probe_task is None or self._probe_task.done():
-            self._probe_task = asyncio.get_running_loop().create_task(self._probe())
-
-    async def _probe(self) -> None:
-        """Until the store answers: a cheap read on each side every second (writes loop)."""
-        while self._breaker.is_open:
-            await asyncio.sleep(PROBE_INTERVAL)
-            try:
-                for side in (self._writes, self._reads):
-                    await asyncio.wait_for(side.run(side.probe(self._bank_id)), PROBE_TIMEOUT)
-            except Exception:  # still down
-                continue
-            if self._breaker.succeeded():
-                self._memory_back()
+            self._probe_task = asyncio.get_running_loop().create_task(_probe(weakref.ref(self)))
 
     def _wake_writer(self) -> None:
         """Wakes the writer, started on first use and after `aclose` (writes loop)."""
@@ -1339,6 +1332,50 @@ def _close_sides(*sides: _Side) -> None:
     for side in sides:
         if side.client is not None and side.thread.alive:
             side.thread.submit(side.aclose())
+
+
+def _new_client(
+    uri: str,
+    *,
+    project: str,
+    location: str,
+    embedding_model: str | None,
+    generation_model: str | BaseLlm | None,
+) -> AsyncClient:
+    try:
+        return AsyncClient(
+            uri,
+            project=project,
+            location=location,
+            embedding_model=embedding_model,
+            generation_model=generation_model,
+            run_scheduler=False,  # polled by the service's writer instead
+        )
+    except InvalidArgument as error:
+        raise with_service_options(error) from None
+
+
+async def _probe(ref: weakref.ref[MemoryBankService]) -> None:
+    """Until the store answers: one read on each side every second (writes loop).
+
+    Holds the service weakly: the probe of a service nobody uses any more ends with it.
+    """
+    while True:
+        await asyncio.sleep(PROBE_INTERVAL)
+        service = ref()
+        if service is None or not service._breaker.is_open:
+            return
+        sides, bank_id = (service._writes, service._reads), service._bank_id
+        del service
+        try:
+            for side in sides:
+                await asyncio.wait_for(side.run(side.probe(bank_id)), PROBE_TIMEOUT)
+        except Exception:  # still down
+            continue
+        service = ref()
+        if service is not None and service._breaker.succeeded():
+            service._memory_back()
+        return
 
 
 _LIVE: weakref.WeakSet[MemoryBankService] = weakref.WeakSet()

@@ -205,7 +205,7 @@ async def test_a_fact_only_in_a_tool_response_is_remembered(
 async def test_a_down_store_never_fails_the_turn_and_runner_close_is_clean(
     down_uri: str, mode: Mode, caplog: pytest.LogCaptureFixture
 ) -> None:
-    service = MemoryBankService(down_uri, embedding_model="hash-64")
+    service = MemoryBankService(down_uri, bank="down-store", embedding_model="hash-64")
     model = ScriptedAgentModel()
     root = LlmAgent(
         name="assistant",
@@ -222,7 +222,7 @@ async def test_a_down_store_never_fails_the_turn_and_runner_close_is_clean(
         await runner.close()
         await service.aclose()
     assert len(model.requests) == 4  # every turn was answered
-    messages = [record.getMessage() for record in caplog.records]
+    messages = [r.getMessage() for r in caplog.records if "down-store" in r.getMessage()]
     # Logged once: the breaker opens (at the start-up's failure), and holds.
     assert sum("agent turns skip memory until it answers again" in m for m in messages) == 1
     assert all("green tea" not in m for m in messages)

@@ -110,6 +110,7 @@ async def test_a_hung_store_is_skipped_then_memory_comes_back_by_itself_exactly_
     memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
     service = MemoryBankService(
         f"redis://127.0.0.1:{proxy.port}/0?key_prefix={prefix}",
+        bank=prefix,  # the log lines of this service name it
         embedding_model="hash-64",
         generation_model=memory_model,
         search_timeout=0.5,
@@ -128,7 +129,7 @@ async def test_a_hung_store_is_skipped_then_memory_comes_back_by_itself_exactly_
             # The first turn waited for the deadline; the others skipped memory at once.
             assert took[0] < 0.5 * 3 + 1.0
             assert max(took[1:]) < 0.5
-            messages = [record.getMessage() for record in caplog.records]
+            messages = [r.getMessage() for r in caplog.records if prefix in r.getMessage()]
             assert sum("agent turns skip memory until it answers again" in m for m in messages) == 1
 
             proxy.hung = False
