@@ -74,7 +74,7 @@ from adk_memory.adk._options import (
     top_k_within,
     with_service_options,
 )
-from adk_memory.embeddings import preload_embedder
+from adk_memory.embeddings import Embedder, preload_embedder
 from adk_memory.engine.convert import metadata_from_request, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
 from adk_memory.engine.ingest import (
@@ -540,9 +540,19 @@ class MemoryBankService(BaseMemoryService):
                     return SearchMemoryResponse()
                 logger.warning("Searching without generating pending memories: %s", error.message)
         try:
+            # The query's embedding is no store call: it is bounded apart (a busy CPU is no
+            # sick store), and the retrieve then finds it in the embedder's query cache.
+            embedder = await self._bounded(self._reads.run(self._bank_embedder()))
+            await asyncio.wait_for(self._reads.run(embedder.embed_query(query)), EMBED_TIMEOUT)
             found = await self._bounded(self._reads.run(self._retrieve(scope, query, count)))
         except StoreUnavailable:
             return SearchMemoryResponse()  # logged, and counted by the breaker
+        except TimeoutError:
+            logger.warning(
+                "Embedding a search query took over %g s; this search finds nothing.",
+                EMBED_TIMEOUT,
+            )
+            return SearchMemoryResponse()
         logger.debug(
             "Memory search: %d memories for a query of %d characters.", len(found), len(query)
         )
@@ -1104,6 +1114,10 @@ class MemoryBankService(BaseMemoryService):
 
     # Internals: the reads loop
 
+    async def _bank_embedder(self) -> Embedder:
+        client = await self._reads.client_for_use(self._uri, self._ensure_bank)
+        return (await client.engine.context.load_bank(self._bank_id)).embedder
+
     async def _retrieve(
         self, scope: dict[str, str], query: str, count: int
     ) -> list[MemoryBankEntry]:
@@ -1121,6 +1135,8 @@ class MemoryBankService(BaseMemoryService):
 START_TIMEOUT = 10.0
 """Seconds the start-up may take (connecting, ensuring the bank) before it counts as a store
 timeout; the first turn waits for it only `search_timeout`."""
+EMBED_TIMEOUT = 10.0
+"""Seconds a search waits for its query's embedding (a slow embedder is no store failure)."""
 WARMUP_TIMEOUT = 30.0
 """Seconds a search waits for the local embedding model still loading after a start."""
 PROBE_INTERVAL = 1.0

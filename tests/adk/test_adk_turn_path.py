@@ -75,7 +75,9 @@ class HangingProxy:
                 await sink.drain()
             sink.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+        await asyncio.gather(
+            pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True
+        )
 
 
 @pytest.fixture
