@@ -251,3 +251,36 @@ async def test_a_message_longer_than_the_query_limit_still_gets_memories(
     assert not [r for r in caplog.records if "search_query is limited" in r.getMessage()]
     found = await service.search_memory(app_name=APP, user_id="u1", query="x" * 20_000 + " tea")
     assert [entry.content.parts[0].text for entry in found.memories] == [TEA]
+
+
+# Images
+
+
+@pytest.mark.parametrize("pattern", ["plugin", "callback"])
+async def test_an_image_in_a_turn_reaches_generation(store: str, pattern: str) -> None:
+    """A user's message with a photo, through a real Runner: the extraction call gets the image
+    bytes after the conversation, as ADK's Vertex service would send them."""
+    memory_model = ScriptedMemoryModel(
+        extractions=[extraction("I have a grey cat.")], consolidate=create_every_fact
+    )
+    service = MemoryBankService(store, embedding_model="hash-64", generation_model=memory_model)
+    runner = _runner(pattern, ScriptedAgentModel(), service)
+    photo = genai_types.Part(inline_data=genai_types.Blob(mime_type="image/jpeg", data=b"JPEG-CAT"))
+    message = genai_types.Content(
+        role="user", parts=[genai_types.Part(text="This is my cat."), photo]
+    )
+    try:
+        session = await runner.session_service.create_session(app_name=APP, user_id="u1")
+        async for _ in runner.run_async(user_id="u1", session_id=session.id, new_message=message):
+            pass
+        await service.flush(app_name=APP, user_id="u1", session_id=session.id)
+        [request] = [r for r in memory_model.requests if memory_model.kind_of(r) == "extraction"]
+        parts = request.contents[-1].parts or []
+        images = [part.inline_data for part in parts if part.inline_data is not None]
+        assert [(image.mime_type, image.data) for image in images] == [("image/jpeg", b"JPEG-CAT")]
+        assert "This is my cat. [attachment 1: image/jpeg]" in (parts[0].text or "")
+        found = await service.search_memory(app_name=APP, user_id="u1", query="cat")
+        assert [entry.content.parts[0].text for entry in found.memories] == ["I have a grey cat."]
+    finally:
+        await runner.close()
+        await service.aclose()
