@@ -242,6 +242,7 @@ class MemoryBankService(BaseMemoryService):
         self._breaker = CircuitBreaker()
         self._handover = _Handover()
         self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._last_sent_lock = threading.Lock()
         self._bank_ready = False
         self._used = False
         """Set by the first call: the writer polls the scheduler only for a service in use."""
@@ -612,12 +613,13 @@ class MemoryBankService(BaseMemoryService):
         key = (session.app_name, session.user_id, session.id)
         kept = _with_content(session.events)
         ids = [event.id for event, _ in kept]
-        if (last := self._last_sent.get(key)) is not None and last in ids:
-            kept = kept[ids.index(last) + 1 :]
-        if not kept and not generate_now:
-            return False
-        if kept and kept[-1][0].id:
-            _put_bounded(self._last_sent, key, kept[-1][0].id)
+        with self._last_sent_lock:  # turns of several threads (synchronous runs) hand over
+            if (last := self._last_sent.get(key)) is not None and last in ids:
+                kept = kept[ids.index(last) + 1 :]
+            if not kept and not generate_now:
+                return False
+            if kept and kept[-1][0].id:
+                _put_bounded(self._last_sent, key, kept[-1][0].id)
         self._handover.put(
             key,
             _Handed(
