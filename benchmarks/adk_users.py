@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -253,8 +252,9 @@ def users_section(users: int, rounds: int, embedder: str, stores: list[str]) -> 
             rows.append(row)
             print(
                 f"{label:42s} all {row['p50_all_ms']:7.0f} ms ({row['added_all_ms']:+6.0f}) | "
-                f"new session {row['p50_new_session_ms']:7.0f} ({row['added_new_session_ms']:+6.0f})"
-                f" | warm {row['p50_warm_ms']:7.0f} ({row['added_warm_ms']:+6.0f}) | "
+                f"new session {row['p50_new_session_ms']:7.0f} "
+                f"({row['added_new_session_ms']:+6.0f}) | "
+                f"warm {row['p50_warm_ms']:7.0f} ({row['added_warm_ms']:+6.0f}) | "
                 f"{row['checks']}",
                 flush=True,
             )
@@ -396,7 +396,8 @@ def _post(url: str, body: dict[str, Any]) -> Any:
         return json.loads(response.read() or b"null")
 
 
-def startup_section(embedder: str) -> dict[str, Any]:
+def _api_server_requests(memory_uri: str | None, embedder: str) -> list[float]:
+    """Seconds of the first three `/run` requests after `adk api_server` answers."""
     adk = shutil.which("adk") or str(Path(sys.executable).with_name("adk"))
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="adk-startup-") as tmp:
@@ -406,25 +407,18 @@ def startup_section(embedder: str) -> dict[str, Any]:
         (agents / "probe" / "agent.py").write_text(_AGENT)
         shutil.copy(repo / "sample_agents" / "services.yaml", agents / "services.yaml")
         port = _free_port()
-        env = (
-            {**os.environ, "ADK_MEMORY_EMBEDDING_MODEL": embedder}
-            if embedder != "default"
-            else None
-        )
+        env = dict(os.environ)
+        if embedder != "all-MiniLM-L6-v2":
+            env["ADK_MEMORY_EMBEDDING_MODEL"] = embedder
+        uri = [f"--memory_service_uri={memory_uri.format(tmp=tmp)}"] if memory_uri else []
         server = subprocess.Popen(
-            [
-                adk,
-                "api_server",
-                "--port",
-                str(port),
-                f"--memory_service_uri=chroma://{tmp}/store",
-                str(agents),
-            ],  # fmt: skip
+            [adk, "api_server", "--port", str(port), *uri, str(agents)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env=env,
         )
         base = f"http://127.0.0.1:{port}"
+        times = []
         try:
             deadline = time.time() + 120
             while time.time() < deadline:
@@ -433,7 +427,6 @@ def startup_section(embedder: str) -> dict[str, Any]:
                     break
                 except OSError:
                     time.sleep(0.2)
-            times = []
             for index in range(3):
                 session = _post(f"{base}/apps/probe/users/u{index}/sessions", {})
                 started = time.perf_counter()
@@ -450,14 +443,26 @@ def startup_section(embedder: str) -> dict[str, Any]:
         finally:
             server.terminate()
             server.wait(timeout=30)
-    result = {
-        "first_request_s": times[0],
-        "second_request_s": times[1],
-        "third_request_s": times[2],
-        "first_minus_second_s": times[0] - times[1],
-    }
-    print(f"adk api_server start-up: {result}", flush=True)
-    return result
+    return times
+
+
+def startup_section(embedder: str) -> list[dict[str, Any]]:
+    rows = []
+    for label, uri in (
+        ("ADK's in-memory service", None),
+        ("MemoryBankService, embedded Chroma", "chroma://{tmp}/store"),
+    ):
+        first, second, third = _api_server_requests(uri, embedder)
+        row = {
+            "setup": label,
+            "first_request_s": first,
+            "second_request_s": second,
+            "third_request_s": third,
+            "first_minus_second_s": first - second,
+        }
+        rows.append(row)
+        print(f"adk api_server, {label}: {row}", flush=True)
+    return rows
 
 
 def main() -> None:

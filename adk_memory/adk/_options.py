@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from adk_memory.engine.convert import parse_duration
 from adk_memory.engine.retrieval import DEFAULT_TOP_K, MAX_SEARCH_QUERY, MAX_TOP_K
 from adk_memory.errors import InvalidArgument
+from adk_memory.settings import default_search_timeout
 
 __all__ = [
     "DEFAULT_GENERATION_WAIT",
@@ -89,8 +90,14 @@ class ServiceOptions(BaseModel):
     """Generate a session's memories after it has been quiet this long (e.g. `"30s"`)."""
     generation_wait: float = Field(default=DEFAULT_GENERATION_WAIT, ge=0)
     """Seconds a search waits for the user's pending memories to be generated."""
-    search_timeout: float = Field(default=DEFAULT_SEARCH_TIMEOUT, gt=0, le=60)
-    """Seconds each store call of a turn waits for the store; a timeout opens the breaker."""
+    search_timeout: float = Field(
+        default_factory=lambda: default_search_timeout() or DEFAULT_SEARCH_TIMEOUT,
+        validate_default=True,
+        gt=0,
+        le=60,
+    )
+    """Seconds each store call of a turn waits for the store; a timeout opens the breaker
+    (default: `ADK_MEMORY_SEARCH_TIMEOUT`, else 2)."""
     run_scheduler: bool = True
     """Flush due ingest streams in the background on each event loop."""
 
@@ -114,6 +121,11 @@ def parse_options(values: dict[str, Any], *, where: str) -> ServiceOptions:
         ) from exc
 
 
+def _defaults() -> ServiceOptions:
+    """No option given (the defaults read `ADK_MEMORY_SEARCH_TIMEOUT`, checked here)."""
+    return parse_options({}, where="ADK_MEMORY_SEARCH_TIMEOUT")
+
+
 def split_service_parameters(uri: str) -> tuple[str, ServiceOptions]:
     """The store URI without the service's own query parameters, and those parameters.
 
@@ -125,7 +137,7 @@ def split_service_parameters(uri: str) -> tuple[str, ServiceOptions]:
 
     base, separator, query = uri.partition("?")
     if not separator:
-        return uri, ServiceOptions()
+        return uri, _defaults()
     pairs = parse_qsl(query, keep_blank_values=True)
     mine = {key: value for key, value in pairs if key in ServiceOptions.model_fields}
     rest = [(key, value) for key, value in pairs if key not in ServiceOptions.model_fields]
@@ -170,7 +182,7 @@ def search_query_within(query: str) -> str:
 def options_from_agents_dir(agents_dir: str | None) -> ServiceOptions:
     """The `adk_memory:` section of `services.yaml` (or `.yml`) in ADK's agents folder."""
     if not agents_dir:
-        return ServiceOptions()
+        return _defaults()
     for name in ("services.yaml", "services.yml"):
         path = Path(agents_dir) / name
         if path.is_file():
@@ -187,11 +199,11 @@ def options_from_agents_dir(agents_dir: str | None) -> ServiceOptions:
                         )
             section = content.get(_SECTION) if isinstance(content, dict) else None
             if section is None:
-                return ServiceOptions()
+                return _defaults()
             if not isinstance(section, dict):
                 raise InvalidArgument(
                     f"{path}: the {_SECTION!r} section must be a mapping of option to value.",
                     field=_SECTION,
                 )
             return parse_options(section, where=str(path))
-    return ServiceOptions()
+    return _defaults()
