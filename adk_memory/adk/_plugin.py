@@ -71,13 +71,13 @@ class MemoryBankPlugin(BasePlugin):
     runner = Runner(app=app, session_service=sessions, memory_service=MemoryBankService())
     ```
 
-    When a run starts, it generates what the user's other sessions left pending (waiting a
-    bounded time), then retrieves once, from the user's message, and adds the memories to every
-    model request of that invocation (after ADK's `PreloadMemoryTool`, whose facts it does not
-    repeat). After each run, it hands the session's new events to the service, whose writer
-    stores them in the session's ingest stream off the turn (it outlives a synchronous
-    `Runner.run`'s loop); their generation waits until the user's next session starts or the
-    session has been idle.
+    When a session's first run starts, it generates what the user's other sessions left pending
+    (waiting a bounded time); each run retrieves once, from the user's message, and adds the
+    memories to every model request of that invocation (after ADK's `PreloadMemoryTool`, whose
+    facts it does not repeat). After each run, it hands the session's new events to the service,
+    whose writer stores them in the session's ingest stream off the turn (it outlives a
+    synchronous `Runner.run`'s loop); their generation waits until the user's next session
+    starts or the session has been idle.
 
     It uses the runner's memory service unless given `service=`. With another service than
     `MemoryBankService` it keeps the first `top_k` results and sends the run's events through
@@ -171,8 +171,16 @@ class MemoryBankPlugin(BasePlugin):
             query = _text_of(invocation_context.user_content) if self._retrieve else ""
             search = None
             if query:
+                session = invocation_context.session
+                # Only a session's first run generates the user's other sessions: its later runs
+                # would find nothing new, and would wait for the store to say so.
+                first_run = not any(
+                    event.author == "user"
+                    and event.invocation_id != invocation_context.invocation_id
+                    for event in session.events
+                )
                 search = asyncio.get_running_loop().create_task(
-                    self._search(service, invocation_context.session, query)
+                    self._search(service, session, query, generate=first_run)
                 )
                 search.add_done_callback(_retrieve_outcome)
             self._invocations[invocation_context.invocation_id] = _Invocation(
@@ -291,14 +299,15 @@ class MemoryBankPlugin(BasePlugin):
             logger.warning(message)
 
     async def _search(
-        self, service: BaseMemoryService, session: Session, query: str
+        self, service: BaseMemoryService, session: Session, query: str, *, generate: bool
     ) -> list[MemoryEntry]:
         app_name, user_id = session.app_name, session.user_id
         if isinstance(service, MemoryBankService):
             try:
-                await service.generate_pending(
-                    app_name=app_name, user_id=user_id, except_session_id=session.id
-                )
+                if generate:
+                    await service.generate_pending(
+                        app_name=app_name, user_id=user_id, except_session_id=session.id
+                    )
             except Exception as error:  # the search may still work
                 logger.warning(
                     "Generating the user's pending memories failed (%s: %s); searching anyway.",

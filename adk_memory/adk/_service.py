@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -502,9 +504,11 @@ class MemoryBankService(BaseMemoryService):
     ) -> SearchMemoryResponse:
         """The `top_k` memories of exactly this app and user nearest to `query`, nearest first.
 
-        First generates what this user's sessions asked to generate now
-        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`
-        unless `wait_for_generation` is False, so the session that just ended is seen. Each
+        First waits for what this user's sessions asked to generate now here
+        (`add_session_to_memory`) and is not generated yet, up to `generation_wait` unless
+        `wait_for_generation` is False, so the session that just ended is seen; not for the
+        searching session's own generation (its events are in its conversation already), when
+        ADK's `ToolContext` (`PreloadMemoryTool`, `load_memory`) tells which session that is. Each
         result is a `MemoryBankEntry` whose `id` is what `delete_memory` takes. An empty query
         finds nothing; a query over 10,000 characters is cut to its last 10,000 (where the
         question usually is); `top_k` above 100 means 100.
@@ -534,7 +538,10 @@ class MemoryBankService(BaseMemoryService):
         if wait_for_generation and self.generation_wait > 0:
             try:
                 await self._await_generation(
-                    scope, except_session_id=None, only_asked=True, wait=self.generation_wait
+                    scope,
+                    except_session_id=_searching_session_id(),
+                    only_asked=True,
+                    wait=self.generation_wait,
                 )
             except StoreUnavailable as error:
                 if not self._breaker.allows():
@@ -972,10 +979,11 @@ class MemoryBankService(BaseMemoryService):
             answers=False,
         )
         if only_asked:
+            own = stream_key(scope, except_session_id) if except_session_id is not None else None
             waited = [
                 task
                 for key, task in list(self._writes.flushes.items())
-                if self._asked.get(key) == scope and not task.done()
+                if self._asked.get(key) == scope and key != own and not task.done()
             ]
         else:
             now, streams = await self._bounded(self._list_streams(scope), what="listing of streams")
@@ -1394,6 +1402,30 @@ async def _probe(ref: weakref.ref[MemoryBankService]) -> None:
         if service is not None and service._breaker.succeeded():
             service._memory_back()
         return
+
+
+_CALLER_FRAMES = 8
+"""How far up the stack `_searching_session_id` looks for ADK's context."""
+
+
+def _searching_session_id() -> str | None:
+    """The session of the ADK invocation that called `search_memory`, if ADK's context says.
+
+    ADK's `BaseMemoryService.search_memory` takes no session, but ADK calls it from its own
+    `Context.search_memory` (`PreloadMemoryTool`, `load_memory`, `tool_context.search_memory`),
+    which holds the invocation. Its session's own generation is not worth waiting for: its
+    events are in the conversation already. Best effort: None when no such caller is found.
+    """
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_CALLER_FRAMES):
+        if frame is None:
+            return None
+        invocation = getattr(frame.f_locals.get("self"), "_invocation_context", None)
+        session_id = getattr(getattr(invocation, "session", None), "id", None)
+        if isinstance(session_id, str):
+            return session_id
+        frame = frame.f_back
+    return None
 
 
 _LIVE: weakref.WeakSet[MemoryBankService] = weakref.WeakSet()

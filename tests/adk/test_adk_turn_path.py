@@ -284,3 +284,36 @@ async def test_an_image_in_a_turn_reaches_generation(store: str, pattern: str) -
     finally:
         await runner.close()
         await service.aclose()
+
+
+# Whose generation a turn waits for
+
+
+async def test_a_warm_turn_skips_waiting_for_its_own_sessions_generation_a_new_session_waits(
+    store: str,
+) -> None:
+    """Callback pattern with a slow memory model: the session's next turn does not wait for the
+    generation its last turn started (those events are in its conversation); the user's next
+    session does, and sees the fact."""
+
+    async def thinking(kind: str) -> None:
+        await asyncio.sleep(1.5)
+
+    memory_model = ScriptedMemoryModel(
+        extract=extract_from_prompt, consolidate=create_every_fact, on_call=thinking
+    )
+    service = MemoryBankService(
+        store, embedding_model="hash-64", generation_model=memory_model, generation_wait=10
+    )
+    model = ScriptedAgentModel()
+    runner = _runner("callback", model, service)
+    try:
+        session, _ = await ask(runner, user_id="u1", text="I love green tea.")
+        started = time.perf_counter()
+        await ask(runner, user_id="u1", text="Anything else?", session_id=session)
+        assert time.perf_counter() - started < 1.5  # no wait for its own generation (3 s)
+        await ask(runner, user_id="u1", text="What do I like?")  # a new session
+        assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+    finally:
+        await runner.close()
+        await service.aclose()
