@@ -937,9 +937,12 @@ class MemoryBankService(BaseMemoryService):
         now = client.engine.context.clock().isoformat()
         return now, await client.engine.ingest.streams(self._bank_id, scope=scope)
 
-    async def _settle(self, scope: dict[str, str]) -> None:
-        """Waits until the events handed over for `scope` are stored (or the store failed)."""
-        while self._handover.holds(scope) and self._breaker.allows():
+    async def _settle(self, scope: dict[str, str], *, except_session_id: str | None = None) -> None:
+        """Waits until the events handed over for `scope` are stored (or the store failed).
+
+        Not for `except_session_id`'s: a session does not wait for its own events.
+        """
+        while self._handover.holds(scope, except_session_id) and self._breaker.allows():
             self._wake_writer()
             await self._handover.wait_settled()
 
@@ -973,7 +976,7 @@ class MemoryBankService(BaseMemoryService):
         holding events, as the store lists them, except `except_session_id`'s.
         """
         await self._bounded(
-            self._settle(scope),
+            self._settle(scope, except_session_id=except_session_id),
             what="write of handed-over events",
             timeout=WRITE_TIMEOUT,
             answers=False,
@@ -1242,9 +1245,13 @@ class _Handover:
             self._taken = {}
         self._notify()
 
-    def holds(self, scope: dict[str, str]) -> bool:
+    def holds(self, scope: dict[str, str], except_session_id: str | None = None) -> bool:
+        """Whether a hand-over of `scope` (not of that session) waits or is being written."""
         with self._lock:
-            return any(h.scope == scope for h in (*self._queued.values(), *self._taken.values()))
+            return any(
+                h.scope == scope and h.stream_id != except_session_id
+                for h in (*self._queued.values(), *self._taken.values())
+            )
 
     async def wait_settled(self) -> None:
         """Waits for the writer's next commit (or failure); on the writes loop."""
