@@ -261,51 +261,13 @@ def users_section(users: int, rounds: int, embedder: str, stores: list[str]) -> 
     return rows
 
 
-# A hung store: a TCP listener that accepts and never answers, then forwards.
-
-
-class _Hangable:
-    """Accepts TCP connections; while `hung`, reads and never answers, else forwards upstream."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.hung = True
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.hung:
-            while await reader.read(65536):
-                pass  # swallowed: the client waits for an answer that never comes
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-            dst.close()
-
-        await asyncio.gather(
-            pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True
-        )
-
-
 async def _hung_setup(pattern: str, redis_url: str, embedder: str) -> dict[str, Any]:
     from adk_memory.adk import MemoryBankService
     from adk_memory.testing.models import ScriptedMemoryModel
+    from adk_memory.testing.proxies import HangingProxy
 
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    proxy = _Hangable(port)
+    proxy = HangingProxy(port)
     await proxy.start()
     model = ScriptedMemoryModel(extract=_extract, consolidate=_create_each_new_fact)
     prefix = f"h{pattern}{os.getpid()}"

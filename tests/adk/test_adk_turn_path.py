@@ -27,6 +27,7 @@ from adk_memory import InvalidArgument
 from adk_memory.adk import MemoryBankPlugin, MemoryBankService
 from adk_memory.testing.agent_models import ScriptedAgentModel
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.proxies import HangingProxy
 
 TEA = "I like green tea."
 BERLIN = "I live in Berlin."
@@ -42,47 +43,9 @@ async def remember_now(callback_context: CallbackContext) -> None:
     await callback_context.add_session_to_memory()
 
 
-class HangingProxy:
-    """A TCP listener in front of Redis: while `hung` it accepts and reads, never answering;
-    healed, it forwards new connections (the hung ones stay hung until their client drops them).
-    """
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream_port = int(upstream.split("//")[1].split("/")[0].rsplit(":", 1)[1])
-        self.hung = True
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.hung:
-            while await reader.read(65536):
-                pass  # swallowed: the client waits for an answer that never comes
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            while data := await source.read(65536):
-                sink.write(data)
-                await sink.drain()
-            sink.close()
-
-        await asyncio.gather(
-            pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True
-        )
-
-
 @pytest.fixture
 async def proxy(redis_url: str) -> AsyncIterator[HangingProxy]:
-    made = HangingProxy(redis_url)
+    made = HangingProxy(int(redis_url.split("//")[1].split("/")[0].rsplit(":", 1)[1]))
     await made.start()
     yield made
     await made.stop()
