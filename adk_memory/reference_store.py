@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Self
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
@@ -211,8 +211,9 @@ class ReferenceMemoryStore(MemoryStore):
             raise InvalidArgument(
                 f"ReferenceMemoryStore takes memory:// URIs, not {parts.scheme!r}."
             )
-        if options:
-            raise InvalidArgument(f"memory:// takes no options; got {sorted(options)}.")
+        given = sorted({*options, *(key for key, _ in parse_qsl(parts.query))})
+        if given:
+            raise InvalidArgument(f"memory:// takes no options; got {given}.")
         return cls(name=(parts.netloc + parts.path).strip("/") or None)
 
     def _bank(self, bank_id: str) -> _Bank:

@@ -24,6 +24,7 @@ __all__ = [
     "container_runtime",
     "default_adk_bank_id",
     "default_embedding_model",
+    "default_search_timeout",
     "default_uri",
     "embedding_batch_size",
     "embedding_batch_window",
@@ -43,6 +44,14 @@ DEFAULT_DATA_DIR = Path.home() / ".adk-memory"
 def default_uri() -> str:
     """`ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`."""
     return os.environ.get("ADK_MEMORY_URI") or f"chroma://{DEFAULT_DATA_DIR}"
+
+
+def default_search_timeout() -> str | None:
+    """`ADK_MEMORY_SEARCH_TIMEOUT`: the ADK service's `search_timeout` in seconds, else None.
+
+    For a loaded machine (a test suite) rather than production: checked as the option is.
+    """
+    return os.environ.get("ADK_MEMORY_SEARCH_TIMEOUT") or None
 
 
 def default_embedding_model() -> str | None:

@@ -17,6 +17,10 @@ schema URL, `error.type` and an ERROR status naming the error's type, never its 
 * `adk_memory.llm`: each model request of generation (`llm_span`); `gen_ai.operation.name`,
   `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` (GenAI
   semantic conventions), `adk_memory.llm.schema`, `adk_memory.llm.attempt`.
+* `adk_memory.breaker.open` / `adk_memory.breaker.close`: the ADK adapter's circuit breaker
+  opened (`error.type`: the failure that opened it) or closed (the store answers again); while
+  it is open, each turn that skips memory adds an event `adk_memory.memory_skipped` to the
+  current span.
 
 Memories are personal data: no attribute ever holds a fact, a query, a prompt, a scope value, a
 metadata value or an error message; only names of banks, counts, model names and types.
@@ -60,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BANK",
+    "MEMORY_SKIPPED",
     "OPERATION",
     "RESULTS",
     "TRACER_NAME",
@@ -67,6 +72,8 @@ __all__ = [
     "TracingStore",
     "instrument_engine_context",
     "llm_span",
+    "note_memory_skipped",
+    "record_breaker",
     "record_embedding_batch",
     "record_llm_usage",
     "trace_store",
@@ -556,3 +563,23 @@ def record_llm_usage(span: Span, *, input_tokens: int, output_tokens: int) -> No
     """Sets the GenAI semantic-convention token counts on an `llm_span`."""
     span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
     span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+
+
+# The ADK adapter's circuit breaker
+
+MEMORY_SKIPPED = f"{TRACER_NAME}.memory_skipped"
+"""The event added to the current span (ADK's tool or invocation span) when a turn skips memory
+because the breaker is open; `adk_memory.turn.step` says what was skipped."""
+
+
+def record_breaker(*, opened: bool, cause: str) -> None:
+    """A span `adk_memory.breaker.open` (with `error.type`: the failure) or `.close`."""
+    name = f"{TRACER_NAME}.breaker.{'open' if opened else 'close'}"
+    with _tracer().start_as_current_span(name, record_exception=False) as span:
+        if opened:
+            span.set_attribute("error.type", cause)
+
+
+def note_memory_skipped(step: str) -> None:
+    """Marks the current span: this turn's `step` (search, generation) skipped memory."""
+    trace.get_current_span().add_event(MEMORY_SKIPPED, {"adk_memory.turn.step": step})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("adk-memory")
+
+# The ADK service's store deadline (2 s) is for production turns; on a shared, loaded CI machine
+# a healthy store can take longer, which would skip memory for a turn. Tests of the deadline
+# pass `search_timeout=` themselves.
+os.environ.setdefault("ADK_MEMORY_SEARCH_TIMEOUT", "10")
 
 
 @pytest.fixture

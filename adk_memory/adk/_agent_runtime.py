@@ -70,5 +70,5 @@ def memory_service_builder(uri: str | None = None, **options: Any) -> MemoryServ
     Raises:
         InvalidArgument: The options are not valid for `MemoryBankService`.
     """
-    MemoryBankService(uri, **options)  # validate now (no I/O), not on the first query
+    MemoryBankService.check(uri, **options)  # validate now (no I/O), not on the first query
     return MemoryServiceBuilder(uri=uri, options=dict(options))

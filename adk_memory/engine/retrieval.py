@@ -39,14 +39,14 @@ from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_sc
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
 from adk_memory.vectors import exact_distances
 
-__all__ = ["DEFAULT_TOP_K", "MAX_TOP_K", "Retrieval", "Retrieved"]
+__all__ = ["DEFAULT_TOP_K", "MAX_SEARCH_QUERY", "MAX_TOP_K", "Retrieval", "Retrieved"]
 
 DEFAULT_TOP_K = 3
 MAX_TOP_K = 100
 DEFAULT_PAGE_SIZE = 3
 RETRIEVE_ALL_LIMIT = 100
 MAX_SCAN = 1_000_000
-_MAX_SEARCH_QUERY = 10_000
+MAX_SEARCH_QUERY = 10_000
 _NL_TYPES = {"NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
 _RETRIEVE_ORDER = (SortKey("update_time", descending=True),)
 _LEXICAL_CACHE = LexicalCache()
@@ -522,9 +522,9 @@ def _search_query(text: str | None) -> str:
             "similarity_search_params.search_query must be a non-empty string.",
             field="similarity_search_params.search_query",
         )
-    if len(text) > _MAX_SEARCH_QUERY:
+    if len(text) > MAX_SEARCH_QUERY:
         raise InvalidArgument(
-            f"similarity_search_params.search_query is limited to {_MAX_SEARCH_QUERY} characters.",
+            f"similarity_search_params.search_query is limited to {MAX_SEARCH_QUERY} characters.",
             field="similarity_search_params.search_query",
         )
     return text

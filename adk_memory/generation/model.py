@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "CallStats",
     "ModelAnswerRejected",
+    "accepts_attachments",
     "call_structured",
     "check_model_name",
     "resolve_model",
@@ -78,6 +79,20 @@ def resolve_model(model: Any) -> Any:
         return LLMRegistry.new_llm(name)
     except (ValueError, ImportError) as exc:
         raise FailedPrecondition(_no_backend(name, exc), field="generation_config.model") from None
+
+
+def accepts_attachments(llm: Any) -> bool:
+    """Whether a generation model reads image, audio and file parts (not only text).
+
+    A model may say so itself (an `accepts_attachments` attribute, as `ScriptedMemoryModel`
+    has); otherwise ADK's Gemini models do, and other models are sent text only.
+    """
+    declared = getattr(llm, "accepts_attachments", None)
+    if isinstance(declared, bool):
+        return declared
+    from google.adk.models import Gemini
+
+    return isinstance(llm, Gemini)
 
 
 def check_model_name(name: str) -> None:

@@ -56,12 +56,14 @@ ELSEWHERE = {
     "test_the_readme_key_file_confines_each_user_over_rest",
     ("README.md", '"mcpServers"'): "tests/mcp_tools/test_mcp_readme.py::"
     "test_the_claude_desktop_configuration_serves_memories_on_stdio",
-    ("README.md", "--transport http --bank"): "tests/mcp_tools/test_mcp_readme.py::"
+    ("README.md", "--scope app_name=ide --keys"): "tests/mcp_tools/test_mcp_readme.py::"
     "test_the_ide_configuration_reaches_only_the_users_memories",
+    ("README.md", "--scope app_name=assistant --keys"): "tests/mcp_tools/test_mcp_readme.py::"
+    "test_adks_mcp_toolset_from_the_readme_keeps_each_adk_user_in_their_scope",
     ("README.md", '"inputs"'): "tests/mcp_tools/test_mcp_readme.py::"
     "test_the_ide_configuration_reaches_only_the_users_memories",
     ("README.md", "McpToolset("): "tests/mcp_tools/test_mcp_readme.py::"
-    "test_adks_mcp_toolset_from_the_readme_stores_and_recalls",
+    "test_adks_mcp_toolset_from_the_readme_keeps_each_adk_user_in_their_scope",
 }
 # Blocks run in this file: the text that identifies each, and its test.
 HERE = {
