@@ -11,9 +11,9 @@ The default model runs on ONNX Runtime (`adk_memory.minilm_onnx`, no torch); sen
               processes each, medians reported;
 * `cli`       `adk-memory memories retrieve -q TEXT` end to end, a fresh process each time, on an
               embedded Chroma store of 200 memories; 3 runs per runtime, taking turns;
-* `query`     `embed_query` of new texts in one process (no cache hit), the runtimes interleaved
-              text by text: p50 / p99 and CPU time; ONNX also with 1 thread (the default uses every
-              core, at most 4: 2 here);
+* `query`     `embed_query` of new texts (no cache hit), each runtime in processes of its own,
+              taking turns in chunks of 50: p50 / p99 and CPU time; ONNX also with 1 thread (the
+              default uses every core, at most 4: 2 here);
 * `batch`     `embed_documents` of 512 LoCoMo turns in one call: texts per second;
 * `export`    seconds to export the ONNX file into an empty cache (what the first run on a new
               machine pays, or `./run` at install) and the file's size;
@@ -208,45 +208,64 @@ def _cli(tmp: str, log: Any) -> dict[str, Any]:
     return out
 
 
-def _query(log: Any) -> dict[str, Any]:
+_QUERY = r"""
+import asyncio, json, sys, time
+sys.path.insert(0, sys.argv[4])
+from benchmarks.embedding import query_series
+print(json.dumps(asyncio.run(query_series(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))))
+"""
+QUERY_CHUNKS = 4
+QUERIES_PER_CHUNK = 50
+
+
+async def query_series(system: str, chunk: int, count: int) -> dict[str, list[float]]:
+    """In a child process: `count` new queries on one system, wall and CPU ms each."""
     from adk_memory import minilm_onnx
     from adk_memory.embeddings import LocalEmbedder, MultilingualE5Embedder, packaged_model_dir
 
-    embedders: dict[str, Any] = {r: LocalEmbedder(runtime=r) for r in RUNTIMES}  # type: ignore[arg-type]
-    embedders[E5] = MultilingualE5Embedder()
-    for embedder in embedders.values():
-        asyncio.run(embedder.embed_query("warm up"))
-    one_thread = minilm_onnx.load(packaged_model_dir())
-    one_thread.session = _session(minilm_onnx, packaged_model_dir(), threads=1)
-    one_thread.encode(["warm up"])
-    series: dict[str, list[float]] = {
-        "onnx": [],
-        "sentence-transformers": [],
-        "onnx, 1 thread": [],
-        E5: [],
-    }
-    # CPU time of the whole process (every onnxruntime and torch thread): on shared cores it
-    # moves much less than the wall clock.
-    cpu: dict[str, list[float]] = {name: [] for name in series}
+    if system == "onnx, 1 thread":
+        model = minilm_onnx.load(packaged_model_dir())
+        model.session = _session(minilm_onnx, packaged_model_dir(), threads=1)
 
-    async def measure() -> None:
-        for i in range(200):
-            text = f"what did I tell you about my trip to place number {i}?"
-            for runtime, embedder in embedders.items():
-                started = time.process_time()
-                with Timer() as t:
-                    await embedder.embed_query(f"{text} ({runtime})")
-                cpu[runtime].append((time.process_time() - started) * 1000)
-                series[runtime].append(t.ms)
-            started = time.process_time()
-            with Timer() as t:
-                one_thread.encode([f"{text} (one thread)"])
-            cpu["onnx, 1 thread"].append((time.process_time() - started) * 1000)
-            series["onnx, 1 thread"].append(t.ms)
+        async def embed(text: str) -> Any:
+            return model.encode([text])
+    else:
+        embedder: Any = MultilingualE5Embedder() if system == E5 else LocalEmbedder(runtime=system)  # type: ignore[arg-type]
+        embed = embedder.embed_query
+    await embed("warm up")
+    wall: list[float] = []
+    cpu: list[float] = []
+    for i in range(chunk * count, (chunk + 1) * count):
+        started = time.process_time()
+        with Timer() as t:
+            await embed(f"what did I tell you about my trip to place number {i}?")
+        cpu.append((time.process_time() - started) * 1000)
+        wall.append(t.ms)
+    return {"wall": wall, "cpu": cpu}
 
-    asyncio.run(measure())
+
+def _query(log: Any) -> dict[str, Any]:
+    # Each system in processes of its own (as in use: a process runs one runtime), taking turns
+    # chunk by chunk so that all see the same load. In one process torch's idle OpenMP threads
+    # and the other runtime's caches slowed whichever ran next (6.7 ms against 3.3 ms alone).
+    systems = ("onnx", "sentence-transformers", "onnx, 1 thread", E5)
+    series: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in systems}
+    for chunk in range(QUERY_CHUNKS):
+        for system in systems:
+            done = subprocess.run(
+                [sys.executable, "-c", _QUERY, system, str(chunk), str(QUERIES_PER_CHUNK)]
+                + [str(HERE.parent)],
+                capture_output=True,
+                text=True,
+                env=_env("auto" if system == E5 else system.split(",")[0]),
+                timeout=600,
+                check=True,
+            )
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            series[system]["wall"] += row["wall"]
+            series[system]["cpu"] += row["cpu"]
     out = {
-        name: summary(ms) | {"cpu_p50_ms": round(statistics.median(cpu[name]), 2)}
+        name: summary(ms["wall"]) | {"cpu_p50_ms": round(statistics.median(ms["cpu"]), 2)}
         for name, ms in series.items()
     }
     for name, row in out.items():
