@@ -46,6 +46,7 @@ from typing import Protocol
 from adk_memory import telemetry
 from adk_memory.embeddings import (
     Embedder,
+    EmbedderWrapper,
     GeminiEmbedder,
     HashEmbedder,
     LocalEmbedder,
@@ -125,9 +126,10 @@ class _Call:
         self.waiter.set_result(vectors)
 
 
-class BatchingEmbedder(_CachingEmbedder):
+class BatchingEmbedder(EmbedderWrapper, _CachingEmbedder):
     """An `Embedder` that embeds the texts of concurrent calls to one model in one model call.
 
+    Model, dimension and any other attribute are the wrapped embedder's (`EmbedderWrapper`).
     Input checks and the query cache are `_CachingEmbedder`'s, as for every embedder; what they
     let through goes to the worker thread, which calls the wrapped embedder's `_embed` with the
     texts of every caller waiting (see the module docstring). A call of more than `max_batch`
@@ -136,6 +138,8 @@ class BatchingEmbedder(_CachingEmbedder):
     The vectors are the wrapped embedder's, up to the float rounding of a different batch
     (sentence-transformers pads a batch to its longest text: components differ by < 1e-6).
     """
+
+    inner: _Batchable
 
     def __init__(
         self,
@@ -163,8 +167,7 @@ class BatchingEmbedder(_CachingEmbedder):
                 f"and {window}.",
                 field="max_batch" if max_batch < 1 else "window",
             )
-        super().__init__()
-        self.inner = inner
+        super().__init__(inner)
         self.query_as_document = query_as_document
         self.max_batch = max_batch
         self.window = window
@@ -179,16 +182,6 @@ class BatchingEmbedder(_CachingEmbedder):
         self._running: dict[tuple[bool, str], _Text] = {}
         self._worker: threading.Thread | None = None
         self._closing = False
-
-    @property
-    def model(self) -> str:
-        """The wrapped embedder's model name."""
-        return self.inner.model
-
-    @property
-    def dimension(self) -> int:
-        """The wrapped embedder's vector length."""
-        return self.inner.dimension
 
     async def _embed(self, texts: list[str], *, query: bool) -> list[Vector]:
         if len(texts) > self.max_batch:

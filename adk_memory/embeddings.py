@@ -1202,8 +1202,9 @@ class EmbedderWrapper:
     """
 
     def __init__(self, inner: Embedder) -> None:
-        """Wraps `inner`."""
+        """Wraps `inner` (and initialises the next class of a subclass's bases, if any)."""
         self.inner = inner
+        super().__init__()
 
     @property
     def model(self) -> str:

@@ -340,8 +340,18 @@ def checked_stream(key: object, body: object, *, where: str) -> dict[str, Any]:
     return stream
 
 
-def _checked_generate_config(config: types.GenerateMemoriesConfig, *, field: str) -> dict[str, Any]:
-    """The generate settings a stream keeps, as JSON, checked as a flush will use them."""
+def _checked_generate_config(
+    config: types.GenerateMemoriesConfig | types.IngestEventsConfig, *, field: str
+) -> dict[str, Any]:
+    """The generate settings a stream keeps, as JSON, checked as a flush will use them.
+
+    The one check of a stream's settings, for a request (`ingest`, `ingest_many`) as for an
+    imported stream: metadata, and `revision_ttl` / `revision_expire_time` (a duration within
+    bounds, a time within bounds, not both).
+
+    Raises:
+        InvalidArgument: A setting a flush could not use, naming it under `field`.
+    """
     metadata_from_request(config.metadata, field=f"{field}.metadata")
     revision_expiry(
         now=_IMMEDIATELY,
@@ -430,19 +440,18 @@ class IngestOps:
         config: types.IngestEventsConfig,
     ) -> tuple[str, str, bool]:
         """Buffers the events; returns (stream key, operation path, whether it is due now)."""
-        checked_scope = validate_scope(scope)
-        _check_stream_id(stream_id)
-        events = _events_of(source)
-        trigger = _trigger_of(trigger_config)
+        request = _CheckedRequest.of(
+            IngestRequest(scope, stream_id, source, trigger_config, config)
+        )
+        key = request.key
         bank = await self._context.load_bank(bank_id)
-        key = stream_key(checked_scope, stream_id)
         now = self._context.clock()
         async with self._context.store.lock_provider().lock(f"stream:{bank_id}:{key}"):
             stream = dict(
                 await self._context.store.get_document(bank_id, STREAM_KIND, key)
-                or _new_stream(checked_scope, stream_id, now)
+                or _new_stream(request.scope, request.stream_id, now)
             )
-            fresh = _add_events(stream, events, trigger=trigger, config=config, now=now)
+            fresh = _add_events(stream, request, now=now)
             operation_path = f"operations/{secrets.token_hex(8)}"
             waiting = bool(stream["pending"])
             if waiting:
@@ -479,23 +488,18 @@ class IngestOps:
         """
         now = self._context.clock()
         results: list[IngestResult | AdkMemoryError] = []
-        checked: list[tuple[int, str, dict[str, str], str, list[dict[str, Any]], Any, Any]] = []
+        checked: list[_CheckedRequest] = []
         for index, request in enumerate(requests):
             try:
-                scope = validate_scope(request.scope)
-                _check_stream_id(request.stream_id)
-                events = _events_of(request.source)
-                trigger = _trigger_of(request.trigger_config)
+                checked.append(_CheckedRequest.of(request, index=index))
             except AdkMemoryError as error:
                 results.append(error)
                 continue
-            key = stream_key(scope, request.stream_id)
-            checked.append((index, key, scope, request.stream_id, events, trigger, request.config))
-            results.append(IngestResult(key, False))
+            results.append(IngestResult(checked[-1].key, False))
         if not checked:
             return results
         bank = await self._context.load_bank(bank_id)
-        keys = sorted({key for _, key, *_ in checked})
+        keys = sorted({one.key for one in checked})
         locks = self._context.store.lock_provider()
         async with contextlib.AsyncExitStack() as held:
             for key in keys:  # in key order: two group commits never wait on each other
@@ -504,18 +508,18 @@ class IngestOps:
                 *(self._context.store.get_document(bank_id, STREAM_KIND, key) for key in keys)
             )
             streams: dict[str, dict[str, Any]] = {}
-            for index, key, scope, stream_id, events, trigger, config in checked:
-                stored = streams.get(key) or dict(
-                    found[keys.index(key)] or _new_stream(scope, stream_id, now)
+            for one in checked:
+                stored = streams.get(one.key) or dict(
+                    found[keys.index(one.key)] or _new_stream(one.scope, one.stream_id, now)
                 )
                 candidate = copy.deepcopy(stored)
                 try:
-                    _add_events(candidate, events, trigger=trigger, config=config, now=now)
+                    _add_events(candidate, one, now=now)
                 except AdkMemoryError as error:
-                    results[index] = error
-                    streams.setdefault(key, stored)
+                    results[one.index] = error
+                    streams.setdefault(one.key, stored)
                     continue
-                streams[key] = candidate
+                streams[one.key] = candidate
             documents = tuple(
                 stream_document(key, stream, bank.config) for key, stream in streams.items()
             )
@@ -779,6 +783,42 @@ class IngestRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class _CheckedRequest:
+    """An `IngestRequest` whose arguments passed every check, ready for its stream."""
+
+    index: int
+    """Its place among the requests of `ingest_many`."""
+    key: str
+    scope: dict[str, str]
+    stream_id: str
+    events: list[dict[str, Any]]
+    trigger: types.MemoryGenerationTriggerConfig | None
+    settings: dict[str, Any]
+    """The generate settings the stream keeps (`_checked_generate_config`)."""
+    force_flush: bool
+
+    @classmethod
+    def of(cls, request: IngestRequest, *, index: int = 0) -> _CheckedRequest:
+        """Checks `request` as `ingest` checks its arguments.
+
+        Raises:
+            InvalidArgument: An argument is malformed (it is named).
+        """
+        scope = validate_scope(request.scope)
+        _check_stream_id(request.stream_id)
+        return cls(
+            index=index,
+            key=stream_key(scope, request.stream_id),
+            scope=scope,
+            stream_id=request.stream_id,
+            events=_events_of(request.source),
+            trigger=_trigger_of(request.trigger_config),
+            settings=_checked_generate_config(request.config, field="config"),
+            force_flush=bool(request.config.force_flush),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class IngestResult:
     """What one request of `ingest_many` did: its stream, and whether that is due now."""
 
@@ -815,22 +855,17 @@ def _new_stream(scope: dict[str, str], stream_id: str, now: datetime) -> dict[st
     }
 
 
-def _add_events(
-    stream: dict[str, Any],
-    events: Sequence[dict[str, Any]],
-    *,
-    trigger: types.MemoryGenerationTriggerConfig | None,
-    config: types.IngestEventsConfig,
-    now: datetime,
-) -> int:
-    """Adds the events not seen before to a stream (in place); returns how many were new.
+def _add_events(stream: dict[str, Any], request: _CheckedRequest, *, now: datetime) -> int:
+    """Adds the request's events not seen before to a stream (in place); returns how many.
+
+    The stream takes the request's trigger (if any), generate settings and `force_flush`.
 
     Raises:
         InvalidArgument: The stream would hold more than `MAX_PENDING_EVENTS` events.
     """
     seen = set(stream["seen_ids"])
     fresh = []
-    for event in events:
+    for event in request.events:
         if event["event_id"] and event["event_id"] in seen:
             continue
         if event["event_id"]:
@@ -847,12 +882,10 @@ def _add_events(
     stream["pending"] = sorted([*stream["pending"], *fresh], key=lambda event: event["event_time"])
     if fresh:
         stream["last_event_at"] = now.isoformat()
-    if trigger is not None:
-        stream["trigger"] = trigger.model_dump(mode="json", exclude_none=True)
-    stream["config"] = config.model_dump(
-        mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
-    )
-    stream["force"] = bool(stream.get("force")) or bool(config.force_flush)
+    if request.trigger is not None:
+        stream["trigger"] = request.trigger.model_dump(mode="json", exclude_none=True)
+    stream["config"] = dict(request.settings)
+    stream["force"] = bool(stream.get("force")) or request.force_flush
     stream["failures"] = 0
     stream.pop("retry_after", None)
     return len(fresh)

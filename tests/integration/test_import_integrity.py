@@ -32,6 +32,7 @@ from adk_memory.engine.reembed import reembed
 from adk_memory.scope import scope_key
 from adk_memory.store import ScanQuery, WriteBatch, set_aside_batches
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.rich_bank import PROFILE_SCHEMA_ID, seed_rich_bank
 from adk_memory.transfer import export_bank, import_bank, vector_digest, vector_to_text
 
 ALICE = {"user_id": "alice"}
@@ -458,21 +459,6 @@ def hash_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # Crafted files: every field of every line kind
 
-PROFILE_CONFIG = {
-    "similarity_search_config": {"embedding_model": MODEL},
-    "ttl_config": {"memory_revision_default_ttl": "864000s"},
-    "structured_memory_configs": [
-        {
-            "scope_keys": ["user_id"],
-            "schema_configs": [
-                {
-                    "id": "user-profile",
-                    "schema": {"type": "OBJECT", "properties": {"city": {"type": "STRING"}}},
-                }
-            ],
-        }
-    ],
-}
 HOSTILE: list[Any] = [
     None,
     True,
@@ -502,76 +488,23 @@ HOSTILE: list[Any] = [
 
 
 async def rich_export() -> list[dict[str, Any]]:
-    """An export holding every line kind and field: topics, metadata, names, TTLs, a profile,
-    revisions of a live and of a deleted memory, a pending ingest stream with a trigger and
-    generate settings."""
+    """An export holding every line kind and field: the rich bank (topics, metadata, names,
+    TTLs, revisions of live and of deleted memories, a pending ingest stream with a trigger and
+    generate settings) and a profile."""
     model = ScriptedMemoryModel()
-    model.extractions.append(
-        {
-            "memories": [{"fact": "I live in Lisbon.", "topics": ["USER_PERSONAL_INFO"]}],
-            "profiles": {"user-profile": {"city": "Lisbon"}},
-        }
-    )
-    model.consolidations.append({"actions": [{"fact_index": 0, "action": "CREATE"}]})
     async with AsyncClient("memory://", generation_model=model, run_scheduler=False) as source:
-        made = await source.memory_banks.create(
-            memory_bank_id="rich",
-            managed_semantic_memory_config=PROFILE_CONFIG,
-            config={"display_name": "Rich", "description": "every field"},
+        name = await seed_rich_bank(source, model, "rich")
+        model.extractions.append(
+            {"memories": [], "profiles": {PROFILE_SCHEMA_ID: {"city": "Lisbon"}}}
         )
-        memories = source.memory_banks.memories
-        await memories.create(
-            name=made.name,
-            fact="I like green tea.",
-            scope=ALICE,
-            config={
-                "memory_id": "tea",
-                "topics": [
-                    {"managed_memory_topic": "USER_PREFERENCES"},
-                    {"custom_memory_topic_label": "drinks"},
-                ],
-                "metadata": {
-                    "source": {"string_value": "chat"},
-                    "score": {"double_value": 0.25},
-                    "verified": {"bool_value": True},
-                    "seen": {"timestamp_value": "2024-05-01T12:30:00Z"},
-                },
-                "display_name": "Tea",
-                "description": "a drink",
-                "ttl": "86400s",
-            },
-        )
-        await memories.update(name=f"{made.name}/memories/tea", fact="I like black tea.")
-        await memories.create(
-            name=made.name, fact="I drive a car.", scope=BOB, config={"memory_id": "car"}
-        )
-        await memories.delete(name=f"{made.name}/memories/car")
-        await memories.generate(
-            name=made.name,
+        await source.memory_banks.memories.generate(
+            name=name,
             scope=ALICE,
             direct_contents_source={
                 "events": [{"content": {"role": "user", "parts": [{"text": "Lisbon"}]}}]
             },
-            config={"revision_labels": {"source": "chat"}},
         )
-        await source.memory_banks.ingest_events(
-            name=made.name,
-            scope=BOB,
-            stream_id="chat",
-            direct_contents_source={
-                "events": [
-                    {
-                        "content": {"role": "user", "parts": [{"text": "I like jazz."}]},
-                        "event_id": "e1",
-                    }
-                ]
-            },
-            generation_trigger_config={
-                "generation_rule": {"event_count": 50, "idle_duration": "3600s"}
-            },
-            config={"revision_labels": {"source": "stream"}, "revision_ttl": "3600s"},
-        )
-        lines = await exported(source, made.name)
+        lines = await exported(source, name)
     kinds = {line["kind"] for line in lines}
     assert kinds == {"export", "bank", "memory", "revision", "document", "end"}, kinds
     assert any(line.get("memory_type") == "STRUCTURED_PROFILE" for line in lines)

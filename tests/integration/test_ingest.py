@@ -254,6 +254,81 @@ def test_ingest_validates_its_input(client: Client, bank: str) -> None:
     )
 
 
+WAIT_FOR_MORE = {"generation_rule": {"event_count": 50}}
+BAD_GENERATE_SETTINGS = [
+    ({"revision_ttl": "soon"}, "config.revision_ttl", "a duration in seconds such as '86400s'"),
+    ({"revision_ttl": "-5s"}, "config.revision_ttl", "a duration in seconds such as '86400s'"),
+    ({"revision_ttl": "99999999999999s"}, "config.revision_ttl", r"at most 3155760000s"),
+    (
+        {"revision_ttl": "60s", "revision_expire_time": "2030-01-01T00:00:00Z"},
+        "config.revision_ttl",
+        "sets both revision_ttl and revision_expire_time; set one",
+    ),
+    ({"metadata": {"k": {}}}, "config.metadata.k", "must set exactly one of string_value"),
+]
+
+
+@pytest.mark.parametrize("store_uri", ["memory"], indirect=True)
+@pytest.mark.parametrize(
+    ("settings", "field", "message"),
+    BAD_GENERATE_SETTINGS,
+    ids=[f"{field}={settings}" for settings, field, _ in BAD_GENERATE_SETTINGS],
+)
+async def test_ingest_refuses_generate_settings_no_flush_could_use_and_stores_nothing(
+    uri: str, settings: dict[str, Any], field: str, message: str
+) -> None:
+    """A stream keeps its request's generate settings for a flush to come: both ingest paths
+    (the API's and the ADK writer's `ingest_many`) check them as an import checks a stream's,
+    naming the field, before anything is written."""
+    from adk_memory import AsyncClient, InvalidArgument
+    from adk_memory.engine.ingest import IngestRequest
+
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+        bank = (await client.memory_banks.create()).name
+        bank_id = bank.rsplit("/", 1)[1]
+        source = {"events": [event("I like tea.")]}
+        with pytest.raises(InvalidArgument, match=message) as refused:
+            await client.memory_banks.ingest_events(
+                name=bank,
+                scope=SCOPE,
+                stream_id="s",
+                direct_contents_source=source,
+                generation_trigger_config=WAIT_FOR_MORE,
+                config=settings,
+            )
+        assert refused.value.field == field
+        config = types.IngestEventsConfig.model_validate(settings)
+        [result] = await client.engine.ingest.ingest_many(
+            bank_id, [IngestRequest(SCOPE, "s", source, WAIT_FOR_MORE, config)]
+        )
+        assert isinstance(result, InvalidArgument) and result.field == field
+        assert await client.engine.store.list_documents(bank_id, "stream") == []
+
+
+def test_a_streams_generate_settings_reach_the_revisions_its_flush_writes(
+    client: Client, bank: str, model: ScriptedMemoryModel
+) -> None:
+    extracting(model, "I like tea.")
+    before = time.time()
+    operation = client.memory_banks.ingest_events(
+        name=bank,
+        scope=SCOPE,
+        direct_contents_source={"events": [event("I like tea")]},
+        config={
+            "wait_for_completion": True,
+            "revision_ttl": "3600s",
+            "revision_labels": {"source": "stream"},
+            "metadata": {"channel": {"string_value": "chat"}},
+        },
+    )
+    assert operation.done
+    [hit] = client.memory_banks.memories.retrieve(name=bank, scope=SCOPE)
+    assert hit.memory.metadata["channel"].string_value == "chat"
+    [revision] = client.memory_banks.memories.revisions.list(name=hit.memory.name)
+    assert revision.labels == {"source": "stream"}
+    assert before + 3600 <= revision.expire_time.timestamp() <= time.time() + 3600
+
+
 def test_the_scheduler_sweeps_expired_memories(uri: str) -> None:
     from adk_memory import AsyncClient
     from adk_memory.scheduler import IngestScheduler

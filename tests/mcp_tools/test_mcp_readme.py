@@ -31,6 +31,7 @@ import yaml  # type: ignore[import-untyped]
 from mcp import Client, StdioServerParameters
 from mcp.client import stdio
 from mcp.client.streamable_http import streamable_http_client
+from mcp_support import free_port
 
 from adk_memory import AsyncClient
 from adk_memory.server import ApiKeys, create_app
@@ -237,18 +238,11 @@ def test_a_user_token_is_reused_until_near_its_expiry_and_names_the_user() -> No
         user_token_headers("short")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def readme_http_server(home: Path, after: str) -> Iterator[tuple[int, ApiKeys, dict[str, Any]]]:
     """The README's `adk-memory mcp --transport http …` command after `after`, with its keys."""
     path, keys, entries = readme_keys(home)
-    port = _free_port()
+    port = free_port()
     words = shlex.split(block(after, "bash"))
     assert words[:2] == ["adk-memory", "mcp"]
     words = [str(path) if w == "keys.yaml" else str(port) if w == "8765" else w for w in words]

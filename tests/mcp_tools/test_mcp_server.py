@@ -4,22 +4,15 @@ argument, memory id or key reaches another scope."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
 import pytest
-import uvicorn
-from joserfc import jwt
-from joserfc.jwk import OctKey
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from mcp_support import ToolFailed, call, hs256_token, http_session, post_tools_list, served
 
 from adk_memory import AsyncClient
 from adk_memory.server import ApiKey, ApiKeys
@@ -71,26 +64,6 @@ TOOLS = {
 }
 
 
-def token(subject: str) -> str:
-    claims = {"sub": subject, "exp": int(time.time()) + 3600}
-    return jwt.encode({"alg": "HS256"}, claims, OctKey.import_key(TOKEN_SECRET))
-
-
-class ToolFailed(Exception):
-    """A tool answered with isError."""
-
-
-async def call(session: Client, tool: str, **arguments: Any) -> Any:
-    """The structured result of a tool (a list result unwrapped), or ToolFailed."""
-    result = await session.call_tool(tool, arguments)
-    if result.is_error:
-        raise ToolFailed(" ".join(getattr(block, "text", "") for block in result.content))
-    content = result.structured_content
-    if isinstance(content, dict) and set(content) == {"result"}:
-        return content["result"]
-    return content
-
-
 @dataclass
 class World:
     """A server over one store, holding BOB_SECRET in bob's scope; `connect` opens a session."""
@@ -109,9 +82,8 @@ class World:
             return
         assert self.url is not None
         default = {"x-goog-api-key": ALICE_KEY}
-        async with httpx2.AsyncClient(headers=default if headers is None else headers) as http:
-            async with Client(streamable_http_client(self.url, http_client=http)) as session:
-                yield session
+        async with http_session(self.url, default if headers is None else headers) as session:
+            yield session
 
     async def bob_state(self) -> str:
         memories = self.client.memory_banks.memories
@@ -122,13 +94,6 @@ class World:
             r.model_dump(mode="json") for r in revisions
         ]
         return json.dumps(dumped, sort_keys=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(params=["inproc", "http"])
@@ -150,19 +115,8 @@ async def world(request: pytest.FixtureRequest, store_uri: str) -> AsyncIterator
             yield World(client, "inproc", None, server, bob_id)
             return
         server = await create_mcp_server(client, McpBinding(BANK, {"app_name": "notes"}, KEYS))
-        port = _free_port()
-        config = uvicorn.Config(
-            mcp_http_app(server, KEYS), host="127.0.0.1", port=port, log_level="warning"
-        )
-        running = uvicorn.Server(config)
-        task = asyncio.create_task(running.serve())
-        while not running.started:
-            await asyncio.sleep(0.01)
-        try:
-            yield World(client, "http", f"http://127.0.0.1:{port}/mcp", server, bob_id)
-        finally:
-            running.should_exit = True
-            await task
+        async with served(mcp_http_app(server, KEYS)) as base_url:
+            yield World(client, "http", f"{base_url}/mcp", server, bob_id)
 
 
 BACKENDS = pytest.mark.parametrize("store_uri", ["chroma", "redis"], indirect=True)
@@ -262,10 +216,14 @@ async def test_no_argument_reaches_another_scope(world: World) -> None:
 @pytest.mark.parametrize("store_uri", ["redis"], indirect=True)
 @pytest.mark.parametrize("world", ["http"], indirect=True)
 async def test_over_http_the_key_decides_the_scope(world: World) -> None:
-    async with world.connect({"authorization": f"Bearer {token('bob')}"}) as session:
+    async with world.connect(
+        {"authorization": f"Bearer {hs256_token('bob', TOKEN_SECRET)}"}
+    ) as session:
         hits = await call(session, "retrieve_memories", query="secret")
         assert [h["memory_id"] for h in hits] == [world.bob_id]
-    async with world.connect({"authorization": f"Bearer {token('carol')}"}) as session:
+    async with world.connect(
+        {"authorization": f"Bearer {hs256_token('carol', TOKEN_SECRET)}"}
+    ) as session:
         await call(session, "create_memory", fact="carol's note")
         assert [h["fact"] for h in await call(session, "retrieve_memories", query="x")] == [
             "carol's note"
@@ -284,11 +242,6 @@ async def test_over_http_the_key_decides_the_scope(world: World) -> None:
         {"x-goog-api-key": "wrong-key-0123456789"},
         {"authorization": "Bearer x.y.z"},
     ):
-        async with httpx2.AsyncClient(headers=headers) as http:
-            answer = await http.post(
-                world.url or "",
-                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                headers={"accept": "application/json, text/event-stream"},
-            )
-            assert answer.status_code == 401, answer.text
-            assert BOB_SECRET not in answer.text
+        answer = await post_tools_list(world.url or "", headers)
+        assert answer.status_code == 401, answer.text
+        assert BOB_SECRET not in answer.text

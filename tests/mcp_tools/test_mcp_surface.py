@@ -7,8 +7,6 @@ missing, wrong or expired key and 403 for a key that may do nothing on the bank,
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,10 +14,8 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-import uvicorn
-from joserfc import jwt
-from joserfc.jwk import OctKey
 from mcp import Client
+from mcp_support import ToolFailed, call, hs256_token, http_session, post_tools_list, served
 
 import adk_memory
 from adk_memory import AsyncClient
@@ -61,20 +57,6 @@ ANNOTATIONS = {
     "remember_conversation": CHANGE,
     "delete_memory": DELETE,
 }
-
-
-class ToolFailed(Exception):
-    """A tool answered with isError; the text the model reads."""
-
-
-async def call(session: Client, tool: str, **arguments: Any) -> Any:
-    result = await session.call_tool(tool, arguments)
-    if result.is_error:
-        raise ToolFailed(" ".join(getattr(block, "text", "") for block in result.content))
-    content = result.structured_content
-    if isinstance(content, dict) and set(content) == {"result"}:
-        return content["result"]
-    return content
 
 
 async def failure(session: Client, tool: str, **arguments: Any) -> str:
@@ -280,41 +262,11 @@ async def test_failures_read_in_the_tools_terms(server: Any) -> None:
 # Over streamable HTTP
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _token(subject: str, expires_in: int, *, secret: str = SECRET) -> str:
-    claims = {"sub": subject, "exp": int(time.time()) + expires_in}
-    return jwt.encode({"alg": "HS256"}, claims, OctKey.import_key(secret))
-
-
 @pytest.fixture
 async def base_url(client: AsyncClient) -> AsyncIterator[str]:
     server = await create_mcp_server(client, McpBinding(BANK, {}, KEYS))
-    port = _free_port()
-    app = mcp_http_app(server, KEYS, bank=BANK)
-    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(running.serve())
-    while not running.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        running.should_exit = True
-        await task
-
-
-async def _post(base_url: str, headers: dict[str, str]) -> httpx2.Response:
-    async with httpx2.AsyncClient(headers=headers) as http:
-        return await http.post(
-            f"{base_url}/mcp",
-            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-            headers={"accept": "application/json, text/event-stream"},
-        )
+    async with served(mcp_http_app(server, KEYS, bank=BANK)) as url:
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -336,14 +288,14 @@ async def _post(base_url: str, headers: dict[str, str]) -> httpx2.Response:
             "server's entry in your MCP client's configuration.",
         ),
         (
-            {"authorization": f"Bearer {_token('alice', -60)}"},
+            {"authorization": f"Bearer {hs256_token('alice', SECRET, -60)}"},
             401,
             "invalid_token",
             "The token has expired (its exp claim is past); put a new one in the headers of "
             "this server's entry in your MCP client's configuration.",
         ),
         (  # forged: expired, but not signed with the key's secret; nothing to tell
-            {"authorization": f"Bearer {_token('alice', -60, secret='f' * 40)}"},
+            {"authorization": f"Bearer {hs256_token('alice', 'f' * 40, -60)}"},
             401,
             "invalid_token",
             "The API key is not valid for this server; check the key in the headers of this "
@@ -375,7 +327,7 @@ async def _post(base_url: str, headers: dict[str, str]) -> httpx2.Response:
 async def test_refusals_carry_status_challenge_and_a_message_for_mcp_clients(
     base_url: str, headers: dict[str, str], status: int, error: str | None, message: str
 ) -> None:
-    answer = await _post(base_url, headers)
+    answer = await post_tools_list(f"{base_url}/mcp", headers)
     assert answer.status_code == status
     assert answer.json()["error"]["message"] == message
     challenge = answer.headers["www-authenticate"]
@@ -400,18 +352,14 @@ async def test_a_valid_token_reaches_the_tools_and_the_version_over_http(
     client: AsyncClient, base_url: str
 ) -> None:
     """A batch created with bob's token lands in bob's scope only; alice's token sees none."""
-    from mcp.client.streamable_http import streamable_http_client
-
     for user, batch in (("bob", [{"fact": "Bob rows."}, {"fact": "Bob sails."}]), ("alice", [])):
-        headers = {"authorization": f"Bearer {_token(user, 600)}"}
-        async with httpx2.AsyncClient(headers=headers) as http:
-            url = f"{base_url}/mcp"
-            async with Client(streamable_http_client(url, http_client=http)) as session:
-                assert session.server_info is not None
-                assert session.server_info.version == adk_memory.__version__
-                made = await call(session, "create_memories", memories=batch) if batch else []
-                hits = await call(session, "retrieve_memories", query="rows", top_k=10)
-                assert {h["memory_id"] for h in hits} == {m["memory_id"] for m in made}
+        headers = {"authorization": f"Bearer {hs256_token(user, SECRET, 600)}"}
+        async with http_session(f"{base_url}/mcp", headers) as session:
+            assert session.server_info is not None
+            assert session.server_info.version == adk_memory.__version__
+            made = await call(session, "create_memories", memories=batch) if batch else []
+            hits = await call(session, "retrieve_memories", query="rows", top_k=10)
+            assert {h["memory_id"] for h in hits} == {m["memory_id"] for m in made}
     stored = await client.memory_banks.memories.retrieve(name=BANK, scope={"user_id": "bob"})
     assert sorted(hit.memory.fact for hit in stored.page if hit.memory) == [
         "Bob rows.",
@@ -429,7 +377,7 @@ async def test_rest_and_python_word_the_same_refusals_their_own_way(client: Asyn
         expired = await http.post(
             url,
             json={"scope": ALICE},
-            headers={"authorization": f"Bearer {_token('alice', -60)}"},
+            headers={"authorization": f"Bearer {hs256_token('alice', SECRET, -60)}"},
         )
     assert missing.status_code == expired.status_code == 401
     assert missing.json()["error"]["message"] == (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,26 +163,42 @@ async def seed(client: AsyncClient) -> None:
     )
 
 
-def open_page(
+@contextmanager
+def opened_page(
     browser: Any, server: RunningServer, key: str | None, path: str = "/ui", **options: Any
-) -> Any:
-    """A page in a new context whose tab already holds `key` (as if typed in), at `path`."""
+) -> Iterator[Any]:
+    """A page in a new context whose tab already holds `key` (as if typed in), at `path`.
+
+    The context closes on leaving; the page's script must have raised nothing.
+    """
     context = browser.new_context(**options)
-    if key is not None:
-        context.add_init_script(f"sessionStorage.setItem({KEY_ITEM!r}, {key!r})")
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.script_errors = errors
-    page.goto(f"{server.url}{path}")
-    return page
+    try:
+        if key is not None:
+            context.add_init_script(f"sessionStorage.setItem({KEY_ITEM!r}, {key!r})")
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(f"{server.url}{path}")
+        yield page
+    finally:
+        context.close()
+    assert errors == []
 
 
-def close(page: Any) -> None:
-    """Closes the page's context; the page's script must have raised nothing."""
-    page.context.close()
-    assert page.script_errors == []
+def save_new_memory(
+    page: Any, fact: str, *, proposed_scope: str | None = None, **fields: str
+) -> None:
+    """Opens the new-memory dialog, types `fact` and the other fields given (`scope`, `id`,
+    `ttl`: the inputs `memory-<field>`), and saves; `proposed_scope`: the scope the dialog
+    must open with."""
+    page.click('[data-testid="new-memory"]')
+    if proposed_scope is not None:
+        assert page.input_value('[data-testid="memory-scope"]') == proposed_scope
+    page.fill('[data-testid="memory-fact"]', fact)
+    for name, value in fields.items():
+        page.fill(f'[data-testid="memory-{name}"]', value)
+    page.click('[data-testid="memory-save"]')
 
 
 def fact_of(server: RunningServer, bank: str, memory: str) -> str | None:
@@ -248,8 +265,7 @@ def test_docs_render_from_this_server_alone(server: RunningServer, browser: Any)
 def test_finding_a_memory_by_scope_and_reading_its_revisions(
     server: RunningServer, browser: Any
 ) -> None:
-    page = open_page(browser, server, None)
-    try:
+    with opened_page(browser, server, None) as page:
         page.wait_for_selector('[data-testid="status"]:has-text("401")')
 
         page.fill('[data-testid="api-key"]', ADMIN)
@@ -289,14 +305,11 @@ def test_finding_a_memory_by_scope_and_reading_its_revisions(
 
         # The link reopens the same view in a fresh tab (the key is typed in again there).
         link = page.url
-        fresh = open_page(browser, server, ADMIN, link.removeprefix(server.url))
-        try:
+        with opened_page(browser, server, ADMIN, link.removeprefix(server.url)) as fresh:
             fresh.wait_for_selector('[data-testid="revision"] >> nth=1')
             assert fresh.input_value('[data-testid="scope"]') == "user_id=alice"
             assert fresh.get_attribute(f'[data-testid="bank-{BANK}"]', "aria-current") == "true"
             assert fresh.locator('[data-testid="memory-coffee"]').count() == 0
-        finally:
-            close(fresh)
         # Back goes to the list without the revisions.
         page.go_back()
         page.wait_for_selector('[data-testid="revisions-panel"]', state="hidden")
@@ -313,23 +326,21 @@ def test_finding_a_memory_by_scope_and_reading_its_revisions(
         page.click('[data-testid="apply"]')
         page.wait_for_selector('[data-testid="status"].error')
         assert "INVALID_ARGUMENT" in page.inner_text('[data-testid="status"]')
-    finally:
-        close(page)
 
 
 def test_creating_editing_deleting_and_restoring_a_memory(
     server: RunningServer, browser: Any
 ) -> None:
-    page = open_page(browser, server, ADMIN, f"/ui?bank={WORK}&scope=user_id%3Ddave")
-    try:
+    with opened_page(browser, server, ADMIN, f"/ui?bank={WORK}&scope=user_id%3Ddave") as page:
         page.wait_for_selector('[data-testid="memories"]:has-text("No memories match")')
         # Create: the scope shown is proposed.
-        page.click('[data-testid="new-memory"]')
-        assert page.input_value('[data-testid="memory-scope"]') == "user_id=dave"
-        page.fill('[data-testid="memory-fact"]', "Dave plans a trip to Porto in May.")
-        page.fill('[data-testid="memory-id"]', "trip")
-        page.fill('[data-testid="memory-ttl"]', "30d")
-        page.click('[data-testid="memory-save"]')
+        save_new_memory(
+            page,
+            "Dave plans a trip to Porto in May.",
+            proposed_scope="user_id=dave",
+            id="trip",
+            ttl="30d",
+        )
         page.wait_for_selector('[data-testid="memory-trip"]')
         assert "Created memory trip" in page.inner_text('[data-testid="status"]')
         assert fact_of(server, WORK, "trip") == "Dave plans a trip to Porto in May."
@@ -378,21 +389,15 @@ def test_creating_editing_deleting_and_restoring_a_memory(
         assert fact_of(server, WORK, "trip") == "Dave plans a trip to Porto in June."
 
         # A refused change is said in its dialog, which stays open.
-        page.click('[data-testid="new-memory"]')
-        page.fill('[data-testid="memory-fact"]', "No id like this.")
-        page.fill('[data-testid="memory-id"]', "Not An Id")
-        page.click('[data-testid="memory-save"]')
+        save_new_memory(page, "No id like this.", id="Not An Id")
         page.wait_for_selector('[data-testid="memory-error"]:has-text("INVALID_ARGUMENT")')
         page.click('[data-testid="memory-dialog"] [data-close]')
-    finally:
-        close(page)
 
 
 def test_purge_counts_first_and_deletes_only_when_confirmed(
     server: RunningServer, browser: Any
 ) -> None:
-    page = open_page(browser, server, ADMIN, f"/ui?bank={WORK}")
-    try:
+    with opened_page(browser, server, ADMIN, f"/ui?bank={WORK}") as page:
         page.wait_for_selector('[data-testid="memory-keep"]')
         page.click('[data-testid="purge"]')  # no scope nor filter: refused before asking
         page.wait_for_selector('[data-testid="status"].error:has-text("needs a scope or a filter")')
@@ -424,15 +429,12 @@ def test_purge_counts_first_and_deletes_only_when_confirmed(
         assert page.is_hidden('[data-testid="confirm-ok"]')
         page.keyboard.press("Escape")
         page.wait_for_selector('[data-testid="confirm-dialog"]', state="hidden")
-    finally:
-        close(page)
 
 
 def test_a_key_without_delete_permission_is_offered_no_deletion(
     server: RunningServer, browser: Any
 ) -> None:
-    page = open_page(browser, server, EDITOR, f"/ui?bank={BANK}")
-    try:
+    with opened_page(browser, server, EDITOR, f"/ui?bank={BANK}") as page:
         page.wait_for_selector('[data-testid="edit-tea"]')
         assert page.locator('[data-testid^="delete-"]').count() == 0
         assert page.is_hidden('[data-testid="purge"]')
@@ -452,13 +454,10 @@ def test_a_key_without_delete_permission_is_offered_no_deletion(
         assert page.locator('[data-testid^="delete-"]').count() == 0
         page.click('[data-testid="confirm-cancel"]')
         assert fact_of(server, BANK, "tea") == "I like black tea."
-    finally:
-        close(page)
 
 
 def test_a_key_bound_to_a_scope_sees_only_that_scope(server: RunningServer, browser: Any) -> None:
-    page = open_page(browser, server, BOUND, f"/ui?bank={BANK}")
-    try:
+    with opened_page(browser, server, BOUND, f"/ui?bank={BANK}") as page:
         page.wait_for_selector('[data-testid="memory-coffee"]')
         assert page.locator('[data-testid="scope-heading"]').all_inner_texts() == ["user_id=bob"]
         assert page.locator('[data-testid="memory-tea"]').count() == 0
@@ -476,33 +475,23 @@ def test_a_key_bound_to_a_scope_sees_only_that_scope(server: RunningServer, brow
         page.goto(f"{server.url}/ui?bank={WORK}")
         page.wait_for_selector('[data-testid="memory-bob-note"]')
         assert page.locator('[data-testid="memory-keep"]').count() == 0
-        page.click('[data-testid="new-memory"]')
-        page.fill('[data-testid="memory-scope"]', "user_id=erin")
-        page.fill('[data-testid="memory-fact"]', "Not Bob's to write.")
-        page.click('[data-testid="memory-save"]')
+        save_new_memory(page, "Not Bob's to write.", scope="user_id=erin")
         page.wait_for_selector('[data-testid="memory-error"]:has-text("PERMISSION_DENIED")')
         page.fill('[data-testid="memory-scope"]', "user_id=bob")
         page.click('[data-testid="memory-save"]')
         page.wait_for_selector('[data-testid="status"]:has-text("Created memory")')
         assert page.locator('[data-testid="memories"] tr[data-memory]').count() == 2
-    finally:
-        close(page)
 
 
 def test_without_keys_the_page_needs_none_and_may_do_everything(browser: Any) -> None:
     client = AsyncClient("memory://", embedding_model="hash-64")
     for running in start_server(client):
         running.run(client.memory_banks.create(memory_bank_id="local"))
-        page = open_page(browser, running, None, "/ui?bank=local&scope=user_id%3Dme")
-        try:
+        with opened_page(browser, running, None, "/ui?bank=local&scope=user_id%3Dme") as page:
             page.wait_for_selector('[data-testid="purge"]')  # every action: keyless is loopback
-            page.click('[data-testid="new-memory"]')
-            page.fill('[data-testid="memory-fact"]', "Written without a key.")
-            page.click('[data-testid="memory-save"]')
+            save_new_memory(page, "Written without a key.")
             page.wait_for_selector('[data-testid="memories"] tr[data-memory]')
             page.wait_for_selector('[data-testid^="delete-"]')
-        finally:
-            close(page)
 
 
 MEASURE = """
@@ -552,8 +541,7 @@ def test_the_layout_fits_from_phones_to_wide_screens(
     folder = Path(os.environ.get("ADK_MEMORY_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     viewport = {"width": width, "height": 900}
-    page = open_page(browser, server, ADMIN, f"/ui?bank={BANK}", viewport=viewport)
-    try:
+    with opened_page(browser, server, ADMIN, f"/ui?bank={BANK}", viewport=viewport) as page:
         page.wait_for_selector('[data-testid="memory-coffee"]')
         page.wait_for_selector('[data-testid="edit-coffee"]')
         checked = page.evaluate(MEASURE)
@@ -580,5 +568,3 @@ def test_the_layout_fits_from_phones_to_wide_screens(
         assert checked["problems"] == []
         page.screenshot(path=folder / f"browser-{width}-purge.png", full_page=False)
         page.click('[data-testid="confirm-cancel"]')
-    finally:
-        close(page)

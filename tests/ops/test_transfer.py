@@ -18,12 +18,10 @@ from adk_memory import AlreadyExists, AsyncClient, FailedPrecondition, InvalidAr
 from adk_memory.cli import app
 from adk_memory.store import MemoryRecord, MemoryStore, RevisionRecord, ScanQuery, WriteBatch
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.rich_bank import ALICE, BOB, CELLO, seed_rich_bank
 from adk_memory.transfer import export_bank, import_bank, scan_pages
 
 BANK = "transfer-bank"
-ALICE = {"user_id": "alice"}
-BOB = {"user_id": "bob", "app_name": "shop"}
-CELLO = {"events": [{"content": {"role": "user", "parts": [{"text": "I play the cello."}]}}]}
 
 
 def store_uri(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -33,86 +31,6 @@ def store_uri(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
         return f"chroma://{tmp_path / f'chroma-{uuid.uuid4().hex[:6]}'}"
     redis_url = request.getfixturevalue("redis_url")
     return f"{redis_url}?key_prefix=t{uuid.uuid4().hex[:10]}&index_algorithm=FLAT"
-
-
-async def seed(client: AsyncClient, model: ScriptedMemoryModel) -> None:
-    """A bank with every kind of state a transfer must keep; `model` is the client's."""
-    await client.memory_banks.create(
-        memory_bank_id=BANK,
-        managed_semantic_memory_config={
-            "similarity_search_config": {"embedding_model": "hash-64"},
-            "ttl_config": {"memory_revision_default_ttl": "864000s"},
-        },
-        config={"display_name": "Transfer", "description": "moved between stores"},
-    )
-    bank = f"reasoningEngines/{BANK}"
-    memories = client.memory_banks.memories
-    await memories.create(
-        name=bank,
-        fact="I like green tea.",
-        scope=ALICE,
-        config={
-            "memory_id": "tea",
-            "topics": [
-                {"managed_memory_topic": "USER_PREFERENCES"},
-                {"custom_memory_topic_label": "drinks"},
-            ],
-            "metadata": {
-                "source": {"string_value": "chat"},
-                "score": {"double_value": 0.25},
-                "verified": {"bool_value": True},
-                "seen": {"timestamp_value": "2024-05-01T12:30:00Z"},
-            },
-            "display_name": "Tea",
-            "description": "a drink",
-        },
-    )
-    await memories.update(name=f"{bank}/memories/tea", fact="I like black tea.")
-    await memories.create(
-        name=bank, fact="I live in Lisbon.", scope=ALICE, config={"ttl": "86400s"}
-    )
-    await memories.create(name=bank, fact="I shop on Fridays.", scope=BOB)
-    revisions = [r async for r in await memories.revisions.list(name=f"{bank}/memories/tea")]
-    await memories.rollback(
-        name=f"{bank}/memories/tea", target_revision_id=revisions[-1].name.rsplit("/", 1)[1]
-    )
-    await seed_deleted_memories(client, model)
-    # A buffered ingest stream (its trigger is not reached, so it stays pending).
-    await client.memory_banks.ingest_events(
-        name=bank,
-        scope=BOB,
-        stream_id="s1",
-        direct_contents_source={
-            "events": [{"content": {"role": "user", "parts": [{"text": "I like jazz."}]}}]
-        },
-        generation_trigger_config={"generation_rule": {"event_count": 50}},
-    )
-
-
-async def seed_deleted_memories(client: AsyncClient, model: ScriptedMemoryModel) -> None:
-    """Two deleted memories whose revisions stay: one deleted by the API (no tombstone), one by
-    generation (a tombstone carrying revision labels and the extracted memories)."""
-    bank = f"reasoningEngines/{BANK}"
-    memories = client.memory_banks.memories
-    await memories.create(
-        name=bank, fact="I drive a red car.", scope=BOB, config={"memory_id": "car"}
-    )
-    await memories.update(name=f"{bank}/memories/car", fact="I drive a blue car.")
-    await memories.delete(name=f"{bank}/memories/car")
-    fact = {"fact": "I play the cello.", "topics": ["USER_PREFERENCES"]}
-    model.extractions += [{"memories": [fact]}, {"memories": [{**fact, "forget": True}]}]
-    model.consolidations.append(
-        {"actions": [{"fact_index": 0, "action": "CREATE", "fact": fact["fact"]}]}
-    )
-    labelled = {"revision_labels": {"source": "chat"}}
-    created = await memories.generate(
-        name=bank, scope=BOB, direct_contents_source=CELLO, config=labelled
-    )
-    cello = created.response.generated_memories[0].memory.name.rsplit("/", 1)[1]
-    model.consolidations.append(
-        {"actions": [{"fact_index": 0, "action": "DELETE", "memory_id": cello}]}
-    )
-    await memories.generate(name=bank, scope=BOB, direct_contents_source=CELLO, config=labelled)
 
 
 async def snapshot(store: MemoryStore, bank_id: str) -> dict[str, Any]:
@@ -150,7 +68,7 @@ async def test_a_bank_moves_between_stores_with_nothing_lost_or_changed(
         ) as source,
         AsyncClient(store_uri(target_kind, tmp_path, request), run_scheduler=False) as target,
     ):
-        await seed(source, model)
+        await seed_rich_bank(source, model, BANK)
         buffer = io.StringIO()
         exported = await export_bank(source.engine, BANK, buffer.write, page_size=2)
         assert (exported.memories, exported.revisions, exported.documents) == (3, 9, 1)
@@ -217,7 +135,7 @@ def seeded_source() -> tuple[AsyncClient, ScriptedMemoryModel]:
 async def test_import_refuses_an_existing_bank_unless_merging(tmp_path: Path) -> None:
     source, model = seeded_source()
     async with source:
-        await seed(source, model)
+        await seed_rich_bank(source, model, BANK)
         buffer = io.StringIO()
         await export_bank(source.engine, BANK, buffer.write)
     lines = buffer.getvalue().splitlines()
@@ -238,7 +156,7 @@ async def test_import_refuses_an_existing_bank_unless_merging(tmp_path: Path) ->
 async def test_a_cut_or_altered_file_is_reported() -> None:
     source, model = seeded_source()
     async with source:
-        await seed(source, model)
+        await seed_rich_bank(source, model, BANK)
         buffer = io.StringIO()
         await export_bank(source.engine, BANK, buffer.write)
     lines = buffer.getvalue().splitlines()
@@ -259,7 +177,7 @@ async def test_a_cut_or_altered_file_is_reported() -> None:
 async def test_import_can_reembed_with_another_model_or_without_exported_vectors() -> None:
     source, model = seeded_source()
     async with source:
-        await seed(source, model)
+        await seed_rich_bank(source, model, BANK)
         with_vectors, without = io.StringIO(), io.StringIO()
         await export_bank(source.engine, BANK, with_vectors.write)
         await export_bank(source.engine, BANK, without.write, vectors=False)
@@ -324,7 +242,7 @@ def test_export_and_import_commands_round_trip(tmp_path: Path, hash_embeddings: 
     async def prepare() -> None:
         model = ScriptedMemoryModel()
         async with AsyncClient(source, generation_model=model, run_scheduler=False) as client:
-            await seed(client, model)
+            await seed_rich_bank(client, model, BANK)
 
     asyncio.run(prepare())
     runner = CliRunner()

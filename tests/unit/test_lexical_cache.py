@@ -256,17 +256,31 @@ async def test_an_entry_weighs_its_vectors_its_facts_and_its_columns() -> None:
     assert dense.lexical is None and dense.nbytes == dense.columns.nbytes
 
 
+_TRACED_FRAMES = 64
+"""Deep enough that every allocation under `_columns_bytes` keeps its frame in its traceback."""
+
+
 def _columns_bytes(records: list[MemoryRecord]) -> int:
     """What building the columns of `records` allocates and keeps, with the facts' own bytes
-    (kept alive by the columns once the records are gone)."""
-    tracemalloc.start()
+    (kept alive by the columns once the records are gone).
+
+    Only this call's allocations count: those still alive with this function on their stack
+    (not another thread's, nor the snapshot's own), whatever else the process allocates.
+    """
+    tracemalloc.start(_TRACED_FRAMES)
     try:
-        before = tracemalloc.get_traced_memory()[0]
         columns = ScopeColumns.of(records)
-        kept = tracemalloc.get_traced_memory()[0] - before
+        snapshot = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
     assert columns is not None
+    ours = snapshot.filter_traces(
+        [
+            tracemalloc.Filter(True, __file__, all_frames=True),
+            tracemalloc.Filter(False, tracemalloc.__file__),
+        ]
+    )
+    kept = sum(trace.size for trace in ours.traces)
     return kept + sum(sys.getsizeof(record.fact) for record in records)
 
 
