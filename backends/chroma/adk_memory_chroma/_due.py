@@ -9,7 +9,8 @@ writes the document, then raises or removes it if its due is later or gone (`ind
 
 Embedded, the process keeps what it read and wrote of the index (`DueMirror`; the directory is
 its alone) and changes it under one lock: a lowering's read and write are one step, and one the
-mirror shows to be no earlier (every create lowers its bank's expiry entry) costs no call. On a
+mirror shows to be no earlier (every create lowers its bank's expiry entry), or an exact write
+of what it shows stored (a stream's due time set again after its lowering), costs no call. On a
 server, a lowering is a read then a write, so every write of a bank's entries of one kind holds
 a lock of the store's lock provider (`DueIndex.lock`): no exact write or other lowering lands
 between them, among the processes the provider reaches (one host, or all with `lock_url`).
@@ -88,10 +89,10 @@ class DueIndex:
         does not know. On a server, each holds the bank's due lock (`lock`).
         """
         ids = [_due_id(kind, bank_id, key) for key in dues]
-        if only_earlier and self.mirror is not None:
-            rows, _ = _due_changes(kind, bank_id, dues, self.mirror.due_us)
-            if not rows:  # no earlier than what is stored: nothing to do (nor to wait for)
-                return
+        if self.mirror is not None and _changes_beyond(
+            kind, bank_id, dues, self.mirror.due_us, only_earlier=only_earlier
+        ) == ([], []):
+            return  # the entries are already so: nothing to do (nor to wait for)
 
         def change(index: Any, mirror: DueMirror, limits: Limits) -> None:
             with mirror.lock:
@@ -100,8 +101,8 @@ class DueIndex:
                     found = index.get(ids=unknown, include=["metadatas"])
                     mirror.due_us.update(dict.fromkeys(unknown))
                     mirror.due_us.update(_due_times(found))
-                rows, gone = _due_changes(
-                    kind, bank_id, dues, mirror.due_us if only_earlier else None
+                rows, gone = _changes_beyond(
+                    kind, bank_id, dues, mirror.due_us, only_earlier=only_earlier
                 )
                 for row_id in [*gone, *(row[0] for row in rows)]:
                     mirror.due_us.pop(row_id, None)  # unknown until written
@@ -191,6 +192,25 @@ def _due_times(found: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
     """`(row id, due_us)` of the due rows a `get` found."""
     for row_id, meta in zip(found["ids"], found["metadatas"], strict=True):
         yield row_id, int(meta[_US])
+
+
+def _changes_beyond(
+    kind: str,
+    bank_id: str,
+    dues: Mapping[str, datetime | None],
+    known: Mapping[str, int | None],
+    *,
+    only_earlier: bool,
+) -> tuple[list[codec.Row], list[str]]:
+    """`_due_changes` on embedded Chroma, leaving out what the mirror (`known`) shows is stored.
+
+    An exact write of an entry as it is (a stream written again with the due time its lowering
+    just wrote, a removal of an absent entry) costs no call.
+    """
+    rows, gone = _due_changes(kind, bank_id, dues, known if only_earlier else None)
+    rows = [row for row in rows if row[0] not in known or known[row[0]] != row[3][_US]]
+    gone = [row_id for row_id in gone if row_id not in known or known[row_id] is not None]
+    return rows, gone
 
 
 def _due_changes(

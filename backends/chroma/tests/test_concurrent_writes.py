@@ -16,11 +16,21 @@ from typing import Any
 import numpy as np
 import pytest
 from adk_memory_chroma import ChromaMemoryStore
-from adk_memory_chroma._chroma import AUX, MEM
+from adk_memory_chroma._chroma import AUX, DUE, MEM
 from chromadb.api.models.Collection import Collection
 
+from adk_memory.errors import Aborted
+from adk_memory.locks import HeldLock
 from adk_memory.scope import scope_key
-from adk_memory.store import MemoryRecord, NearestQuery, RevisionRecord, ScanQuery, WriteBatch
+from adk_memory.store import (
+    DocumentRecord,
+    Expectation,
+    MemoryRecord,
+    NearestQuery,
+    RevisionRecord,
+    ScanQuery,
+    WriteBatch,
+)
 from adk_memory.testing.conformance import BANK, DIM, T0, bank_record, memory, revision
 
 NOW = T0 + timedelta(hours=1)
@@ -192,8 +202,9 @@ class Crash(BaseException):
 
 @dataclass
 class ChromaWrites:
-    """Counts chromadb `Collection` writes; optionally crashes from write `crash_at` on, or
-    sleeps in the first write (so that the batches started with it queue behind it)."""
+    """Counts chromadb `Collection` writes of the bank (not of the store-wide due index, which
+    documents' due entries write around each batch); optionally crashes from write `crash_at`
+    on, or sleeps in the first write (so that the batches started with it queue behind it)."""
 
     count: int = 0
     crash_at: int | None = None
@@ -205,6 +216,8 @@ class ChromaWrites:
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def write(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+            if collection.name.endswith(f".{DUE}"):
+                return original(collection, *args, **kwargs)
             index, self.count = self.count, self.count + 1
             if self.crash_at is not None and index >= self.crash_at:
                 raise Crash(f"crash before write {index}")
@@ -325,3 +338,191 @@ async def test_a_batch_cancelled_while_queued_is_not_written_and_its_group_is(
     assert [outcomes[i] for i in (0, 1, 3)] == [None, None, None]
     assert await ids_in(store, ["q0", "q1", "q2", "q3"]) == {"q0", "q1", "q3"}
     await assert_scopes_hold(store, {KEYS[0]: {"q0"}, KEYS[1]: {"q1", "q3"}})
+
+
+# Group commit of the engine's batches: a generation writes its memories expecting their ids
+# free (or their targets as read), the ingest stream's document and the leases of the stream's
+# and the scope's locks; such batches join a group when they are independent of it.
+
+STREAM = "test-stream"
+
+
+def generated(
+    memory_id: str, vector: tuple[float, ...], scope: int, *, lapsed: bool = False
+) -> WriteBatch:
+    """A generation's batch: a created memory expected free, its revision, its stream's
+    document (due in an hour) and the lease of the lock it was decided under."""
+    record = memory(memory_id, vector, scope=SCOPES[scope])
+    lease = HeldLock(f"generate:{memory_id}")
+    lease.released = lapsed
+    return replace(
+        created(memory_id, vector, scope),
+        documents=(stream(f"s-{memory_id}", {"flushed": memory_id}, due=NOW + timedelta(hours=1)),),
+        expect=(Expectation(record.memory_id, NOW),),
+        fences=(lease,),
+    )
+
+
+def stream(key: str, body: dict[str, Any], due: Any = None) -> DocumentRecord:
+    return DocumentRecord(STREAM, key, body, due=due)
+
+
+def updated(record: MemoryRecord, fact: str, *, expect: str | None = None) -> WriteBatch:
+    """An update of `record` expecting memory `expect` (default: itself) as `record` is."""
+    changed = replace(record, fact=fact, update_time=record.update_time + timedelta(minutes=1))
+    return WriteBatch(
+        upserts=(changed,),
+        revisions=(revision_of(changed, f"r-{fact}"),),
+        expect=(Expectation(expect or record.memory_id, NOW, record.update_time),),
+    )
+
+
+async def test_generations_in_flight_together_share_calls_and_a_lapsed_lease_fails_alone(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(10, 6)
+    writes = ChromaWrites(first_sleep=0.2)
+    writes.install(monkeypatch)
+    outcomes = await asyncio.gather(
+        *(store.apply(BANK, generated(f"g{i}", rows[i], i % 4, lapsed=i == 3)) for i in range(6)),
+        return_exceptions=True,
+    )
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        *["NoneType"] * 3,
+        "Aborted",
+        *["NoneType"] * 2,
+    ]
+    assert "no longer held" in str(outcomes[3])
+    assert writes.count == 4  # the first batch alone, then the four others as one
+    written = {f"g{i}" for i in range(6)} - {"g3"}
+    expected: dict[str, set[str]] = {}
+    for i in range(6):
+        if f"g{i}" in written:
+            expected.setdefault(KEYS[i % 4], set()).add(f"g{i}")
+    await assert_scopes_hold(store, expected)
+    assert await store.get_document(BANK, STREAM, "s-g3") is None
+    assert await store.list_revisions(BANK, "g3", NOW) == []
+    for memory_id in written:
+        assert await store.get_document(BANK, STREAM, f"s-{memory_id}") == {"flushed": memory_id}
+    due = await store.due_documents(STREAM, NOW + timedelta(hours=2))
+    # each written document's due entry (the failed one's may stay lowered: early, never late)
+    assert {entry.key for entry in due} >= {f"s-{memory_id}" for memory_id in written}
+
+
+async def test_every_lease_of_a_group_lapsed_writes_nothing(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(11, 3)
+    writes = ChromaWrites(first_sleep=0.2)
+    writes.install(monkeypatch)
+    outcomes = await asyncio.gather(
+        store.apply(BANK, created("lead", rows[0], 0)),
+        *(store.apply(BANK, generated(f"x{i}", rows[i], 1, lapsed=True)) for i in (1, 2)),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and all(isinstance(o, Aborted) for o in outcomes[1:]), outcomes
+    assert writes.count == 2  # the lead batch's; the lapsed group wrote nothing
+    await assert_scopes_hold(store, {KEYS[0]: {"lead"}})
+    await assert_no_journal_pending(store)
+
+
+async def test_a_batch_expecting_a_memory_another_batch_changes_waits_for_it_and_fails(
+    store: ChromaMemoryStore,
+) -> None:
+    """Queued behind an update of `m`, a batch expecting `m` as it was before (and writing
+    another memory) is checked after that update, not beside it: it fails, the update wins."""
+    rows = vectors(12, 4)
+    base = memory("m", rows[0], scope=SCOPES[0])
+    await store.apply(BANK, WriteBatch(inserts=(base,), revisions=(revision_of(base),)))
+    other = memory("n", rows[1], scope=SCOPES[0])
+    outcomes = await asyncio.gather(
+        store.apply(BANK, created("lead", rows[2], 1)),
+        store.apply(BANK, updated(base, "changed")),
+        store.apply(BANK, updated(other, "blind", expect="m")),
+        return_exceptions=True,
+    )
+    assert outcomes[:2] == [None, None] and isinstance(outcomes[2], Aborted), outcomes
+    [stored] = await store.get_memories(BANK, ["m"], NOW)
+    assert stored.fact == "changed"
+    assert await store.get_memories(BANK, ["n"], NOW) == []
+
+
+async def test_documents_of_one_key_queued_together_are_written_in_their_order(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writes of one stream (and one of another) behind a slow batch: the later of the
+    two wins, body and due entry, whatever groups they go in."""
+    rows = vectors(13, 1)
+    writes = ChromaWrites(first_sleep=0.2)
+    writes.install(monkeypatch)
+    soon, later = NOW + timedelta(minutes=5), NOW + timedelta(hours=3)
+    await asyncio.gather(
+        store.apply(BANK, created("lead", rows[0], 0)),
+        store.apply(BANK, WriteBatch(documents=(stream("a", {"take": 1}, due=soon),))),
+        store.apply(BANK, WriteBatch(documents=(stream("b", {"take": 1}, due=soon),))),
+        store.apply(BANK, WriteBatch(documents=(stream("a", {"take": 2}, due=later),))),
+    )
+    assert await store.get_document(BANK, STREAM, "a") == {"take": 2}
+    assert await store.get_document(BANK, STREAM, "b") == {"take": 1}
+    due = await store.due_documents(STREAM, NOW + timedelta(hours=4))
+    assert {(entry.key, entry.due) for entry in due} == {("a", later), ("b", soon)}
+
+
+async def test_deletes_racing_expecting_updates_in_groups_resurrect_nothing(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For each of 8 memories an update expecting it as stored and a delete, in either order,
+    all queued behind a slow batch: an update queued after its delete fails and brings nothing
+    back; one queued before is written, then deleted. A memory nobody deletes is updated."""
+    rows = vectors(14, 10)
+    records = [memory(f"d{i}", rows[i], scope=SCOPES[i % 4]) for i in range(9)]
+    for record in records:
+        await store.apply(BANK, WriteBatch(inserts=(record,), revisions=(revision_of(record),)))
+    writes = ChromaWrites(first_sleep=0.2)
+    writes.install(monkeypatch)
+    calls = [store.apply(BANK, created("lead", rows[9], 0))]
+    for i, record in enumerate(records[:8]):
+        pair = [updated(record, f"u{i}"), WriteBatch(deletes=(record.memory_id,))]
+        calls += [store.apply(BANK, batch) for batch in (pair if i % 2 == 0 else pair[::-1])]
+    calls.append(store.apply(BANK, updated(records[8], "kept")))
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    failed = [i for i, outcome in enumerate(outcomes) if outcome is not None]
+    assert failed == [1 + 2 * i + 1 for i in range(1, 8, 2)], outcomes  # odd i: update second
+    assert all(isinstance(outcomes[i], Aborted) for i in failed)
+    assert await ids_in(store, [f"d{i}" for i in range(9)]) == {"d8"}
+    [kept] = await store.get_memories(BANK, ["d8"], NOW)
+    assert kept.fact == "kept"
+    await assert_scopes_hold(store, {KEYS[0]: {"lead", "d8"}})
+    for i in range(8):
+        history = await store.list_revisions(BANK, f"d{i}", NOW)
+        assert len(history) == (2 if i % 2 == 0 else 1)  # an update that failed left none
+    assert writes.count < 1 + 3 * 17  # groups shared calls (one batch is two or three calls)
+
+
+@pytest.mark.parametrize("crash_at", [2, 3], ids=["before-the-group-commit", "after-it"])
+async def test_a_crash_in_a_group_of_generations_leaves_all_of_it_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_at: int
+) -> None:
+    rows = vectors(15, 4)
+    crashed = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await crashed.create_bank(bank_record())
+    writes = ChromaWrites(crash_at=crash_at)  # the first batch: writes 0 and 1; the group: 2, 3
+    writes.install(monkeypatch)
+    outcomes = await asyncio.gather(
+        *(crashed.apply(BANK, generated(f"k{i}", rows[i], i % 2)) for i in range(4)),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and all(isinstance(o, Crash) for o in outcomes[1:]), outcomes
+    writes.crash_at = None
+    fresh = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    group = {"k1", "k2", "k3"} if crash_at > 2 else set()
+    everything = {"k0", *group}
+    await assert_scopes_hold(
+        fresh, {KEYS[0]: everything & {"k0", "k2"}, KEYS[1]: everything & {"k1", "k3"}}
+    )
+    for i in range(4):
+        document = await fresh.get_document(BANK, STREAM, f"s-k{i}")
+        assert (document is not None) == (f"k{i}" in everything), i
+    await assert_no_journal_pending(fresh)
+    await fresh.aclose()
+    await crashed.aclose()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from adk_memory_chroma import ChromaMemoryStore, _chroma, _due
+from chromadb.api.models.Collection import Collection
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
 from adk_memory.testing.conformance import BANK, T0, bank_record
@@ -86,6 +87,30 @@ async def test_an_entry_written_before_the_process_opened_the_folder_is_read_onc
         assert await entry(reopened) == T0 - timedelta(days=1)
     finally:
         await reopened.aclose()
+
+
+async def test_an_exact_write_of_what_is_stored_costs_no_call_and_a_change_is_written(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a stream's writes do: lowered, then set exactly to the same time; later removed
+    twice. The repeats cost no Chroma call; every change is stored."""
+    calls: list[str] = []
+    for method in ("upsert", "delete"):
+        original = getattr(Collection, method)
+
+        def counted(collection: Collection, *args: Any, _o: Any = original, **kwargs: Any) -> Any:
+            calls.append(collection.name)
+            return _o(collection, *args, **kwargs)
+
+        monkeypatch.setattr(Collection, method, counted)
+    await lower(store, T0)
+    await put(store, T0)
+    assert (len(calls), await entry(store)) == (1, T0)
+    await put(store, T0 + timedelta(days=1))
+    assert (len(calls), await entry(store)) == (2, T0 + timedelta(days=1))
+    await put(store, None)
+    await put(store, None)
+    assert (len(calls), await entry(store)) == (3, None)
 
 
 async def stored_unseen(store: ChromaMemoryStore, bank_id: str, due: datetime) -> None:
