@@ -3,7 +3,9 @@
 `adk-memory serve` runs in a process of its own, on Redis FLAT and on embedded Chroma, with the
 default embedder (all-MiniLM-L6-v2) and each embedding mode:
 
-* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: every call embeds its text alone (as before);
+* `before`    `ADK_MEMORY_LOCAL_RUNTIME=sentence-transformers` and `…_BATCH_SIZE=0`: the path before
+              issue 28 (torch, every call alone), the baseline its "5× creates" is measured from;
+* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: every call embeds its text alone, on ONNX Runtime;
 * `on`        micro-batching, adaptive: an idle model starts at once, texts arriving meanwhile
               form the next call (the default);
 * `on, 2 ms`  the same with `ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS=2`: an idle model waits 2 ms.
@@ -43,6 +45,10 @@ import httpx
 from benchmarks._common import Backends, pct
 
 MODES: dict[str, dict[str, str]] = {
+    "before": {
+        "ADK_MEMORY_LOCAL_RUNTIME": "sentence-transformers",
+        "ADK_MEMORY_EMBEDDING_BATCH_SIZE": "0",
+    },
     "off": {"ADK_MEMORY_EMBEDDING_BATCH_SIZE": "0"},
     "on": {},
     "on, 2 ms": {"ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS": "2"},
