@@ -5,7 +5,7 @@ default embedder (all-MiniLM-L6-v2) and each embedding mode:
 
 * `before`    `ADK_MEMORY_LOCAL_RUNTIME=sentence-transformers` and `…_BATCH_SIZE=0`: the path before
               issue 28 (torch, every call alone), the baseline its "5× creates" is measured from;
-* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: every call embeds its text alone, on ONNX Runtime;
+* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: each call embeds its text alone, on ONNX Runtime;
 * `on`        micro-batching, adaptive: an idle model starts at once, texts arriving meanwhile
               form the next call (the default);
 * `on, 2 ms`  the same with `ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS=2`: an idle model waits 2 ms.
