@@ -1,4 +1,4 @@
-"""6. REST throughput under concurrent clients, embedding batched or not (issue 28).
+"""7. REST throughput under concurrent clients, embedding batched or not (issue 28).
 
 `adk-memory serve` runs in a process of its own, on Redis FLAT and on embedded Chroma, with the
 default embedder (all-MiniLM-L6-v2) and each embedding mode:
