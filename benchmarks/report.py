@@ -173,42 +173,67 @@ def _write_md(results: dict) -> list[str]:
 
 
 def rest_md(rest: dict | None) -> list[str]:
-    """Section 6: REST throughput with embedding batched and not (`rest_load.py`)."""
+    """Section 7: REST throughput with embedding batched and not (`rest_load.py`)."""
     if not rest:
         return ["Not run."]
     rows = [r for r in rest["rows"] if "error" not in r]
     modes = list(dict.fromkeys(r["mode"] for r in rest["rows"]))  # round 1 runs them in order
     keys = ["creates_per_s", "create_p50_ms", "create_p95_ms"]
     keys += ["retrieves_per_s", "retrieve_p50_ms", "retrieve_p95_ms"]
+    keys += ["server_cpu_ms_per_request", "client_cpu_ms_per_request"]
+    loads = [r["load_1m"] for r in rows if "load_1m" in r]
     lines = [
         f"`adk-memory serve` (its own process) with all-MiniLM-L6-v2, {rest['clients']} "
         f"concurrent clients, {rest['requests']} requests: {rest['create_share']:.0%} creates, "
-        "the rest retrieves (top 5) with queries never sent before. `off`: each call embeds "
-        "alone; `on`: concurrent calls share model calls (the default); `on, 2 ms`: with a 2 ms "
-        "window; `no model`: hash-64, the ceiling of the rest of the path. `lost` = acknowledged "
-        "creates missing from the listing afterwards. Modes took turns on fresh servers and "
-        "stores; medians of the rounds, then each round.",
+        "the rest retrieves (top 5) with queries never sent before. `before`: the path before "
+        "issue 28 (sentence-transformers, each call embeds alone), the baseline; `off`: ONNX "
+        "Runtime, each call alone; `on`: concurrent calls share model calls (the default); "
+        "`on, 2 ms`: with a 2 ms window; `no model`: hash-64, the ceiling of the rest of the "
+        "path. `× before` = creates/s over `before`'s of the same backend (medians). `CPU ms` = "
+        "CPU time per request of the server process (embedded Chroma included, a Redis server "
+        "not) and of the benchmark's clients: on a shared machine the rates follow the CPU left "
+        "over, the CPU a request costs does not. `lost` = acknowledged creates missing from the "
+        "listing afterwards. Modes took turns on fresh servers and stores; medians of the "
+        "rounds, then each round."
+        + (
+            f" 1-minute load average after the runs: {min(loads):.1f}-{max(loads):.1f}."
+            if loads
+            else ""
+        ),
         "",
-        "| backend | embedding | creates/s | create p50 ms | p95 | retrieves/s | retrieve p50 ms "
-        "| p95 | lost / acknowledged |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | embedding | creates/s | × before | create p50 ms | p95 | retrieves/s "
+        "| retrieve p50 ms | p95 | server CPU ms | client CPU ms | lost / acknowledged |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for backend in dict.fromkeys(r["backend"] for r in rows):
-        for mode in modes:
-            runs = [r for r in rows if (r["backend"], r["mode"]) == (backend, mode)]
+        runs_of = {
+            mode: [r for r in rows if (r["backend"], r["mode"]) == (backend, mode)]
+            for mode in modes
+        }
+        before = runs_of.get("before")
+        baseline = statistics.median(r["creates_per_s"] for r in before) if before else None
+        for mode, runs in runs_of.items():
             if not runs:
                 continue
-            medians = [_f(statistics.median(r[key] for r in runs), 1) for key in keys]
+            medians = {
+                key: statistics.median(r[key] for r in runs) if key in runs[0] else None
+                for key in keys
+            }
+            shown = [
+                _f(medians[key], 1 if "per_s" in key or "cpu" not in key else 2) for key in keys
+            ]
+            ratio = _f(medians["creates_per_s"] / baseline, 1) + "×" if baseline else "–"
             lost = sum(r["lost"] for r in runs)
             acknowledged = sum(r["acknowledged"] for r in runs)
             lines.append(
-                f"| {backend} | {mode} | {' | '.join(medians)} | {lost} / {acknowledged} |"
+                f"| {backend} | {mode} | {shown[0]} | {ratio} | {' | '.join(shown[1:])} "
+                f"| {lost} / {acknowledged} |"
             )
     lines += [
         "",
         "| backend | embedding | round | creates/s | create p50 ms | p95 | retrieves/s "
-        "| retrieve p50 ms | p95 | lost / acknowledged | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| retrieve p50 ms | p95 | server CPU ms | load 1m | lost / acknowledged | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = {mode: n for n, mode in enumerate(modes)}
     for r in sorted(rest["rows"], key=lambda r: (r["backend"], order[r["mode"]], r["round"])):
@@ -219,7 +244,8 @@ def rest_md(rest: dict | None) -> list[str]:
             f"| {r['backend']} | {r['mode']} | {r['round']} | {_f(r['creates_per_s'], 1)} "
             f"| {_f(r['create_p50_ms'], 0)} | {_f(r['create_p95_ms'], 0)} "
             f"| {_f(r['retrieves_per_s'], 1)} | {_f(r['retrieve_p50_ms'], 0)} "
-            f"| {_f(r['retrieve_p95_ms'], 0)} | {r['lost']} / {r['acknowledged']} | {r['errors']} |"
+            f"| {_f(r['retrieve_p95_ms'], 0)} | {_f(r.get('server_cpu_ms_per_request'), 2)} "
+            f"| {_f(r.get('load_1m'), 1)} | {r['lost']} / {r['acknowledged']} | {r['errors']} |"
         )
     return lines
 

@@ -1,9 +1,11 @@
-"""6. REST throughput under concurrent clients, embedding batched or not (issue 28).
+"""7. REST throughput under concurrent clients, embedding batched or not (issue 28).
 
 `adk-memory serve` runs in a process of its own, on Redis FLAT and on embedded Chroma, with the
 default embedder (all-MiniLM-L6-v2) and each embedding mode:
 
-* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: every call embeds its text alone (as before);
+* `before`    `ADK_MEMORY_LOCAL_RUNTIME=sentence-transformers` and `…_BATCH_SIZE=0`: the path before
+              issue 28 (torch, every call alone), the baseline its "5× creates" is measured from;
+* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: each call embeds its text alone, on ONNX Runtime;
 * `on`        micro-batching, adaptive: an idle model starts at once, texts arriving meanwhile
               form the next call (the default);
 * `on, 2 ms`  the same with `ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS=2`: an idle model waits 2 ms.
@@ -29,13 +31,16 @@ import asyncio
 import contextlib
 import os
 import random
+import resource
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -43,6 +48,10 @@ import httpx
 from benchmarks._common import Backends, pct
 
 MODES: dict[str, dict[str, str]] = {
+    "before": {
+        "ADK_MEMORY_LOCAL_RUNTIME": "sentence-transformers",
+        "ADK_MEMORY_EMBEDDING_BATCH_SIZE": "0",
+    },
     "off": {"ADK_MEMORY_EMBEDDING_BATCH_SIZE": "0"},
     "on": {},
     "on, 2 ms": {"ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS": "2"},
@@ -80,9 +89,31 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Served:
+    """A server process: its base URL, and the CPU seconds it has used (None off Linux)."""
+
+    base: str
+    cpu_seconds: Callable[[], float | None]
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` and its threads, from /proc (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 @contextlib.contextmanager
-def serve(uri: str, env: dict[str, str]) -> Iterator[str]:
-    """`adk-memory serve --uri URI` in a new process with `env`; yields its base URL."""
+def serve(uri: str, env: dict[str, str]) -> Iterator[Served]:
+    """`adk-memory serve --uri URI` in a new process with `env`; yields its URL and CPU clock."""
     port = _free_port()
     environment = os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     environment.pop("ADK_MEMORY_EMBEDDING_MODEL", None)
@@ -103,7 +134,7 @@ def serve(uri: str, env: dict[str, str]) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the server did not answer /healthz within 120 s")
                 time.sleep(0.2)
-            yield base
+            yield Served(base, lambda: _cpu_seconds(process.pid))
         finally:
             process.terminate()
             try:
@@ -125,8 +156,14 @@ async def _listed(http: httpx.AsyncClient, bank: str) -> set[str]:
             return names
 
 
-async def load(base: str, *, clients: int, requests: int, seed: int) -> dict[str, Any]:
-    """Runs the mixed load against a fresh bank of the server at `base`."""
+async def load(server: Served, *, clients: int, requests: int, seed: int) -> dict[str, Any]:
+    """Runs the mixed load against a fresh bank of `server`.
+
+    Besides the rates, the CPU time per request of the server process and of this one (the
+    clients): on a machine shared with other work, the rates follow the CPU left over, while
+    the CPU a request costs does not.
+    """
+    base = server.base
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=base, timeout=300, limits=limits) as http:
         created = await http.post("/v1beta1/reasoningEngines", json={})
@@ -178,9 +215,14 @@ async def load(base: str, *, clients: int, requests: int, seed: int) -> dict[str
                 elif kind == "create":
                     acknowledged.add(response.json()["response"]["name"])
 
-        started = time.perf_counter()
+        started, server_cpu, client_cpu = (
+            time.perf_counter(),
+            server.cpu_seconds(),
+            _own_cpu_seconds(),
+        )
         await asyncio.gather(*(client(number) for number in range(clients)))
         wall = time.perf_counter() - started
+        server_cpu_after, client_cpu_after = server.cpu_seconds(), _own_cpu_seconds()
         lost = acknowledged - await _listed(http, bank)
     row: dict[str, Any] = {"wall_s": round(wall, 2), "errors": len(errors), "lost": len(lost)}
     for kind, ms in timings.items():
@@ -189,6 +231,13 @@ async def load(base: str, *, clients: int, requests: int, seed: int) -> dict[str
         row[f"{kind}_p95_ms"] = round(pct(ms, 95), 1) if ms else None
         row[f"{kind}s"] = len(ms)
     row["acknowledged"] = len(acknowledged)
+    answered = max(1, sum(len(ms) for ms in timings.values()))
+    if server_cpu is not None and server_cpu_after is not None:
+        row["server_cpu_ms_per_request"] = round(
+            (server_cpu_after - server_cpu) * 1000 / answered, 2
+        )
+    row["client_cpu_ms_per_request"] = round((client_cpu_after - client_cpu) * 1000 / answered, 2)
+    row["load_1m"] = round(os.getloadavg()[0], 2)
     return row
 
 
@@ -222,9 +271,9 @@ def run(
             for mode in order:
                 tag = f"rest{backend[:1]}{round_}{list(MODES).index(mode)}"
                 try:
-                    with serve(_uri(where, backend, tag), MODES[mode]) as base:
+                    with serve(_uri(where, backend, tag), MODES[mode]) as server:
                         row = asyncio.run(
-                            load(base, clients=clients, requests=requests, seed=round_ + 1)
+                            load(server, clients=clients, requests=requests, seed=round_ + 1)
                         )
                 except Exception as exc:  # noqa: BLE001
                     row = {"error": f"{type(exc).__name__}: {exc}"[:300]}
