@@ -11,24 +11,26 @@ returns (`done=True`).
 
 from __future__ import annotations
 
+import abc
 import builtins
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel
 
 from adk_memory import types
 from adk_memory._pagers import AsyncPager
-from adk_memory._registry import store_from_uri
+from adk_memory._registry import is_server_uri, store_from_uri
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
 from adk_memory.engine.convert import built, parse_model, to_memory, to_revision
 from adk_memory.engine.generate import events_from_session
+from adk_memory.engine.ingest import StreamStatus
 from adk_memory.engine.paging import Position, page_after
-from adk_memory.engine.retrieval import RETRIEVE_ALL_LIMIT
 from adk_memory.errors import InvalidArgument, Unimplemented
 from adk_memory.extensions import BankExtensions
 from adk_memory.names import Names
 from adk_memory.scheduler import IngestScheduler
+from adk_memory.scope import validate_scope
 from adk_memory.settings import default_embedding_model, default_uri
 from adk_memory.store import MemoryRecord, MemoryStore, OperationRecord
 from adk_memory.telemetry import instrument_engine_context, trace_store, traced_resource
@@ -186,7 +188,7 @@ class AsyncMemories:
         simple_retrieval_params: Any = None,
         config: Any = None,
     ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
-        """Memories of exactly `scope`: the nearest `top_k`, or pages (of all, 100 a page)."""
+        """Memories of exactly `scope`: the nearest `top_k`, all of them, or pages of them."""
         checked = parse_model(types.RetrieveMemoriesConfig, config, field="config")
         similarity = _optional(
             types.RetrieveMemoriesRequestSimilaritySearchParams,
@@ -203,13 +205,9 @@ class AsyncMemories:
         async def fetch(
             token: str | None,
         ) -> tuple[list[types.RetrieveMemoriesResponseRetrievedMemory], str | None]:
-            params = simple
-            if simple is not None:
-                params = simple.model_copy(update={"page_token": token})
-            elif token:  # a later page of retrieve-all: its token continues as simple retrieval
-                params = types.RetrieveMemoriesRequestSimpleRetrievalParams(
-                    page_size=RETRIEVE_ALL_LIMIT, page_token=token
-                )
+            # Retrieve-all answers the whole scope at once (no token); only simple retrieval
+            # pages.
+            params = None if simple is None else simple.model_copy(update={"page_token": token})
             page = await self._engine.retrieval.retrieve(
                 bank_id,
                 scope=scope,
@@ -472,6 +470,27 @@ class AsyncMemoryBanks:
             name=self._engine.names.operation(bank_id, "operations/delete"), done=True
         )
 
+    async def list_streams(
+        self, *, name: str, scope: dict[str, str] | None = None
+    ) -> builtins.list[StreamStatus]:
+        """The bank's ingest streams holding events not generated from yet, oldest first (ours).
+
+        With `scope`, only that scope's streams. Each carries its pending count, failures,
+        last error and next retry (`adk-memory streams list`).
+        """
+        checked = None if scope is None else validate_scope(scope)
+        return await self._engine.ingest.streams(Names.parse_bank(name), scope=checked)
+
+    async def flush_stream(self, *, name: str, key: str) -> int:
+        """Generates from a stream's pending events now, whatever its trigger and back-off (ours).
+
+        Returns how many memories were created or changed (0 for a stream without pending
+        events); a failed generation is raised after the stream records it.
+        """
+        return await self._engine.ingest.flush(
+            Names.parse_bank(name), key, now_or_never=True, raise_failure=True
+        )
+
     async def ingest_events(
         self,
         *,
@@ -630,8 +649,26 @@ class AsyncOperations:
         )
 
 
-class AsyncClient:
-    """The Memory Bank client over a store chosen by URI."""
+class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register` only
+    """The Memory Bank client over a store chosen by URI.
+
+    An `http://` or `https://` URI names a running `adk-memory serve` instead: the client is then
+    a `RemoteAsyncClient` (`adk_memory._remote`) with the same resources and methods, answered
+    by the server.
+    """
+
+    remote: ClassVar[bool] = False
+    """Whether calls go to an adk-memory server (then there is no `engine` here)."""
+
+    def __new__(cls, uri: str | None = None, *args: Any, **kwargs: Any) -> AsyncClient:
+        """A `RemoteAsyncClient` for a server URI (given, or `ADK_MEMORY_URI`), else this."""
+        if cls is AsyncClient and kwargs.get("store") is None:
+            if is_server_uri(uri if uri is not None else default_uri()):
+                from adk_memory._remote import RemoteAsyncClient
+
+                # Not an instance of this class (a virtual subclass): __init__ is not run again.
+                return cast(AsyncClient, RemoteAsyncClient(uri, *args, **kwargs))
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -651,8 +688,8 @@ class AsyncClient:
 
         Args:
             uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
-                `memory://`. Default: `ADK_MEMORY_URI`, else embedded Chroma in
-                `~/.adk-memory`.
+                `memory://`; or an adk-memory server's `http://host:port` (see the class
+                docstring). Default: `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
             project: The project segment of resource names.
             location: The location segment of resource names.
             store: A store you built (then `uri` must be None).
@@ -747,3 +784,13 @@ def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None
         field="config.context_spec.memory_bank_config",
     )
     return wire, display_name, description
+
+
+def _register_remote() -> None:
+    """Makes `RemoteAsyncClient` a virtual subclass, so `isinstance(…, AsyncClient)` holds."""
+    from adk_memory._remote import RemoteAsyncClient
+
+    AsyncClient.register(RemoteAsyncClient)
+
+
+_register_remote()

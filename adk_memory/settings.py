@@ -25,6 +25,7 @@ __all__ = [
     "gemini_credentials_configured",
     "genai_environment_fingerprint",
     "genai_uses_vertex",
+    "server_api_key",
     "vertex_credentials_configured",
 ]
 
@@ -33,7 +34,10 @@ DEFAULT_DATA_DIR = Path.home() / ".adk-memory"
 
 
 def default_uri() -> str:
-    """`ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`."""
+    """`ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
+
+    An `http://` or `https://` URI names an `adk-memory serve` to go through.
+    """
     return os.environ.get("ADK_MEMORY_URI") or f"chroma://{DEFAULT_DATA_DIR}"
 
 
@@ -45,6 +49,11 @@ def default_embedding_model() -> str | None:
 def api_keys_file() -> str | None:
     """`ADK_MEMORY_API_KEYS_FILE`: the REST server's API key file (YAML or JSON), else None."""
     return os.environ.get("ADK_MEMORY_API_KEYS_FILE") or None
+
+
+def server_api_key() -> str | None:
+    """`ADK_MEMORY_API_KEY`: the key (or signed token) a client sends to an adk-memory server."""
+    return os.environ.get("ADK_MEMORY_API_KEY") or None
 
 
 _API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")

@@ -5,6 +5,8 @@ It behaves like ADK's `VertexAiMemoryBankService` (reference §6): the scope is 
 when `custom_metadata` asks for a generate-only setting), `add_memory` creates memories (or
 consolidates them with `enable_consolidation`), and `search_memory` is a similarity retrieve.
 The engine runs in this process, on the store the URI names; nothing here talks to Google Cloud.
+With an `http://` URI the engine is an `adk-memory serve`'s instead: the service forwards every
+call to it (`RemoteAsyncClient`), and the server generates and flushes due streams.
 
 One `AsyncClient` per event loop (`_loops`), the bank ensured on first use (tolerating
 `AlreadyExists`, so several processes may start at once), and the turn path (bounded writes that
@@ -23,6 +25,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -34,6 +37,7 @@ from typing_extensions import override
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
+from adk_memory._registry import is_server_uri
 from adk_memory.adk._convert import (
     ENABLE_CONSOLIDATION_KEY,
     INGEST_KEYS,
@@ -192,6 +196,7 @@ class MemoryBankService(BaseMemoryService):
         )
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
+        remote = is_server_uri(self._uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
         self._options = options
         parse_model(
@@ -206,10 +211,16 @@ class MemoryBankService(BaseMemoryService):
         self._generation_model = (
             generation_model if generation_model is not None else options.generation_model
         )
-        if client is not None:
+        if client is not None and not client.remote:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        self._names = client.engine.names if client is not None else Names()
+        if remote and self._generation_model is not None:
+            raise InvalidArgument(
+                "generation_model does not apply to an adk-memory server URI: the server "
+                "generates (adk-memory serve --model chooses its model).",
+                field="generation_model",
+            )
+        self._names = client.engine.names if client is not None and not client.remote else Names()
         self._loops = LoopClients(self._build_client)
         self._bank_ready = False
         self._background = BackgroundTasks(f"memory generation in bank {self._bank_id}")
@@ -219,7 +230,12 @@ class MemoryBankService(BaseMemoryService):
         )
         """Sessions whose latest events the store has not taken yet: their retry."""
         self._breaker = CircuitBreaker()
-        self._warm = _warm_up(self._embedding_model or default_embedding_model())
+        # Over http(s) the server embeds: nothing to load here.
+        self._warm = (
+            _NOTHING_TO_LOAD
+            if remote
+            else _warm_up(self._embedding_model or default_embedding_model())
+        )
 
     @property
     def bank_id(self) -> str:
@@ -574,8 +590,8 @@ class MemoryBankService(BaseMemoryService):
         client = await self._client()
         scope = _scope(app_name, user_id)
         await self._retry_unsent()
-        return await client.engine.ingest.flush(
-            self._bank_id, stream_key(scope, session_id), now_or_never=True, raise_failure=True
+        return await client.memory_banks.flush_stream(
+            name=self.bank_name, key=stream_key(scope, session_id)
         )
 
     async def drain(self) -> None:
@@ -588,7 +604,8 @@ class MemoryBankService(BaseMemoryService):
         if state is not None:
             while flushes := list(state.flushes.values()):
                 await asyncio.gather(*flushes, return_exceptions=True)
-            await state.client.ingest_scheduler.drain()
+            if not state.client.remote:
+                await state.client.ingest_scheduler.drain()
 
     async def aclose(self) -> None:
         """Waits for background work, then closes the client this service built on this loop.
@@ -634,7 +651,8 @@ class MemoryBankService(BaseMemoryService):
 
     async def _background_pass(self, state: LoopState) -> None:
         await self._retry_unsent()
-        await state.client.ingest_scheduler.run_once()
+        if not state.client.remote:  # a server flushes its due streams itself
+            await state.client.ingest_scheduler.run_once()
 
     async def _retry_unsent(self) -> None:
         for key, retry in list(self._unsent.items()):
@@ -672,7 +690,10 @@ class MemoryBankService(BaseMemoryService):
 
     async def _flush_stream(self, state: LoopState, stream: str) -> None:
         try:
-            await state.client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
+            if state.client.remote:
+                await state.client.memory_banks.flush_stream(name=self.bank_name, key=stream)
+            else:
+                await state.client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
         except ResourceExhausted:
             pass  # another flush held the stream past the wait; it takes these events too
         except AdkMemoryError as error:
@@ -687,11 +708,12 @@ class MemoryBankService(BaseMemoryService):
         timeout: float | None = None,
     ) -> None:
         client = await self._client()
-        now = client.engine.context.clock().isoformat()
+        now = (datetime.now(UTC) if client.remote else client.engine.context.clock()).isoformat()
         try:
             # Bounded like a write: a hung store must count towards the breaker, not stall turns.
             streams = await asyncio.wait_for(
-                client.engine.ingest.streams(self._bank_id, scope=scope), timeout=WRITE_TIMEOUT
+                client.memory_banks.list_streams(name=self.bank_name, scope=scope),
+                timeout=WRITE_TIMEOUT,
             )
         except _TRANSIENT as error:
             self._store_failed()
@@ -768,6 +790,10 @@ class MemoryBankService(BaseMemoryService):
             await call
         else:
             self._background.start(call)
+
+
+_NOTHING_TO_LOAD = threading.Event()
+_NOTHING_TO_LOAD.set()
 
 
 _FIRST_USE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from pydantic import (
     model_validator,
 )
 
+from adk_memory._hosts import is_loopback
 from adk_memory.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -105,7 +105,6 @@ _MIN_KEY_LENGTH = 16
 _BANK_WRITES = frozenset(
     {"reasoningEngines.create", "reasoningEngines.update", "reasoningEngines.delete"}
 )
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 def normalize_permission(name: str) -> str:
@@ -549,14 +548,3 @@ async def guard(request: Request) -> None:
     """Applies the app's `state.guard` to a request."""
     policy: RequestGuard = request.app.state.guard
     policy.check(request.headers.get("host"), request.headers.get("origin"))
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding `host` keeps the server reachable from this machine only."""
-    bare = host.strip().strip("[]").lower()
-    if bare in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False

@@ -9,18 +9,20 @@ reaches only memories of that scope: a memory named by id passes `auth.load_in_s
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
@@ -34,10 +36,17 @@ from adk_memory.errors import (
 )
 from adk_memory.names import Names
 from adk_memory.scope import validate_scope
-from adk_memory.server.auth import ApiKeys, Principal, is_loopback, load_in_scope, principal_of
+from adk_memory.server.auth import (
+    ApiKeys,
+    Principal,
+    RequestGuard,
+    is_loopback,
+    load_in_scope,
+    principal_of,
+)
 from adk_memory.server.wire import error_response
 
-__all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
+__all__ = ["McpBinding", "create_mcp_server", "mcp_endpoint", "mcp_http_app", "serve_mcp"]
 
 _MemoryId = Annotated[
     str,
@@ -58,6 +67,14 @@ class McpBinding:
     """Scope entries set by the server's configuration (may be empty when keys add them)."""
     api_keys: ApiKeys | None = None
     """Over HTTP: the accepted keys; a caller's bound scope entries join `scope`."""
+
+    def __post_init__(self) -> None:
+        if not self.scope and self.api_keys is None:
+            raise InvalidArgument(
+                "Whose memories? Give --scope KEY=VALUE (e.g. --scope user_id=me; on adk-memory "
+                "serve, --mcp-scope), or serve HTTP with --keys whose keys are bound to a scope.",
+                field="scope",
+            )
 
 
 class MemoryOut(BaseModel):
@@ -281,7 +298,9 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
     bank = await client.memory_banks.get(name=binding.bank)
     config = bank.managed_semantic_memory_config
     model = config.generation_config.model if config and config.generation_config else None
-    generation = client.engine.context.generation_model is not None or bool(model)
+    # Over http(s) the server's own model (`adk-memory serve --model`) is unknown here.
+    local_model = None if client.remote else client.engine.context.generation_model
+    generation = local_model is not None or bool(model)
     server: MCPServer = MCPServer(
         name="adk-memory",
         instructions=(
@@ -313,6 +332,46 @@ def mcp_http_app(server: MCPServer, keys: ApiKeys | None, *, host: str = "127.0.
     return app
 
 
+@contextlib.asynccontextmanager
+async def mcp_endpoint(
+    client: AsyncClient, binding: McpBinding, *, keys: ApiKeys | None, guard: RequestGuard
+) -> AsyncIterator[ASGIApp]:
+    """The MCP endpoint `adk-memory serve --mcp-bank` serves at `/mcp`, while the block runs.
+
+    Streamable HTTP, stateless, behind the REST server's own request guard (Host and Origin)
+    and keys: a caller's key is checked for each tool's permission, and a key bound to a scope
+    adds its entries, as on `adk-memory mcp --transport http`. The bank is created if missing.
+    """
+    await _ensure_bank(client, binding)
+    server = await create_mcp_server(client, binding)
+    # The REST server's guard checks Host and Origin, with its own --allowed-host names.
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = server.streamable_http_app(
+        stateless_http=True, json_response=True, transport_security=security
+    )
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        try:
+            guard.check(request.headers.get("host"), request.headers.get("origin"))
+            principal = await principal_of(request, keys)
+        except AdkMemoryError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await app(scope, receive, send)
+
+    async with server.session_manager.run():
+        yield endpoint
+
+
+async def _ensure_bank(client: AsyncClient, binding: McpBinding) -> None:
+    try:
+        await client.memory_banks.get(name=binding.bank)
+    except NotFound:
+        await client.memory_banks.create(memory_bank_id=Names.parse_bank(binding.bank))
+
+
 async def serve_mcp(
     client: AsyncClient,
     binding: McpBinding,
@@ -326,25 +385,15 @@ async def serve_mcp(
     The bank is created first if it does not exist.
 
     Raises:
-        InvalidArgument: No scope, and no keys that could bind one.
         FailedPrecondition: HTTP on a non-loopback address without keys.
     """
-    if not binding.scope and binding.api_keys is None:
-        raise InvalidArgument(
-            "Whose memories? Give --scope KEY=VALUE (e.g. --scope user_id=me), or serve HTTP "
-            "with --keys whose keys are bound to a scope.",
-            field="scope",
-        )
     if binding.api_keys is None and transport == "http" and not is_loopback(host):
         raise FailedPrecondition(
             f"Refusing to serve MCP on {host!r} without API keys: anyone who can reach it could "
             "read and change the memories. Pass --keys FILE, or bind --host 127.0.0.1.",
             field="host",
         )
-    try:
-        await client.memory_banks.get(name=binding.bank)
-    except NotFound:
-        await client.memory_banks.create(memory_bank_id=Names.parse_bank(binding.bank))
+    await _ensure_bank(client, binding)
     server = await create_mcp_server(client, binding)
     if transport == "stdio":
         await server.run_stdio_async()

@@ -40,8 +40,10 @@ __all__ = [
     "DeleteBankBody",
     "DeleteBankQuery",
     "ErrorEnvelope",
+    "FlushStreamBody",
     "GenerateMemoriesBody",
     "IngestEventsBody",
+    "ListStreamsBody",
     "PageQuery",
     "PayloadTooLarge",
     "PurgeMemoriesBody",
@@ -209,6 +211,18 @@ else:
     )
 
 
+class ListStreamsBody(_Wire):
+    """POST {bank}/memories:listStreams (adk-memory's own): streams holding unflushed events."""
+
+    scope: Scope | None = Field(None, description="Only this scope's streams.")
+
+
+class FlushStreamBody(_Wire):
+    """POST {bank}/memories:flushStream (adk-memory's own): generate from one stream now."""
+
+    key: str = Field(pattern=r"^[0-9a-f]{40}$", description="The stream's key, as listed.")
+
+
 class DeleteBankBody(_Wire):
     """DELETE {bank}: `force` (also accepted as a query parameter) deletes its memories too."""
 
@@ -241,6 +255,10 @@ class ReasoningEngineBody(_Wire):
     labels: dict[str, str] | None = None
     traffic_config: dict[str, Any] | None = None
     revision_garbage_collection_strategy: Any = None
+    memory_bank_id: str | None = None
+    """adk-memory's own (create only): the new bank's id, not a generated one."""
+    adk_memory_extensions: dict[str, Any] | None = None
+    """adk-memory's own: the bank's extensions (e.g. hybrid retrieval), replaced when given."""
     # Output-only fields, ignored on input as Google APIs ignore them.
     name: str | None = None
     etag: str | None = None
@@ -454,13 +472,26 @@ def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
 
 
 def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
-    """The Google error envelope for an error, with a BadRequest field violation if it names one."""
+    """The Google error envelope for an error, with a BadRequest field violation if it names one.
+
+    An error with a `reason` (`ModelUnavailable`: `MODEL_UNAVAILABLE`) carries it in an
+    `ErrorInfo`, which tells it from another error of the same status (`StoreUnavailable`); a
+    client rebuilds the class from it.
+    """
     status: dict[str, Any] = {"code": error.code, "message": error.message, "status": error.status}
     if error.field and error.code in (400, 413, 415):
         status["details"] = [
             {
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
                 "fieldViolations": [{"field": error.field, "description": error.message}],
+            }
+        ]
+    elif error.reason:
+        status["details"] = [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": error.reason,
+                "domain": "adk-memory",
             }
         ]
     return {"error": status}

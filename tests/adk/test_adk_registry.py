@@ -39,6 +39,8 @@ def uris(tmp_path: Path) -> list[str]:
         "rediss://:secret@redis.example.com:6380/0?bank=prod",
         "redis+cluster://node-a:7000,node-b:7001",
         "rediss+cluster://:secret@node-a:7000",
+        "http://127.0.0.1:8080",
+        "https://memory.example.com?bank=prod",
     ]
 
 
