@@ -18,7 +18,8 @@ from typing import Any, ClassVar, cast
 from pydantic import BaseModel
 
 from adk_memory import types
-from adk_memory._pagers import AsyncPager
+from adk_memory._agent_engines import AgentEngine, FlatMemoryHelpers, engine_config
+from adk_memory._pagers import AsyncPager, first_page
 from adk_memory._registry import is_server_uri, store_from_uri
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
@@ -82,7 +83,7 @@ class AsyncMemoryRevisions:
                 to_revision(r, bank_id, self._engine.names) for r in page.items
             ], page.next_page_token
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
 
 @traced_resource("memories")
@@ -137,7 +138,7 @@ class AsyncMemories:
                 to_memory(r, bank_id, self._engine.names) for r in page.items
             ], page.next_page_token
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
     async def update(
         self,
@@ -225,7 +226,7 @@ class AsyncMemories:
             ]
             return found, page.next_page_token
 
-        return await _first_page(fetch, simple.page_token if simple is not None else None)
+        return await first_page(fetch, simple.page_token if simple is not None else None)
 
     async def rollback(
         self, *, name: str, target_revision_id: str, config: Any = None
@@ -431,7 +432,7 @@ class AsyncMemoryBanks:
             names = self._engine.names
             return [to_memory_bank(record, names) for record in page.items], page.next_page_token
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
     async def update(
         self,
@@ -528,25 +529,8 @@ class AsyncMemoryBanks:
         )
 
 
-class AgentEngine(BaseModel):
-    """What `agent_engines.create/get/update` return: the resource under `api_resource`."""
-
-    api_resource: types.ReasoningEngine
-
-
-_DEPLOYMENT_FIELDS = (
-    "agent_engine",
-    "agent",
-    "staging_bucket",
-    "requirements",
-    "extra_packages",
-    "env_vars",
-    "gcs_dir_name",
-)
-
-
 @traced_resource("agent_engines")
-class AsyncAgentEngines:
+class AsyncAgentEngines(FlatMemoryHelpers):
     """The older `agent_engines` surface the seeds use; a memory bank is a reasoning engine."""
 
     def __init__(self, engine: MemoryEngine, banks: AsyncMemoryBanks) -> None:
@@ -558,7 +542,7 @@ class AsyncAgentEngines:
         self, *, agent_engine: Any = None, agent: Any = None, config: Any = None
     ) -> AgentEngine:
         """Creates a bank from `config={"context_spec": {"memory_bank_config": …}, …}`."""
-        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        spec, display_name, description = engine_config(config, agent_engine or agent)
         record = await self._engine.banks.create(
             spec, display_name=display_name, description=description
         )
@@ -568,7 +552,7 @@ class AsyncAgentEngines:
         self, *, name: str, agent_engine: Any = None, agent: Any = None, config: Any = None
     ) -> AgentEngine:
         """Merges a new `context_spec.memory_bank_config` (and names) into the bank."""
-        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        spec, display_name, description = engine_config(config, agent_engine or agent)
         record = await self._engine.banks.update(
             Names.parse_bank(name), spec, display_name=display_name, description=description
         )
@@ -585,33 +569,6 @@ class AsyncAgentEngines:
     async def delete(self, *, name: str, force: bool = False, config: Any = None) -> None:
         """Deletes the bank (`force` also deletes its memories)."""
         await self._engine.banks.delete(Names.parse_bank(name), force=force)
-
-    # The flat helpers of the oldest SDK.
-    async def get_memory(self, *, name: str, config: Any = None) -> types.Memory:
-        """`memories.get`."""
-        return await self.memories.get(name=name, config=config)
-
-    async def list_memories(self, *, name: str, config: Any = None) -> AsyncPager[types.Memory]:
-        """`memories.list`."""
-        return await self.memories.list(name=name, config=config)
-
-    async def retrieve_memories(
-        self, **kwargs: Any
-    ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
-        """`memories.retrieve`."""
-        return await self.memories.retrieve(**kwargs)
-
-    async def create_memory(self, **kwargs: Any) -> types.MemoryOperation:
-        """`memories.create`."""
-        return await self.memories.create(**kwargs)
-
-    async def delete_memory(self, **kwargs: Any) -> types.DeleteMemoryOperation:
-        """`memories.delete`."""
-        return await self.memories.delete(**kwargs)
-
-    async def generate_memories(self, **kwargs: Any) -> types.GenerateMemoriesOperation:
-        """`memories.generate`."""
-        return await self.memories.generate(**kwargs)
 
     def _wrap(self, record: Any) -> AgentEngine:
         payload = to_reasoning_engine_json(record, self._engine.names)
@@ -738,52 +695,8 @@ class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register`
         await self.aclose()
 
 
-async def _first_page(fetch: Any, token: str | None) -> AsyncPager[Any]:
-    items, next_token = await fetch(token)
-    return AsyncPager(items, next_token, fetch)
-
-
 def _optional(model: type[BaseModel], value: Any, field: str) -> Any:
     return None if value is None else parse_model(model, value, field=field)
-
-
-def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None]:
-    data = (
-        dict(config or {})
-        if not isinstance(config, BaseModel)
-        else config.model_dump(exclude_none=True)
-    )
-    deployment = [field for field in _DEPLOYMENT_FIELDS if data.get(field)] + (
-        ["agent_engine"] if agent is not None else []
-    )
-    if deployment:
-        raise Unimplemented(
-            f"adk-memory hosts Memory Bank only, not agent deployment ({', '.join(deployment)}); "
-            "run your agent yourself and point its memory service at this bank.",
-            field=deployment[0],
-        )
-    spec = data.pop("context_spec", None) or data.pop("contextSpec", None) or {}
-    if isinstance(spec, BaseModel):
-        spec = spec.model_dump(exclude_none=True)
-    bank_config = (
-        spec.get("memory_bank_config", spec.get("memoryBankConfig"))
-        if isinstance(spec, dict)
-        else None
-    )
-    display_name = data.pop("display_name", None) or data.pop("displayName", None)
-    description = data.pop("description", None)
-    if data:
-        raise InvalidArgument(
-            f"config has unknown fields: {', '.join(sorted(data))}.", field="config"
-        )
-    if isinstance(bank_config, BaseModel):
-        bank_config = bank_config.model_dump(exclude_none=True)
-    wire = parse_model(
-        types.ReasoningEngineContextSpecMemoryBankConfig,
-        bank_config or {},
-        field="config.context_spec.memory_bank_config",
-    )
-    return wire, display_name, description
 
 
 def _register_remote() -> None:

@@ -27,7 +27,7 @@ import logging
 import os
 import secrets
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,8 +36,9 @@ import httpx
 from pydantic import BaseModel
 
 from adk_memory import types
+from adk_memory._agent_engines import AgentEngine, FlatMemoryHelpers, engine_config
 from adk_memory._hosts import is_loopback
-from adk_memory._pagers import AsyncPager
+from adk_memory._pagers import AsyncPager, first_page
 from adk_memory._remote._errors import server_errors
 from adk_memory._validation import parse_model
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable, Unauthenticated
@@ -203,13 +204,6 @@ class RemoteConnection:
         await self.http.aclose()
 
 
-async def _first_page(
-    fetch: Callable[[str | None], Awaitable[tuple[list[Any], str | None]]], token: str | None
-) -> AsyncPager[Any]:
-    items, next_token = await fetch(token)
-    return AsyncPager(items, next_token, fetch)
-
-
 def _config(model: type[Any], value: Any, **update: Any) -> Any:
     """`value` validated into `model`, with `update` applied (None values left out)."""
     checked = _parse(model, value, "config")
@@ -244,7 +238,7 @@ class RemoteMemoryRevisions:
             page = await self._c.call(revisions._list(name=memory, config=paged))
             return list(page.memory_revisions or ()), page.next_page_token or None
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
 
 @traced_resource("memories")
@@ -287,7 +281,7 @@ class RemoteMemories:
             page = await self._c.call(self._sdk._list(name=bank, config=paged))
             return list(page.memories or ()), page.next_page_token or None
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
     async def update(
         self,
@@ -356,7 +350,7 @@ class RemoteMemories:
             )
             return list(found.retrieved_memories or ()), found.next_page_token or None
 
-        return await _first_page(fetch, simple.page_token if simple is not None else None)
+        return await first_page(fetch, simple.page_token if simple is not None else None)
 
     async def rollback(
         self, *, name: str, target_revision_id: str, config: Any = None
@@ -503,7 +497,7 @@ class RemoteMemoryBanks:
             banks = [_reasoning_engine_to_memory_bank(e) for e in page.reasoning_engines or ()]
             return banks, page.next_page_token or None
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
     async def update(
         self,
@@ -623,14 +617,8 @@ class RemoteMemoryBanks:
         return await self.get(name=operation.response.name)
 
 
-class AgentEngine(BaseModel):
-    """What `agent_engines.create/get/update` return: the resource under `api_resource`."""
-
-    api_resource: types.ReasoningEngine
-
-
 @traced_resource("agent_engines")
-class RemoteAgentEngines:
+class RemoteAgentEngines(FlatMemoryHelpers):
     """The older `agent_engines` surface over REST; a memory bank is a reasoning engine."""
 
     def __init__(self, connection: RemoteConnection, banks: RemoteMemoryBanks) -> None:
@@ -641,7 +629,7 @@ class RemoteAgentEngines:
         self, *, agent_engine: Any = None, agent: Any = None, config: Any = None
     ) -> AgentEngine:
         """Creates a bank from `config={"context_spec": {"memory_bank_config": …}, …}`."""
-        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        spec, display_name, description = engine_config(config, agent_engine or agent)
         body = {"display_name": display_name, "description": description}
         operation = await self._c.call(
             self._c.sdk.memory_banks._create(memory_bank_config=spec, config=body)
@@ -652,7 +640,7 @@ class RemoteAgentEngines:
         self, *, name: str, agent_engine: Any = None, agent: Any = None, config: Any = None
     ) -> AgentEngine:
         """Merges a new `context_spec.memory_bank_config` (and names) into the bank."""
-        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        spec, display_name, description = engine_config(config, agent_engine or agent)
         body = {"display_name": display_name, "description": description}
         await self._c.call(
             self._c.sdk.memory_banks._update(
@@ -682,33 +670,6 @@ class RemoteAgentEngines:
     async def delete(self, *, name: str, force: bool = False, config: Any = None) -> None:
         """Deletes the bank (`force` also deletes its memories)."""
         await self._c.call(self._c.sdk.memory_banks._delete(name=_bank_name(name), force=force))
-
-    # The flat helpers of the oldest SDK.
-    async def get_memory(self, *, name: str, config: Any = None) -> types.Memory:
-        """`memories.get`."""
-        return await self.memories.get(name=name, config=config)
-
-    async def list_memories(self, *, name: str, config: Any = None) -> AsyncPager[types.Memory]:
-        """`memories.list`."""
-        return await self.memories.list(name=name, config=config)
-
-    async def retrieve_memories(
-        self, **kwargs: Any
-    ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
-        """`memories.retrieve`."""
-        return await self.memories.retrieve(**kwargs)
-
-    async def create_memory(self, **kwargs: Any) -> types.MemoryOperation:
-        """`memories.create`."""
-        return await self.memories.create(**kwargs)
-
-    async def delete_memory(self, **kwargs: Any) -> types.DeleteMemoryOperation:
-        """`memories.delete`."""
-        return await self.memories.delete(**kwargs)
-
-    async def generate_memories(self, **kwargs: Any) -> types.GenerateMemoriesOperation:
-        """`memories.generate`."""
-        return await self.memories.generate(**kwargs)
 
 
 @traced_resource("operations")
@@ -785,12 +746,6 @@ def _with_extra_body(config: Any, extra: dict[str, Any]) -> Any:
     options = config.http_options.model_dump(exclude_none=True) if config.http_options else {}
     options["extra_body"] = {**(options.get("extra_body") or {}), **extra}
     return config.model_copy(update={"http_options": options})
-
-
-def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None]:
-    from adk_memory._async_client import _engine_config as parse
-
-    return parse(config, agent)
 
 
 class _StaticToken(google.auth.credentials.Credentials):

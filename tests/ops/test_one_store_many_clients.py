@@ -26,6 +26,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from adk_memory.testing.agent_models import write_echo_agent
+
 BIN = Path(sys.executable).parent
 TEA = "I like green tea."
 
@@ -50,28 +52,6 @@ def create_all(request):
 
 model = ScriptedMemoryModel(extract=extract, consolidate=create_all)
 serve(default_uri(), port=int(sys.argv[1]), generation_model=model, log_level="warning")
-"""
-
-_AGENT = """
-from google.adk.agents import LlmAgent
-from google.adk.apps import App
-from google.adk.models.llm_response import LlmResponse
-from google.genai import types
-
-from adk_memory.adk import MemoryBankPlugin
-from adk_memory.testing.agent_models import ScriptedAgentModel
-
-
-class EchoMemories(ScriptedAgentModel):
-    async def generate_content_async(self, llm_request, stream=False):
-        text = self.request_text(llm_request)
-        block = text.split("<MEMORIES>")[-1].split("</MEMORIES>")[0] if "<MEMORIES>" in text else ""
-        reply = types.Content(role="model", parts=[types.Part(text="remembered:" + block)])
-        yield LlmResponse(content=reply)
-
-
-root_agent = LlmAgent(name="echo", model=EchoMemories(), instruction="Help.")
-app = App(name="echo_agent", root_agent=root_agent, plugins=[MemoryBankPlugin()])
 """
 
 
@@ -184,9 +164,7 @@ def test_one_server_on_the_default_folder_serves_every_client_at_once(
     assert (tmp_path / ".adk-memory" / ".adk-memory.server").exists()
 
     agents = tmp_path / "agents"
-    (agents / "echo_agent").mkdir(parents=True)
-    (agents / "echo_agent" / "__init__.py").write_text("from . import agent\n")
-    (agents / "echo_agent" / "agent.py").write_text(_AGENT)
+    write_echo_agent(agents)
     (agents / "services.py").write_text(
         "from adk_memory.adk import register_services\nregister_services()\n"
     )

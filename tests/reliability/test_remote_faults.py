@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,54 +63,54 @@ async def _local_state(folder: Path) -> tuple[list[str], list[int]]:
         return [hit.memory.fact for hit in hits], revisions
 
 
+def _killed_during(folder: Path, hang: str, call: Callable[[Any], Awaitable[Any]]) -> str:
+    """Runs `call(client)` against a server over `folder` that hangs at `hang` (telling this
+    process), SIGKILLs the server then, and returns the client's StoreUnavailable message."""
+    serving, url = _serving(folder, hang=hang)
+
+    async def killed(process: Any, connection: Any) -> str:
+        async with AsyncClient(url) as client:
+            await client.memory_banks.create(memory_bank_id="owned")
+            running = asyncio.ensure_future(call(client))
+            assert (await asyncio.to_thread(connection.recv))["hanging"]
+            process.kill()
+            with pytest.raises(StoreUnavailable) as failed:
+                await running
+            return failed.value.message
+
+    with serving as (process, connection):
+        message = asyncio.run(killed(process, connection))
+        process.join()
+    return message
+
+
 def test_a_server_killed_inside_a_generate_leaves_nothing_written(tmp_path: Path) -> None:
     """The model call hangs, the server is SIGKILLed: StoreUnavailable saying the connection
     closed before the answer, and the folder holds no memory of that generate."""
-    folder = tmp_path / "store"
-    serving, url = _serving(folder, hang="model")
+    events = [{"content": {"role": "user", "parts": [{"text": "I like green tea."}]}}]
 
-    async def generate_while_killed(process: Any, connection: Any) -> None:
-        async with AsyncClient(url) as client:
-            await client.memory_banks.create(memory_bank_id="owned")
-            events = [{"content": {"role": "user", "parts": [{"text": "I like green tea."}]}}]
-            call = asyncio.ensure_future(
-                client.memory_banks.memories.generate(
-                    name=BANK, scope=SCOPE, direct_contents_source={"events": events}
-                )
-            )
-            assert await asyncio.to_thread(connection.recv) == {"hanging": "extraction"}
-            process.kill()
-            with pytest.raises(StoreUnavailable, match="closed the connection before answering"):
-                await call
+    def generate(client: Any) -> Awaitable[Any]:
+        source = {"events": events}
+        return client.memory_banks.memories.generate(
+            name=BANK, scope=SCOPE, direct_contents_source=source
+        )
 
-    with serving as (process, connection):
-        asyncio.run(generate_while_killed(process, connection))
-        process.join()
-    assert asyncio.run(_local_state(folder)) == ([], [])
+    message = _killed_during(tmp_path / "store", "model", generate)
+    assert "closed the connection before answering" in message
+    assert asyncio.run(_local_state(tmp_path / "store")) == ([], [])
 
 
 def test_a_server_killed_after_a_write_committed_has_the_whole_write(tmp_path: Path) -> None:
     """The create's store write commits, then the server dies before answering: the client
     cannot know the outcome (StoreUnavailable says so), and the memory is there with its
     revision, as one atomic write leaves it."""
-    folder = tmp_path / "store"
-    serving, url = _serving(folder, hang="after_commit")
 
-    async def create_while_killed(process: Any, connection: Any) -> None:
-        async with AsyncClient(url) as client:
-            await client.memory_banks.create(memory_bank_id="owned")
-            call = asyncio.ensure_future(
-                client.memory_banks.memories.create(name=BANK, fact="I like tea.", scope=SCOPE)
-            )
-            assert await asyncio.to_thread(connection.recv) == {"hanging": "after_commit"}
-            process.kill()
-            with pytest.raises(StoreUnavailable, match="either done entirely or not at all"):
-                await call
+    def create(client: Any) -> Awaitable[Any]:
+        return client.memory_banks.memories.create(name=BANK, fact="I like tea.", scope=SCOPE)
 
-    with serving as (process, connection):
-        asyncio.run(create_while_killed(process, connection))
-        process.join()
-    assert asyncio.run(_local_state(folder)) == (["I like tea."], [1])
+    message = _killed_during(tmp_path / "store", "after_commit", create)
+    assert "either done entirely or not at all" in message
+    assert asyncio.run(_local_state(tmp_path / "store")) == (["I like tea."], [1])
 
 
 async def test_an_unreachable_server_is_store_unavailable() -> None:

@@ -23,6 +23,16 @@ PAIRS = [
 ]
 
 
+def _public_coroutines(cls: type) -> list[str]:
+    """The public coroutine methods of a resource class, inherited ones too (and `_update`)."""
+    return [
+        name
+        for name in dir(cls)
+        if (not name.startswith("_") or name == "_update")
+        and inspect.iscoroutinefunction(getattr(cls, name))
+    ]
+
+
 def test_exported_names_are_pinned() -> None:
     assert adk_memory.__all__ == [
         "Aborted",
@@ -49,11 +59,7 @@ def test_exported_names_are_pinned() -> None:
 def test_every_async_method_has_a_blocking_twin_with_the_same_signature(
     blocking: type, asynchronous: type
 ) -> None:
-    public = [
-        name
-        for name, value in vars(asynchronous).items()
-        if inspect.iscoroutinefunction(value) and (not name.startswith("_") or name == "_update")
-    ]
+    public = _public_coroutines(asynchronous)
     assert public
     for name in public:
         assert inspect.signature(getattr(blocking, name)) == inspect.signature(
@@ -73,11 +79,7 @@ REMOTE_PAIRS = [
 @pytest.mark.parametrize(("http", "local"), REMOTE_PAIRS)
 def test_the_http_client_has_every_method_with_the_same_signature(http: type, local: type) -> None:
     """`AsyncClient("http://…")` (and `Client`, calling methods by name) has the same surface."""
-    public = [
-        name
-        for name, value in vars(local).items()
-        if inspect.iscoroutinefunction(value) and (not name.startswith("_") or name == "_update")
-    ]
+    public = _public_coroutines(local)
     assert public
     for name in public:
         assert inspect.signature(getattr(http, name)) == inspect.signature(getattr(local, name)), (
