@@ -14,21 +14,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from adk_memory.errors import (
-    Aborted,
-    AdkMemoryError,
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    ModelUnavailable,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    StoreUnavailable,
-    Unauthenticated,
-    Unimplemented,
-)
-
 __all__ = [
     "Aborted",
     "AdkMemoryError",
@@ -56,6 +41,20 @@ if TYPE_CHECKING:
     from adk_memory._async_client import AsyncClient
     from adk_memory._client import Client
     from adk_memory._pagers import AsyncPager, Pager
+    from adk_memory.errors import (
+        Aborted,
+        AdkMemoryError,
+        AlreadyExists,
+        FailedPrecondition,
+        InvalidArgument,
+        ModelUnavailable,
+        NotFound,
+        PermissionDenied,
+        ResourceExhausted,
+        StoreUnavailable,
+        Unauthenticated,
+        Unimplemented,
+    )
 
 _LAZY = {
     "AsyncClient": "adk_memory._async_client",
@@ -65,14 +64,15 @@ _LAZY = {
     "types": "adk_memory.types",
 }
 """Imported on first use: the in-process engine (numpy, the lexical index, embeddings) is not
-needed by a process that only talks to an adk-memory server (`adk-memory … --uri http://…`)."""
+needed by a process that only talks to an adk-memory server (`adk-memory … --uri http://…`), and
+nothing (not even google-genai, under the errors) is imported before the command line is ready
+for it."""
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in __all__:
         raise AttributeError(f"module 'adk_memory' has no attribute {name!r}")
-    value = importlib.import_module(module)
+    value = importlib.import_module(_LAZY.get(name, "adk_memory.errors"))
     found = value if name == "types" else getattr(value, name)
     globals()[name] = found
     return found
