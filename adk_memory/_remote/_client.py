@@ -7,12 +7,12 @@ config models (so a typo is the same `InvalidArgument`, before anything is sent)
 the request through the official SDK's own request methods (`agentplatform`'s
 `memories._create`, `_retrieve`, `memory_banks._get`, …: its URL templates, body converters and
 response models) on google-genai's API client, over an httpx client of ours. Nothing here
-builds a URL or a body by hand, except the two routes the SDK has no method for (an operation by
-name, and our bank extensions), which go through the same API client.
+builds a URL or a body by hand, except the routes the SDK has no method for (an operation by
+name, our bank extensions and ingest streams), which go through the same API client.
 
 Where the SDK's public methods differ from Memory Bank's contract the private request method is
-used: its retrieve pager cannot send a page token (reference §2.7) and its create methods read
-the result again; here every pager follows `next_page_token` and a create costs one request.
+used: its retrieve pager cannot send a page token (reference §2.7) and its memory create reads
+the memory again; here every pager follows `next_page_token` and a memory create is one request.
 Errors come back as the same typed errors (`adk_memory._remote._errors`).
 """
 
@@ -95,10 +95,6 @@ def _bank_name(name: str, field: str = "name") -> str:
 def _memory_name(name: str, field: str = "name") -> str:
     bank_id, memory_id = Names.parse_memory(name, field=field)
     return f"reasoningEngines/{bank_id}/memories/{memory_id}"
-
-
-def _parse(model: type[Any], value: Any, field: str) -> Any:
-    return parse_model(model, value, field=field)
 
 
 class RemoteConnection:
@@ -204,13 +200,6 @@ class RemoteConnection:
         await self.http.aclose()
 
 
-def _config(model: type[Any], value: Any, **update: Any) -> Any:
-    """`value` validated into `model`, with `update` applied (None values left out)."""
-    checked = _parse(model, value, "config")
-    changes = {key: item for key, item in update.items() if item is not None}
-    return checked.model_copy(update=changes) if changes else checked
-
-
 @traced_resource("memories.revisions")
 class RemoteMemoryRevisions:
     """`memory_banks.memories.revisions` over REST."""
@@ -220,7 +209,7 @@ class RemoteMemoryRevisions:
 
     async def get(self, *, name: str, config: Any = None) -> types.MemoryRevision:
         """One revision by its full name."""
-        checked = _parse(types.GetMemoryRevisionConfig, config, "config")
+        checked = parse_model(types.GetMemoryRevisionConfig, config, field="config")
         bank_id, memory_id, revision_id = Names.parse_revision(name)
         short = f"reasoningEngines/{bank_id}/memories/{memory_id}/revisions/{revision_id}"
         revisions = self._c.sdk.memory_banks.memories.revisions
@@ -229,7 +218,7 @@ class RemoteMemoryRevisions:
 
     async def list(self, *, name: str, config: Any = None) -> AsyncPager[types.MemoryRevision]:
         """The revisions of a memory (deleted or not), newest first."""
-        checked = _parse(types.ListMemoryRevisionsConfig, config, "config")
+        checked = parse_model(types.ListMemoryRevisionsConfig, config, field="config")
         memory = _memory_name(name)
         revisions = self._c.sdk.memory_banks.memories.revisions
 
@@ -257,7 +246,7 @@ class RemoteMemories:
         self, *, name: str, fact: str, scope: dict[str, str], config: Any = None
     ) -> types.MemoryOperation:
         """Creates a memory in the bank `name`; the operation is done when it returns."""
-        checked = _parse(types.MemoryConfig, config, "config")
+        checked = parse_model(types.MemoryConfig, config, field="config")
         operation: types.MemoryOperation = await self._c.call(
             self._sdk._create(name=_bank_name(name), fact=fact, scope=scope, config=checked)
         )
@@ -265,7 +254,7 @@ class RemoteMemories:
 
     async def get(self, *, name: str, config: Any = None) -> types.Memory:
         """A live memory by its full or short name; `NotFound` if missing or expired."""
-        checked = _parse(types.GetMemoryConfig, config, "config")
+        checked = parse_model(types.GetMemoryConfig, config, field="config")
         memory: types.Memory = await self._c.call(
             self._sdk.get(name=_memory_name(name), config=checked)
         )
@@ -273,7 +262,7 @@ class RemoteMemories:
 
     async def list(self, *, name: str, config: Any = None) -> AsyncPager[types.Memory]:
         """Every live memory of the bank, in pages (`filter` may name `scope.KEY`)."""
-        checked = _parse(types.ListMemoriesConfig, config, "config")
+        checked = parse_model(types.ListMemoriesConfig, config, field="config")
         bank = _bank_name(name)
 
         async def fetch(token: str | None) -> tuple[list[types.Memory], str | None]:
@@ -292,7 +281,7 @@ class RemoteMemories:
         config: Any = None,
     ) -> types.MemoryOperation:
         """Updates the masked fields, or every field given when there is no `update_mask`."""
-        checked = _parse(types.UpdateMemoryConfig, config, "config")
+        checked = parse_model(types.UpdateMemoryConfig, config, field="config")
         operation: types.MemoryOperation = await self._c.call(
             self._sdk._update(name=_memory_name(name), fact=fact, scope=scope, config=checked)
         )
@@ -302,7 +291,7 @@ class RemoteMemories:
 
     async def delete(self, *, name: str, config: Any = None) -> types.DeleteMemoryOperation:
         """Deletes a memory; its revisions stay until they expire."""
-        checked = _parse(types.DeleteMemoryConfig, config, "config")
+        checked = parse_model(types.DeleteMemoryConfig, config, field="config")
         operation: types.DeleteMemoryOperation = await self._c.call(
             self._sdk.delete(name=_memory_name(name), config=checked)
         )
@@ -318,20 +307,20 @@ class RemoteMemories:
         config: Any = None,
     ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
         """Memories of exactly `scope`: the nearest `top_k`, all of them, or pages of them."""
-        checked = _parse(types.RetrieveMemoriesConfig, config, "config")
+        checked = parse_model(types.RetrieveMemoriesConfig, config, field="config")
         similarity = None
         if similarity_search_params is not None:
-            similarity = _parse(
+            similarity = parse_model(
                 types.RetrieveMemoriesRequestSimilaritySearchParams,
                 similarity_search_params,
-                "similarity_search_params",
+                field="similarity_search_params",
             )
         simple = None
         if simple_retrieval_params is not None:
-            simple = _parse(
+            simple = parse_model(
                 types.RetrieveMemoriesRequestSimpleRetrievalParams,
                 simple_retrieval_params,
-                "simple_retrieval_params",
+                field="simple_retrieval_params",
             )
         bank = _bank_name(name)
 
@@ -356,7 +345,7 @@ class RemoteMemories:
         self, *, name: str, target_revision_id: str, config: Any = None
     ) -> types.RollbackMemoryOperation:
         """Restores a revision of the memory (recreating it if it was deleted)."""
-        checked = _parse(types.RollbackMemoryConfig, config, "config")
+        checked = parse_model(types.RollbackMemoryConfig, config, field="config")
         operation: types.RollbackMemoryOperation = await self._c.call(
             self._sdk._rollback(
                 name=_memory_name(name), target_revision_id=target_revision_id, config=checked
@@ -374,7 +363,7 @@ class RemoteMemories:
         config: Any = None,
     ) -> types.PurgeMemoriesOperation:
         """Counts (`force=False`) or deletes (`force=True`) the memories the filters select."""
-        checked = _parse(types.PurgeMemoriesConfig, config, "config")
+        checked = parse_model(types.PurgeMemoriesConfig, config, field="config")
         operation: types.PurgeMemoriesOperation = await self._c.call(
             self._sdk._purge(
                 name=_bank_name(name),
@@ -401,7 +390,7 @@ class RemoteMemories:
         The server's model generates (the bank's `generation_config.model`, or the one
         `adk-memory serve --model` names).
         """
-        checked = _parse(types.GenerateMemoriesConfig, config, "config")
+        checked = parse_model(types.GenerateMemoriesConfig, config, field="config")
         operation: types.GenerateMemoriesOperation = await self._c.call(
             self._sdk._generate(
                 name=_bank_name(name),
@@ -418,7 +407,7 @@ class RemoteMemories:
         self, *, name: str, scope: dict[str, str], config: Any = None
     ) -> types.RetrieveProfilesResponse:
         """The structured profiles of exactly `scope`, by schema id."""
-        checked = _parse(types.RetrieveMemoryProfilesConfig, config, "config")
+        checked = parse_model(types.RetrieveMemoryProfilesConfig, config, field="config")
         found: types.RetrieveProfilesResponse = await self._c.call(
             self._sdk.retrieve_profiles(name=_bank_name(name), scope=scope, config=checked)
         )
@@ -451,19 +440,19 @@ class RemoteMemoryBanks:
         Our extensions (the SDK has neither): `memory_bank_id`, a fixed id instead of a new one;
         `extensions`, an `adk_memory.extensions.BankExtensions` (e.g. hybrid retrieval).
         """
-        checked = _parse(types.CreateMemoryBankConfig, config, "config")
-        managed = _parse(
+        checked = parse_model(types.CreateMemoryBankConfig, config, field="config")
+        managed = parse_model(
             types.ManagedSemanticMemoryConfig,
             managed_semantic_memory_config,
-            "managed_semantic_memory_config",
+            field="managed_semantic_memory_config",
         )
         if self._embedding_model and not _embedding_model_of(managed):
             data = managed.model_dump(exclude_none=True)
             search = {**data.get("similarity_search_config", {}), "embedding_model": None}
             search["embedding_model"] = self._embedding_model
             data["similarity_search_config"] = search
-            managed = _parse(
-                types.ManagedSemanticMemoryConfig, data, "managed_semantic_memory_config"
+            managed = parse_model(
+                types.ManagedSemanticMemoryConfig, data, field="managed_semantic_memory_config"
             )
         extra: dict[str, Any] = {}
         if memory_bank_id is not None:
@@ -479,7 +468,7 @@ class RemoteMemoryBanks:
 
     async def get(self, *, name: str, config: Any = None) -> types.MemoryBank:
         """A bank with its config."""
-        checked = _parse(types.GetMemoryBankConfig, config, "config")
+        checked = parse_model(types.GetMemoryBankConfig, config, field="config")
         bank: types.MemoryBank = await self._c.call(
             self._sdk.get(name=_bank_name(name), config=checked)
         )
@@ -489,7 +478,7 @@ class RemoteMemoryBanks:
         """Every bank, oldest first, in pages."""
         from agentplatform._genai._memory_bank_utils import _reasoning_engine_to_memory_bank
 
-        checked = _parse(types.ListMemoryBanksConfig, config, "config")
+        checked = parse_model(types.ListMemoryBanksConfig, config, field="config")
 
         async def fetch(token: str | None) -> tuple[list[types.MemoryBank], str | None]:
             paged = checked.model_copy(update={"page_token": token})
@@ -511,11 +500,11 @@ class RemoteMemoryBanks:
 
         `extensions` (ours) replaces the bank's `BankExtensions` when given.
         """
-        checked = _parse(types.UpdateMemoryBankConfig, config, "config")
-        managed = _parse(
+        checked = parse_model(types.UpdateMemoryBankConfig, config, field="config")
+        managed = parse_model(
             types.ManagedSemanticMemoryConfig,
             managed_semantic_memory_config,
-            "managed_semantic_memory_config",
+            field="managed_semantic_memory_config",
         )
         extra = {} if extensions is None else {EXTENSIONS_REST_FIELD: _extensions_json(extensions)}
         return await self._changed(
@@ -535,7 +524,7 @@ class RemoteMemoryBanks:
         self, *, name: str, force: bool | None = None, config: Any = None
     ) -> types.DeleteMemoryBankOperation:
         """Deletes a bank; one that still holds memories needs `force=True`."""
-        checked = _parse(types.DeleteMemoryBankConfig, config, "config")
+        checked = parse_model(types.DeleteMemoryBankConfig, config, field="config")
         operation: types.DeleteMemoryBankOperation = await self._c.call(
             self._sdk._delete(name=_bank_name(name), force=bool(force), config=checked)
         )
@@ -556,7 +545,7 @@ class RemoteMemoryBanks:
         Returns at once with a pending operation, or, with `config.wait_for_completion`, once
         the server has generated from the events (polling the operation every 0.5 s).
         """
-        checked = _parse(types.IngestEventsConfig, config, "config")
+        checked = parse_model(types.IngestEventsConfig, config, field="config")
         operation: types.MemoryBankIngestEventsOperation = await self._c.call(
             self._sdk._ingest_events(
                 name=_bank_name(name),
@@ -730,11 +719,11 @@ def _wire_config(managed: Any) -> Any:
     data = managed.model_dump(exclude_none=True)
     if "unstructured_memory_configs" in data:
         data["customization_configs"] = data.pop("unstructured_memory_configs")
-    return _parse(types.ReasoningEngineContextSpecMemoryBankConfig, data, "config")
+    return parse_model(types.ReasoningEngineContextSpecMemoryBankConfig, data, field="config")
 
 
 def _extensions_json(extensions: Any) -> dict[str, Any]:
-    checked = _parse(BankExtensions, extensions, "extensions")
+    checked = parse_model(BankExtensions, extensions, field="extensions")
     dumped: dict[str, Any] = checked.model_dump(mode="json")
     return dumped
 

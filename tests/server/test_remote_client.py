@@ -22,6 +22,7 @@ from adk_memory import (
     NotFound,
     PermissionDenied,
     Unauthenticated,
+    types,
 )
 from adk_memory.server import create_app
 
@@ -246,3 +247,31 @@ def test_a_scope_bound_token_sees_and_flushes_only_its_scopes_streams(
         assert alice.memory_banks.flush_stream(name=bank, key=bobs.key) == 0
     with Client(keyed_server.url, api_key=secrets["admin"]) as admin:
         assert len(admin.memory_banks.list_streams(name=bank)) == 2  # bob's still buffered
+
+
+def test_operations_come_back_typed_by_what_made_them(
+    open_server: Any, model: Any, bank: str
+) -> None:
+    """The wire carries no operation type; the http client tells them apart by their fields."""
+    model.extractions.append(
+        {"memories": [{"fact": "I like tea.", "topics": ["USER_PREFERENCES"]}]}
+    )
+    model.consolidations.append({"actions": [{"fact_index": 0, "action": "CREATE"}]})
+    events = [{"content": {"role": "user", "parts": [{"text": "I like tea."}]}}]
+    with Client(open_server.url) as client:
+        memories = client.memory_banks.memories
+        made = memories.generate(name=bank, scope=ALICE, direct_contents_source={"events": events})
+        [generated] = made.response.generated_memories
+        deleted = memories.delete(name=generated.memory.name)
+        ingested = client.memory_banks.ingest_events(
+            name=bank,
+            scope=ALICE,
+            direct_contents_source={"events": events},
+            generation_trigger_config={"generation_rule": {"idle_duration": "3600s"}},
+        )
+        for operation, kind in (
+            (made, types.GenerateMemoriesOperation),
+            (deleted, types.DeleteMemoryOperation),
+            (ingested, types.MemoryBankIngestEventsOperation),
+        ):
+            assert type(client.operations.get(operation.name)) is kind
