@@ -21,6 +21,7 @@ import copy
 import email.message
 import functools
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -658,6 +659,9 @@ def create_app(
         client.ingest_scheduler.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
+                if app.state.warm_up:  # the default model loads now, not in the first request
+                    model = client.engine.context.default_embedding_model
+                    threading.Thread(target=_warm_up, args=(model,), daemon=True).start()
                 record = await _record_folder(client, app.state.served_url)
                 if record is not None:
                     stack.callback(remove_record, record)
@@ -690,6 +694,7 @@ def create_app(
     app.state.max_body_bytes = max_body_bytes
     app.state.guard = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
     app.state.served_url = served_url
+    app.state.warm_up = False  # `serve` sets it: the lifespan loads the default model at once
     app.state.owner = None
     app.state.mcp = None
     app.include_router(
@@ -869,6 +874,7 @@ def serve(
         "propagate": False,
     }
     app.state.served_url = _loopback_url(host, port) if port else None  # 0: not known yet
+    app.state.warm_up = True
     # Access logs would print query strings, which can hold list filters over facts and scope
     # values; the app logs method, route, status and key name instead.
     uvicorn.run(
@@ -880,6 +886,16 @@ def serve(
         log_level=log_level,
         log_config=log_config,
     )
+
+
+def _warm_up(model: str | None) -> None:
+    """Loads a local embedding model's weights; a failure is logged (the first call says why)."""
+    from adk_memory.embeddings import preload_embedder
+
+    try:
+        preload_embedder(model)
+    except Exception as error:  # the first request reports it again, with the fix
+        logger.warning("Preloading the embedding model failed: %s", error)
 
 
 def _loopback_url(host: str, port: int) -> str | None:
