@@ -30,7 +30,10 @@ class _LoopThread:
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="adk-memory-loop", daemon=True
         )
+        running = threading.Event()
+        self.loop.call_soon(running.set)
         self._thread.start()
+        running.wait()  # else a first call made at once could find the loop not yet running
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Runs a coroutine on the loop and waits for its result (re-raising its error)."""

@@ -49,12 +49,22 @@ def store_class_for(uri: str) -> type[MemoryStore]:
             field="uri",
         )
     found = entry_points(group=BACKENDS_GROUP, name=scheme)
-    if len(found) != 1:
-        installed = sorted(f"{ep.name} ({ep.value})" for ep in entry_points(group=BACKENDS_GROUP))
-        fix = _INSTALL_HINTS.get(scheme, "") if not found else " Uninstall all but one."
+    if not found:
+        installed = sorted({ep.name for ep in entry_points(group=BACKENDS_GROUP)})
+        if scheme in _INSTALL_HINTS:
+            raise FailedPrecondition(
+                f"No installed storage backend handles {scheme!r} URIs.{_INSTALL_HINTS[scheme]}",
+                field="uri",
+            )
+        raise InvalidArgument(
+            f"No storage backend handles {scheme[:20]!r} URIs. Installed schemes: "
+            f"{', '.join(f'{name}://' for name in installed)}.",
+            field="uri",
+        )
+    if len(found) > 1:
         raise FailedPrecondition(
-            f"{len(found)} storage backends handle {scheme!r} URIs; exactly one must. "
-            f"Installed: {', '.join(installed) or 'none'}.{fix}"
+            f"{len(found)} storage backends handle {scheme!r} URIs: "
+            f"{', '.join(sorted(ep.value for ep in found))}. Uninstall all but one."
         )
     store_class: type[MemoryStore] = next(iter(found)).load()
     return store_class

@@ -15,11 +15,13 @@ from decimal import Decimal
 from adk_memory.errors import InvalidArgument
 
 __all__ = [
+    "LATEST_EVENT",
     "MAX_DURATION",
     "MAX_TIME",
     "MIN_TIME",
     "TIME_RANGE",
     "bounded_duration",
+    "bounded_event_time",
     "bounded_time",
 ]
 
@@ -55,3 +57,21 @@ def bounded_time(value: datetime, *, field: str) -> datetime:
         raise InvalidArgument(
             f"{field} is outside the timestamps accepted ({TIME_RANGE}).", field=field
         ) from None
+
+
+LATEST_EVENT = MAX_TIME - MAX_DURATION
+"""The latest time a record may say something happened at (a create or update, a stream's
+event or flush): any duration added to it stays within range. Only imports carry such times;
+the engine takes them from its clock."""
+
+
+def bounded_event_time(value: datetime, *, field: str) -> datetime:
+    """`bounded_time`, for a time something happened at: at most `LATEST_EVENT`."""
+    checked = bounded_time(value, field=field)
+    if checked > LATEST_EVENT:
+        raise InvalidArgument(
+            f"{field} lies after {LATEST_EVENT.date().isoformat()}; a time something happened "
+            "at must leave room for the longest duration after it.",
+            field=field,
+        )
+    return checked

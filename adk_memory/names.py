@@ -12,13 +12,22 @@ numeric, as Memory Bank generates them (`…/memories/3858070028511346688`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
 
 from adk_memory.errors import InvalidArgument
 
-__all__ = ["MEMORY_ID_PATTERN", "Names", "new_bank_id", "new_memory_id", "validate_memory_id"]
+__all__ = [
+    "MEMORY_ID_PATTERN",
+    "SCOPE_TAG_LENGTH",
+    "Names",
+    "new_bank_id",
+    "new_memory_id",
+    "scoped_memory_id",
+    "validate_memory_id",
+]
 
 MEMORY_ID_PATTERN = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
 _NAMED_MEMORY_ID_PATTERN = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -61,6 +70,36 @@ def _matching(pattern: re.Pattern[str], value: object, field: str, rule: str) ->
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise InvalidArgument(f"{field} must be {rule}.", field=field)
     return value
+
+
+SCOPE_TAG_LENGTH = 16
+"""Hex digits of the scope tag `scoped_memory_id` appends (64 bits of the scope's digest)."""
+
+
+def scoped_memory_id(memory_id: str, scope_key: str, *, field: str = "memory_id") -> str:
+    """A chosen memory id in the namespace of one scope: `{memory_id}-{tag}`.
+
+    The tag is the first hex digits of the SHA-256 of the scope key, so the same scope gets the
+    same id in every process, and two scopes never share one: a caller confined to a scope can
+    neither collide with nor squat another scope's chosen ids. An id that already carries the
+    scope's tag (the name a create returned) is its own namespaced form.
+
+    Raises:
+        InvalidArgument: `memory_id` breaks the memory-id rule, or is too long to carry the tag.
+    """
+    validate_memory_id(memory_id, field=field)
+    tag = hashlib.sha256(f"memory-id-namespace:{scope_key}".encode()).hexdigest()
+    suffix = f"-{tag[:SCOPE_TAG_LENGTH]}"
+    if memory_id.endswith(suffix):
+        return memory_id
+    longest = 63 - len(suffix)
+    if len(memory_id) > longest:
+        raise InvalidArgument(
+            f"{field} has {len(memory_id)} characters; a key bound to a scope gets its chosen "
+            f"ids namespaced by the scope ('{{id}}{suffix}'), so at most {longest} are allowed.",
+            field=field,
+        )
+    return memory_id + suffix
 
 
 def new_memory_id() -> str:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Self
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
@@ -39,8 +39,8 @@ from adk_memory.store import (
     WriteBatch,
     batch_expiry,
     check_cursor,
-    check_dimensions,
     check_expectations,
+    check_vectors,
     sort_records,
 )
 
@@ -211,8 +211,9 @@ class ReferenceMemoryStore(MemoryStore):
             raise InvalidArgument(
                 f"ReferenceMemoryStore takes memory:// URIs, not {parts.scheme!r}."
             )
-        if options:
-            raise InvalidArgument(f"memory:// takes no options; got {sorted(options)}.")
+        given = sorted({*options, *(key for key, _ in parse_qsl(parts.query))})
+        if given:
+            raise InvalidArgument(f"memory:// takes no options; got {given}.")
         return cls(name=(parts.netloc + parts.path).strip("/") or None)
 
     def _bank(self, bank_id: str) -> _Bank:
@@ -256,7 +257,7 @@ class ReferenceMemoryStore(MemoryStore):
         for lease in batch.fences:
             await lease.verify()
         bank = self._bank(bank_id)
-        check_dimensions(batch, bank.record.embedding_dimension)
+        check_vectors(batch, bank.record.embedding_dimension)
         check_expectations(
             batch.expect,
             {

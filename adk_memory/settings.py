@@ -13,18 +13,27 @@ import hashlib
 import os
 from pathlib import Path
 
+from adk_memory.errors import InvalidArgument
+
 __all__ = [
     "DEFAULT_ADK_BANK_ID",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_EMBEDDING_BATCH_SIZE",
     "api_keys_file",
+    "cache_dir",
     "container_runtime",
     "default_adk_bank_id",
     "default_embedding_model",
+    "default_search_timeout",
     "default_uri",
+    "embedding_batch_size",
+    "embedding_batch_window",
     "gemini_api_key_configured",
     "gemini_credentials_configured",
+    "local_embedding_runtime",
     "genai_environment_fingerprint",
     "genai_uses_vertex",
+    "page_token_secret",
     "server_api_key",
     "vertex_credentials_configured",
 ]
@@ -41,14 +50,90 @@ def default_uri() -> str:
     return os.environ.get("ADK_MEMORY_URI") or f"chroma://{DEFAULT_DATA_DIR}"
 
 
+def default_search_timeout() -> str | None:
+    """`ADK_MEMORY_SEARCH_TIMEOUT`: the ADK service's `search_timeout` in seconds, else None.
+
+    For a loaded machine (a test suite) rather than production: checked as the option is.
+    """
+    return os.environ.get("ADK_MEMORY_SEARCH_TIMEOUT") or None
+
+
 def default_embedding_model() -> str | None:
     """`ADK_MEMORY_EMBEDDING_MODEL` (e.g. `hash-64` for fast tests), else None (the default)."""
     return os.environ.get("ADK_MEMORY_EMBEDDING_MODEL") or None
 
 
+def local_embedding_runtime() -> str:
+    """`ADK_MEMORY_LOCAL_RUNTIME`: how all-MiniLM-L6-v2 runs, `auto` (ONNX Runtime) unless set.
+
+    `sentence-transformers` runs it on torch instead (the same vectors, a slower start).
+    """
+    return (os.environ.get("ADK_MEMORY_LOCAL_RUNTIME") or "auto").strip().lower()
+
+
+def cache_dir() -> Path:
+    """Where derived files that can be rebuilt live (the ONNX export of the default model).
+
+    `ADK_MEMORY_CACHE_DIR`, else `$XDG_CACHE_HOME/adk-memory`, else `~/.cache/adk-memory`.
+    """
+    explicit = os.environ.get("ADK_MEMORY_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "adk-memory"
+
+
+DEFAULT_EMBEDDING_BATCH_SIZE = 64
+"""At most this many texts go into one call of a local embedding model (`embedding_batch`)."""
+
+
+def embedding_batch_size() -> int:
+    """`ADK_MEMORY_EMBEDDING_BATCH_SIZE`: texts per model call of concurrent embeddings (0: off).
+
+    Raises:
+        InvalidArgument: The variable is not a whole number of at least 0.
+    """
+    return int(_number("ADK_MEMORY_EMBEDDING_BATCH_SIZE", DEFAULT_EMBEDDING_BATCH_SIZE, whole=True))
+
+
+def embedding_batch_window() -> float:
+    """`ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS`, in seconds: how long an idle model awaits more texts.
+
+    The default, 0, starts a call at once; texts arriving meanwhile form the next one.
+
+    Raises:
+        InvalidArgument: The variable is not a number of milliseconds from 0 to 1000.
+    """
+    return _number("ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS", 0, whole=False, limit=1000) / 1000
+
+
+def _number(name: str, default: float, *, whole: bool, limit: float | None = None) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= (limit if limit is not None else float("inf")):
+        kind = "a whole number" if whole else "a number"
+        bound = f" from 0 to {limit:g}" if limit is not None else " of at least 0"
+        raise InvalidArgument(f"{name} must be {kind}{bound}, got {raw[:40]!r}.", field=name)
+    return value
+
+
 def api_keys_file() -> str | None:
     """`ADK_MEMORY_API_KEYS_FILE`: the REST server's API key file (YAML or JSON), else None."""
     return os.environ.get("ADK_MEMORY_API_KEYS_FILE") or None
+
+
+def page_token_secret() -> str | None:
+    """`ADK_MEMORY_PAGE_TOKEN_SECRET`: the secret page tokens are sealed with, else None.
+
+    Processes that share a store and must accept each other's page tokens (several servers
+    behind one address) set the same one; without it each process draws its own.
+    """
+    return os.environ.get("ADK_MEMORY_PAGE_TOKEN_SECRET") or None
 
 
 def server_api_key() -> str | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkab
 
 from adk_memory.errors import Aborted, InvalidArgument
 from adk_memory.scope import ScopeKey
+from adk_memory.vectors import unstorable_value
 
 if TYPE_CHECKING:
     from adk_memory.filters import FilterExpr
@@ -42,6 +43,8 @@ __all__ = [
     "NearestQuery",
     "OperationRecord",
     "RevisionRecord",
+    "SET_ASIDE_KIND",
+    "SET_ASIDE_PART_KIND",
     "ScanCursor",
     "ScanQuery",
     "ScoredRecord",
@@ -49,13 +52,15 @@ __all__ = [
     "StoreCapabilities",
     "TopicRef",
     "WriteBatch",
-    "check_cursor",
-    "check_dimensions",
     "batch_expiry",
+    "check_cursor",
     "check_expectations",
+    "check_vectors",
     "cursor_of",
+    "discard_set_aside",
     "expiry_around",
     "index_around",
+    "set_aside_batches",
     "sort_records",
 ]
 
@@ -69,6 +74,20 @@ revisions, except that a sweep may put it off to its next regular sweep (`Ingest
 `apply` lowers it before and after every write of a row with an expire time
 (`expiry_around`), and a sweep sets it from `MemoryStore.earliest_expiry`."""
 EXPIRY_KEY = "bank"
+
+SET_ASIDE_KIND = "set-aside"
+"""Documents of this kind report write batches a store set aside instead of completing them.
+
+A store that journals its batches (Chroma) completes a journaled batch before the bank's next
+read or write; a batch the store deterministically refuses (a value Chroma does not take)
+could never be completed, and would stop the whole bank. Such a batch is set aside: its
+journal is kept in documents of kind `SET_ASIDE_PART_KIND` (keys `<batch>:<n>`, bodies
+`{"text": ...}`), one document of this kind (key: the batch id) reports it (`batch_id`,
+`journaled_at`, `set_aside_at`, `reason`, `memory_ids`, `deleted_ids`, `aux_rows`, `parts`),
+and the bank goes on serving. `adk-memory banks set-aside` lists and discards them
+(`set_aside_batches`, `discard_set_aside`). Stores without a journal write none."""
+SET_ASIDE_PART_KIND = "set-aside-part"
+"""The documents holding a set-aside batch's journal text (see `SET_ASIDE_KIND`)."""
 
 MetadataValue = str | float | bool | datetime
 """A metadata value: Memory Bank's string, double, bool or timestamp (test `bool` first)."""
@@ -350,13 +369,30 @@ def check_cursor(query: ScanQuery) -> None:
         )
 
 
-def check_dimensions(batch: WriteBatch, dimension: int) -> None:
-    """Refuses a batch with a vector whose length is not the bank's embedding dimension."""
+def check_vectors(batch: WriteBatch, dimension: int | None) -> None:
+    """Refuses a batch with a vector no store can hold, before anything is written.
+
+    Every vector must have the bank's `dimension` (None: not checked here, the store checks it
+    against its own rows) and hold only finite values within float32's range
+    (`adk_memory.vectors.unstorable_value`): Chroma refuses anything else, Redis keeps it but
+    never returns it by similarity. Every store calls this at the top of `apply`, so no write
+    path (an import, a re-embedding, an embedder returning NaN, a caller of the store) can
+    journal a batch the store would refuse later.
+    """
     for record in (*batch.inserts, *batch.upserts):
-        if len(record.embedding) != dimension:
+        if dimension is not None and len(record.embedding) != dimension:
             raise InvalidArgument(
                 f"Memory {record.memory_id!r} has a {len(record.embedding)}-dimensional embedding; "
                 f"its bank holds {dimension}-dimensional ones. Re-embed with the bank's model.",
+                field="embedding",
+            )
+        found = unstorable_value(record.embedding)
+        if found is not None:
+            position, value = found
+            raise InvalidArgument(
+                f"Memory {record.memory_id!r} has an embedding holding {value!r} at position "
+                f"{position}: every value must be a finite number within float32's range "
+                "(about ±3.4e38). Nothing of the batch was written.",
                 field="embedding",
             )
 
@@ -393,6 +429,23 @@ def check_expectations(
                 f"{_utc(expected.update_time).isoformat()}); nothing was written. Read it again "
                 "and retry."
             )
+
+
+async def set_aside_batches(store: MemoryStore, bank_id: str) -> list[dict[str, Any]]:
+    """The reports of the bank's set-aside batches (`SET_ASIDE_KIND`), oldest first."""
+    found = await store.list_documents(bank_id, SET_ASIDE_KIND)
+    return [dict(body) for _key, body in found]
+
+
+async def discard_set_aside(store: MemoryStore, bank_id: str, batch_id: str) -> bool:
+    """Deletes a set-aside batch's report and journal; False if the bank has no such batch."""
+    report = await store.get_document(bank_id, SET_ASIDE_KIND, batch_id)
+    if report is None:
+        return False
+    for part in range(1, int(report.get("parts") or 0) + 1):
+        await store.delete_document(bank_id, SET_ASIDE_PART_KIND, f"{batch_id}:{part}")
+    await store.delete_document(bank_id, SET_ASIDE_KIND, batch_id)
+    return True
 
 
 async def index_around(

@@ -11,10 +11,16 @@ schema URL, `error.type` and an ERROR status naming the error's type, never its 
   (`TracingStore`); `db.operation.name`, `adk_memory.store.backend`, `adk_memory.bank`,
   `adk_memory.results`, and for `apply` the counts of inserts, upserts, deletes and revisions.
 * `adk_memory.embed`: each embedding batch (`TracingEmbedder`); `adk_memory.embedding.model`,
-  `.kind` (`document` or `query`), `.texts` (how many), `.dimension`.
+  `.kind` (`document` or `query`), `.texts` (how many), `.dimension`, and where concurrent calls
+  share model calls (`adk_memory.embedding_batch`) `.batch_size` (texts in the model call that
+  embedded the call's first text) and `.batch_callers` (calls that shared it).
 * `adk_memory.llm`: each model request of generation (`llm_span`); `gen_ai.operation.name`,
   `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` (GenAI
   semantic conventions), `adk_memory.llm.schema`, `adk_memory.llm.attempt`.
+* `adk_memory.breaker.open` / `adk_memory.breaker.close`: the ADK adapter's circuit breaker
+  opened (`error.type`: the failure that opened it) or closed (the store answers again); while
+  it is open, each turn that skips memory adds an event `adk_memory.memory_skipped` to the
+  current span.
 
 Memories are personal data: no attribute ever holds a fact, a query, a prompt, a scope value, a
 metadata value or an error message; only names of banks, counts, model names and types.
@@ -35,10 +41,10 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from adk_memory.embeddings import EmbedderWrapper
 from adk_memory.errors import AdkMemoryError
 
 if TYPE_CHECKING:
-    from adk_memory.embeddings import Embedder
     from adk_memory.engine.context import EngineContext
     from adk_memory.locks import LockProvider
     from adk_memory.scope import ScopeKey
@@ -58,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BANK",
+    "MEMORY_SKIPPED",
     "OPERATION",
     "RESULTS",
     "TRACER_NAME",
@@ -65,6 +72,9 @@ __all__ = [
     "TracingStore",
     "instrument_engine_context",
     "llm_span",
+    "note_memory_skipped",
+    "record_breaker",
+    "record_embedding_batch",
     "record_llm_usage",
     "trace_store",
     "traced_resource",
@@ -475,25 +485,8 @@ def trace_store(store: MemoryStore) -> MemoryStore:
 # Embedding batches
 
 
-class TracingEmbedder:
+class TracingEmbedder(EmbedderWrapper):
     """An `Embedder` that wraps each batch of another one in a span `adk_memory.embed`."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        """Wraps `embedder`."""
-        self.inner = embedder
-
-    @property
-    def model(self) -> str:
-        """The wrapped embedder's model name."""
-        return self.inner.model
-
-    @property
-    def dimension(self) -> int:
-        """The wrapped embedder's vector length."""
-        return self.inner.dimension
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def _span(self, kind: str, texts: int) -> contextlib.AbstractContextManager[Span]:
         return _span(
@@ -519,6 +512,18 @@ class TracingEmbedder:
             vector = await self.inner.embed_query(text)
             span.set_attribute("adk_memory.embedding.dimension", len(vector))
             return vector
+
+
+def record_embedding_batch(*, texts: int, callers: int) -> None:
+    """Notes on the current span (a caller's `adk_memory.embed`) the model call that served it.
+
+    Args:
+        texts: The texts of that model call.
+        callers: The embedding calls whose texts it held.
+    """
+    span = trace.get_current_span()
+    span.set_attribute("adk_memory.embedding.batch_size", texts)
+    span.set_attribute("adk_memory.embedding.batch_callers", callers)
 
 
 def instrument_engine_context(context: EngineContext) -> None:
@@ -558,3 +563,23 @@ def record_llm_usage(span: Span, *, input_tokens: int, output_tokens: int) -> No
     """Sets the GenAI semantic-convention token counts on an `llm_span`."""
     span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
     span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+
+
+# The ADK adapter's circuit breaker
+
+MEMORY_SKIPPED = f"{TRACER_NAME}.memory_skipped"
+"""The event added to the current span (ADK's tool or invocation span) when a turn skips memory
+because the breaker is open; `adk_memory.turn.step` says what was skipped."""
+
+
+def record_breaker(*, opened: bool, cause: str) -> None:
+    """A span `adk_memory.breaker.open` (with `error.type`: the failure) or `.close`."""
+    name = f"{TRACER_NAME}.breaker.{'open' if opened else 'close'}"
+    with _tracer().start_as_current_span(name, record_exception=False) as span:
+        if opened:
+            span.set_attribute("error.type", cause)
+
+
+def note_memory_skipped(step: str) -> None:
+    """Marks the current span: this turn's `step` (search, generation) skipped memory."""
+    trace.get_current_span().add_event(MEMORY_SKIPPED, {"adk_memory.turn.step": step})

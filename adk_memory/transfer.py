@@ -7,13 +7,14 @@ same bank read from Chroma and written into Redis (or `memory://`) is the same b
 
 The file is one JSON object per line, each with a `kind`, in this order:
 
-* `export`: the header: `format` (`adk-memory-bank`), `version` (1), `exported_at`, `bank_id`.
+* `export`: the header: `format` (`adk-memory-bank`), `version` (2), `exported_at`, `bank_id`.
 * `bank`: the bank record: id, config (the wire-form `memoryBankConfig` JSON, snake_case),
   embedding model and dimension, create/update time, display name, description.
 * `memory`, then that memory's `revision`s, oldest first, for each live memory in
   `create_time` order. A memory's vector is `embedding_f64`: its float64 values, little-endian,
-  base64 (exact, and half the size of decimal text); `export(vectors=False)` leaves it out and
-  import re-embeds.
+  base64 (exact, and half the size of decimal text), with `vector_digest` (`vector_digest`:
+  sha256 of the bank's model, the fact and the vector); `export(vectors=False)` leaves both out
+  and import re-embeds.
 * `revision`s of the memories that are no longer live (deleted, or expired) but still have
   live revisions, oldest first per memory, so that after import they can be listed and rolled
   back to as in the source. Their ids come from `MemoryStore.list_revision_memory_ids`.
@@ -25,33 +26,84 @@ The file is one JSON object per line, each with a `kind`, in this order:
 
 Reads are streamed (pages of `page_size` memories in `create_time` order, keyset-paginated so
 that concurrent writes neither repeat nor skip a memory, then keyset pages of the ids that have
-revisions) and so are writes (batches of `batch_size` memories and revisions, one `WriteBatch`
-each).
+revisions) and so are writes (batches of `batch_size` memories, revisions and streams, one
+`WriteBatch` each).
+
+What import checks. Nothing in the file is trusted; a problem is an `InvalidArgument` naming the
+line and field, never a value:
+
+* every field is checked as the API checks a request: ids in their stored forms, scopes, facts,
+  times (with a zone, in range; times something happened at leave room for any duration),
+  topics, metadata, display names, the bank's config (as `memory_banks.create` validates it),
+  revision labels and extracted memories, a stream's events, trigger and generate settings;
+* whatever can be derived is derived and compared: scope digests from scopes, a profile's id
+  from its scope and schema and its fact from its data, a stream's key from its scope and stream
+  id (`ingest.checked_stream`), the bank's embedding model and dimension from its config;
+* every vector written has the bank's dimension and only finite values within float32's range,
+  and belongs to its fact (`vector_digest`; a file of version 1 has none): one that does not is
+  refused, or with `reembed` computed from the fact;
+* a merge never gives one memory id records of two scopes.
+
+Into a new bank an import is all or nothing: when it fails, the bank it created is removed.
+Into an existing bank (`merge`), batches are written as they fill, and a failure names the lines
+written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import hashlib
 import json
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from adk_memory import types
+from adk_memory.bounds import bounded_event_time, bounded_time
 from adk_memory.embeddings import canonical_model_name
+from adk_memory.engine.banks import check_display_name, validate_bank_config
 from adk_memory.engine.context import split_config
-from adk_memory.engine.ingest import STREAM_KIND, stream_document
-from adk_memory.engine.memories import owner_scopes
-from adk_memory.engine.profiles import PROFILE_ID_PREFIX, profile_memory_id
-from adk_memory.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from adk_memory.engine.convert import (
+    check_unicode,
+    metadata_from_request,
+    parse_model,
+)
+from adk_memory.engine.ingest import STREAM_KIND, checked_stream, stream_document
+from adk_memory.engine.memories import owner_scopes, validate_fact
+from adk_memory.engine.profiles import (
+    PROFILE_ID_PREFIX,
+    SCHEMA_ID,
+    canonical_json,
+    profile_memory_id,
+)
+from adk_memory.errors import (
+    AdkMemoryError,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    StoreUnavailable,
+)
+from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.filters import Condition, Op, partition
-from adk_memory.names import validate_revision_id, validate_stored_memory_id
+from adk_memory.names import Names, validate_revision_id, validate_stored_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
     BankRecord,
+    DocumentRecord,
     MemoryRecord,
     MemoryStore,
     MetadataValue,
@@ -61,6 +113,7 @@ from adk_memory.store import (
     TopicRef,
     WriteBatch,
 )
+from adk_memory.vectors import unstorable_value
 
 if TYPE_CHECKING:
     from adk_memory.engine import MemoryEngine
@@ -80,6 +133,7 @@ __all__ = [
     "revision_to_json",
     "scan_pages",
     "to_micros",
+    "vector_digest",
     "vector_from_text",
     "vector_to_text",
 ]
@@ -88,8 +142,10 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "adk-memory-bank"
 """The `format` of the header line."""
-FORMAT_VERSION = 1
-"""The version of the line format this module writes (and the highest it reads)."""
+FORMAT_VERSION = 2
+"""The version of the line format this module writes (and the highest it reads). Version 2 adds
+each memory line's `vector_digest`; a version 1 file's vectors cannot be checked against their
+facts, so importing one with vectors needs `reembed`."""
 
 DEFAULT_PAGE_SIZE = 500
 DEFAULT_BATCH_SIZE = 1000
@@ -97,6 +153,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ASCENDING = (SortKey("create_time", descending=False),)
 _PROFILE = "STRUCTURED_PROFILE"
 _NATURAL_LANGUAGE = "NATURAL_LANGUAGE_COLLECTION"
+_SimilaritySearchConfig = types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig
 
 Progress = Callable[[int, int | None], None]
 """Called with (memories done, memories in total or None)."""
@@ -131,6 +188,7 @@ def _time(when: datetime | None) -> str | None:
 
 
 def _parse_time(value: Any, where: str) -> datetime | None:
+    """An ISO 8601 time with its zone, in UTC and within the timestamps every store holds."""
     if value is None:
         return None
     try:
@@ -139,7 +197,15 @@ def _parse_time(value: Any, where: str) -> datetime | None:
         raise InvalidArgument(f"{where} is not an ISO 8601 time.", field=where) from None
     if parsed.tzinfo is None:
         raise InvalidArgument(f"{where} has no time zone.", field=where)
-    return parsed
+    return bounded_time(parsed, field=where)
+
+
+def _event_time(data: Mapping[str, Any], key: str, where: str) -> datetime:
+    """A required time something happened at (a create or update): see `bounded_event_time`."""
+    parsed = _parse_time(data[key], f"{where}.{key}")
+    if parsed is None:
+        raise InvalidArgument(f"{where}.{key} is required.", field=f"{where}.{key}")
+    return bounded_event_time(parsed, field=f"{where}.{key}")
 
 
 def vector_to_text(vector: tuple[float, ...]) -> str:
@@ -154,6 +220,17 @@ def vector_from_text(text: Any, where: str) -> tuple[float, ...]:
         return tuple(np.frombuffer(raw, dtype="<f8").tolist())
     except (TypeError, ValueError):
         raise InvalidArgument(f"{where} is not base64 float64 data.", field=where) from None
+
+
+def vector_digest(model: str, fact: str, vector: tuple[float, ...]) -> str:
+    """The `vector_digest` of a memory line: sha256 of the model, the fact and the vector.
+
+    Hex of sha256 over the JSON text `[model, fact]`, a newline, then the vector's little-endian
+    float64 bytes (what `embedding_f64` holds). Import recomputes it from the line: a fact
+    edited after the export (or a vector moved to another fact) no longer matches.
+    """
+    head = json.dumps([model, fact], ensure_ascii=False).encode("utf-8")
+    return hashlib.sha256(head + b"\n" + np.asarray(vector, dtype="<f8").tobytes()).hexdigest()
 
 
 def _metadata_to_json(metadata: Mapping[str, MetadataValue]) -> dict[str, dict[str, Any]]:
@@ -171,22 +248,18 @@ def _metadata_to_json(metadata: Mapping[str, MetadataValue]) -> dict[str, dict[s
 
 
 def _metadata_from_json(data: Any, where: str) -> dict[str, MetadataValue]:
-    decoded: dict[str, MetadataValue] = {}
-    for key, value in dict(data or {}).items():
+    """Metadata of a line, checked as `memories.create` checks a request's (the same form)."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"{where} must be a JSON object.", field=where)
+    values: dict[str, types.MemoryMetadataValue] = {}
+    for key, value in data.items():
+        at = f"{where}.{key[:40]}"
         if not isinstance(value, dict) or len(value) != 1:
-            raise InvalidArgument(f"{where}.{key} must hold one typed value.", field=where)
-        [(kind, raw)] = value.items()
-        if kind == "bool_value" and isinstance(raw, bool):
-            decoded[key] = raw
-        elif kind == "double_value" and isinstance(raw, int | float) and not isinstance(raw, bool):
-            decoded[key] = float(raw)
-        elif kind == "timestamp_value":
-            decoded[key] = _parse_time(raw, f"{where}.{key}")  # type: ignore[assignment]
-        elif kind == "string_value" and isinstance(raw, str):
-            decoded[key] = raw
-        else:
-            raise InvalidArgument(f"{where}.{key} has an unknown value type.", field=where)
-    return decoded
+            raise InvalidArgument(f"{at} must hold one typed value.", field=at)
+        values[key] = parse_model(types.MemoryMetadataValue, value, field=at)
+    return metadata_from_request(values, field=where)
 
 
 def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -200,8 +273,54 @@ def _topics_to_json(topics: tuple[TopicRef, ...]) -> list[dict[str, str]]:
     ]
 
 
-def _topics_from_json(data: Any) -> tuple[TopicRef, ...]:
-    return tuple(TopicRef(managed=item.get("managed"), custom=item.get("custom")) for item in data)
+def _topics_from_json(data: Any, where: str) -> tuple[TopicRef, ...]:
+    """Topics of a line: exactly one of a managed topic name or a non-empty custom label each."""
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise InvalidArgument(f"{where} must be a list.", field=where)
+    topics = []
+    for index, item in enumerate(data):
+        at = f"{where}[{index}]"
+        managed = item.get("managed") if isinstance(item, dict) else None
+        custom = item.get("custom") if isinstance(item, dict) else None
+        if (
+            not isinstance(item, dict)
+            or set(item) - {"managed", "custom"}
+            or (managed is None) == (custom is None)
+        ):
+            raise InvalidArgument(f"{at} must be {{managed: ENUM}} or {{custom: label}}.", field=at)
+        if managed is not None and (
+            not isinstance(managed, str) or managed not in types.MANAGED_TOPIC_NAMES
+        ):
+            raise InvalidArgument(
+                f"{at}: unknown managed topic; use one of {', '.join(types.MANAGED_TOPIC_NAMES)}.",
+                field=at,
+            )
+        if custom is not None and (not isinstance(custom, str) or not custom):
+            raise InvalidArgument(f"{at}: a custom topic label must be a string.", field=at)
+        check_unicode(custom, field=at)
+        topics.append(TopicRef(managed=managed, custom=custom))
+    return tuple(dict.fromkeys(topics))
+
+
+def _optional_text(data: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{where}.{key} must be a string.", field=f"{where}.{key}")
+    check_unicode(value, field=f"{where}.{key}")
+    return value
+
+
+def _json_object(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{where} must be a JSON object.", field=where)
+    check_unicode(value, field=where)
+    return value
 
 
 def bank_to_json(bank: BankRecord) -> dict[str, Any]:
@@ -218,17 +337,53 @@ def bank_to_json(bank: BankRecord) -> dict[str, Any]:
     }
 
 
-def bank_from_json(data: Mapping[str, Any]) -> BankRecord:
-    """The bank record of a `bank` line."""
+def bank_from_json(data: Mapping[str, Any], *, where: str = "bank") -> BankRecord:
+    """The bank record of a `bank` line, every field checked as `memory_banks.create` checks it.
+
+    The config is validated and stored in its canonical form; whether its embedding model and
+    dimension are the ones the model gives is checked by import, which builds the model.
+    """
+    bank_id = data["bank_id"]
+    if not isinstance(bank_id, str):
+        raise InvalidArgument(f"{where}.bank_id must be a string.", field=f"{where}.bank_id")
+    Names.parse_bank(f"reasoningEngines/{bank_id}", field=f"{where}.bank_id")
+    model, dimension = data["embedding_model"], data["embedding_dimension"]
+    if not isinstance(model, str) or model != canonical_model_name(model):
+        raise InvalidArgument(
+            f"{where}.embedding_model must be a canonical model name.",
+            field=f"{where}.embedding_model",
+        )
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+        raise InvalidArgument(
+            f"{where}.embedding_dimension must be a positive integer.",
+            field=f"{where}.embedding_dimension",
+        )
+    config = _json_object(data.get("config"), f"{where}.config") or {}
+    wire = {key: value for key, value in config.items() if key != EXTENSIONS_KEY}
+    parsed = parse_model(
+        types.ReasoningEngineContextSpecMemoryBankConfig, wire, field=f"{where}.config"
+    )
+    validate_bank_config(parsed)
+    search = parsed.similarity_search_config
+    if search is None or not search.embedding_model:  # recorded, as `memory_banks.create` does
+        parsed = parsed.model_copy(
+            update={"similarity_search_config": _SimilaritySearchConfig(embedding_model=model)}
+        )
+    checked = parsed.model_dump(mode="json", exclude_none=True)
+    if config.get(EXTENSIONS_KEY):
+        extensions = parse_model(BankExtensions, config[EXTENSIONS_KEY], field=f"{where}.config")
+        checked[EXTENSIONS_KEY] = extensions.model_dump(mode="json")
+    display_name = _optional_text(data, "display_name", where)
+    check_display_name(display_name)
     return BankRecord(
-        bank_id=str(data["bank_id"]),
-        config=dict(data.get("config") or {}),
-        embedding_model=str(data["embedding_model"]),
-        embedding_dimension=int(data["embedding_dimension"]),
-        create_time=_parse_time(data["create_time"], "bank.create_time"),  # type: ignore[arg-type]
-        update_time=_parse_time(data["update_time"], "bank.update_time"),  # type: ignore[arg-type]
-        display_name=data.get("display_name"),
-        description=data.get("description"),
+        bank_id=bank_id,
+        config=checked,
+        embedding_model=model,
+        embedding_dimension=dimension,
+        create_time=_event_time(data, "create_time", where),
+        update_time=_event_time(data, "update_time", where),
+        display_name=display_name,
+        description=_optional_text(data, "description", where),
     )
 
 
@@ -251,7 +406,13 @@ def _checked_id(
     if revision:
         fits = profile_digest == profile_id
     elif data.get("memory_type") == _PROFILE:
-        fits = profile_digest and memory_id == profile_memory_id(scope, str(data.get("schema_id")))
+        schema_id = data.get("schema_id")
+        fits = (
+            profile_digest
+            and isinstance(schema_id, str)
+            and SCHEMA_ID.fullmatch(schema_id) is not None
+            and memory_id == profile_memory_id(scope, schema_id)
+        )
     else:
         fits = not profile_id and not profile_digest
     if not fits:
@@ -266,7 +427,7 @@ def _checked_id(
 
 def _checked_scope(data: Mapping[str, Any], where: str) -> tuple[dict[str, str], ScopeKey, bool]:
     """The scope, its digest, and whether that digest is the profile one of the same scope."""
-    scope = validate_scope(data["scope"])
+    scope = validate_scope(data["scope"], field=f"{where}.scope")
     plain, profile = scope_key(scope), profile_scope_key(scope)
     given = data.get("scope_key")
     if given is None:
@@ -281,7 +442,7 @@ def _checked_scope(data: Mapping[str, Any], where: str) -> tuple[dict[str, str],
 
 
 def memory_to_json(record: MemoryRecord, *, vector: bool = True) -> dict[str, Any]:
-    """A memory record as JSON (the `memory` line without its `kind`)."""
+    """A memory record as JSON (the `memory` line without its `kind` and `vector_digest`)."""
     data: dict[str, Any] = {
         "memory_id": record.memory_id,
         "scope_key": record.scope_key,
@@ -304,25 +465,51 @@ def memory_to_json(record: MemoryRecord, *, vector: bool = True) -> dict[str, An
 
 
 def memory_from_json(data: Mapping[str, Any], *, where: str = "memory") -> MemoryRecord:
-    """The memory record of a `memory` line (an empty embedding when it has none)."""
+    """The memory record of a `memory` line (an empty embedding when it has none).
+
+    Every field is checked as `memories.create` (or generate, for a profile) checks it, and every
+    derived one (scope digest, a profile's id and fact) is recomputed and compared. The vector is
+    only decoded: whether it can be stored, and belongs to its fact, is import's to check.
+    """
     scope, digest, profile_digest = _checked_scope(data, where)
+    memory_type = data.get("memory_type", _NATURAL_LANGUAGE)
+    memory_type = _NATURAL_LANGUAGE if memory_type is None else memory_type
+    if memory_type not in (_NATURAL_LANGUAGE, _PROFILE):
+        raise InvalidArgument(
+            f"{where}.memory_type must be {_NATURAL_LANGUAGE} or {_PROFILE}.",
+            field=f"{where}.memory_type",
+        )
+    fact = validate_fact(data["fact"], field=f"{where}.fact")
+    structured = _json_object(data.get("structured_data"), f"{where}.structured_data")
+    schema_id = data.get("schema_id")
+    if memory_type == _PROFILE:
+        if structured is None or fact != canonical_json(structured):
+            raise InvalidArgument(
+                f"{where}: a profile's fact is its structured_data as canonical JSON; the file "
+                "was altered.",
+                field=f"{where}.fact",
+            )
+    elif structured is not None or schema_id is not None:
+        raise InvalidArgument(
+            f"{where}: only a profile has schema_id and structured_data.", field=where
+        )
     raw_vector = data.get("embedding_f64")
     return MemoryRecord(
         memory_id=_checked_id(data, scope, profile_digest, where, revision=False),
         scope_key=digest,
         scope=scope,
-        fact=str(data["fact"]),
+        fact=fact,
         embedding=() if raw_vector is None else vector_from_text(raw_vector, where),
-        create_time=_parse_time(data["create_time"], f"{where}.create_time"),  # type: ignore[arg-type]
-        update_time=_parse_time(data["update_time"], f"{where}.update_time"),  # type: ignore[arg-type]
+        create_time=_event_time(data, "create_time", where),
+        update_time=_event_time(data, "update_time", where),
         expire_time=_parse_time(data.get("expire_time"), f"{where}.expire_time"),
-        topics=_topics_from_json(data.get("topics") or ()),
+        topics=_topics_from_json(data.get("topics"), f"{where}.topics"),
         metadata=_metadata_from_json(data.get("metadata"), f"{where}.metadata"),
-        display_name=data.get("display_name"),
-        description=data.get("description"),
-        memory_type=str(data.get("memory_type") or _NATURAL_LANGUAGE),
-        schema_id=data.get("schema_id"),
-        structured_data=data.get("structured_data"),
+        display_name=_optional_text(data, "display_name", where),
+        description=_optional_text(data, "description", where),
+        memory_type=memory_type,
+        schema_id=schema_id,
+        structured_data=structured,
     )
 
 
@@ -346,22 +533,50 @@ def revision_to_json(revision: RevisionRecord) -> dict[str, Any]:
 
 
 def revision_from_json(data: Mapping[str, Any], *, where: str = "revision") -> RevisionRecord:
-    """The revision record of a `revision` line."""
+    """The revision record of a `revision` line, every field checked."""
     scope, digest, profile_digest = _checked_scope(data, where)
+    labels = data.get("labels")
+    labels = {} if labels is None else labels
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise InvalidArgument(
+            f"{where}.labels must map strings to strings.", field=f"{where}.labels"
+        )
+    check_unicode(labels, field=f"{where}.labels")
+    extracted = data.get("extracted_memories")
+    extracted = [] if extracted is None else extracted
+    if not isinstance(extracted, list) or not all(isinstance(item, dict) for item in extracted):
+        raise InvalidArgument(
+            f"{where}.extracted_memories must be a list of objects.",
+            field=f"{where}.extracted_memories",
+        )
+    structured = _json_object(data.get("structured_data"), f"{where}.structured_data")
+    if structured is not None and not profile_digest:
+        raise InvalidArgument(
+            f"{where}: only a profile's revision has structured_data.",
+            field=f"{where}.structured_data",
+        )
+    deleted = data.get("deleted", False)
+    if not isinstance(deleted, bool):
+        raise InvalidArgument(f"{where}.deleted must be true or false.", field=f"{where}.deleted")
     return RevisionRecord(
         memory_id=_checked_id(data, scope, profile_digest, where, revision=True),
         revision_id=validate_revision_id(data.get("revision_id"), field=f"{where}.revision_id"),
         scope_key=digest,
         scope=scope,
-        fact=str(data["fact"]),
-        create_time=_parse_time(data["create_time"], f"{where}.create_time"),  # type: ignore[arg-type]
+        fact=validate_fact(data["fact"], field=f"{where}.fact"),
+        create_time=_event_time(data, "create_time", where),
         expire_time=_parse_time(data.get("expire_time"), f"{where}.expire_time"),
-        topics=_topics_from_json(data.get("topics") or ()),
+        topics=_topics_from_json(data.get("topics"), f"{where}.topics"),
         metadata=_metadata_from_json(data.get("metadata"), f"{where}.metadata"),
-        labels={str(k): str(v) for k, v in dict(data.get("labels") or {}).items()},
-        extracted_memories=tuple(dict(item) for item in data.get("extracted_memories") or ()),
-        deleted=bool(data.get("deleted", False)),
-        structured_data=data.get("structured_data"),
+        labels=labels,
+        extracted_memories=tuple(
+            parse_model(
+                types.IntermediateExtractedMemory, item, field=f"{where}.extracted_memories"
+            ).model_dump(mode="json", exclude_none=True)
+            for item in extracted
+        ),
+        deleted=deleted,
+        structured_data=structured,
     )
 
 
@@ -483,7 +698,13 @@ async def iter_export(
 
     parts = (
         _live_memory_lines(
-            store, bank_id, now=now, vectors=vectors, page_size=page_size, page_done=page_done
+            store,
+            bank_id,
+            now=now,
+            vectors=vectors,
+            model=bank.embedding_model,
+            page_size=page_size,
+            page_done=page_done,
         ),
         _gone_memory_lines(store, bank_id, now=now, page_size=page_size),
         _stream_lines(store, bank_id),
@@ -521,10 +742,14 @@ async def _live_memory_lines(
     *,
     now: datetime,
     vectors: bool,
+    model: str,
     page_size: int,
     page_done: Callable[[], None],
 ) -> AsyncIterator[dict[str, Any]]:
-    """Each live memory, oldest first, followed by its revisions; `page_done` after a page."""
+    """Each live memory, oldest first, followed by its revisions; `page_done` after a page.
+
+    A memory line with a vector carries its `vector_digest` under the bank's `model`.
+    """
     async for page, _cursor in scan_pages(store, bank_id, now=now, page_size=page_size):
         ids = [record.memory_id for record in page]
         if vectors:
@@ -535,7 +760,10 @@ async def _live_memory_lines(
             found = full.get(record.memory_id)
             if found is None:
                 continue  # deleted between the scan and the read
-            yield {"kind": "memory", **memory_to_json(found, vector=vectors)}
+            line = {"kind": "memory", **memory_to_json(found, vector=vectors)}
+            if "embedding_f64" in line:
+                line["vector_digest"] = vector_digest(model, found.fact, found.embedding)
+            yield line
             for revision in history:
                 yield {"kind": "revision", **revision_to_json(revision)}
         page_done()
@@ -598,8 +826,23 @@ async def export_bank(
 # Import
 
 
+@dataclass(slots=True)
+class _Batch:
+    """Records waiting to be written together, with the lines they came from."""
+
+    memories: list[MemoryRecord] = field(default_factory=list)
+    revisions: list[RevisionRecord] = field(default_factory=list)
+    documents: list[DocumentRecord] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    embed: list[int] = field(default_factory=list)
+    """Indexes into `memories` of those whose vector is computed from the fact."""
+
+    def __len__(self) -> int:
+        return len(self.memories) + len(self.revisions) + len(self.documents)
+
+
 class _Importer:
-    """The state of one import: the target bank, its embedder and the pending batch."""
+    """The state of one import: the target bank, its embedder, the pending batch, what is done."""
 
     def __init__(
         self,
@@ -608,6 +851,7 @@ class _Importer:
         bank_id: str | None,
         merge: bool,
         embedding_model: str | None,
+        reembed: bool,
         batch_size: int,
         progress: Progress | None,
     ) -> None:
@@ -616,14 +860,26 @@ class _Importer:
         self.target = bank_id
         self.merge = merge
         self.embedding_model = embedding_model
+        self.reembed = reembed
         self.batch_size = batch_size
         self.progress = progress
+        self.version = 0
+        """The file's format version (0 until its header is read)."""
+        self.header_bank: Any = None
+        """The bank id the header names (the `bank` line must name the same)."""
+        self.exported: BankRecord | None = None
+        """The bank as the file describes it (its vectors are of this model and dimension)."""
         self.bank: BankRecord | None = None
+        """The bank written into."""
+        self.created = False
+        """Whether this import created `bank` (and must remove it if it fails)."""
         self.reembed_all = False
-        self.memories: list[MemoryRecord] = []
-        self.revisions: list[RevisionRecord] = []
+        self.pending = _Batch()
         self.counts = {"memory": 0, "revision": 0, "document": 0, "reembedded": 0}
-        self.header = False
+        self.written: list[int] = []
+        """The lines whose records are stored."""
+        self.unsure: list[int] = []
+        """The lines of a batch whose write failed in a way that hides whether it happened."""
         self.ended: dict[str, Any] | None = None
 
     async def line(self, number: int, text: str) -> None:
@@ -637,34 +893,39 @@ class _Importer:
                 f"{where} is not JSON (column {exc.colno}); is this an adk-memory export?",
                 field="file",
             ) from None
+        except RecursionError:
+            raise InvalidArgument(f"{where} is nested too deeply.", field="file") from None
         if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
             raise InvalidArgument(f"{where} has no `kind`.", field="file")
         kind = data["kind"]
         if self.ended is not None:
             raise InvalidArgument(f"{where} follows the `end` line.", field="file")
-        if not self.header:
+        if not self.version:
             self._check_header(data, where)
             return
         try:
             if kind == "bank":
-                await self._bank(data)
+                await self._bank(data, where)
             elif self.bank is None:
                 raise InvalidArgument(f"{where}: the `bank` line must come first.", field="file")
             elif kind == "memory":
-                self.memories.append(memory_from_json(data, where=where))
+                self._memory(data, where)
             elif kind == "revision":
-                self.revisions.append(revision_from_json(data, where=where))
+                self.pending.revisions.append(revision_from_json(data, where=where))
             elif kind == "document":
-                await self._document(data, where)
+                self._document(data, where)
             elif kind == "end":
-                self.ended = data
+                self._end(data, where)
+                return
             else:
                 raise InvalidArgument(f"{where} has an unknown kind {kind[:20]!r}.", field="file")
         except KeyError as exc:
             raise InvalidArgument(
-                f"{where} lacks the field {exc.args[0]!r}.", field="file"
+                f"{where} lacks the field {str(exc.args[0])[:40]!r}.", field="file"
             ) from None
-        if len(self.memories) + len(self.revisions) >= self.batch_size:
+        if kind != "bank":
+            self.pending.lines.append(number)
+        if len(self.pending) >= self.batch_size:
             await self.flush()
 
     def _check_header(self, data: Mapping[str, Any], where: str) -> None:
@@ -675,19 +936,44 @@ class _Importer:
                 field="file",
             )
         version = data.get("version")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidArgument(f"{where}: `version` must be a positive integer.", field="file")
+        if version > FORMAT_VERSION:
             raise FailedPrecondition(
                 f"The export has format version {version!r}; this adk-memory reads up to "
                 f"{FORMAT_VERSION}. Upgrade adk-memory to import it.",
                 field="file",
             )
-        self.header = True
+        _parse_time(data.get("exported_at"), f"{where}.exported_at")
+        self.header_bank = data.get("bank_id")
+        self.version = version
 
-    async def _bank(self, data: Mapping[str, Any]) -> None:
+    async def _bank(self, data: Mapping[str, Any], where: str) -> None:
         if self.bank is not None:
-            raise InvalidArgument("The file holds more than one `bank` line.", field="file")
-        exported = bank_from_json(data)
+            raise InvalidArgument(
+                f"{where}: the file holds more than one `bank` line.", field="file"
+            )
+        exported = bank_from_json(data, where=where)
+        if self.header_bank is not None and self.header_bank != exported.bank_id:
+            raise InvalidArgument(
+                f"{where}: bank_id differs from the header's; the file was altered.",
+                field=f"{where}.bank_id",
+            )
         record = replace(exported, bank_id=self.target or exported.bank_id)
+        # The model and dimension are derived from the config, as `memory_banks.create` does.
+        configured = _configured_model(exported)
+        embedder = self.engine.context.embedder(configured)
+        if (canonical_model_name(embedder.model), embedder.dimension) != (
+            exported.embedding_model,
+            exported.embedding_dimension,
+        ):
+            raise InvalidArgument(
+                f"{where}: the bank's embedding_model and embedding_dimension are not what its "
+                f"configured model gives ({canonical_model_name(embedder.model)!r}, "
+                f"{embedder.dimension} dimensions); the file was altered.",
+                field=f"{where}.embedding_model",
+            )
+        self.exported = exported
         if self.embedding_model is not None:
             embedder = self.engine.context.embedder(self.embedding_model)
             if canonical_model_name(embedder.model) != exported.embedding_model:
@@ -722,52 +1008,113 @@ class _Importer:
                     "a bank with the same embedding model (or pass --embedding-model).",
                     field="bank",
                 )
-            record = existing
+            self.bank = existing
         else:
             await self.store.create_bank(record)
-        self.bank = record
+            self.bank, self.created = record, True
 
-    async def _document(self, data: Mapping[str, Any], where: str) -> None:
+    def _memory(self, data: Mapping[str, Any], where: str) -> None:
+        """Queues a memory, with the file's vector if it can be stored and belongs to the fact.
+
+        The vector must have the exported bank's dimension and hold only values every store
+        can hold (else the file is refused, whatever the options: it is malformed). It belongs
+        to its fact when the line's `vector_digest` is that of the exported model, the fact and
+        the vector; one that does not is refused, or re-embedded with `reembed`.
+        """
+        assert self.exported is not None
+        record = memory_from_json(data, where=where)
+        embed = not record.embedding or self.reembed_all
+        if record.embedding:
+            vector = record.embedding
+            if len(vector) != self.exported.embedding_dimension:
+                raise InvalidArgument(
+                    f"{where}: embedding_f64 has {len(vector)} values; the bank's model gives "
+                    f"{self.exported.embedding_dimension}. The file was altered; export it "
+                    "again, or remove the line's embedding_f64 to have the fact embedded.",
+                    field=f"{where}.embedding_f64",
+                )
+            found = unstorable_value(vector)
+            if found is not None:
+                raise InvalidArgument(
+                    f"{where}: embedding_f64 holds {found[1]!r} at position {found[0]}; every "
+                    "value must be a finite number within float32's range (about ±3.4e38). The "
+                    "file was altered; export it again, or remove the line's embedding_f64 to "
+                    "have the fact embedded.",
+                    field=f"{where}.embedding_f64",
+                )
+            given = data.get("vector_digest")
+            if not embed and given != vector_digest(
+                self.exported.embedding_model, record.fact, vector
+            ):
+                if not self.reembed:
+                    raise InvalidArgument(
+                        f"{where}: the vector does not belong to the fact ("
+                        + (
+                            "the line has no vector_digest: an export of format version 1, or "
+                            "an edited line"
+                            if given is None
+                            else "vector_digest, which covers the model, the fact and the "
+                            "vector, does not match: was the fact edited?"
+                        )
+                        + "). Pass --reembed (reembed=True) to compute such vectors from their "
+                        "facts, or export the bank again.",
+                        field=f"{where}.vector_digest",
+                    )
+                embed = True
+        if embed:
+            self.pending.embed.append(len(self.pending.memories))
+        self.pending.memories.append(record)
+
+    def _document(self, data: Mapping[str, Any], where: str) -> None:
         kind = data["document_kind"]
         if kind != STREAM_KIND:
-            raise InvalidArgument(f"{where}: unknown document kind {kind!r:.30}.", field="file")
+            raise InvalidArgument(
+                f"{where}: unknown document kind {str(kind)[:30]!r}.",
+                field=f"{where}.document_kind",
+            )
         assert self.bank is not None
+        body = checked_stream(data["key"], data["body"], where=where)
         config, _extensions = split_config(self.bank.config)
-        try:
-            document = stream_document(str(data["key"]), data["body"], config)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidArgument(f"{where}: a malformed stream document.", field="file") from exc
-        await self.store.put_document(
-            self.bank.bank_id,
-            kind,
-            document.key,
-            document.body,
-            scope_key=document.scope_key,
-            due=document.due,
-        )
-        self.counts["document"] += 1
+        self.pending.documents.append(stream_document(str(data["key"]), body, config))
+
+    def _end(self, data: Mapping[str, Any], where: str) -> None:
+        counts = [data.get(name) for name in ("memories", "revisions", "documents")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            raise InvalidArgument(
+                f"{where}: the `end` line's memories, revisions and documents must be counts.",
+                field="file",
+            )
+        self.ended = dict(data)
 
     async def flush(self) -> None:
-        if self.bank is None or not (self.memories or self.revisions):
+        """Writes the pending records as one atomic batch (vectors computed first where due)."""
+        pending = self.pending
+        if self.bank is None or not len(pending):
             return
         bank = self.bank
-        missing = [
-            index
-            for index, record in enumerate(self.memories)
-            if self.reembed_all or len(record.embedding) != bank.embedding_dimension
-        ]
-        if missing:
+        embed = pending.embed
+        if embed:
             embedder = self.engine.context.embedder(self.embedding_model or _configured_model(bank))
-            vectors = await embedder.embed_documents([self.memories[i].fact for i in missing])
-            for index, vector in zip(missing, vectors, strict=True):
-                self.memories[index] = replace(self.memories[index], embedding=vector)
-            self.counts["reembedded"] += len(missing)
+            vectors = await embedder.embed_documents([pending.memories[i].fact for i in embed])
+            for index, vector in zip(embed, vectors, strict=True):
+                pending.memories[index] = replace(pending.memories[index], embedding=vector)
         await self._check_one_scope_per_id(bank.bank_id)
-        batch = WriteBatch(upserts=tuple(self.memories), revisions=tuple(self.revisions))
-        await self.store.apply(bank.bank_id, batch)
-        self.counts["memory"] += len(self.memories)
-        self.counts["revision"] += len(self.revisions)
-        self.memories, self.revisions = [], []
+        batch = WriteBatch(
+            upserts=tuple(pending.memories),
+            revisions=tuple(pending.revisions),
+            documents=tuple(pending.documents),
+        )
+        try:
+            await self.store.apply(bank.bank_id, batch)
+        except StoreUnavailable:
+            self.unsure = list(pending.lines)  # it may have been stored before the failure
+            raise
+        self.written += pending.lines
+        self.counts["memory"] += len(pending.memories)
+        self.counts["revision"] += len(pending.revisions)
+        self.counts["document"] += len(pending.documents)
+        self.counts["reembedded"] += len(embed)
+        self.pending = _Batch()
         if self.progress is not None:
             self.progress(self.counts["memory"], None)
 
@@ -778,9 +1125,14 @@ class _Importer:
         add another scope's memory or revisions to an id whose history the bank holds.
         """
         incoming: dict[str, set[ScopeKey]] = {}
-        items: list[MemoryRecord | RevisionRecord] = [*self.memories, *self.revisions]
+        items: list[MemoryRecord | RevisionRecord] = [
+            *self.pending.memories,
+            *self.pending.revisions,
+        ]
         for item in items:
             incoming.setdefault(item.memory_id, set()).add(item.scope_key)
+        if not incoming:
+            return
         now = self.engine.context.clock()
         owners = await owner_scopes(self.store, bank_id, list(incoming), now)
         for memory_id, scopes in incoming.items():
@@ -795,6 +1147,72 @@ class _Importer:
                     field="file",
                 )
 
+    async def finish(self) -> TransferSummary:
+        """Writes what is pending and checks the file was whole; the summary."""
+        if self.bank is None:
+            raise InvalidArgument(
+                "The file holds no bank; is it an adk-memory export?", field="file"
+            )
+        await self.flush()
+        summary = self.summary()
+        ended = self.ended
+        if ended is None:
+            raise InvalidArgument(
+                "The file ends before its `end` line: the export was cut short; export the "
+                "bank again.",
+                field="file",
+            )
+        expected = (ended["memories"], ended["revisions"], ended["documents"])
+        if expected != (summary.memories, summary.revisions, summary.documents):
+            raise InvalidArgument(
+                f"The file's `end` line announces {expected[0]} memories, {expected[1]} "
+                f"revisions and {expected[2]} documents, but it held {summary.memories}, "
+                f"{summary.revisions} and {summary.documents}; the file was altered.",
+                field="file",
+            )
+        return summary
+
+    async def failed(self, error: BaseException) -> str:
+        """Undoes or reports what a failed import wrote; what to add to its error message.
+
+        A bank this import created is removed, so a failed import leaves nothing behind (and
+        can be run again as it was). In a bank that existed (a merge), the lines already
+        written stay: the message names them.
+        """
+        if self.bank is None:
+            return ""
+        bank_id = self.bank.bank_id
+        if self.created:
+            try:
+                await self.store.delete_bank(bank_id)
+            except Exception as exc:  # the import's own error is the one to raise
+                logger.warning("could not remove bank %s after a failed import: %s", bank_id, exc)
+                return (
+                    f"Bank {bank_id!r}, which this import created, could not be removed "
+                    f"({type(exc).__name__}); delete it with `adk-memory banks delete -b "
+                    f"{bank_id} --force` before importing again."
+                )
+            logger.warning("Import into new bank %s failed; the bank was removed", bank_id)
+            return (
+                f"Nothing was imported: bank {bank_id!r}, which this import created, was removed."
+            )
+        written = (
+            f"Lines {_line_ranges(self.written)} were written into bank {bank_id!r}; no other "
+            "line was"
+            if self.written
+            else f"No line was written into bank {bank_id!r}"
+        )
+        if self.unsure:
+            written += (
+                f" (whether lines {_line_ranges(self.unsure)} were is unknown: the store failed "
+                "while writing them)"
+            )
+        logger.warning("Merge into bank %s failed: %s", bank_id, written)
+        return (
+            f"{written}. Fix the file and import it again with --merge (lines written again are "
+            "replaced)."
+        )
+
     def summary(self) -> TransferSummary:
         assert self.bank is not None
         return TransferSummary(
@@ -804,6 +1222,19 @@ class _Importer:
             self.counts["document"],
             self.counts["reembedded"],
         )
+
+
+def _line_ranges(numbers: Sequence[int], *, limit: int = 20) -> str:
+    """`1-3, 5, 8-9` for [1, 2, 3, 5, 8, 9]; at most `limit` ranges, then how many more."""
+    ranges: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
+        else:
+            ranges.append([number, number])
+    shown = [f"{a}-{b}" if b > a else str(a) for a, b in ranges[:limit]]
+    more = f" and {len(ranges) - limit} more ranges" if len(ranges) > limit else ""
+    return ", ".join(shown) + more
 
 
 def _configured_model(bank: BankRecord) -> str:
@@ -818,10 +1249,17 @@ async def import_bank(
     bank_id: str | None = None,
     merge: bool = False,
     embedding_model: str | None = None,
+    reembed: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: Progress | None = None,
 ) -> TransferSummary:
     """Writes an export into the engine's store, keeping every name, time and revision.
+
+    Nothing of the file is trusted: each line is checked as the API checks a request, and every
+    key, digest and id form is recomputed from the line's own content (see the module
+    docstring, "What import checks"). Into a new bank, an import is all or nothing: when it
+    fails, the bank it created is removed. Into an existing bank (`merge`), batches are written
+    as they fill, and a failure names the lines written.
 
     Args:
         engine: The engine over the target store.
@@ -831,59 +1269,53 @@ async def import_bank(
             same id are replaced); also how to resume an interrupted import.
         embedding_model: Give the bank this model and embed every fact with it, instead of
             taking the exported vectors.
-        batch_size: Memories and revisions per write.
+        reembed: Compute the vector of each memory whose `vector_digest` does not match (its
+            fact was edited, or the export predates digests) from its fact, instead of refusing
+            the file.
+        batch_size: Memories, revisions and streams per write.
         progress: Called after each write with (memories imported, None).
 
     Returns:
         What was imported.
 
     Raises:
-        InvalidArgument: A line is malformed (its number is named, never its content), or the
-            file ends without its `end` line or with counts that differ from it (then what the
-            file held has been written).
-        AlreadyExists: The bank exists and `merge` is not set.
+        InvalidArgument: A line is malformed or altered (its number is named, never its
+            content), or the file ends without its `end` line or with counts that differ from it.
+        AlreadyExists: The bank exists and `merge` is not set, or a memory id would hold
+            records of two scopes.
         FailedPrecondition: The file is from a newer format, or `merge` into a bank of another
             embedding model.
     """
     if batch_size < 1:
         raise InvalidArgument("batch_size must be positive.", field="batch_size")
+    if bank_id is not None:
+        Names.parse_bank(f"reasoningEngines/{bank_id}", field="bank_id")
     importer = _Importer(
         engine,
         bank_id=bank_id,
         merge=merge,
         embedding_model=embedding_model,
+        reembed=reembed,
         batch_size=batch_size,
         progress=progress,
     )
-    number = 0
-    if isinstance(lines, AsyncIterable):
-        async for text in lines:
-            number += 1
-            await importer.line(number, text)
-    else:
-        for text in lines:
-            number += 1
-            await importer.line(number, text)
-    if importer.bank is None:
-        raise InvalidArgument("The file holds no bank; is it an adk-memory export?", field="file")
-    await importer.flush()
-    summary = importer.summary()
-    ended = importer.ended
-    if ended is None:
-        raise InvalidArgument(
-            f"The file ends before its `end` line: the export was cut short. Imported what it "
-            f"held ({summary.memories} memories, {summary.revisions} revisions) into bank "
-            f"{summary.bank_id!r}; export again and re-import with --merge.",
-            field="file",
-        )
-    expected = (ended.get("memories"), ended.get("revisions"), ended.get("documents"))
-    if expected != (summary.memories, summary.revisions, summary.documents):
-        raise InvalidArgument(
-            f"The file's `end` line announces {expected[0]} memories, {expected[1]} revisions "
-            f"and {expected[2]} documents, but it held {summary.memories}, {summary.revisions} "
-            f"and {summary.documents}; the file was altered.",
-            field="file",
-        )
+    try:
+        number = 0
+        if isinstance(lines, AsyncIterable):
+            async for text in lines:
+                number += 1
+                await importer.line(number, text)
+        else:
+            for text in lines:
+                number += 1
+                await importer.line(number, text)
+        summary = await importer.finish()
+    except BaseException as exc:
+        # Cancelled or interrupted too: the clean-up runs to its end first.
+        note = await _uncancelled(importer.failed(exc))
+        if note and isinstance(exc, AdkMemoryError):
+            raise type(exc)(f"{exc.template} {note}", field=exc.field) from exc
+        raise
     logger.info(
         "Imported bank %s: %d memories, %d revisions, %d documents, %d re-embedded",
         summary.bank_id,
@@ -893,3 +1325,14 @@ async def import_bank(
         summary.reembedded,
     )
     return summary
+
+
+async def _uncancelled(work: Awaitable[str]) -> str:
+    """Awaits `work` to its end even if the caller is cancelled meanwhile."""
+    task = asyncio.ensure_future(work)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise

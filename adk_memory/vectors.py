@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["VectorMatrix", "exact_distances", "ids_nbytes", "nearest_rows"]
+__all__ = ["VectorMatrix", "exact_distances", "ids_nbytes", "nearest_rows", "unstorable_value"]
 
 _FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 _BYTES_PER_ID = 64
@@ -25,6 +25,23 @@ _BYTES_PER_ID = 64
 def ids_nbytes(ids: Iterable[str]) -> int:
     """About what the ids hold in memory, with their slots in a tuple or list."""
     return sum(_BYTES_PER_ID + len(memory_id) for memory_id in ids)
+
+
+def unstorable_value(vector: Sequence[float]) -> tuple[int, float] | None:
+    """The first (position, value) of `vector` that no store can hold, or None.
+
+    A value must be a finite number that float32 holds (Chroma and Redis store float32): NaN,
+    ±inf, and values that round to ±inf in float32 (beyond about ±3.4e38, e.g. 1e300) are not.
+    Chroma refuses such a vector, Redis keeps it but never returns it by similarity, and every
+    distance to it is NaN or inf.
+    """
+    values = np.asarray(vector, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        bad = ~np.isfinite(values.astype(np.float32))
+    if not bad.any():
+        return None
+    position = int(np.argmax(bad))
+    return position, float(values[position])
 
 
 def exact_distances(

@@ -3,6 +3,9 @@
 Vectors live in `benchmarks/.cache/emb-<model>.npz` (gitignored), keyed by the sha256 of the
 text; a model that embeds queries and documents differently (multilingual-e5-small's `query: ` /
 `passage: ` prefixes) has one file per kind, `emb-<model>-query.npz` and `-passage.npz`.
+A name may carry the runtime after an `@` (`all-MiniLM-L6-v2@onnx`, the default, and
+`all-MiniLM-L6-v2@sentence-transformers`, the former default): each runtime's vectors have their
+own file, and the bank records the model name before the `@`.
 `CachedEmbedder` implements `adk_memory.embeddings.Embedder` from those files, so benchmarks go
 through the real engine and stores without re-embedding thousands of texts on
 every run; a text that is not cached is embedded live (and counted in `misses`).
@@ -35,13 +38,19 @@ def cache_file(model: str, kind: str = "passage") -> Path:
     return CACHE_DIR / f"emb-{re.sub(r'[^A-Za-z0-9._-]+', '_', model)}{suffix}.npz"
 
 
+def bank_model(model: str) -> str:
+    """The model name a bank records for a cache name (`all-MiniLM-L6-v2@onnx` -> before the @)."""
+    return model.split("@", 1)[0]
+
+
 def live_embedder(model: str, source: str):  # noqa: ANN201
     """The product's embedder for `model` (sentence-transformers models from `source`)."""
     from adk_memory.embeddings import LocalEmbedder, MultilingualE5Embedder, canonical_model_name
 
-    if canonical_model_name(model) == "multilingual-e5-small":
+    if canonical_model_name(bank_model(model)) == "multilingual-e5-small":
         return MultilingualE5Embedder()
-    return LocalEmbedder(source)
+    runtime = model.split("@", 1)[1] if "@" in model else None
+    return LocalEmbedder(source, runtime=runtime)
 
 
 class VectorCache:
@@ -122,9 +131,10 @@ class CachedEmbedder:
     """`Embedder` serving cached vectors (float64 tuples); live embedding for misses."""
 
     def __init__(self, model: str, dimension: int, source: str | None = None) -> None:
-        self.model = model
+        self.model = bank_model(model)
         self.dimension = dimension
-        self._source = source or model
+        self._name = model
+        self._source = source or self.model
         self._caches = {kind: VectorCache(model, kind) for kind in ("query", "passage")}
         self.misses = 0
         self._live = None
@@ -139,7 +149,7 @@ class CachedEmbedder:
                 todo.append(text)
         if todo:
             self.misses += len(todo)
-            self._live = self._live or live_embedder(self.model, self._source)
+            self._live = self._live or live_embedder(self._name, self._source)
             vectors = await self._live._embed(todo, query=kind == "query")
             live = dict(zip(todo, vectors, strict=True))
             out = [row if row is not None else live[t] for row, t in zip(out, texts, strict=True)]

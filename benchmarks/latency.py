@@ -7,8 +7,10 @@ same data and queries:
 * `engine`      `AsyncClient.memory_banks.memories.retrieve(similarity_search_params, top_k=10)`,
                  the public API end to end, query embedding excluded (the query's vector is
                  served from a table by a benchmark `Embedder`);
-* `engine+embed` the same with the query embedded live by all-MiniLM-L6-v2 (distinct texts, so
-                 the embedder's query cache never hits);
+* `engine+embed` the same with the query embedded live by all-MiniLM-L6-v2 on ONNX Runtime, the
+                 default (distinct texts, so the embedder's query cache never hits);
+* `engine+embed, sentence-transformers` the same on the former default runtime (torch),
+                 interleaved query by query with `engine+embed`;
 * `engine, same query again` the same retrieve repeated at once (its scope's vectors cached);
 * `store`        `store.nearest` (the backend adapter alone: query, exact re-ranking, decoding),
                  run after the two engine calls of the same query, so warm;
@@ -333,21 +335,34 @@ async def run_config(
                 floor(i)
             series["numpy"].append(t.ms)
         if embed_queries:
-            await memories.retrieve(
-                name=bank.name,
-                scope=scope_maps[0],
-                similarity_search_params={"search_query": "warm up", "top_k": K},
-            )
-            series["engine+embed"] = []
+            from adk_memory.embeddings import LocalEmbedder
+
+            runtimes = {
+                "engine+embed": embedder.live,
+                "engine+embed, sentence-transformers": LocalEmbedder(
+                    "all-MiniLM-L6-v2", runtime="sentence-transformers"
+                ),
+            }
+            for name, live in runtimes.items():
+                embedder.live = live
+                await memories.retrieve(
+                    name=bank.name,
+                    scope=scope_maps[0],
+                    similarity_search_params={"search_query": f"warm up {name}", "top_k": K},
+                )
+                series[name] = []
             for i in range(embed_queries):
-                text = f"what did the user say about {vocab[i]} and {vocab[-i - 1]}? ({i})"
-                with Timer() as t:
-                    await memories.retrieve(
-                        name=bank.name,
-                        scope=scope_maps[i % scopes],
-                        similarity_search_params={"search_query": text, "top_k": K},
-                    )
-                series["engine+embed"].append(t.ms)
+                for n, (name, live) in enumerate(runtimes.items()):
+                    embedder.live = live
+                    text = f"what did the user say about {vocab[i]} and {vocab[-i - 1]}? ({i}.{n})"
+                    with Timer() as t:
+                        await memories.retrieve(
+                            name=bank.name,
+                            scope=scope_maps[i % scopes],
+                            similarity_search_params={"search_query": text, "top_k": K},
+                        )
+                    series[name].append(t.ms)
+            embedder.live = runtimes["engine+embed"]
         for name, ms in series.items():
             row[name] = summary(ms)
         if "_conn" in raw:

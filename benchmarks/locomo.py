@@ -72,8 +72,8 @@ async def _engine_mode(turns, questions, model: str, dimension: int, extensions,
     from adk_memory import AsyncClient
 
     embedder = _cache.CachedEmbedder(model, dimension)
-    _cache.install({model: embedder})
-    client = AsyncClient("memory://", run_scheduler=False, embedding_model=model)
+    _cache.install({embedder.model: embedder})
+    client = AsyncClient("memory://", run_scheduler=False, embedding_model=embedder.model)
     try:
         create: dict[str, Any] = {}
         if extensions:
@@ -168,7 +168,7 @@ HYBRID_VARIANTS = [
 def run(
     tmp: str, models: list[tuple[str, str, int]], variants: bool = True, log: Any = print
 ) -> dict[str, Any]:
-    """`models`: (bank model name, sentence-transformers source, dimension)."""
+    """`models`: (bank model name [@runtime], sentence-transformers source, dimension)."""
     turns, questions = _locomo.load()
     out: dict[str, Any] = {"turns": len(turns), "questions": len(questions), "modes": {}}
     out["dropped_questions"] = _count_dropped()
@@ -179,9 +179,11 @@ def run(
         ) + _cache.fill(model, source, [t.text for t in turns], kind="passage", log=lambda m: None)
         if spent:
             log(f"    embedded the missing texts in {spent:.0f} s")
-        short = {"all-MiniLM-L6-v2": "MiniLM", "multilingual-e5-small": "e5"}.get(
-            model, model.split("/")[-1]
-        )
+        short = {
+            "all-MiniLM-L6-v2@onnx": "MiniLM",
+            "all-MiniLM-L6-v2@sentence-transformers": "MiniLM on sentence-transformers",
+            "multilingual-e5-small": "e5",
+        }.get(model, model.split("/")[-1])
         chosen = HYBRID_VARIANTS if variants else HYBRID_VARIANTS[:2]
         for label, ext in [("dense", None), *chosen]:
             name = f"{label} ({short})"

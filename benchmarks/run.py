@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SECTIONS = ("latency", "write", "generate", "locomo", "multilingual")
+SECTIONS = ("latency", "write", "generate", "locomo", "multilingual", "embedding", "rest")
 MPNET_DIR = HERE / ".cache" / "models" / "all-mpnet-base-v2"
 
 
@@ -48,6 +48,8 @@ def _plan(full: bool, hnsw_100k: bool, redis_1m: bool) -> dict:
         "gen_existing": [0, 100, 1000],
         "gen_requests": 30 if full else 10,
         "locomo_variants": full,
+        "rest_requests": 800 if full else 400,
+        "rest_rounds": 3 if full else 1,
     }
 
 
@@ -77,6 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{MPNET_DIR.relative_to(HERE.parent)} when present)",
     )
     parser.add_argument("--no-mpnet", action="store_true", help="skip all-mpnet-base-v2")
+    parser.add_argument(
+        "--locomo-models",
+        nargs="+",
+        metavar="M",
+        help="locomo: only these models (e.g. all-MiniLM-L6-v2@onnx); their modes merge into "
+        "results.json, the other models' stay",
+    )
     parser.add_argument(
         "--sizes",
         type=int,
@@ -120,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write(json.loads(results_path.read_text()), HERE)
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # torch spins on busy cores otherwise
     from benchmarks import _common
 
     sections = args.only or list(SECTIONS)
@@ -152,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     log = lambda message: print(message, flush=True)  # noqa: E731
     timings = results.setdefault("section_seconds", {})
-    need_redis = bool({"latency", "write"} & set(sections))
+    need_redis = bool({"latency", "write", "rest"} & set(sections))
     with _common.backends(need_redis) as where:
         # An --only run without Redis keeps what the merged sections were measured on.
         results["redis"] = where.redis_url is not None or bool(previous.get("redis"))
@@ -210,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             log("== 4. LoCoMo retrieval quality")
             models = [
-                ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 384),
+                ("all-MiniLM-L6-v2@onnx", "all-MiniLM-L6-v2", 384),
+                # The former default runtime: recall must not move (issue 28).
+                ("all-MiniLM-L6-v2@sentence-transformers", "all-MiniLM-L6-v2", 384),
                 ("multilingual-e5-small", "multilingual-e5-small", 384),
             ]
             mpnet = Path(args.mpnet) if args.mpnet else MPNET_DIR
@@ -231,7 +243,12 @@ def main(argv: list[str] | None = None) -> int:
                     models.append(("all-mpnet-base-v2", str(mpnet), 768))
             elif not args.no_mpnet:
                 log(f"  (all-mpnet-base-v2 not found at {mpnet}; see README to add it)")
-            results["locomo"] = locomo.run(where.tmp, models, plan["locomo_variants"], log)
+            if args.locomo_models:
+                models = [m for m in models if m[0] in args.locomo_models]
+            ran = locomo.run(where.tmp, models, plan["locomo_variants"], log)
+            if args.locomo_models and previous.get("locomo"):
+                ran["modes"] = previous["locomo"]["modes"] | ran["modes"]
+            results["locomo"] = ran
             timings["locomo"] = round(time.perf_counter() - started)
         if "multilingual" in sections:
             from benchmarks import multilingual
@@ -240,6 +257,27 @@ def main(argv: list[str] | None = None) -> int:
             log("== 5. Multilingual retrieval")
             results["multilingual"] = multilingual.run(log)
             timings["multilingual"] = round(time.perf_counter() - started)
+        if "embedding" in sections:
+            from benchmarks import embedding
+
+            started = time.perf_counter()
+            log("== 6. Embedding runtime (ONNX Runtime beside sentence-transformers; mem0)")
+            results["embedding"] = embedding.run(where.tmp, log)
+            timings["embedding"] = round(time.perf_counter() - started)
+            results_path.write_text(json.dumps(results, indent=1))
+        if "rest" in sections:
+            from benchmarks import rest_load
+
+            started = time.perf_counter()
+            log("== 7. REST throughput, embedding batched or not")
+            results["rest"] = rest_load.run(
+                where,
+                ["redis-flat", "chroma"],
+                requests=plan["rest_requests"],
+                rounds=plan["rest_rounds"],
+                log=log,
+            )
+            timings["rest"] = round(time.perf_counter() - started)
     results_path.write_text(json.dumps(results, indent=1))
     report.write(results, HERE)
     log(f"wrote {HERE / 'RESULTS.md'}")

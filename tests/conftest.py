@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -36,10 +37,19 @@ settings.register_profile(
 )
 settings.load_profile("adk-memory")
 
+# The ADK service's store deadline (2 s) is for production turns; on a shared, loaded CI machine
+# a healthy store can take longer, which would skip memory for a turn. Tests of the deadline
+# pass `search_timeout=` themselves.
+os.environ.setdefault("ADK_MEMORY_SEARCH_TIMEOUT", "10")
+
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """HF_HUB_OFFLINE=1, and any attempt to open a network connection fails the test."""
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: imported under this fixture, it
+    # would stay offline for every later test of the session.
+    import huggingface_hub.constants  # noqa: F401
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     real_connect = socket.socket.connect
 
@@ -58,7 +68,7 @@ def _store_uri(kind: str, request: pytest.FixtureRequest, tmp: pytest.TempPathFa
     if kind == "chroma":
         return f"chroma://{tmp.mktemp('chroma')}"
     if kind == "chroma_http":
-        return f"{request.getfixturevalue('chroma_http_url')}?collection_prefix={prefix}"
+        return f"{request.getfixturevalue('chroma_http_url')}&collection_prefix={prefix}"
     if kind in SERVED:
         return str(request.getfixturevalue(f"served_{kind.removeprefix('http_')}_url"))
     return f"{request.getfixturevalue('redis_url')}?key_prefix={prefix}&index_algorithm=FLAT"

@@ -9,6 +9,8 @@
 - `memory_service_builder()`: the `memory_service_builder` for `AdkApp` on Agent Runtime.
 - `SelfHostedVertexMemoryBankService`: ADK's own `VertexAiMemoryBankService` pointed at an
   `adk-memory serve` endpoint.
+- `user_token_headers()`: the `header_provider` of an `McpToolset` against `adk-memory mcp`
+  that confines each ADK user to their own scope.
 
 Names are resolved lazily, so importing `adk_memory` never imports ADK.
 """
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
         MemoryServiceBuilder,
         memory_service_builder,
     )
+    from adk_memory.adk._mcp import user_token_headers
     from adk_memory.adk._plugin import MemoryBankPlugin
     from adk_memory.adk._registry import SCHEMES, memory_service_factory, register_services
     from adk_memory.adk._self_hosted import SelfHostedVertexMemoryBankService
@@ -41,6 +44,7 @@ __all__ = [
     "memory_service_builder",
     "memory_service_factory",
     "register_services",
+    "user_token_headers",
 ]
 
 _LAZY = {
@@ -55,6 +59,7 @@ _LAZY = {
     "memory_service_builder": "adk_memory.adk._agent_runtime",
     "memory_service_factory": "adk_memory.adk._registry",
     "register_services": "adk_memory.adk._registry",
+    "user_token_headers": "adk_memory.adk._mcp",
 }
 
 

@@ -49,7 +49,7 @@ class MemoryServiceBuilder:
                 f"adk-memory: the {scheme}:// store is embedded in this process, which runs on "
                 f"{platform}. Each replica keeps its own memories and loses them when the "
                 "container stops. Point ADK_MEMORY_URI (or the builder's uri) at a shared store: "
-                "redis://… or chroma+http://…."
+                "redis://…, or chroma+http://…?lock_url=redis… (replicas are several hosts)."
             )
             logger.warning(message)
             warnings.warn(message, EphemeralStoreWarning, stacklevel=2)
@@ -70,5 +70,5 @@ def memory_service_builder(uri: str | None = None, **options: Any) -> MemoryServ
     Raises:
         InvalidArgument: The options are not valid for `MemoryBankService`.
     """
-    MemoryBankService(uri, **options)  # validate now (no I/O), not on the first query
+    MemoryBankService.check(uri, **options)  # validate now (no I/O), not on the first query
     return MemoryServiceBuilder(uri=uri, options=dict(options))

@@ -73,8 +73,9 @@ def stored_content(event: Event) -> genai_types.Content | None:
     """The content of an event worth remembering, or None for events memory generation skips.
 
     As ADK's Vertex service sends them: text, tool calls and tool responses, code and its
-    results, file references. Empty events and ADK's credential requests are skipped. Thoughts
-    and inline bytes are dropped (extraction never reads them); a tool response is kept as
+    results, inline data (images, audio) and file references, which reach generation (a model
+    that reads text only gets a note instead). Empty events and ADK's credential requests are
+    skipped. Thoughts are dropped (extraction never reads them); a tool response is kept as
     plain JSON.
     """
     content = event.content
@@ -113,6 +114,8 @@ def _kept_part(part: genai_types.Part) -> genai_types.Part | None:
         return genai_types.Part(
             executable_code=part.executable_code, code_execution_result=part.code_execution_result
         )
+    if part.inline_data is not None:
+        return genai_types.Part(inline_data=part.inline_data)
     if part.file_data is not None:
         return genai_types.Part(file_data=part.file_data)
     return None

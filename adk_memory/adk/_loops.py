@@ -1,30 +1,37 @@
-"""Per-event-loop state, the turn path's circuit breaker, and the adapter's background tasks.
+"""The memory service's own event loops, the turn path's circuit breaker, and background tasks.
 
-An async store client belongs to the loop that opened it, and ADK calls a memory service from
-several loops (each synchronous `Runner.run` runs its own `asyncio.run`). `LoopClients` keeps one
-`LoopState` per live loop under a thread lock (loops may run in different threads), prunes the
-state of closed loops, and closes each client it built on its own loop when that loop shuts
-down: `asyncio.run` finalizes the async generators of a loop before closing it
-(`shutdown_asyncgens`), and each state parks one such generator whose `finally` closes the client.
+ADK calls a memory service from several event loops (each synchronous `Runner.run` runs its own
+`asyncio.run`, which ends with the run), and an async store client belongs to the loop that
+opened it. So the service does its store I/O on two event loops of its own, each on a daemon
+thread shared by every service of the process (`service_thread`): `reads` (searches) and
+`writes` (handed-over events, generation, the poller). A turn's loop only awaits them. Reads
+never queue behind writes: each loop has its own client, connection pool and thread pool. Work
+handed to the writes loop outlives the loop of the run that handed it over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 import time
-import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
-from adk_memory._async_client import AsyncClient
-from adk_memory.scheduler import DEFAULT_POLL_SECONDS
-
-__all__ = ["BackgroundTasks", "CircuitBreaker", "LoopClients", "LoopState", "run_at_loop_shutdown"]
+__all__ = [
+    "BackgroundTasks",
+    "CircuitBreaker",
+    "ServiceThread",
+    "run_at_loop_shutdown",
+    "service_thread",
+]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 def run_at_loop_shutdown(finish: Callable[[], Awaitable[object]]) -> None:
@@ -82,115 +89,120 @@ class BackgroundTasks:
 
 
 class CircuitBreaker:
-    """Stops the turn path from calling a store that keeps failing, for `cooldown` seconds.
+    """Keeps the turn path away from a store that failed, until a probe sees it answer again.
 
-    After `threshold` failures in a row it opens; once the cooldown has passed, one call may try
-    again (a failure re-opens it at once, a success closes it).
+    It opens at the first timeout (a hung store would cost every turn the whole deadline) or
+    after `threshold` other failures in a row. While it is open the turn path skips the store
+    at once; the service probes the store in the background, and the first answer closes it.
+    A call that began before that answer (`began`) and fails after it counts for nothing: it
+    was stuck in the outage already seen. Thread-safe: turns on any loop and the service's own
+    loops share one breaker.
     """
 
-    def __init__(self, *, threshold: int = 3, cooldown: float = 30.0) -> None:
+    def __init__(self, *, threshold: int = 3) -> None:
         self._threshold = threshold
-        self._cooldown = cooldown
         self._failures = 0
-        self._open_until = 0.0
+        self._opened_at: float | None = None
+        self._closings = 0
+        self._lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the turn path skips the store now."""
+        return self._opened_at is not None
 
     @property
     def open_for(self) -> float:
-        """Seconds left before a call may go through again (0 when closed)."""
-        return max(0.0, self._open_until - time.monotonic())
+        """Seconds since the breaker opened (0 when closed)."""
+        opened = self._opened_at
+        return 0.0 if opened is None else time.monotonic() - opened
 
     def allows(self) -> bool:
-        """Whether a call may go to the store now."""
-        return self.open_for == 0.0
+        """Whether a turn may call the store now."""
+        return self._opened_at is None
 
-    def failed(self) -> bool:
+    def began(self) -> int:
+        """A mark for a call starting now, to pass to `failed`."""
+        return self._closings
+
+    def failed(self, *, timed_out: bool, began: int | None = None) -> bool:
         """Records a failure; returns True when this failure opened the breaker."""
-        self._failures += 1
-        if self._failures < self._threshold:
-            return False
-        self._open_until = time.monotonic() + self._cooldown
-        self._failures = self._threshold - 1  # after the cooldown, one more failure re-opens it
-        return True
-
-    def succeeded(self) -> None:
-        """Records a success: the breaker closes."""
-        self._failures = 0
-        self._open_until = 0.0
-
-
-class LoopState:
-    """The client of one event loop, its poller and the flushes the service started on it."""
-
-    def __init__(self, client: AsyncClient, *, owned: bool) -> None:
-        self.client = client
-        self.owned = owned
-        self.flushes: dict[str, asyncio.Task[None]] = {}
-        """Running flushes by stream key."""
-        self._stop = asyncio.Event()
-        self._poller: asyncio.Task[None] | None = None
-
-    def start_polling(self, each_pass: Callable[[], Awaitable[None]]) -> None:
-        """Runs `each_pass` about every second until `stop`, or until the loop shuts down."""
-        if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll(each_pass))
-
-    async def stop(self) -> None:
-        """Stops the poller and closes the client if this state built it."""
-        self._stop.set()
-        if self._poller is not None:
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
-        if self.owned:
-            self.owned = False
-            await self.client.aclose()
-
-    async def _poll(self, each_pass: Callable[[], Awaitable[None]]) -> None:
-        me = asyncio.current_task()
-        # On Python 3.11 a cancel landing in redis-py's `asyncio.wait_for` can be swallowed;
-        # `cancelling()` still sees it (asyncio.run's shutdown), and the stop event ends the loop.
-        while not self._stop.is_set() and not (me is not None and me.cancelling()):
-            try:
-                await each_pass()
-            except Exception:  # the poller must outlive any one failure
-                logger.exception("A background pass of the memory service failed; retrying.")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_POLL_SECONDS)
-
-
-class LoopClients:
-    """One `LoopState` per live event loop, built on demand under a thread lock."""
-
-    def __init__(
-        self, build: Callable[[asyncio.AbstractEventLoop], tuple[AsyncClient, bool]]
-    ) -> None:
-        self._build = build
-        self._lock = threading.Lock()
-        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopState] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def current(self) -> LoopState:
-        """The running loop's state, built (and the closed loops' states pruned) when new."""
-        loop = asyncio.get_running_loop()
         with self._lock:
-            state = self._states.get(loop)
-            if state is None:
-                for stale in [other for other in self._states if other.is_closed()]:
-                    del self._states[stale]
-                client, owned = self._build(loop)
-                state = self._states[loop] = LoopState(client, owned=owned)
-                if owned:  # closed when `asyncio.run` shuts this loop down
-                    run_at_loop_shutdown(state.stop)
-            return state
+            if self._opened_at is not None or (began is not None and began != self._closings):
+                return False
+            self._failures += 1
+            if not timed_out and self._failures < self._threshold:
+                return False
+            self._opened_at = time.monotonic()
+            return True
 
-    def peek(self) -> LoopState | None:
-        """The running loop's state, if it has one."""
+    def succeeded(self) -> bool:
+        """Records an answer from the store; returns True when this closed the breaker."""
         with self._lock:
-            return self._states.get(asyncio.get_running_loop())
+            self._failures = 0
+            if self._opened_at is None:
+                return False
+            self._opened_at = None
+            self._closings += 1
+            return True
 
-    def pop(self) -> LoopState | None:
-        """Removes the running loop's state; the other loops' states are forgotten."""
-        with self._lock:
-            state = self._states.pop(asyncio.get_running_loop(), None)
-            self._states.clear()
-            return state
+
+class ServiceThread:
+    """An event loop running on a daemon thread, shared by the memory services of a process."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self.loop.is_closed()
+
+    def submit(self, work: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Schedules `work` on this loop from any thread."""
+        return asyncio.run_coroutine_threadsafe(work, self.loop)
+
+    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Awaits `work` run on this loop, from any loop; cancelling the caller cancels it."""
+        if _running_loop() is self.loop:
+            return await work
+        return await asyncio.wrap_future(self.submit(work))
+
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Calls `callback` on this loop's thread (from any thread)."""
+        self.loop.call_soon_threadsafe(callback)
+
+
+_threads: dict[str, ServiceThread] = {}
+_threads_lock = threading.Lock()
+
+
+def service_thread(name: str) -> ServiceThread:
+    """The process's service loop called `name`, started on first use."""
+    with _threads_lock:
+        thread = _threads.get(name)
+        if thread is None or not thread.alive:
+            thread = _threads[name] = ServiceThread(f"adk-memory-{name}")
+        return thread
+
+
+def _forget_threads() -> None:
+    # A forked child has none of its parent's threads: it starts its own on first use.
+    global _threads_lock
+    _threads.clear()
+    _threads_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

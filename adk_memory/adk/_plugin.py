@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -70,12 +71,13 @@ class MemoryBankPlugin(BasePlugin):
     runner = Runner(app=app, session_service=sessions, memory_service=MemoryBankService())
     ```
 
-    When a run starts, it generates what the user's other sessions left pending (waiting a
-    bounded time), then retrieves once, from the user's message, and adds the memories to every
-    model request of that invocation (after ADK's `PreloadMemoryTool`, whose facts it does not
-    repeat). After each run, it stores the session's new events in the session's ingest stream
-    before the run returns (a synchronous `Runner.run`'s loop ends with the run); their
-    generation waits until the user's next session starts or the session has been idle.
+    When a session's first run starts, it generates what the user's other sessions left pending
+    (waiting a bounded time); each run retrieves once, from the user's message, and adds the
+    memories to every model request of that invocation (after ADK's `PreloadMemoryTool`, whose
+    facts it does not repeat). After each run, it hands the session's new events to the service,
+    whose writer stores them in the session's ingest stream off the turn (it outlives a
+    synchronous `Runner.run`'s loop); their generation waits until the user's next session
+    starts or the session has been idle.
 
     It uses the runner's memory service unless given `service=`. With another service than
     `MemoryBankService` it keeps the first `top_k` results and sends the run's events through
@@ -144,6 +146,8 @@ class MemoryBankPlugin(BasePlugin):
         self._ingest = ingest
         self._invocations: OrderedDict[str, _Invocation] = OrderedDict()
         self._background = BackgroundTasks("memory ingest")
+        self._handed_to: weakref.WeakSet[MemoryBankService] = weakref.WeakSet()
+        """The memory services this plugin handed events to (for `drain`)."""
         self._warned: set[str] = set()
 
     @override
@@ -167,8 +171,16 @@ class MemoryBankPlugin(BasePlugin):
             query = _text_of(invocation_context.user_content) if self._retrieve else ""
             search = None
             if query:
+                session = invocation_context.session
+                # Only a session's first run generates the user's other sessions: its later runs
+                # would find nothing new, and would wait for the store to say so.
+                first_run = not any(
+                    event.author == "user"
+                    and event.invocation_id != invocation_context.invocation_id
+                    for event in session.events
+                )
                 search = asyncio.get_running_loop().create_task(
-                    self._search(service, invocation_context.session, query)
+                    self._search(service, session, query, generate=first_run)
                 )
                 search.add_done_callback(_retrieve_outcome)
             self._invocations[invocation_context.invocation_id] = _Invocation(
@@ -203,7 +215,7 @@ class MemoryBankPlugin(BasePlugin):
 
     @override
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
-        """Stores the run's events before the run returns; generation comes later."""
+        """Hands the run's events to memory without waiting for the store; generation later."""
         try:
             invocation = self._invocations.pop(invocation_context.invocation_id, None)
             if invocation is None:
@@ -213,12 +225,13 @@ class MemoryBankPlugin(BasePlugin):
                 return
             session = invocation_context.session
             if isinstance(invocation.service, MemoryBankService):
-                # The session object keeps changing after this run; store a snapshot of it.
+                # The session object keeps changing after this run; hand over a snapshot of it.
                 snapshot = session.model_copy(update={"events": list(session.events)})
-                # Bounded and never raising: a failed write is logged and retried by the service.
+                # Handed to the service's writer: no wait for the store, never raising.
                 await invocation.service.remember_session(
                     snapshot, generation_trigger_config=self._trigger
                 )
+                self._handed_to.add(invocation.service)
                 return
             events = [
                 e for e in session.events if e.invocation_id == invocation_context.invocation_id
@@ -262,14 +275,17 @@ class MemoryBankPlugin(BasePlugin):
                 )
 
     async def drain(self) -> None:
-        """Waits for the background ingests started on the running loop, and the service's work.
+        """Waits until the events handed over are stored, and for the services' background work.
 
         Generation waiting for a stream's idle trigger is not awaited; see
         `MemoryBankService.flush`.
         """
         await self._background.drain()
+        services = set(self._handed_to)
         if isinstance(self._service, MemoryBankService):
-            await self._service.drain()
+            services.add(self._service)
+        for service in services:
+            await service.drain()
 
     def _budget(self, service: BaseMemoryService) -> float:
         if not isinstance(service, MemoryBankService):
@@ -283,14 +299,15 @@ class MemoryBankPlugin(BasePlugin):
             logger.warning(message)
 
     async def _search(
-        self, service: BaseMemoryService, session: Session, query: str
+        self, service: BaseMemoryService, session: Session, query: str, *, generate: bool
     ) -> list[MemoryEntry]:
         app_name, user_id = session.app_name, session.user_id
         if isinstance(service, MemoryBankService):
             try:
-                await service.generate_pending(
-                    app_name=app_name, user_id=user_id, except_session_id=session.id
-                )
+                if generate:
+                    await service.generate_pending(
+                        app_name=app_name, user_id=user_id, except_session_id=session.id
+                    )
             except Exception as error:  # the search may still work
                 logger.warning(
                     "Generating the user's pending memories failed (%s: %s); searching anyway.",

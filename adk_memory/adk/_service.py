@@ -6,26 +6,44 @@ when `custom_metadata` asks for a generate-only setting), `add_memory` creates m
 consolidates them with `enable_consolidation`), and `search_memory` is a similarity retrieve.
 The engine runs in this process, on the store the URI names; nothing here talks to Google Cloud.
 With an `http://` URI the engine is an `adk-memory serve`'s instead: the service forwards every
-call to it (`RemoteAsyncClient`), and the server generates and flushes due streams.
+call to it (`RemoteAsyncClient`), and the server embeds, generates and flushes due streams.
 
-One `AsyncClient` per event loop (`_loops`), the bank ensured on first use (tolerating
-`AlreadyExists`, so several processes may start at once), and the turn path (bounded writes that
-never raise, a circuit breaker, when generation runs) are described in ARCHITECTURE.md. A session
-is one ingest stream (`stream_id` = session id) whose store drops event ids it has seen, so no
-event is generated from twice; remembering each session's last sent event only saves resending.
+The service does its store I/O on two event loops of its own (`_loops`: reads and writes, each
+with its own client), connected and with the bank ensured at construction (tolerating
+`AlreadyExists`, so several processes may start at once). The turn path is in ARCHITECTURE.md: a
+turn hands its events to the writer and does not wait (the writer stores every turn's events of
+the moment in one store write), each search's store calls have a deadline, and a circuit breaker
+keeps turns away from a store that failed until a background probe sees it answer. A session is
+one ingest stream (`stream_id` = session id) whose store drops event ids it has seen, so no event
+is generated from twice; remembering each session's last handed-over event only saves resending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import contextlib
 import functools
 import logging
+import sys
 import threading
+import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -50,20 +68,29 @@ from adk_memory.adk._convert import (
     stored_content,
     uses_generate,
 )
-from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, LoopClients, LoopState
+from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, ServiceThread, service_thread
 from adk_memory.adk._options import (
     DEFAULT_GENERATION_WAIT,
     DEFAULT_IDLE_DURATION,
     DEFAULT_TOP_K,
     options_from_agents_dir,
     parse_options,
+    search_query_within,
     split_service_parameters,
     top_k_within,
+    with_service_options,
 )
-from adk_memory.embeddings import preload_embedder
+from adk_memory.embeddings import Embedder, warm_up
 from adk_memory.engine.convert import metadata_from_request, parse_model
 from adk_memory.engine.generate import MAX_DIRECT_MEMORIES
-from adk_memory.engine.ingest import MAX_EVENTS_PER_REQUEST, stream_key
+from adk_memory.engine.ingest import (
+    MAX_EVENTS_PER_REQUEST,
+    STREAM_KIND,
+    IngestRequest,
+    IngestResult,
+    StreamStatus,
+    stream_key,
+)
 from adk_memory.errors import (
     AdkMemoryError,
     AlreadyExists,
@@ -73,7 +100,9 @@ from adk_memory.errors import (
     StoreUnavailable,
 )
 from adk_memory.names import Names
+from adk_memory.scheduler import DEFAULT_POLL_SECONDS
 from adk_memory.settings import default_adk_bank_id, default_embedding_model, default_uri
+from adk_memory.telemetry import note_memory_skipped, record_breaker
 
 if TYPE_CHECKING:
     from google.adk.events.event import Event
@@ -91,12 +120,30 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 WRITE_TIMEOUT = 5.0
-"""Seconds the turn path waits for the store to take a run's events (or list the user's streams)
-before it counts a failure and, for events, retries later."""
+"""Seconds the writer waits for the store to take the events handed over before it counts a
+failure and keeps them for later."""
 
 _MAX_TRACKED_SESSIONS = 10_000
 _TRANSIENT = (StoreUnavailable, TimeoutError, OSError)
 """Failures the turn path retries later (and counts towards the circuit breaker)."""
+
+_T = TypeVar("_T")
+
+_ARGUMENTS = frozenset(
+    {
+        "bank",
+        "client",
+        "top_k",
+        "embedding_model",
+        "generation_model",
+        "run_scheduler",
+        "idle_duration",
+        "generation_wait",
+        "search_timeout",
+        "agents_dir",
+    }
+)
+"""The constructor's keyword arguments that are not bank config fields."""
 
 
 class MemoryBankEntry(MemoryEntry):
@@ -143,40 +190,115 @@ class MemoryBankService(BaseMemoryService):
         run_scheduler: bool | None = None,
         idle_duration: str | None = None,
         generation_wait: float | None = None,
+        search_timeout: float | None = None,
         agents_dir: str | None = None,
         **bank_config: Any,
     ) -> None:
-        """Builds the service; the store connects and the bank is ensured on first use.
+        """Builds the service, checks its whole configuration, and starts warming up.
 
-        The only work started here is loading the local embedding model in a background thread,
-        so that the first search after a start does not wait for it from scratch. The options
-        `bank` to `generation_wait` may also come from the URI's query or from `services.yaml`
-        (`ServiceOptions`); arguments win over the URI, the URI over the file.
+        Nothing here waits for I/O. Every option is checked now: a bad value, or an unknown URI
+        query parameter or `services.yaml` key, raises here and not at the first turn. Then the
+        store is connected and the bank ensured on the service's own threads, and the local
+        embedding model loads in another, so the first turn costs what a later one does. The
+        options `bank` to `search_timeout` may also come from the URI's query or from
+        `services.yaml` (`ServiceOptions`); arguments win over the URI, the URI over the file.
 
         Args:
             uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
                 `memory://`; its other query parameters configure the store. Default:
                 `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
             bank: The bank id or name. Default: `ADK_MEMORY_BANK`, else `"adk-default"`.
-            client: An `AsyncClient` built from a URI, for the loop the service is built on (or
-                the first that uses it); other loops get clients with its URI and models, closed
-                with their loop. Excludes `uri` and both models; never closed here.
+            client: An `AsyncClient` built from a URI: the service uses its URI and models
+                (its own clients run on the service's threads). Excludes `uri` and both models;
+                never closed here.
             top_k: Memories per search (above 100 means 100). Default: 3.
             embedding_model: The model of a bank created without one. Default: all-MiniLM-L6-v2.
             generation_model: A model name or `BaseLlm` (in tests `ScriptedMemoryModel`),
                 overriding the bank's `generation_config.model`.
-            run_scheduler: Flush due streams and retry unstored events on each loop (default).
+            run_scheduler: Flush due streams and retry unstored events in the background.
             idle_duration: Generate a session's memories after this long quiet. Default: `"60s"`.
             generation_wait: Seconds a search waits for generation pending here. Default: 10.
+            search_timeout: Seconds a search waits for the store. Default: 2.
             agents_dir: ADK's agents folder, whose `services.yaml` may hold an `adk_memory:`
                 section of options.
             **bank_config: Memory Bank config fields: the bank is created with them, or they are
                 merged into it (the code stays the source of the bank's configuration).
 
         Raises:
-            InvalidArgument: A malformed bank id, option or `bank_config`, or conflicting
-                arguments.
+            InvalidArgument: A malformed bank id, option or `bank_config`, an unknown option,
+                or conflicting arguments; the message names the option and the valid ones.
         """
+        self._configure(
+            uri,
+            bank=bank,
+            client=client,
+            top_k=top_k,
+            embedding_model=embedding_model,
+            generation_model=generation_model,
+            run_scheduler=run_scheduler,
+            idle_duration=idle_duration,
+            generation_wait=generation_wait,
+            search_timeout=search_timeout,
+            agents_dir=agents_dir,
+            bank_config=bank_config,
+        )
+        # Both clients are built now (no I/O): the store checks its URI options here.
+        self._reads = _Side(service_thread("reads"), self._client_builder())
+        self._writes = _Side(service_thread("writes"), self._client_builder())
+        self._breaker = CircuitBreaker()
+        self._handover = _Handover()
+        self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._last_sent_lock = threading.Lock()
+        self._bank_ready = False
+        self._used = False
+        """Set by the first call: the writer polls the scheduler only for a service in use."""
+        # Over http(s) the server embeds: nothing to load here.
+        self._warm = (
+            _NOTHING_TO_LOAD
+            if self._remote
+            else warm_up(self._embedding_model or default_embedding_model())
+        )
+        self._writer: _Writer | None = None
+        self._probe_task: asyncio.Task[None] | None = None
+        self._asked: dict[str, dict[str, str]] = {}
+        """Scopes of the streams whose generation was asked here and is running (writes loop)."""
+        self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        """Done once the start-up has connected the store (or failed to, logged)."""
+        self._start_task: asyncio.Task[None] | None = None
+        self._writes.thread.call_soon(self._begin_start)
+        # An unclosed service must not leak its clients' connections when it is collected.
+        weakref.finalize(self, _close_sides, self._reads, self._writes)
+        _LIVE.add(self)
+
+    @classmethod
+    def check(cls, uri: str | None = None, **options: Any) -> None:
+        """Checks the arguments as the constructor does, without starting anything (no I/O).
+
+        Raises:
+            InvalidArgument: What the constructor would raise.
+        """
+        service = cls.__new__(cls)
+        bank_config = {key: value for key, value in options.items() if key not in _ARGUMENTS}
+        given = {key: value for key, value in options.items() if key in _ARGUMENTS}
+        service._configure(uri, **given, bank_config=bank_config)
+        service._client_builder()()  # the store checks its URI options
+
+    def _configure(
+        self,
+        uri: str | None,
+        *,
+        bank: str | None = None,
+        client: AsyncClient | None = None,
+        top_k: int | None = None,
+        embedding_model: str | None = None,
+        generation_model: str | BaseLlm | None = None,
+        run_scheduler: bool | None = None,
+        idle_duration: str | None = None,
+        generation_wait: float | None = None,
+        search_timeout: float | None = None,
+        agents_dir: str | None = None,
+        bank_config: dict[str, Any],
+    ) -> None:
         if client is not None:
             _check_client(client, uri=uri, embedding_model=embedding_model, model=generation_model)
         store_uri, from_uri = split_service_parameters(
@@ -190,52 +312,35 @@ class MemoryBankService(BaseMemoryService):
                 "generation_model": generation_model if isinstance(generation_model, str) else None,
                 "idle_duration": idle_duration,
                 "generation_wait": generation_wait,
+                "search_timeout": search_timeout,
                 "run_scheduler": run_scheduler,
             },
             where="MemoryBankService",
         )
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
-        remote = is_server_uri(self._uri)
+        self._remote = is_server_uri(self._uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
         self._options = options
         parse_model(
             types.ReasoningEngineContextSpecMemoryBankConfig, bank_config, field="bank_config"
         )
         self._bank_config = dict(bank_config)
-        self._given_client = client
-        # The given client belongs to the loop the service is built on, if any, else to the
-        # first loop that uses the service; other loops get clients of their own.
-        self._given_loop = _running_loop()
         self._embedding_model = options.embedding_model
         self._generation_model = (
             generation_model if generation_model is not None else options.generation_model
         )
-        if client is not None and not client.remote:
+        local = client is not None and not client.remote
+        if client is not None and local:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        if remote and self._generation_model is not None:
+        if self._remote and self._generation_model is not None:
             raise InvalidArgument(
                 "generation_model does not apply to an adk-memory server URI: the server "
                 "generates (adk-memory serve --model chooses its model).",
                 field="generation_model",
             )
-        self._names = client.engine.names if client is not None and not client.remote else Names()
-        self._loops = LoopClients(self._build_client)
-        self._bank_ready = False
-        self._background = BackgroundTasks(f"memory generation in bank {self._bank_id}")
-        self._last_sent: OrderedDict[tuple[str, str, str], str] = OrderedDict()
-        self._unsent: OrderedDict[tuple[str, str, str], Callable[[], Awaitable[bool]]] = (
-            OrderedDict()
-        )
-        """Sessions whose latest events the store has not taken yet: their retry."""
-        self._breaker = CircuitBreaker()
-        # Over http(s) the server embeds: nothing to load here.
-        self._warm = (
-            _NOTHING_TO_LOAD
-            if remote
-            else _warm_up(self._embedding_model or default_embedding_model())
-        )
+        self._names = client.engine.names if client is not None and local else Names()
 
     @property
     def bank_id(self) -> str:
@@ -268,20 +373,31 @@ class MemoryBankService(BaseMemoryService):
         return self._options.generation_wait
 
     @property
+    def search_timeout(self) -> float:
+        """Seconds a search (and each store call of a turn) waits for the store."""
+        return self._options.search_timeout
+
+    @property
     def warming(self) -> bool:
-        """True while the local embedding model is still loading in the background."""
-        return not self._warm.is_set()
+        """True while the embedding model loads or the store connects after construction."""
+        return not self._warm.is_set() or not self._started.done()
+
+    @property
+    def memory_available(self) -> bool:
+        """False while turns skip memory because the store failed (until it answers again)."""
+        return self._breaker.allows()
 
     # BaseMemoryService
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
-        """Stores the session's events not sent before, then generates from them in the background.
+        """Hands the session's new events to the store, then generates from them at once.
 
-        Like ADK's Vertex service, generation starts at once (ADK's after-agent callback calls
-        this after each turn). The events are in the store when this returns; if the store
-        fails, the failure is logged at WARNING with its cause and the events are sent again
-        later: this never raises a store failure into the agent's turn.
+        Like ADK's Vertex service, generation starts at once, in the background (ADK's
+        after-agent callback calls this after each turn). The call returns without waiting
+        for the store: the events are written by the service's writer (together with other
+        turns' events, in one store write) within milliseconds, and retried while the store
+        fails. It never raises a store failure into the agent's turn.
         """
         await self.remember_session(session, generate_now=True)
 
@@ -300,23 +416,25 @@ class MemoryBankService(BaseMemoryService):
         `custom_metadata` takes ADK's keys (README, "ADK"): `stream_id` (default: `session_id`),
         `force_flush` and `generation_trigger_config` ingest; any `memories.generate` config key
         switches to it, where other keys become memory metadata. Empty events and credential
-        requests are skipped.
+        requests are skipped. The events are in the store when this returns.
 
         Raises:
             InvalidArgument: An unknown key on the ingest path, ingest and generate keys mixed,
                 or a value Memory Bank refuses.
         """
+        self._used = True
         options = dict(custom_metadata or {})
         scope = _scope(app_name, user_id)
         kept = _with_content(events)
         if uses_generate(options):
             config = generate_config(options)
             if not kept:
-                logger.debug("No events with text to generate memories from.")
+                logger.debug("No events to generate memories from.")
                 return
             source = {"events": [{"content": content} for _, content in kept]}
-            client = await self._client()
-            await self._generate(client, scope=scope, config=config, direct_contents_source=source)
+            await self._writes.run(
+                self._generate(scope=scope, config=config, direct_contents_source=source)
+            )
             return
         unknown = sorted(set(options) - INGEST_KEYS)
         if unknown:
@@ -327,12 +445,14 @@ class MemoryBankService(BaseMemoryService):
                 field=f"custom_metadata.{unknown[0]}",
             )
         stream_id = options.get("stream_id") or session_id or ""
-        await self._ingest(
-            scope,
-            stream_id=str(stream_id),
-            items=kept,
-            trigger=options.get("generation_trigger_config"),
-            force_flush=options.get("force_flush"),
+        await self._writes.run(
+            self._ingest(
+                scope,
+                stream_id=str(stream_id),
+                items=kept,
+                trigger=options.get("generation_trigger_config"),
+                force_flush=options.get("force_flush"),
+            )
         )
 
     @override
@@ -360,6 +480,7 @@ class MemoryBankService(BaseMemoryService):
                 refuses (nothing is written when any entry is invalid).
             AlreadyExists: A memory id is taken.
         """
+        self._used = True
         if not memories:
             raise InvalidArgument("memories must hold at least one MemoryEntry.", field="memories")
         options = dict(custom_metadata or {})
@@ -373,11 +494,10 @@ class MemoryBankService(BaseMemoryService):
         scope = _scope(app_name, user_id)
         if consolidate:
             config = generate_config(options)
-            client = await self._client()
             for batch in batches(facts, MAX_DIRECT_MEMORIES):
                 source = {"direct_memories": [{"fact": fact} for fact in batch]}
-                await self._generate(
-                    client, scope=scope, config=config, direct_memories_source=source
+                await self._writes.run(
+                    self._generate(scope=scope, config=config, direct_memories_source=source)
                 )
             return
         configs = []
@@ -387,12 +507,7 @@ class MemoryBankService(BaseMemoryService):
             if memory_id and "memory_id" not in config:
                 config["memory_id"] = memory_id
             configs.append(parse_model(types.MemoryConfig, config, field="custom_metadata"))
-        client = await self._client()
-        for fact, checked in zip(facts, configs, strict=True):
-            await client.memory_banks.memories.create(
-                name=self.bank_name, fact=fact, scope=scope, config=checked
-            )
-        logger.info("Created %d memories in bank %s.", len(facts), self._bank_id)
+        await self._writes.run(self._create(scope, facts, configs))
 
     @override
     async def search_memory(
@@ -406,42 +521,64 @@ class MemoryBankService(BaseMemoryService):
     ) -> SearchMemoryResponse:
         """The `top_k` memories of exactly this app and user nearest to `query`, nearest first.
 
-        First generates what this user's sessions asked to generate now
-        (`add_session_to_memory`) and is not generated yet, waiting up to `generation_wait`
-        unless `wait_for_generation` is False, so the session that just ended is seen. Each
+        First waits for what this user's sessions asked to generate now here
+        (`add_session_to_memory`) and is not generated yet, up to `generation_wait` unless
+        `wait_for_generation` is False, so the session that just ended is seen; not for the
+        searching session's own generation (its events are in its conversation already), when
+        ADK's `ToolContext` (`PreloadMemoryTool`, `load_memory`) tells which session that is. Each
         result is a `MemoryBankEntry` whose `id` is what `delete_memory` takes. An empty query
-        finds nothing; `top_k` above 100 means 100.
+        finds nothing; a query over 10,000 characters is cut to its last 10,000 (where the
+        question usually is); `top_k` above 100 means 100.
+
+        The turn path never waits long for a sick store: each store call of a search has
+        `search_timeout` seconds; a timeout (or 3 failures in a row) opens the breaker, and
+        while it is open searches return no memories at once (logged once) until a background
+        probe sees the store answer again.
 
         Raises:
-            StoreUnavailable: The store failed, or failed repeatedly within the last 30 s.
-            AdkMemoryError: The embedding model failed; never partial results.
+            AdkMemoryError: The embedding model failed, or the request is malformed; never
+                partial results.
         """
+        self._used = True
         if not query or not query.strip():
             return SearchMemoryResponse()
         count = self.top_k if top_k is None else top_k_within(top_k)
+        query = search_query_within(query)
         scope = _scope(app_name, user_id)
-        self._refuse_while_open()
+        if not self._breaker.allows():
+            self._note_skipped("search")
+            return SearchMemoryResponse()
         try:
-            client = await self._client()
-            if wait_for_generation and self.generation_wait > 0:
-                try:  # a failure to generate first must not fail the search itself
-                    await self._generate_pending(scope, except_session_id=None, only_asked=True)
-                except StoreUnavailable as error:
-                    logger.warning(
-                        "Searching without generating pending memories: %s", error.message
-                    )
-            pager = await client.memory_banks.memories.retrieve(
-                name=self.bank_name,
-                scope=scope,
-                similarity_search_params={"search_query": query, "top_k": count},
+            await self._started_and_warm()
+        except StoreUnavailable:
+            return SearchMemoryResponse()
+        if wait_for_generation and self.generation_wait > 0:
+            try:
+                await self._await_generation(
+                    scope,
+                    except_session_id=_searching_session_id(),
+                    only_asked=True,
+                    wait=self.generation_wait,
+                )
+            except StoreUnavailable as error:
+                if not self._breaker.allows():
+                    return SearchMemoryResponse()
+                logger.warning("Searching without generating pending memories: %s", error.message)
+        try:
+            if not self._remote:  # over http(s) the server embeds, within the search's deadline
+                # The query's embedding is no store call: it is bounded apart (a busy CPU is no
+                # sick store), and the retrieve then finds it in the embedder's query cache.
+                embedder = await self._bounded(self._reads.run(self._bank_embedder()))
+                await asyncio.wait_for(self._reads.run(embedder.embed_query(query)), EMBED_TIMEOUT)
+            found = await self._bounded(self._reads.run(self._retrieve(scope, query, count)))
+        except StoreUnavailable:
+            return SearchMemoryResponse()  # logged, and counted by the breaker
+        except TimeoutError:
+            logger.warning(
+                "Embedding a search query took over %g s; this search finds nothing.",
+                EMBED_TIMEOUT,
             )
-        except _TRANSIENT:
-            self._store_failed()
-            raise
-        self._breaker.succeeded()
-        found = [
-            _memory_entry(hit) for hit in pager.page if hit.memory is not None and hit.memory.fact
-        ]
+            return SearchMemoryResponse()
         logger.debug(
             "Memory search: %d memories for a query of %d characters.", len(found), len(query)
         )
@@ -467,18 +604,14 @@ class MemoryBankService(BaseMemoryService):
             bank_id, short_id = Names.parse_memory(memory_id, field="memory_id")
         else:
             bank_id, short_id = self._bank_id, memory_id
-        name = self._names.memory(self._bank_id, short_id)
-        if bank_id == self._bank_id:
-            client = await self._client()
-            memory = await client.memory_banks.memories.get(name=name)
-            if dict(memory.scope or {}) == _scope(app_name, user_id):
-                await client.memory_banks.memories.delete(name=name)
-                return
-        raise NotFound(
-            f"Memory {memory_id[:200]!r} does not exist for this app and user in bank "
-            f"{self._bank_id!r}.",
-            field="memory_id",
-        )
+        if bank_id != self._bank_id or not await self._writes.run(
+            self._delete(self._names.memory(self._bank_id, short_id), _scope(app_name, user_id))
+        ):
+            raise NotFound(
+                f"Memory {memory_id[:200]!r} does not exist for this app and user in bank "
+                f"{self._bank_id!r}.",
+                field="memory_id",
+            )
 
     # Beyond BaseMemoryService
 
@@ -489,69 +622,40 @@ class MemoryBankService(BaseMemoryService):
         generate_now: bool = False,
         generation_trigger_config: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Stores the session's new events for the turn path: never raises a store failure.
+        """Hands the session's new events to the service's writer: never waits, never raises.
 
         The events go to the session's stream (`stream_id` = session id) with the idle trigger (or
-        the one given); with `generate_now` their generation starts in the background. A store
-        that fails or takes longer than 5 s is logged at WARNING with the cause, and the events
-        are sent again by the background poller and by the session's next call; after 3 failures
-        in a row the store is left alone for 30 s (the events wait in this process meanwhile).
+        the one given); with `generate_now` their generation starts in the background once they
+        are stored. The writer stores the events of every turn handed over meanwhile in one
+        store write, off the turn. A store that fails or takes longer than 5 s is logged at
+        WARNING with the cause, and the events stay in this process and are sent again (the
+        breaker keeps the writer away from a store that does not answer, until it answers).
 
         Returns:
-            Whether the store holds the events now.
+            Whether events (or a request to generate) were handed over.
         """
+        self._used = True
         key = (session.app_name, session.user_id, session.id)
-        trigger = dict(generation_trigger_config or self.idle_trigger)
-        unsent: Callable[[], Awaitable[bool]] = functools.partial(
-            self.remember_session,
-            session,
-            generate_now=generate_now,
-            generation_trigger_config=trigger,
-        )
-        self._unsent.pop(key, None)
-        if not self._breaker.allows():
-            _put_bounded(self._unsent, key, unsent)
-            logger.debug("Memory store circuit open; a session's events wait in this process.")
-            return False
         kept = _with_content(session.events)
         ids = [event.id for event, _ in kept]
-        if (last := self._last_sent.get(key)) is not None and last in ids:
-            kept = kept[ids.index(last) + 1 :]
-        scope = _scope(session.app_name, session.user_id)
-        try:
-            await asyncio.wait_for(
-                self._ingest(
-                    scope,
-                    stream_id=session.id,
-                    items=kept,
-                    trigger=trigger if kept or generate_now else None,  # None: nothing to send
-                    force_flush=generate_now,
-                ),
-                timeout=WRITE_TIMEOUT,
-            )
-        except _TRANSIENT as error:
-            _put_bounded(self._unsent, key, unsent)
-            opened = self._store_failed()
-            logger.warning(
-                "The memory store did not take a session's events (%s: %s); they are kept in "
-                "this process and sent again%s.",
-                type(error).__name__,
-                getattr(error, "message", error) or "timed out",
-                "; the store is skipped for 30 s" if opened else "",
-            )
-            return False
-        except AdkMemoryError as error:
-            logger.warning(
-                "A session's events were refused by the memory store (%s: %s); they are dropped.",
-                error.status,
-                error.message,
-            )
-            return False
-        self._breaker.succeeded()
-        if kept and kept[-1][0].id:
-            _put_bounded(self._last_sent, key, kept[-1][0].id)
-        if generate_now:
-            self._start_flush(stream_key(scope, session.id))
+        with self._last_sent_lock:  # turns of several threads (synchronous runs) hand over
+            if (last := self._last_sent.get(key)) is not None and last in ids:
+                kept = kept[ids.index(last) + 1 :]
+            if not kept and not generate_now:
+                return False
+            if kept and kept[-1][0].id:
+                _put_bounded(self._last_sent, key, kept[-1][0].id)
+        self._handover.put(
+            key,
+            _Handed(
+                scope=_scope(session.app_name, session.user_id),
+                stream_id=session.id,
+                items=kept,
+                trigger=dict(generation_trigger_config or self.idle_trigger),
+                generate_now=generate_now,
+            ),
+        )
+        self._writes.thread.call_soon(self._wake_writer)
         return True
 
     async def generate_pending(
@@ -567,18 +671,23 @@ class MemoryBankService(BaseMemoryService):
         The plugin calls this before a run's search, except for the running session, so a new
         session sees what the user's earlier sessions taught. Generation goes on in the
         background past the timeout. A stream backing off after failed generations is retried
-        too, without waiting for it. Store failures are raised (the plugin logs them).
+        too, without waiting for it. While the breaker is open this does nothing; a store
+        that fails or does not answer within `search_timeout` raises `StoreUnavailable`.
         """
-        self._refuse_while_open()
-        await self._generate_pending(
+        if not self._breaker.allows():
+            self._note_skipped("generation")
+            return
+        await self._await_generation(
             _scope(app_name, user_id),
             except_session_id=except_session_id,
             only_asked=False,
-            timeout=timeout,
+            wait=self.generation_wait if timeout is None else timeout,
         )
 
     async def flush(self, *, app_name: str, user_id: str, session_id: str = "") -> int:
         """Generates memories now from what a session's stream buffers, and waits for it.
+
+        Events handed over and not stored yet are stored first.
 
         Returns:
             How many memories were created or changed.
@@ -587,117 +696,292 @@ class MemoryBankService(BaseMemoryService):
             AdkMemoryError: Generation failed (the events stay buffered and are retried with
                 back-off; the stream records the error), or the store failed.
         """
-        client = await self._client()
         scope = _scope(app_name, user_id)
-        await self._retry_unsent()
-        return await client.memory_banks.flush_stream(
-            name=self.bank_name, key=stream_key(scope, session_id)
-        )
+        changed: int = await self._writes.run(self._flush_now(scope, session_id))
+        return changed
 
     async def drain(self) -> None:
-        """Waits for the background generation and ingest flushes started on this event loop.
+        """Waits until the events handed over are stored and the generation started is done.
 
         Streams waiting for their trigger (e.g. an idle duration) are not flushed; use `flush`.
+        While the store fails, events handed over stay queued and are not waited for.
         """
-        await self._background.drain()
-        state = self._loops.peek()
-        if state is not None:
-            while flushes := list(state.flushes.values()):
-                await asyncio.gather(*flushes, return_exceptions=True)
-            if not state.client.remote:
-                await state.client.ingest_scheduler.drain()
+        await self._writes.run(self._drain_here())
 
     async def aclose(self) -> None:
-        """Waits for background work, then closes the client this service built on this loop.
+        """Waits for background work (events handed over are stored), then closes the clients.
 
-        Clients built on other loops close when their loop shuts down (`asyncio.run` does).
+        A later call opens new clients.
         """
-        await self.drain()
-        state = self._loops.pop()
-        if state is not None:
-            await state.stop()
+        await self._writes.run(self._drain_here())
+        await self._writes.run(self._stop_background())
+        await _close_side(self._writes)
+        await _close_side(self._reads)
 
-    # Internals
+    # Internals: the service's threads
 
-    async def _client(self) -> AsyncClient:
-        state = self._loops.current()
-        if not self._bank_ready:
-            # The first use connects the store. Embedded Chroma fails when several stores open
-            # one folder at once in a process, so first uses of one URI take turns per loop.
-            async with _first_use_lock(self._uri):
-                if not self._bank_ready:
-                    await self._ensure_bank(state.client)
-        if self._options.run_scheduler:
-            # After the first use, which connected the store. Streams left due by an earlier
-            # process get flushed even if this one only reads.
-            state.start_polling(functools.partial(self._background_pass, state))
-        return state.client
-
-    def _build_client(self, loop: asyncio.AbstractEventLoop) -> tuple[AsyncClient, bool]:
-        """The client for a new loop, and whether the service owns it (called under a lock)."""
-        given = self._given_client
-        if given is not None and (self._given_loop is None or self._given_loop() is loop):
-            self._given_loop = weakref.ref(loop)
-            return given, False
-        client = AsyncClient(
+    def _client_builder(self) -> Callable[[], AsyncClient]:
+        """Builds the service's clients; holds no reference to the service (see `_Side`)."""
+        return functools.partial(
+            _new_client,
             self._uri,
             project=self._names.project,
             location=self._names.location,
             embedding_model=self._embedding_model,
             generation_model=self._generation_model,
-            run_scheduler=False,  # polled by the loop's state instead
         )
-        return client, True
 
-    async def _background_pass(self, state: LoopState) -> None:
-        await self._retry_unsent()
-        if not state.client.remote:  # a server flushes its due streams itself
-            await state.client.ingest_scheduler.run_once()
+    def _begin_start(self) -> None:
+        self._start_task = asyncio.get_running_loop().create_task(self._start())
 
-    async def _retry_unsent(self) -> None:
-        for key, retry in list(self._unsent.items()):
-            if not self._breaker.allows():
-                return
-            if self._unsent.get(key) is retry:
-                await retry()
-
-    def _store_failed(self) -> bool:
-        opened = self._breaker.failed()
-        if opened:
-            logger.warning(
-                "The memory store failed 3 times in a row; searches and event writes of agent "
-                "turns skip it for 30 s (events wait in this process)."
-            )
-        return opened
-
-    def _refuse_while_open(self) -> None:
-        if not self._breaker.allows():
-            raise StoreUnavailable(
-                f"The memory store failed repeatedly; it is skipped for another "
-                f"{self._breaker.open_for:.0f} s."
-            )
-
-    def _start_flush(self, stream: str) -> asyncio.Task[None]:
-        """Generates from a stream now in the background (joined by later callers)."""
-        state = self._loops.current()
-        running = state.flushes.get(stream)
-        if running is not None and not running.done():
-            return running
-        task = asyncio.get_running_loop().create_task(self._flush_stream(state, stream))
-        state.flushes[stream] = task
-        task.add_done_callback(lambda done: _forget(state.flushes, stream, done))
-        return task
-
-    async def _flush_stream(self, state: LoopState, stream: str) -> None:
+    async def _start(self) -> None:
+        """Connects the store and ensures the bank, then warms the read side (writes loop)."""
         try:
-            if state.client.remote:
-                await state.client.memory_banks.flush_stream(name=self.bank_name, key=stream)
-            else:
-                await state.client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
-        except ResourceExhausted:
-            pass  # another flush held the stream past the wait; it takes these events too
+            # A store that fails at start opens the breaker at once: the first turn skips it.
+            await self._bounded(
+                self._writes.client_for_use(self._uri, self._ensure_bank),
+                what="start-up",
+                timeout=START_TIMEOUT,
+                opens=True,
+            )
+            await self._bounded(
+                self._reads.run(self._warm_reads()), what="start-up", timeout=START_TIMEOUT
+            )
+        except StoreUnavailable:
+            pass  # logged; the first use tries again
         except AdkMemoryError as error:
-            logger.warning("Memory generation failed (%s: %s).", error.status, error.message)
+            logger.warning("The memory service could not start: %s: %s", error.status, error)
+        finally:
+            self._started.set_result(None)
+            self._wake_writer()
+
+    async def _warm_reads(self) -> None:
+        client = await self._reads.client_for_use(self._uri, self._ensure_bank)
+        if not client.remote:  # a server keeps its own bank cache
+            await client.engine.context.load_bank(self._bank_id)
+
+    async def _started_and_warm(self) -> None:
+        """Waits for what is left of the start-up, within the turn's deadline.
+
+        A start-up (a connection and a bank read: under a second even for a cold embedded
+        Chroma) that is not done within `search_timeout` counts as a store timeout. The local
+        embedding model may take longer to load (seconds): that is waited for, up to
+        `WARMUP_TIMEOUT`, and is no store failure.
+
+        Raises:
+            StoreUnavailable: The start-up did not finish in time.
+        """
+        if not self._started.done():
+            await self._bounded(
+                asyncio.shield(asyncio.wrap_future(self._started)), what="start-up", answers=False
+            )
+        if not self._warm.is_set():
+            await asyncio.to_thread(self._warm.wait, WARMUP_TIMEOUT)
+
+    async def _bounded(
+        self,
+        work: Awaitable[_T],
+        *,
+        what: str = "search",
+        timeout: float | None = None,
+        opens: bool = False,
+        answers: bool = True,
+    ) -> _T:
+        """Awaits one store call of the turn path within `search_timeout`; counts its failure.
+
+        `answers`: the work's success is an answer of the store (which closes the breaker);
+        False for waits on this process's own work.
+
+        Raises:
+            StoreUnavailable: The store failed or did not answer in time (logged once per
+                outage; the breaker opens at a timeout or after 3 failures in a row).
+        """
+        seconds = self.search_timeout if timeout is None else timeout
+        began = self._breaker.began()
+        try:
+            result = await asyncio.wait_for(work, timeout=seconds)
+        except _TRANSIENT as error:
+            self._store_failed(error, what=what, opens=opens, began=began)
+            if isinstance(error, StoreUnavailable):
+                raise
+            raise StoreUnavailable(
+                f"The memory store did not answer within {seconds:g} s ({type(error).__name__})."
+            ) from error
+        if answers and self._breaker.succeeded():
+            self._memory_back()
+        return result
+
+    def _store_failed(
+        self, error: BaseException, *, what: str, opens: bool = False, began: int | None = None
+    ) -> None:
+        timed_out = isinstance(error, TimeoutError)
+        if began is not None and began != self._breaker.began():
+            logger.debug("A store call stuck in an outage already over failed (%s).", what)
+            return
+        if not self._breaker.failed(timed_out=timed_out or opens, began=began):
+            if not self._breaker.is_open:
+                logger.warning(
+                    "The memory store of bank %s failed during a %s (%s: %s).",
+                    self._bank_id,
+                    what,
+                    type(error).__name__,
+                    getattr(error, "message", error) or "timed out",
+                )
+            return
+        cause = "did not answer" if timed_out else "failed repeatedly"
+        logger.warning(
+            "The memory store of bank %s %s (%s during a %s); agent turns skip memory until it "
+            "answers again (events wait in this process).",
+            self._bank_id,
+            cause,
+            type(error).__name__,
+            what,
+        )
+        record_breaker(opened=True, cause=type(error).__name__)
+        self._writes.thread.call_soon(self._start_probe)
+
+    def _memory_back(self) -> None:
+        logger.warning(
+            "The memory store of bank %s answers again; agent turns use memory again.",
+            self._bank_id,
+        )
+        record_breaker(opened=False, cause="")
+        self._writes.thread.call_soon(self._after_outage)
+
+    def _after_outage(self) -> None:
+        """After an outage: a start-up stuck in it is given up, the writer sends what waited.
+
+        The next use connects afresh (writes loop).
+        """
+        start = self._start_task
+        if start is not None and not start.done():
+            start.cancel()
+        self._wake_writer()
+
+    def _note_skipped(self, what: str) -> None:
+        note_memory_skipped(what)
+        logger.debug("Memory store circuit open; a turn's %s skips memory.", what)
+
+    def _start_probe(self) -> None:
+        if self._probe_task is None or self._probe_task.done():
+            self._probe_task = asyncio.get_running_loop().create_task(_probe(weakref.ref(self)))
+
+    def _wake_writer(self) -> None:
+        """Wakes the writer, started on first use and after `aclose` (writes loop)."""
+        if self._writer is None:
+            self._writer = _Writer(weakref.ref(self))
+            self._writer.start()
+        self._writer.wake()
+
+    async def _finish(self) -> None:
+        """Stores what was handed over (if the store answers), then stops the writer."""
+        if self._handover.pending and self._breaker.allows():
+            await self._commit_handed_over()
+        await self._stop_background()
+
+    async def _stop_background(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.stop()
+        probe, self._probe_task = self._probe_task, None
+        if probe is not None:
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+
+    # Internals: the writes loop
+
+    async def _writer_pass(self, *, poll: bool) -> None:
+        """Stores what was handed over (one store write), then polls the scheduler."""
+        if not self._started.done():
+            await asyncio.wrap_future(self._started)  # a cold start is no store failure
+        await self._commit_handed_over()
+        scheduled = self._options.run_scheduler and not self._remote  # a server flushes its own
+        if poll and self._used and scheduled and self._breaker.allows():
+            try:
+                client = await self._bounded(
+                    self._writes.client_for_use(self._uri, self._ensure_bank),
+                    what="scheduler pass",
+                    timeout=WRITE_TIMEOUT,
+                )
+            except StoreUnavailable:
+                return
+            await client.ingest_scheduler.run_once()
+
+    async def _commit_handed_over(self) -> None:
+        while self._handover and self._breaker.allows():
+            taken = self._handover.take()
+            try:
+                requests = [request for handed in taken.values() for request in handed.requests()]
+                results = await self._bounded(
+                    self._ingest_many(requests),
+                    what="write of handed-over events",
+                    timeout=WRITE_TIMEOUT,
+                )
+            except StoreUnavailable:
+                self._handover.put_back(taken)
+                return
+            except AdkMemoryError as error:
+                logger.warning(
+                    "The memory store refused the events of %d sessions (%s: %s); they are "
+                    "dropped.",
+                    len(taken),
+                    error.status,
+                    error.message,
+                )
+                self._handover.settled()
+                continue
+            self._handover.settled()
+            refused = [result for result in results if isinstance(result, AdkMemoryError)]
+            if refused:
+                logger.warning(
+                    "The memory store refused the events of %d sessions (first: %s: %s); they "
+                    "are dropped.",
+                    len(refused),
+                    refused[0].status,
+                    refused[0].message,
+                )
+            for handed in taken.values():
+                if handed.generate_now:
+                    self._start_flush(stream_key(handed.scope, handed.stream_id), handed.scope)
+            logger.debug("Stored the events of %d sessions in one write.", len(taken))
+
+    async def _ingest_many(
+        self, requests: list[IngestRequest]
+    ) -> list[IngestResult | AdkMemoryError]:
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+        if client.remote:
+            return await _ingest_each(client, self.bank_name, requests)
+        return await client.engine.ingest.ingest_many(self._bank_id, requests)
+
+    async def _list_streams(self, scope: dict[str, str]) -> tuple[str, list[StreamStatus]]:
+        """The scope's streams holding events, and the time they were listed at."""
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+        now = (datetime.now(UTC) if client.remote else client.engine.context.clock()).isoformat()
+        return now, await client.memory_banks.list_streams(name=self.bank_name, scope=scope)
+
+    async def _settle(self, scope: dict[str, str], *, except_session_id: str | None = None) -> None:
+        """Waits until the events handed over for `scope` are stored (or the store failed).
+
+        Not for `except_session_id`'s: a session does not wait for its own events.
+        """
+        while self._handover.holds(scope, except_session_id) and self._breaker.allows():
+            self._wake_writer()
+            await self._handover.wait_settled()
+
+    async def _await_generation(
+        self,
+        scope: dict[str, str],
+        *,
+        except_session_id: str | None,
+        only_asked: bool,
+        wait: float,
+    ) -> None:
+        """From the caller's loop: `_generate_pending` on the writes loop, store calls bounded."""
+        await self._writes.run(
+            self._generate_pending(
+                scope, except_session_id=except_session_id, only_asked=only_asked, wait=wait
+            )
+        )
 
     async def _generate_pending(
         self,
@@ -705,37 +989,95 @@ class MemoryBankService(BaseMemoryService):
         *,
         except_session_id: str | None,
         only_asked: bool,
-        timeout: float | None = None,
+        wait: float,
     ) -> None:
-        client = await self._client()
-        now = (datetime.now(UTC) if client.remote else client.engine.context.clock()).isoformat()
+        """Generates the scope's pending streams now and waits up to `wait` s (writes loop).
+
+        `only_asked`: only what this process was asked to generate now
+        (`add_session_to_memory`), which needs no store read; else every stream of the scope
+        holding events, as the store lists them, except `except_session_id`'s.
+        """
+        await self._bounded(
+            self._settle(scope, except_session_id=except_session_id),
+            what="write of handed-over events",
+            timeout=WRITE_TIMEOUT,
+            answers=False,
+        )
+        if only_asked:
+            own = stream_key(scope, except_session_id) if except_session_id is not None else None
+            waited = [
+                task
+                for key, task in list(self._writes.flushes.items())
+                if self._asked.get(key) == scope and key != own and not task.done()
+            ]
+        else:
+            now, streams = await self._bounded(self._list_streams(scope), what="listing of streams")
+            waited = []
+            for stream in streams:
+                if stream.stream_id == except_session_id:
+                    continue
+                task = self._start_flush(stream.key, scope)
+                # A stream backing off after failed generations is retried, but not waited for.
+                if (stream.retry_after or "") <= now:
+                    waited.append(task)
+        if waited and wait > 0:
+            await asyncio.wait(waited, timeout=wait)
+
+    def _start_flush(self, stream: str, scope: dict[str, str]) -> asyncio.Task[None]:
+        """Generates from a stream now in the background (joined by later callers)."""
+        flushes = self._writes.flushes
+        running = flushes.get(stream)
+        if running is not None and not running.done():
+            return running
+        task = asyncio.get_running_loop().create_task(self._flush_stream(stream))
+        flushes[stream] = task
+        self._asked[stream] = scope
+        task.add_done_callback(lambda done: self._forget_flush(stream, done))
+        return task
+
+    def _forget_flush(self, stream: str, task: asyncio.Task[None]) -> None:
+        if self._writes.flushes.get(stream) is task:
+            del self._writes.flushes[stream]
+            self._asked.pop(stream, None)
+
+    async def _flush_stream(self, stream: str) -> None:
         try:
-            # Bounded like a write: a hung store must count towards the breaker, not stall turns.
-            streams = await asyncio.wait_for(
-                client.memory_banks.list_streams(name=self.bank_name, scope=scope),
-                timeout=WRITE_TIMEOUT,
-            )
-        except _TRANSIENT as error:
-            self._store_failed()
-            if isinstance(error, StoreUnavailable):
-                raise
-            raise StoreUnavailable(
-                f"Listing the user's ingest streams failed or took over {WRITE_TIMEOUT:g} s "
-                f"({type(error).__name__})."
-            ) from error
-        waited = []
-        for stream in streams:
-            if stream.stream_id == except_session_id or (only_asked and not stream.generate_now):
-                continue
-            task = self._start_flush(stream.key)
-            # A stream backing off after failed generations is retried, but not waited for.
-            if (stream.retry_after or "") <= now:
-                waited.append(task)
-        budget = self.generation_wait if timeout is None else timeout
-        if waited and budget > 0:
-            await asyncio.wait(waited, timeout=budget)
+            client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+            if client.remote:
+                await client.memory_banks.flush_stream(name=self.bank_name, key=stream)
+            else:
+                await client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
+        except ResourceExhausted:
+            pass  # another flush held the stream past the wait; it takes these events too
+        except AdkMemoryError as error:
+            logger.warning("Memory generation failed (%s: %s).", error.status, error.message)
+
+    async def _flush_now(self, scope: dict[str, str], session_id: str) -> int:
+        await self._settle(scope)
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+        return await client.memory_banks.flush_stream(
+            name=self.bank_name, key=stream_key(scope, session_id)
+        )
+
+    async def _drain_here(self) -> None:
+        if self._breaker.allows():
+            self._wake_writer()
+            while self._handover.pending and self._breaker.allows():
+                await self._handover.wait_settled()
+        await self._writes.background.drain()
+        while flushes := list(self._writes.flushes.values()):
+            await asyncio.gather(*flushes, return_exceptions=True)
+        if self._writes.client is not None and not self._writes.client.remote:
+            await self._writes.client.ingest_scheduler.drain()
 
     async def _ensure_bank(self, client: AsyncClient) -> None:
+        """Creates the bank, or merges the service's config into it: once per service."""
+        if self._bank_ready:
+            return
+        await self._create_or_update_bank(client)
+        self._bank_ready = True
+
+    async def _create_or_update_bank(self, client: AsyncClient) -> None:
         try:
             await client.memory_banks.get(name=self.bank_name)
         except NotFound:
@@ -747,13 +1089,11 @@ class MemoryBankService(BaseMemoryService):
                 logger.debug("Memory bank %s was created concurrently; using it.", self._bank_id)
             else:
                 logger.info("Created memory bank %s.", self._bank_id)
-                self._bank_ready = True
                 return
         if self._bank_config:
             await client.memory_banks.update(
                 name=self.bank_name, managed_semantic_memory_config=self._bank_config
             )
-        self._bank_ready = True
 
     async def _ingest(
         self,
@@ -766,7 +1106,7 @@ class MemoryBankService(BaseMemoryService):
     ) -> None:
         if not items and trigger is None and not force_flush:
             return
-        client = await self._client()
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
         events = [event_for_ingest(event, content) for event, content in items]
         config = {"force_flush": force_flush} if force_flush is not None else None
         for chunk in batches(events, MAX_EVENTS_PER_REQUEST) or [[]]:
@@ -781,29 +1121,420 @@ class MemoryBankService(BaseMemoryService):
         logger.debug("Ingested %d events into a stream of bank %s.", len(events), self._bank_id)
 
     async def _generate(
-        self, client: AsyncClient, *, scope: dict[str, str], config: dict[str, Any], **source: Any
+        self, *, scope: dict[str, str], config: dict[str, Any], **source: Any
     ) -> None:
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
         call = client.memory_banks.memories.generate(
             name=self.bank_name, scope=scope, config=config, **source
         )
         if config.get("wait_for_completion") is True:
             await call
         else:
-            self._background.start(call)
+            self._writes.background.start(call)
+
+    async def _create(
+        self, scope: dict[str, str], facts: list[str], configs: list[types.MemoryConfig]
+    ) -> None:
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+        for fact, checked in zip(facts, configs, strict=True):
+            await client.memory_banks.memories.create(
+                name=self.bank_name, fact=fact, scope=scope, config=checked
+            )
+        logger.info("Created %d memories in bank %s.", len(facts), self._bank_id)
+
+    async def _delete(self, name: str, scope: dict[str, str]) -> bool:
+        client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+        memory = await client.memory_banks.memories.get(name=name)
+        if dict(memory.scope or {}) != scope:
+            return False
+        await client.memory_banks.memories.delete(name=name)
+        return True
+
+    # Internals: the reads loop
+
+    async def _bank_embedder(self) -> Embedder:
+        client = await self._reads.client_for_use(self._uri, self._ensure_bank)
+        return (await client.engine.context.load_bank(self._bank_id)).embedder
+
+    async def _retrieve(
+        self, scope: dict[str, str], query: str, count: int
+    ) -> list[MemoryBankEntry]:
+        client = await self._reads.client_for_use(self._uri, self._ensure_bank)
+        pager = await client.memory_banks.memories.retrieve(
+            name=self.bank_name,
+            scope=scope,
+            similarity_search_params={"search_query": query, "top_k": count},
+        )
+        return [
+            _memory_entry(hit) for hit in pager.page if hit.memory is not None and hit.memory.fact
+        ]
+
+
+START_TIMEOUT = 10.0
+"""Seconds the start-up may take (connecting, ensuring the bank) before it counts as a store
+timeout; the first turn waits for it only `search_timeout`."""
+EMBED_TIMEOUT = 10.0
+"""Seconds a search waits for its query's embedding (a slow embedder is no store failure)."""
+WARMUP_TIMEOUT = 30.0
+"""Seconds a search waits for the local embedding model still loading after a start."""
+PROBE_INTERVAL = 1.0
+"""Seconds between two probes of a store the breaker keeps turns away from."""
+PROBE_TIMEOUT = 2.0
+"""Seconds a probe waits for the store's answer."""
+_PROBE_KEY = "adk-memory-probe"
+"""The key of the stream document a probe reads (none is ever written under it)."""
+
+
+@dataclass
+class _Handed:
+    """What turns handed over for one session and the writer has not stored yet."""
+
+    scope: dict[str, str]
+    stream_id: str
+    items: list[tuple[Event, genai_types.Content]]
+    trigger: dict[str, Any] | None
+    generate_now: bool
+
+    def merged_after(self, earlier: _Handed) -> _Handed:
+        """This hand-over with an earlier one of the same session in front of it."""
+        return _Handed(
+            self.scope,
+            self.stream_id,
+            [*earlier.items, *self.items],
+            self.trigger or earlier.trigger,
+            self.generate_now or earlier.generate_now,
+        )
+
+    def requests(self) -> list[IngestRequest]:
+        """The ingest requests of this hand-over (one per 1,000 events)."""
+        events = [event_for_ingest(event, content) for event, content in self.items]
+        config = types.IngestEventsConfig(force_flush=True if self.generate_now else None)
+        return [
+            IngestRequest(
+                scope=self.scope,
+                stream_id=self.stream_id,
+                source={"events": list(chunk)} if chunk else None,
+                trigger_config=self.trigger,
+                config=config,
+            )
+            for chunk in batches(events, MAX_EVENTS_PER_REQUEST) or [[]]
+        ]
+
+
+class _Handover:
+    """Hand-overs by session, put from any thread, taken by the writer (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queued: OrderedDict[tuple[str, str, str], _Handed] = OrderedDict()
+        self._taken: dict[tuple[str, str, str], _Handed] = {}
+        self._settled: asyncio.Event | None = None  # on the writes loop
+
+    def __bool__(self) -> bool:
+        return bool(self._queued)
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything is queued or being written."""
+        with self._lock:
+            return bool(self._queued or self._taken)
+
+    def put(self, key: tuple[str, str, str], handed: _Handed) -> None:
+        with self._lock:
+            earlier = self._queued.pop(key, None)
+            self._queued[key] = handed.merged_after(earlier) if earlier else handed
+            while len(self._queued) > _MAX_TRACKED_SESSIONS:
+                _, dropped = self._queued.popitem(last=False)
+                logger.warning(
+                    "%d events waited too long for the memory store and were dropped.",
+                    len(dropped.items),
+                )
+
+    def take(self) -> dict[tuple[str, str, str], _Handed]:
+        with self._lock:
+            self._taken, self._queued = dict(self._queued), OrderedDict()
+            return dict(self._taken)
+
+    def put_back(self, taken: dict[tuple[str, str, str], _Handed]) -> None:
+        """Returns a failed write's hand-overs, in front of what came meanwhile."""
+        with self._lock:
+            later, self._queued = self._queued, OrderedDict(taken)
+            for key, handed in later.items():
+                earlier = self._queued.pop(key, None)
+                self._queued[key] = handed.merged_after(earlier) if earlier else handed
+            self._taken = {}
+        self._notify()
+
+    def settled(self) -> None:
+        with self._lock:
+            self._taken = {}
+        self._notify()
+
+    def holds(self, scope: dict[str, str], except_session_id: str | None = None) -> bool:
+        """Whether a hand-over of `scope` (not of that session) waits or is being written."""
+        with self._lock:
+            return any(
+                h.scope == scope and h.stream_id != except_session_id
+                for h in (*self._queued.values(), *self._taken.values())
+            )
+
+    async def wait_settled(self) -> None:
+        """Waits for the writer's next commit (or failure); on the writes loop."""
+        if self._settled is None:
+            self._settled = asyncio.Event()
+        await self._settled.wait()
+
+    def _notify(self) -> None:
+        if self._settled is not None:
+            self._settled.set()
+            self._settled = None
+
+
+class _Writer:
+    """The service's task on the writes loop: stores hand-overs at once, polls every second.
+
+    It holds the service weakly, so an unclosed service can still be collected.
+    """
+
+    def __init__(self, service: weakref.ref[MemoryBankService]) -> None:
+        self._service = service
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        next_poll = 0.0
+        loop = asyncio.get_running_loop()
+        while not self._stop.is_set():
+            service = self._service()
+            if service is None:
+                return
+            poll = loop.time() >= next_poll
+            if poll:
+                next_poll = loop.time() + DEFAULT_POLL_SECONDS
+            try:
+                await service._writer_pass(poll=poll)
+            except Exception:  # the writer must outlive any one failure
+                logger.exception("A background pass of the memory service failed; retrying.")
+            del service
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, next_poll - loop.time()))
+            self._wake.clear()
+
+
+class _Side:
+    """One of the service's loops with the service's client on it (rebuilt after `aclose`)."""
+
+    def __init__(self, thread: ServiceThread, build: Callable[[], AsyncClient]) -> None:
+        self.thread = thread
+        self._build = build
+        self.client: AsyncClient | None = build()
+        self._ready = False
+        self.flushes: dict[str, asyncio.Task[None]] = {}
+        """Running flushes by stream key (writes loop)."""
+        self.background = BackgroundTasks("memory generation")
+
+    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Awaits `work` run on this side's loop, from any loop."""
+        return await self.thread.run(work)
+
+    async def client_for_use(
+        self, uri: str, ensure: Callable[[AsyncClient], Awaitable[None]] | None = None
+    ) -> AsyncClient:
+        """The client, connected (and the bank ensured) on first use; on this side's loop."""
+        if self.client is None:
+            self.client = self._build()
+            self._ready = False
+        client = self.client
+        if not self._ready:
+            # Embedded Chroma fails when several stores open one folder at once in a process,
+            # so the first uses of a URI take turns across the service's loops and services.
+            async with _first_use(uri):
+                if not self._ready:
+                    if ensure is not None:
+                        await ensure(client)
+                    self._ready = True
+        return client
+
+    async def probe(self, bank_id: str) -> None:
+        """One read that reaches the store (bank records may be cached); raises if it fails."""
+        if self.client is None:
+            self.client = self._build()
+            self._ready = False
+        if self.client.remote:  # the server answers for its store
+            await self.client.memory_banks.get(name=f"reasoningEngines/{bank_id}")
+            return
+        await self.client.engine.context.store.get_document(bank_id, STREAM_KIND, _PROBE_KEY)
+
+    async def aclose(self) -> None:
+        client, self.client, self._ready = self.client, None, False
+        if client is not None:
+            await client.aclose()
+
+
+async def _ingest_each(
+    client: AsyncClient, bank_name: str, requests: list[IngestRequest]
+) -> list[IngestResult | AdkMemoryError]:
+    """`ingest_many` through an adk-memory server: one `ingest_events` call per request.
+
+    In order (several requests may name one stream). A refused request gets its error in its
+    place, as `ingest_many` answers; a server that fails or does not answer raises for the whole
+    call, and the events are sent again later (the stream drops the event ids it has seen).
+    """
+    results: list[IngestResult | AdkMemoryError] = []
+    for request in requests:
+        try:
+            await client.memory_banks.ingest_events(
+                name=bank_name,
+                scope=request.scope,
+                stream_id=request.stream_id,
+                direct_contents_source=request.source,
+                generation_trigger_config=request.trigger_config,
+                config=request.config,
+            )
+        except StoreUnavailable:
+            raise
+        except AdkMemoryError as error:
+            results.append(error)
+        else:
+            results.append(IngestResult(stream_key(request.scope, request.stream_id), False))
+    return results
+
+
+async def _close_side(side: _Side) -> None:
+    await side.thread.run(side.aclose())
+
+
+def _close_sides(*sides: _Side) -> None:
+    """Closes the clients of a collected service on their loops (not waited for)."""
+    for side in sides:
+        if side.client is not None and side.thread.alive:
+            side.thread.submit(side.aclose())
+
+
+def _new_client(
+    uri: str,
+    *,
+    project: str,
+    location: str,
+    embedding_model: str | None,
+    generation_model: str | BaseLlm | None,
+) -> AsyncClient:
+    try:
+        return AsyncClient(
+            uri,
+            project=project,
+            location=location,
+            embedding_model=embedding_model,
+            generation_model=generation_model,
+            run_scheduler=False,  # polled by the service's writer instead
+        )
+    except InvalidArgument as error:
+        raise with_service_options(error) from None
+
+
+async def _probe(ref: weakref.ref[MemoryBankService]) -> None:
+    """Until the store answers: one read on each side every second (writes loop).
+
+    Holds the service weakly: the probe of a service nobody uses any more ends with it.
+    """
+    while True:
+        await asyncio.sleep(PROBE_INTERVAL)
+        service = ref()
+        if service is None or not service._breaker.is_open:
+            return
+        sides, bank_id = (service._writes, service._reads), service._bank_id
+        del service
+        try:
+            for side in sides:
+                await asyncio.wait_for(side.run(side.probe(bank_id)), PROBE_TIMEOUT)
+        except Exception:  # still down
+            continue
+        service = ref()
+        if service is not None and service._breaker.succeeded():
+            service._memory_back()
+        return
 
 
 _NOTHING_TO_LOAD = threading.Event()
+"""The warm-up of a service whose server embeds: nothing to wait for."""
 _NOTHING_TO_LOAD.set()
 
 
-_FIRST_USE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
+_CALLER_FRAMES = 8
+"""How far up the stack `_searching_session_id` looks for ADK's context."""
 
 
-def _first_use_lock(uri: str) -> asyncio.Lock:
-    locks = _FIRST_USE_LOCKS.setdefault(asyncio.get_running_loop(), {})
-    return locks.setdefault(uri, asyncio.Lock())
+def _searching_session_id() -> str | None:
+    """The session of the ADK invocation that called `search_memory`, if ADK's context says.
+
+    ADK's `BaseMemoryService.search_memory` takes no session, but ADK calls it from its own
+    `Context.search_memory` (`PreloadMemoryTool`, `load_memory`, `tool_context.search_memory`),
+    which holds the invocation. Its session's own generation is not worth waiting for: its
+    events are in the conversation already. Best effort: None when no such caller is found.
+    """
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_CALLER_FRAMES):
+        if frame is None:
+            return None
+        invocation = getattr(frame.f_locals.get("self"), "_invocation_context", None)
+        session_id = getattr(getattr(invocation, "session", None), "id", None)
+        if isinstance(session_id, str):
+            return session_id
+        frame = frame.f_back
+    return None
+
+
+_LIVE: weakref.WeakSet[MemoryBankService] = weakref.WeakSet()
+"""Every service of the process, for `_finish_at_exit`."""
+_EXIT_SECONDS = 5.0
+"""What the interpreter's exit waits at most for events handed over and not stored yet."""
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Stores what turns handed over (within `_EXIT_SECONDS`) and stops every service's writer.
+
+    The service's threads are daemons: without this, events handed over in the last
+    milliseconds before a script ends would be lost, and writers would poll during shutdown.
+    """
+    deadline = time.monotonic() + _EXIT_SECONDS
+    for service in list(_LIVE):
+        thread = service._writes.thread
+        if not thread.alive:
+            continue
+        done = thread.submit(service._finish())
+        with contextlib.suppress(Exception):
+            done.result(timeout=max(0.0, deadline - time.monotonic()))
+
+
+_FIRST_USES: dict[str, threading.Lock] = {}
+_FIRST_USES_LOCK = threading.Lock()
+
+
+@contextlib.asynccontextmanager
+async def _first_use(uri: str) -> AsyncIterator[None]:
+    """A process-wide lock per URI, taken from any loop without blocking it."""
+    with _FIRST_USES_LOCK:
+        lock = _FIRST_USES.setdefault(uri, threading.Lock())
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(0.005)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 _Key = TypeVar("_Key")
@@ -842,18 +1573,6 @@ def _memory_entry(hit: types.RetrieveMemoriesResponseRetrievedMemory) -> MemoryB
     )
 
 
-def _running_loop() -> weakref.ref[asyncio.AbstractEventLoop] | None:
-    try:
-        return weakref.ref(asyncio.get_running_loop())
-    except RuntimeError:
-        return None
-
-
-def _forget(flushes: dict[str, asyncio.Task[None]], stream: str, task: asyncio.Task[None]) -> None:
-    if flushes.get(stream) is task:
-        del flushes[stream]
-
-
 def _check_client(
     client: object, *, uri: str | None, embedding_model: str | None, model: object
 ) -> None:
@@ -879,23 +1598,6 @@ def _check_client(
             "one for memory://, e.g. AsyncClient('memory://my-app')), or pass uri= instead.",
             field="client",
         )
-
-
-@functools.cache
-def _warm_up(model: str | None) -> threading.Event:
-    """Loads a local embedding model in a daemon thread, once per process; set when done."""
-    ready = threading.Event()
-
-    def load() -> None:
-        try:
-            preload_embedder(model)
-        except Exception as error:  # the first search reports it again, with the fix
-            logger.warning("Preloading the embedding model failed: %s", error)
-        finally:
-            ready.set()
-
-    threading.Thread(target=load, name="adk-memory-warm-up", daemon=True).start()
-    return ready
 
 
 def _shared_memory_uri(uri: str) -> str:

@@ -23,8 +23,15 @@ from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.generation.model import check_model_name
 from adk_memory.names import Names, new_bank_id
 from adk_memory.store import BankRecord, ScanQuery
+from adk_memory.wording import option
 
-__all__ = ["BankOps", "to_memory_bank", "to_reasoning_engine_json", "validate_bank_config"]
+__all__ = [
+    "BankOps",
+    "check_display_name",
+    "to_memory_bank",
+    "to_reasoning_engine_json",
+    "validate_bank_config",
+]
 
 _MAX_DISPLAY_NAME = 128
 _SimilaritySearchConfig = types.ReasoningEngineContextSpecMemoryBankConfigSimilaritySearchConfig
@@ -146,7 +153,7 @@ class BankOps:
         config = _wire_config(managed_config)
         validate_bank_config(config)
         _check_generation_model(config.generation_config)
-        _check_display_name(display_name)
+        check_display_name(display_name)
         if bank_id is not None:
             Names.parse_bank(f"reasoningEngines/{bank_id}", field="bank_id")
         requested = (
@@ -195,7 +202,7 @@ class BankOps:
     ) -> BankRecord:
         """Merges the non-empty top-level config fields given (SPEC §3: `{}` changes nothing)."""
         bank = await self._context.load_bank(bank_id)
-        _check_display_name(display_name)
+        check_display_name(display_name)
         changes = _config_json(_wire_config(managed_config)) if managed_config is not None else {}
         stored = {key: value for key, value in bank.record.config.items() if key != EXTENSIONS_KEY}
         merged = {
@@ -246,7 +253,7 @@ class BankOps:
         if not force and await self._holds_memories(bank_id):
             raise FailedPrecondition(
                 f"Memory bank {bank_id!r} still holds memories; delete them first or pass "
-                "force=True to delete the bank with its memories, revisions and vectors.",
+                f"{option('force')} to delete the bank with its memories, revisions and vectors.",
                 field="force",
             )
         await self._context.store.delete_bank(bank_id)
@@ -280,7 +287,8 @@ def _with_extensions(
     return config
 
 
-def _check_display_name(display_name: str | None) -> None:
+def check_display_name(display_name: str | None) -> None:
+    """Refuses a bank display name over `_MAX_DISPLAY_NAME` UTF-8 bytes."""
     if display_name is not None and len(display_name.encode("utf-8")) > _MAX_DISPLAY_NAME:
         raise InvalidArgument(
             f"display_name is limited to {_MAX_DISPLAY_NAME} UTF-8 bytes.", field="display_name"

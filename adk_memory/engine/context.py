@@ -16,11 +16,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from adk_memory import types
-from adk_memory.embeddings import Embedder, embedder_for
+from adk_memory.embedding_batch import batched
+from adk_memory.embeddings import CheckedEmbedder, Embedder, embedder_for
 from adk_memory.errors import NotFound
 from adk_memory.extensions import EXTENSIONS_KEY, BankExtensions
 from adk_memory.names import Names
 from adk_memory.store import BankRecord, MemoryStore, OperationRecord
+from adk_memory.wording import call
 
 __all__ = [
     "DEFAULT_REVISION_TTL",
@@ -88,9 +90,18 @@ class EngineContext:
     """Wraps every embedder the engine uses (telemetry installs a tracing wrapper here)."""
 
     def embedder(self, model: str | None) -> Embedder:
-        """The embedder for a model name (None: the configured default)."""
-        embedder = embedder_for(
-            model or self.default_embedding_model, genai_client=self.genai_client
+        """The embedder for a model name (None: the configured default), its vectors checked.
+
+        The one place the engine gets an embedder. Local models come behind this process's
+        batcher, so concurrent calls of every client, server and ADK service in the process
+        share model calls (`adk_memory.embedding_batch`); `CheckedEmbedder` refuses a vector no
+        store can hold (NaN, ±inf, beyond float32, another dimension) before any write path
+        uses it.
+        """
+        embedder: Embedder = CheckedEmbedder(
+            batched(
+                embedder_for(model or self.default_embedding_model, genai_client=self.genai_client)
+            )
         )
         return self.wrap_embedder(embedder) if self.wrap_embedder else embedder
 
@@ -100,7 +111,7 @@ class EngineContext:
         if record is None:
             raise NotFound(
                 f"Memory bank {self.names.bank(bank_id)!r} does not exist; create it with "
-                "memory_banks.create() or check the name.",
+                f"{call('memory_banks.create')} or check the name.",
                 field="name",
             )
         config, extensions = split_config(record.config)

@@ -52,11 +52,12 @@ from adk_memory.generation import (
     call_structured,
     resolve_model,
 )
-from adk_memory.generation.model import ModelAnswerRejected
+from adk_memory.generation.model import ModelAnswerRejected, accepts_attachments
 from adk_memory.generation.prompts import (
     MANAGED_TOPICS,
     Candidate,
     Topic,
+    attachments_of,
     consolidation_prompt,
     extraction_prompt,
     render_conversation,
@@ -174,7 +175,9 @@ class GenerateOps:
             await self._put_documents(bank_id, documents, fences)
             return result
         conversation = ""
+        attachments: list[genai_types.Part] = []
         if events is not None:
+            attachments = attachments_of(events)
             conversation = render_conversation(events)
             if not conversation.strip():
                 await self._put_documents(bank_id, documents, fences)
@@ -198,7 +201,7 @@ class GenerateOps:
                 updates: dict[str, dict[str, Any]] = {}
             else:
                 facts, updates = await self._extract(
-                    llm, conversation, request, result.stats, current, natural_language
+                    llm, conversation, request, result.stats, current, natural_language, attachments
                 )
             if facts and config.disable_consolidation:
                 result.actions = self._create_all(facts, request)
@@ -265,8 +268,13 @@ class GenerateOps:
         stats: CallStats,
         current: dict[str, tuple[ProfileSchema, MemoryRecord | None]],
         natural_language: bool,
+        attachments: Sequence[genai_types.Part] = (),
     ) -> tuple[list[ExtractedFact], dict[str, dict[str, Any]]]:
-        """One call: the facts worth remembering and, where schemas apply, profile updates."""
+        """One call: the facts worth remembering and, where schemas apply, profile updates.
+
+        The conversation's attachments go with it to a model that reads them
+        (`accepts_attachments`); another model gets the text and a note.
+        """
         customization = request.customization
         prompt = extraction_prompt(
             conversation,
@@ -281,6 +289,8 @@ class GenerateOps:
                 )
                 for schema, record in current.values()
             ],
+            attachments=attachments,
+            attachments_shown=accepts_attachments(llm),
         )
         answer = await call_structured(
             llm,

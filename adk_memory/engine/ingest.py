@@ -36,30 +36,44 @@ waiting on one learns of it, but the retries go on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import functools
 import hashlib
 import logging
+import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.genai import types as genai_types
 
 from adk_memory import types
+from adk_memory.bounds import bounded_event_time
 from adk_memory.engine.context import EngineContext, LoadedBank
-from adk_memory.engine.convert import parse_duration, parse_model, to_utc
+from adk_memory.engine.convert import (
+    check_unicode,
+    metadata_from_request,
+    parse_duration,
+    parse_model,
+    to_utc,
+)
+from adk_memory.engine.expiry import revision_expiry
 from adk_memory.engine.generate import GenerateOps
 from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
-from adk_memory.store import DocumentRecord, DueDocument, OperationRecord
+from adk_memory.store import DocumentRecord, DueDocument, OperationRecord, WriteBatch
 
 __all__ = [
     "STREAM_KIND",
     "IngestOps",
+    "IngestRequest",
+    "IngestResult",
     "StreamStatus",
     "TriggerRule",
+    "checked_stream",
     "due_at",
     "reindex_streams",
     "stream_document",
@@ -75,6 +89,9 @@ MAX_FLUSH_FAILURES = 5
 MAX_RETRY_SECONDS = 300
 _COMMIT_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0)
 """Pauses between attempts to complete the operations of a stored flush (7.4 s in all)."""
+_OPERATION_PATH = re.compile(r"operations/[0-9a-f]{16}")
+"""The form of the operation names `ingest` records on a stream (`operations/{16 hex}`)."""
+_FLUSH_ID = re.compile(r"[0-9a-f]{16}")
 _IMMEDIATELY = datetime(1970, 1, 1, tzinfo=UTC)
 """The due time of a stream due whenever it is looked at (before any clock's `now`)."""
 _GENERATE_FIELDS = (
@@ -264,6 +281,166 @@ def stream_document(
     )
 
 
+def checked_stream(key: object, body: object, *, where: str) -> dict[str, Any]:
+    """A stream document from outside (an import), rebuilt from its own checked fields.
+
+    Its key must be the one `ingest` derives from its scope and stream id, so that no stream can
+    carry one scope's conversation into another's memories; every field `ingest`, `flush` and
+    `due_at` read is checked as `ingest` checks a request (events, trigger, generate config,
+    times, operation names), so that an imported stream cannot fail every flush. Fields no
+    version writes are dropped.
+
+    Raises:
+        InvalidArgument: A field is malformed or the key is not the stream's (`where` and the
+            field are named, never a value).
+    """
+    field = f"{where}.body"
+    if not isinstance(body, Mapping):
+        raise InvalidArgument(f"{field} must be a JSON object.", field=field)
+    check_unicode(body, field=field)
+    checked_scope = validate_scope(body.get("scope"), field=f"{field}.scope")
+    stream_id = body.get("stream_id")
+    if not isinstance(stream_id, str) or len(stream_id) > 256:
+        raise InvalidArgument(
+            f"{field}.stream_id must be a string of at most 256 characters.",
+            field=f"{field}.stream_id",
+        )
+    if key != stream_key(checked_scope, stream_id):
+        raise InvalidArgument(
+            f"{where}: key is not the key of the stream's scope and stream id (the key of a "
+            "stream is derived from both); the file was altered.",
+            field=f"{where}.key",
+        )
+    stream: dict[str, Any] = {
+        "scope": checked_scope,
+        "stream_id": stream_id,
+        "pending": _checked_events(body.get("pending"), f"{field}.pending"),
+        "processed": _checked_events(body.get("processed"), f"{field}.processed"),
+        "seen_ids": _strings(body.get("seen_ids"), f"{field}.seen_ids", SEEN_ID_RETENTION),
+        "operations": _strings(
+            body.get("operations"), f"{field}.operations", MAX_PENDING_EVENTS, _OPERATION_PATH
+        ),
+        "created_at": _checked_time(body.get("created_at"), f"{field}.created_at"),
+    }
+    for name in ("last_event_at", "last_flush_at", "retry_after"):
+        if body.get(name) is not None:
+            stream[name] = _checked_time(body[name], f"{field}.{name}")
+    if body.get("trigger") is not None:
+        if not isinstance(body["trigger"], Mapping):
+            raise InvalidArgument(
+                f"{field}.trigger must be a JSON object.", field=f"{field}.trigger"
+            )
+        trigger = parse_model(
+            types.MemoryGenerationTriggerConfig, dict(body["trigger"]), field=f"{field}.trigger"
+        )
+        TriggerRule.from_config(trigger, field=f"{field}.trigger")
+        if dumped := trigger.model_dump(mode="json", exclude_none=True):
+            stream["trigger"] = dumped
+    config = {} if body.get("config") is None else body["config"]
+    if not isinstance(config, Mapping) or not set(config) <= set(_GENERATE_FIELDS):
+        raise InvalidArgument(
+            f"{field}.config may hold only {', '.join(_GENERATE_FIELDS)}.", field=f"{field}.config"
+        )
+    stream["config"] = _checked_generate_config(
+        parse_model(types.GenerateMemoriesConfig, dict(config), field=f"{field}.config"),
+        field=f"{field}.config",
+    )
+    force, failures = body.get("force", False), body.get("failures", 0)
+    if not isinstance(force, bool):
+        raise InvalidArgument(f"{field}.force must be true or false.", field=f"{field}.force")
+    if isinstance(failures, bool) or not isinstance(failures, int) or not 0 <= failures <= 10**6:
+        raise InvalidArgument(
+            f"{field}.failures must be a count from 0 to 1000000.", field=f"{field}.failures"
+        )
+    stream.update(force=force, failures=failures)
+    last_error, flush_id = body.get("last_error"), body.get("last_flush_id")
+    if last_error is not None:
+        if not isinstance(last_error, str):
+            raise InvalidArgument(
+                f"{field}.last_error must be a string.", field=f"{field}.last_error"
+            )
+        stream["last_error"] = last_error[:1_000]
+    if flush_id is not None:
+        if not isinstance(flush_id, str) or not _FLUSH_ID.fullmatch(flush_id):
+            raise InvalidArgument(
+                f"{field}.last_flush_id must be 16 hex digits.", field=f"{field}.last_flush_id"
+            )
+        stream["last_flush_id"] = flush_id
+    return stream
+
+
+def _checked_generate_config(config: types.GenerateMemoriesConfig, *, field: str) -> dict[str, Any]:
+    """The generate settings a stream keeps, as JSON, checked as a flush will use them."""
+    metadata_from_request(config.metadata, field=f"{field}.metadata")
+    revision_expiry(
+        now=_IMMEDIATELY,
+        revision_ttl=config.revision_ttl,
+        revision_expire_time=config.revision_expire_time,
+        bank_ttl=None,
+        field_prefix=field,
+    )
+    checked: dict[str, Any] = config.model_dump(
+        mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
+    )
+    return checked
+
+
+def _checked_events(value: object, field: str) -> list[dict[str, Any]]:
+    """Stored events (content, event_id, event_time) as `ingest` writes them."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_PENDING_EVENTS:
+        raise InvalidArgument(
+            f"{field} must be a list of at most {MAX_PENDING_EVENTS} events.", field=field
+        )
+    events = []
+    for index, event in enumerate(value):
+        where = f"{field}[{index}]"
+        if not isinstance(event, Mapping):
+            raise InvalidArgument(f"{where} must be a JSON object.", field=where)
+        content = parse_model(genai_types.Content, event.get("content"), field=f"{where}.content")
+        event_id = event.get("event_id")
+        if event_id is not None and not isinstance(event_id, str):
+            raise InvalidArgument(f"{where}.event_id must be a string.", field=f"{where}.event_id")
+        events.append(
+            {
+                "content": content.model_dump(mode="json", exclude_none=True),
+                "event_id": event_id or None,
+                "event_time": _checked_time(event.get("event_time"), f"{where}.event_time"),
+            }
+        )
+    return events
+
+
+def _strings(
+    value: object, field: str, limit: int, form: re.Pattern[str] | None = None
+) -> list[str]:
+    if value is None:
+        return []
+    if (
+        not isinstance(value, list)
+        or len(value) > limit
+        or not all(isinstance(item, str) for item in value)
+        or (form is not None and not all(form.fullmatch(item) for item in value))
+    ):
+        shape = f" of the form {form.pattern}" if form is not None else ""
+        raise InvalidArgument(
+            f"{field} must be a list of at most {limit} strings{shape}.", field=field
+        )
+    return list(value)
+
+
+def _checked_time(value: object, field: str) -> str:
+    """An ISO 8601 time as `ingest` writes it (UTC), from a stored one."""
+    try:
+        moment = _moment(value) if isinstance(value, str) else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise InvalidArgument(f"{field} must be an ISO 8601 time.", field=field)
+    return bounded_event_time(moment, field=field).isoformat()
+
+
 class IngestOps:
     """The streaming half of generation."""
 
@@ -283,71 +460,23 @@ class IngestOps:
     ) -> tuple[str, str, bool]:
         """Buffers the events; returns (stream key, operation path, whether it is due now)."""
         checked_scope = validate_scope(scope)
-        if not isinstance(stream_id, str) or len(stream_id) > 256:
-            raise InvalidArgument(
-                "stream_id must be a string of at most 256 characters.", field="stream_id"
-            )
+        _check_stream_id(stream_id)
         events = _events_of(source)
-        trigger = (
-            parse_model(
-                types.MemoryGenerationTriggerConfig,
-                trigger_config,
-                field="generation_trigger_config",
-            )
-            if trigger_config is not None
-            else None
-        )
-        TriggerRule.from_config(trigger, field="generation_trigger_config")
+        trigger = _trigger_of(trigger_config)
         bank = await self._context.load_bank(bank_id)
         key = stream_key(checked_scope, stream_id)
         now = self._context.clock()
         async with self._context.store.lock_provider().lock(f"stream:{bank_id}:{key}"):
             stream = dict(
                 await self._context.store.get_document(bank_id, STREAM_KIND, key)
-                or {
-                    "scope": checked_scope,
-                    "stream_id": stream_id,
-                    "pending": [],
-                    "processed": [],
-                    "seen_ids": [],
-                    "operations": [],
-                    "created_at": now.isoformat(),
-                }
+                or _new_stream(checked_scope, stream_id, now)
             )
-            seen = set(stream["seen_ids"])
-            fresh = []
-            for event in events:
-                if event["event_id"] and event["event_id"] in seen:
-                    continue
-                if event["event_id"]:
-                    seen.add(event["event_id"])
-                    stream["seen_ids"].append(event["event_id"])
-                fresh.append({**event, "event_time": event["event_time"] or now.isoformat()})
-            stream["seen_ids"] = stream["seen_ids"][-SEEN_ID_RETENTION:]
-            if len(stream["pending"]) + len(fresh) > MAX_PENDING_EVENTS:
-                raise InvalidArgument(
-                    f"The stream would hold more than {MAX_PENDING_EVENTS} unflushed events; "
-                    "flush it (force_flush) or set a trigger rule.",
-                    field="direct_contents_source",
-                )
-            stream["pending"] = sorted(
-                [*stream["pending"], *fresh], key=lambda event: event["event_time"]
-            )
-            if fresh:
-                stream["last_event_at"] = now.isoformat()
-            if trigger is not None:
-                stream["trigger"] = trigger.model_dump(mode="json", exclude_none=True)
-            stream["config"] = config.model_dump(
-                mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
-            )
-            stream["force"] = bool(stream.get("force")) or bool(config.force_flush)
-            stream["failures"] = 0
-            stream.pop("retry_after", None)
+            fresh = _add_events(stream, events, trigger=trigger, config=config, now=now)
             operation_path = f"operations/{secrets.token_hex(8)}"
             waiting = bool(stream["pending"])
             if waiting:
                 stream["operations"].append(operation_path)
-            metadata = {"streamId": stream_id, "eventsAccepted": len(fresh)}
+            metadata = {"streamId": stream_id, "eventsAccepted": fresh}
             await self._context.store.put_operation(
                 OperationRecord(
                     bank_id,
@@ -359,6 +488,74 @@ class IngestOps:
             )
             await self._put(bank, stream_document(key, stream, bank.config))
         return key, operation_path, self.is_due(stream, bank.config, now)
+
+    async def ingest_many(
+        self, bank_id: str, requests: Sequence[IngestRequest]
+    ) -> list[IngestResult | AdkMemoryError]:
+        """Buffers the events of many requests in ONE atomic store write (group commit).
+
+        For a caller that hands over the events of many streams at once (the ADK adapter's
+        writer): the streams are locked in key order, read concurrently, updated request by
+        request in the order given (several requests may name one stream), and written together
+        with one `apply`, so N turns cost one store write, not N. No operation is recorded: the
+        caller polls no operation (`ingest` records one for the API). A request that is invalid
+        or would overfill its stream gets its error in its place and writes nothing; the others
+        go on. Store failures are raised for the whole call, and nothing is written.
+
+        Returns:
+            Per request, in order: its stream key and whether the stream is due now, or the
+            error that refused it.
+        """
+        now = self._context.clock()
+        results: list[IngestResult | AdkMemoryError] = []
+        checked: list[tuple[int, str, dict[str, str], str, list[dict[str, Any]], Any, Any]] = []
+        for index, request in enumerate(requests):
+            try:
+                scope = validate_scope(request.scope)
+                _check_stream_id(request.stream_id)
+                events = _events_of(request.source)
+                trigger = _trigger_of(request.trigger_config)
+            except AdkMemoryError as error:
+                results.append(error)
+                continue
+            key = stream_key(scope, request.stream_id)
+            checked.append((index, key, scope, request.stream_id, events, trigger, request.config))
+            results.append(IngestResult(key, False))
+        if not checked:
+            return results
+        bank = await self._context.load_bank(bank_id)
+        keys = sorted({key for _, key, *_ in checked})
+        locks = self._context.store.lock_provider()
+        async with contextlib.AsyncExitStack() as held:
+            for key in keys:  # in key order: two group commits never wait on each other
+                await held.enter_async_context(locks.lock(f"stream:{bank_id}:{key}"))
+            found = await asyncio.gather(
+                *(self._context.store.get_document(bank_id, STREAM_KIND, key) for key in keys)
+            )
+            streams: dict[str, dict[str, Any]] = {}
+            for index, key, scope, stream_id, events, trigger, config in checked:
+                stored = streams.get(key) or dict(
+                    found[keys.index(key)] or _new_stream(scope, stream_id, now)
+                )
+                candidate = copy.deepcopy(stored)
+                try:
+                    _add_events(candidate, events, trigger=trigger, config=config, now=now)
+                except AdkMemoryError as error:
+                    results[index] = error
+                    streams.setdefault(key, stored)
+                    continue
+                streams[key] = candidate
+            documents = tuple(
+                stream_document(key, stream, bank.config) for key, stream in streams.items()
+            )
+            await self._context.store.apply(bank_id, WriteBatch(documents=documents))
+        await self._recheck_dues(bank, documents)
+        return [
+            IngestResult(result.key, self.is_due(streams[result.key], bank.config, now))
+            if isinstance(result, IngestResult)
+            else result
+            for result in results
+        ]
 
     def is_due(
         self,
@@ -575,16 +772,119 @@ class IngestOps:
             scope_key=document.scope_key,
             due=document.due,
         )
-        if document.body.get("trigger"):
-            return  # the stream's own rule: the bank's config does not apply
+        await self._recheck_dues(bank, (document,))
+
+    async def _recheck_dues(self, bank: LoadedBank, documents: Sequence[DocumentRecord]) -> None:
+        """Lowers the due entries of streams just written if the bank's config changed meanwhile.
+
+        See `_put`; streams with a trigger of their own are left alone.
+        """
+        relevant = [document for document in documents if not document.body.get("trigger")]
+        if not relevant:
+            return  # the streams' own rules: the bank's config does not apply
+        bank_id = bank.record.bank_id
         current = await self._context.load_bank(bank_id)
         if current.record.update_time == bank.record.update_time:
             return
-        due = due_at(document.body, current.config)
-        if due is not None and (document.due is None or due < document.due):
-            await self._context.store.set_due(
-                bank_id, STREAM_KIND, {document.key: due}, only_earlier=True
-            )
+        lowered = {}
+        for document in relevant:
+            due = due_at(document.body, current.config)
+            if due is not None and (document.due is None or due < document.due):
+                lowered[document.key] = due
+        if lowered:
+            await self._context.store.set_due(bank_id, STREAM_KIND, lowered, only_earlier=True)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestRequest:
+    """One `ingest` of `IngestOps.ingest_many`: the arguments `ingest` takes."""
+
+    scope: Any
+    stream_id: str
+    source: Any
+    """`direct_contents_source` (None: no events, e.g. only a trigger or `force_flush`)."""
+    trigger_config: Any = None
+    config: types.IngestEventsConfig = field(default_factory=types.IngestEventsConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What one request of `ingest_many` did: its stream, and whether that is due now."""
+
+    key: str
+    due: bool
+
+
+def _check_stream_id(stream_id: object) -> None:
+    if not isinstance(stream_id, str) or len(stream_id) > 256:
+        raise InvalidArgument(
+            "stream_id must be a string of at most 256 characters.", field="stream_id"
+        )
+
+
+def _trigger_of(trigger_config: Any) -> types.MemoryGenerationTriggerConfig | None:
+    if trigger_config is None:
+        return None
+    trigger = parse_model(
+        types.MemoryGenerationTriggerConfig, trigger_config, field="generation_trigger_config"
+    )
+    TriggerRule.from_config(trigger, field="generation_trigger_config")
+    return trigger
+
+
+def _new_stream(scope: dict[str, str], stream_id: str, now: datetime) -> dict[str, Any]:
+    return {
+        "scope": scope,
+        "stream_id": stream_id,
+        "pending": [],
+        "processed": [],
+        "seen_ids": [],
+        "operations": [],
+        "created_at": now.isoformat(),
+    }
+
+
+def _add_events(
+    stream: dict[str, Any],
+    events: Sequence[dict[str, Any]],
+    *,
+    trigger: types.MemoryGenerationTriggerConfig | None,
+    config: types.IngestEventsConfig,
+    now: datetime,
+) -> int:
+    """Adds the events not seen before to a stream (in place); returns how many were new.
+
+    Raises:
+        InvalidArgument: The stream would hold more than `MAX_PENDING_EVENTS` events.
+    """
+    seen = set(stream["seen_ids"])
+    fresh = []
+    for event in events:
+        if event["event_id"] and event["event_id"] in seen:
+            continue
+        if event["event_id"]:
+            seen.add(event["event_id"])
+            stream["seen_ids"].append(event["event_id"])
+        fresh.append({**event, "event_time": event["event_time"] or now.isoformat()})
+    stream["seen_ids"] = stream["seen_ids"][-SEEN_ID_RETENTION:]
+    if len(stream["pending"]) + len(fresh) > MAX_PENDING_EVENTS:
+        raise InvalidArgument(
+            f"The stream would hold more than {MAX_PENDING_EVENTS} unflushed events; "
+            "flush it (force_flush) or set a trigger rule.",
+            field="direct_contents_source",
+        )
+    stream["pending"] = sorted([*stream["pending"], *fresh], key=lambda event: event["event_time"])
+    if fresh:
+        stream["last_event_at"] = now.isoformat()
+    if trigger is not None:
+        stream["trigger"] = trigger.model_dump(mode="json", exclude_none=True)
+    stream["config"] = config.model_dump(
+        mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
+    )
+    stream["force"] = bool(stream.get("force")) or bool(config.force_flush)
+    stream["failures"] = 0
+    stream.pop("retry_after", None)
+    return len(fresh)
 
 
 async def _retried(what: str, write: Callable[[], Awaitable[None]]) -> None:

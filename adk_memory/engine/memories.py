@@ -48,7 +48,7 @@ from adk_memory.errors import (
     InvalidArgument,
     NotFound,
 )
-from adk_memory.filters import combine, from_filter_groups, matches, parse_filter, partition
+from adk_memory.filters import matches, parse_filter, partition, request_filter
 from adk_memory.names import new_memory_id, validate_memory_id
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import (
@@ -64,6 +64,7 @@ from adk_memory.store import (
     cursor_of,
     sort_records,
 )
+from adk_memory.wording import call, option
 
 __all__ = [
     "MemoryOps",
@@ -124,6 +125,16 @@ async def owner_scopes(
         elif history:
             owners[memory_id] = (history[0].scope_key, history)
     return owners
+
+
+def _listing(bank: LoadedBank, *query: object) -> str:
+    """The fingerprint a page token of the bank's listing `query` is sealed with.
+
+    It names the bank by its id and creation time: a bank deleted and created again under its
+    id is another listing, whose memories all came after the old one's, so an old token would
+    resume after every one of them and end the listing silently (it is refused instead).
+    """
+    return repr((bank.bank_id, bank.record.create_time.isoformat(), *query))
 
 
 def validate_fact(fact: object, *, field: str = "fact") -> str:
@@ -195,32 +206,10 @@ class MemoryOps:
                 "profiles; choose another config.memory_id.",
                 field="config.memory_id",
             )
-        topics = topics_from_request(config.topics, field="config.topics")
-        metadata = metadata_from_request(config.metadata, field="config.metadata")
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()
-        expire_time = memory_expiry(
-            now=now,
-            action=Action.CREATE,
-            ttl=config.ttl,
-            expire_time=config.expire_time,
-            bank_ttl=bank.config.ttl_config,
-        )
         [embedding] = await bank.embedder.embed_documents([fact])
-        record = MemoryRecord(
-            memory_id=memory_id,
-            scope_key=scope_key(checked_scope),
-            scope=checked_scope,
-            fact=fact,
-            embedding=embedding,
-            create_time=now,
-            update_time=now,
-            expire_time=None if expire_time is UNCHANGED else expire_time,  # type: ignore[arg-type]
-            topics=topics,
-            metadata=metadata,
-            display_name=config.display_name,
-            description=config.description,
-        )
+        record = self._new_record(bank, memory_id, fact, checked_scope, config, now, embedding)
         revisions = self._revision_for(bank, record, now, config)
         batch = WriteBatch(
             inserts=(record,),
@@ -234,16 +223,97 @@ class MemoryOps:
         # the id's past and its insert (the insert itself refuses only a live memory).
         locks = self._context.store.lock_provider()
         async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
-            await self._check_id_is_free(bank_id, memory_id, now)
+            await self._check_id_is_free(bank_id, memory_id, now, record.scope_key)
             await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
         return record
 
-    async def _check_id_is_free(self, bank_id: str, memory_id: str, now: datetime) -> None:
+    async def create_many(
+        self, bank_id: str, *, scope: Any, memories: Sequence[tuple[str, types.MemoryConfig]]
+    ) -> builtins.list[MemoryRecord]:
+        """Creates memories of one scope, each `(fact, config)`, in one atomic write.
+
+        Either every memory (with its first revision) is stored or none is. Ids are fresh:
+        a config naming a `memory_id` is refused.
+        """
+        checked_scope = validate_scope(scope)
+        for index, (fact, config) in enumerate(memories):
+            validate_fact(fact, field=f"memories[{index}].fact")
+            if config.memory_id:
+                raise InvalidArgument(
+                    "Memories created together get fresh ids; create one with a chosen "
+                    "config.memory_id on its own.",
+                    field=f"memories[{index}].config.memory_id",
+                )
+        bank = await self._context.load_bank(bank_id)
+        now = self._context.clock()
+        vectors = await bank.embedder.embed_documents([fact for fact, _ in memories])
+        records = [
+            self._new_record(
+                bank,
+                new_memory_id(),
+                fact,
+                checked_scope,
+                config,
+                now,
+                vector,
+                field=f"memories[{index}].config",
+            )
+            for index, ((fact, config), vector) in enumerate(zip(memories, vectors, strict=True))
+        ]
+        revisions = [
+            revision
+            for record, (_, config) in zip(records, memories, strict=True)
+            for revision in self._revision_for(bank, record, now, config)
+        ]
+        batch = WriteBatch(inserts=tuple(records), revisions=tuple(revisions))
+        await self._context.store.apply(bank_id, batch)
+        return records
+
+    def _new_record(
+        self,
+        bank: LoadedBank,
+        memory_id: str,
+        fact: str,
+        scope: dict[str, str],
+        config: types.MemoryConfig,
+        now: datetime,
+        embedding: tuple[float, ...],
+        *,
+        field: str = "config",
+    ) -> MemoryRecord:
+        """The record a create writes, its expiry from the request's TTL or the bank's."""
+        expire_time = memory_expiry(
+            now=now,
+            action=Action.CREATE,
+            ttl=config.ttl,
+            expire_time=config.expire_time,
+            bank_ttl=bank.config.ttl_config,
+            field_prefix=field,
+        )
+        return MemoryRecord(
+            memory_id=memory_id,
+            scope_key=scope_key(scope),
+            scope=scope,
+            fact=fact,
+            embedding=embedding,
+            create_time=now,
+            update_time=now,
+            expire_time=None if expire_time is UNCHANGED else expire_time,  # type: ignore[arg-type]
+            topics=topics_from_request(config.topics, field=f"{field}.topics"),
+            metadata=metadata_from_request(config.metadata, field=f"{field}.metadata"),
+            display_name=config.display_name,
+            description=config.description,
+        )
+
+    async def _check_id_is_free(
+        self, bank_id: str, memory_id: str, now: datetime, scope: ScopeKey
+    ) -> None:
         """Refuses a caller-chosen id of a live memory, or whose earlier memory's revisions live.
 
         They are kept for rollback, and a new memory under the id would inherit that history
         (another scope's facts, perhaps). Checked under the id's lock: a memory live now may be
-        deleted before the insert, which would then see a free id.
+        deleted before the insert, which would then see a free id. Only a history wholly of the
+        creating `scope` is told when the id frees up: another scope's times stay its own.
         """
         if await self._context.store.get_memories(bank_id, [memory_id], now):
             raise AlreadyExists(
@@ -252,6 +322,12 @@ class MemoryOps:
         history = await self._context.store.list_revisions(bank_id, memory_id, now)
         if not history:
             return
+        if any(revision.scope_key != scope for revision in history):
+            raise AlreadyExists(
+                f"Memory id {memory_id!r} belonged to a deleted memory whose revisions are kept "
+                "for rollback, so it cannot name a new memory; use another id.",
+                field="config.memory_id",
+            )
         expiries = [revision.expire_time for revision in history]
         frees = (
             "never frees up, as some of them never expire"
@@ -266,6 +342,26 @@ class MemoryOps:
             field="config.memory_id",
         )
 
+    async def scope_of(self, bank_id: str, memory_id: str) -> dict[str, str]:
+        """The scope of the id's memory: the live one's, else its kept revisions' (deleted).
+
+        What a caller confined to scopes is checked against before it names a memory by id:
+        a deleted memory is still its scope's, to list the revisions of and roll back.
+
+        Raises:
+            NotFound: Neither a live memory nor a live revision of its own scope has the id
+                (the message `get` gives, so that it tells no more than a missing id does).
+        """
+        await self._context.load_bank(bank_id)
+        now = self._context.clock()
+        found = await self._context.store.get_memories(bank_id, [memory_id], now)
+        if found:
+            return dict(found[0].scope)
+        history = await self._own_revisions(bank_id, memory_id, now)
+        if not history:
+            await self._get_live(bank_id, memory_id)  # the NotFound of a missing memory
+        return dict(history[0].scope)
+
     async def get(self, bank_id: str, memory_id: str) -> MemoryRecord:
         """The live memory; `NotFound` if missing or expired."""
         await self._context.load_bank(bank_id)
@@ -276,13 +372,13 @@ class MemoryOps:
         page_size = _page_size(config.page_size, DEFAULT_LIST_PAGE_SIZE, MAX_LIST_PAGE_SIZE)
         order = parse_order_by(config.order_by)
         expr = parse_filter(config.filter or "", allow_scope=True)
-        await self._context.load_bank(bank_id)
+        bank = await self._context.load_bank(bank_id)
         query = ScanQuery(now=self._context.clock(), order_by=order)
-        return await self.scan_page(bank_id, query, expr, page_size, config.page_token)
+        return await self.scan_page(bank, query, expr, page_size, config.page_token)
 
     async def scan_page(
         self,
-        bank_id: str,
+        bank: LoadedBank,
         query: ScanQuery | Sequence[ScanQuery],
         expr: Any,
         page_size: int,
@@ -296,20 +392,32 @@ class MemoryOps:
         """
         queries = [query] if isinstance(query, ScanQuery) else list(query)
         order = queries[0].order_by
-        fingerprint = repr((bank_id, [(q.scope_key, q.order_by) for q in queries], expr))
+        fingerprint = _listing(bank, [(q.scope_key, q.order_by) for q in queries], expr)
         position = decode_page_token(page_token, fingerprint, len(order))
         after = None if position is None else ScanCursor(position.values, position.item_id)
-        pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
-        found: list[MemoryRecord] = []
-        for part in queries:
-            part = replace(part, filter=pushed, after=after)
-            found += await self._scan_matching(bank_id, part, residual, page_size + 1)
-        found = sort_records(found, queries[0])[: page_size + 1]
+        found = await self.scan(bank.bank_id, queries, expr, page_size + 1, after=after)
         if len(found) <= page_size:
             return Page(found, None)
         last = cursor_of(found[page_size - 1], order)
         token = encode_page_token(Position(last.values, last.memory_id), fingerprint)
         return Page(found[:page_size], token)
+
+    async def scan(
+        self,
+        bank_id: str,
+        queries: Sequence[ScanQuery],
+        expr: Any,
+        limit: int,
+        *,
+        after: ScanCursor | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """The first `limit` memories matching `expr` of the scans merged in the first's order."""
+        pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
+        found: builtins.list[MemoryRecord] = []
+        for part in queries:
+            part = replace(part, filter=pushed, after=after)
+            found += await self._scan_matching(bank_id, part, residual, limit)
+        return sort_records(found, queries[0])[:limit]
 
     async def _scan_matching(
         self, bank_id: str, query: ScanQuery, residual: Any, want: int
@@ -437,7 +545,7 @@ class MemoryOps:
         if target is None:
             raise NotFound(
                 f"Revision {target_revision_id[:40]!r} of memory {memory_id!r} does not exist or "
-                "has expired; list them with memories.revisions.list().",
+                f"has expired; list them with {call('memories.revisions.list')}.",
                 field="target_revision_id",
             )
         if target.deleted:
@@ -451,7 +559,7 @@ class MemoryOps:
         if current is not None and current.scope_key != target.scope_key:
             raise NotFound(  # re-created in another scope meanwhile: not this memory's revision
                 f"Revision {target_revision_id[:40]!r} of memory {memory_id!r} does not exist or "
-                "has expired; list them with memories.revisions.list().",
+                f"has expired; list them with {call('memories.revisions.list')}.",
                 field="target_revision_id",
             )
         expected = Expectation(memory_id, now) if current is None else unchanged(current, now)
@@ -499,15 +607,13 @@ class MemoryOps:
         self, bank_id: str, *, filter: str | None, filter_groups: Any, force: bool
     ) -> int:
         """Counts (force=False) or deletes (force=True) the memories the filters select."""
-        if not filter and not filter_groups:
+        expr = request_filter(filter, filter_groups, allow_scope=True)
+        if expr is None:  # a blank filter or empty groups state no condition either
             raise InvalidArgument(
-                "purge needs a filter or filter_groups; to empty a bank, delete it with "
-                "memory_banks.delete(name, force=True).",
+                f"purge needs {option('filters')}; to empty a bank, delete it with "
+                f"{call('memory_banks.delete')}.",
                 field="filter",
             )
-        expr = combine(
-            parse_filter(filter or "", allow_scope=True), from_filter_groups(filter_groups)
-        )
         await self._context.load_bank(bank_id)
         query = ScanQuery(now=self._context.clock(), order_by=(SortKey("create_time"),))
         pushed, residual = partition(expr, self._context.store.capabilities.pushdown)
@@ -559,14 +665,14 @@ class MemoryOps:
         """A page of a memory's revisions, newest first."""
         page_size = _page_size(config.page_size, DEFAULT_LIST_PAGE_SIZE, MAX_LIST_PAGE_SIZE)
         expr = parse_filter(config.filter or "")
-        await self._context.load_bank(bank_id)
+        bank = await self._context.load_bank(bank_id)
         revisions = await self._own_revisions(bank_id, memory_id, self._context.clock())
         kept = [revision for revision in revisions if matches(expr, _revision_view(revision))]
         return page_after(
             kept,
             page_size=page_size,
             token=config.page_token,
-            fingerprint=repr((bank_id, memory_id, expr)),
+            fingerprint=_listing(bank, memory_id, expr),
             position_of=lambda revision: Position((revision.create_time,), revision.revision_id),
             descending=True,
         )

@@ -28,6 +28,7 @@ __all__ = [
     "PROFILE_ID_PREFIX",
     "PROFILE_TYPE",
     "ProfileSchema",
+    "SCHEMA_ID",
     "canonical_json",
     "profile_memory_id",
     "schemas_for",
@@ -38,7 +39,8 @@ __all__ = [
 PROFILE_TYPE = "STRUCTURED_PROFILE"
 PROFILE_ID_PREFIX = "profile--"
 """Reserved: the memory ids of profiles, and no caller-chosen id, start with it."""
-_SCHEMA_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+SCHEMA_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+"""The form of a profile schema's id (`schema_configs[].id`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,7 @@ def validate_structured_configs(configs: Sequence[types.StructuredMemoryConfig] 
         for position, schema_config in enumerate(config.schema_configs):
             at = f"{where}.schema_configs[{position}]"
             schema_id = schema_config.id or ""
-            if not _SCHEMA_ID.fullmatch(schema_id):
+            if not SCHEMA_ID.fullmatch(schema_id):
                 raise InvalidArgument(
                     f"{at}.id must be 1-63 lowercase letters, digits or '-', "
                     "starting with a letter.",

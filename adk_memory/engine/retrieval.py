@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from adk_memory import types
-from adk_memory.engine.context import EngineContext
+from adk_memory.engine.context import EngineContext, LoadedBank
 from adk_memory.engine.lexical_cache import LexicalCache, ScopeIndex
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.paging import Page
@@ -30,18 +30,16 @@ from adk_memory.errors import InvalidArgument
 from adk_memory.extensions import RetrievalConfig
 from adk_memory.filters import (
     FilterExpr,
-    combine,
-    from_filter_groups,
     matches,
-    parse_filter,
     partition,
+    request_filter,
 )
 from adk_memory.lexical import Corpus, best
 from adk_memory.scope import ScopeKey, profile_scope_key, scope_key, validate_scope
 from adk_memory.store import MemoryRecord, NearestQuery, ScanQuery, ScoredRecord, SortKey
 from adk_memory.vectors import exact_distances
 
-__all__ = ["DEFAULT_TOP_K", "MAX_TOP_K", "Retrieval", "Retrieved"]
+__all__ = ["DEFAULT_TOP_K", "MAX_SEARCH_QUERY", "MAX_TOP_K", "Retrieval", "Retrieved"]
 
 DEFAULT_TOP_K = 3
 MAX_TOP_K = 100
@@ -49,7 +47,7 @@ DEFAULT_PAGE_SIZE = 3
 _RETRIEVE_ALL_CHUNK = 1_000
 """Memories read per keyset page while a retrieve-all collects its whole scope."""
 MAX_SCAN = 1_000_000
-_MAX_SEARCH_QUERY = 10_000
+MAX_SEARCH_QUERY = 10_000
 _NL_TYPES = {"NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
 _RETRIEVE_ORDER = (SortKey("update_time", descending=True),)
 _LEXICAL_CACHE = LexicalCache()
@@ -87,7 +85,7 @@ class Retrieval:
                 "Set at most one of similarity_search_params and simple_retrieval_params.",
                 field="similarity_search_params",
             )
-        expr = combine(parse_filter(config.filter or ""), from_filter_groups(config.filter_groups))
+        expr = request_filter(config.filter, config.filter_groups)
         keys = _scope_keys_for(checked, config.memory_types)
         bank = await self._context.load_bank(bank_id)
         now = self._context.clock()
@@ -106,19 +104,7 @@ class Retrieval:
             return Page(await self._dense(bank_id, keys, vector, top_k, expr, now), None)
         queries = [ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER) for key in keys]
         if simple_retrieval_params is None:
-            # SPEC §3: retrieve-all answers the whole scope at once, with no page token: the
-            # official SDK's retrieve pager cannot send one back (reference §2.7), so a token
-            # would break `list(retrieve(...))`. Keyset pages read it without repeats or skips.
-            found: list[Retrieved] = []
-            token: str | None = None
-            while True:
-                chunk = await self._memories.scan_page(
-                    bank_id, queries, expr, _RETRIEVE_ALL_CHUNK, token
-                )
-                found += [Retrieved(record, None) for record in chunk.items]
-                token = chunk.next_page_token
-                if not token:
-                    return Page(found, None)
+            return Page(await self._whole_scope(bank, queries, expr), None)
         size = simple_retrieval_params.page_size
         if size is not None and size < 0:
             raise InvalidArgument(
@@ -127,9 +113,27 @@ class Retrieval:
             )
         page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
         page = await self._memories.scan_page(
-            bank_id, queries, expr, page_size, simple_retrieval_params.page_token
+            bank, queries, expr, page_size, simple_retrieval_params.page_token
         )
         return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
+
+    async def _whole_scope(
+        self, bank: LoadedBank, queries: list[ScanQuery], expr: FilterExpr | None
+    ) -> list[Retrieved]:
+        """Every memory of the scans, newest first: what a retrieve without params answers.
+
+        SPEC §3: retrieve-all answers the whole scope at once, with no page token: the official
+        SDK's retrieve pager cannot send one back (reference §2.7), so a token would break
+        `list(retrieve(...))`. Keyset pages read it without repeats or skips.
+        """
+        found: list[Retrieved] = []
+        token: str | None = None
+        while True:
+            chunk = await self._memories.scan_page(bank, queries, expr, _RETRIEVE_ALL_CHUNK, token)
+            found += [Retrieved(record, None) for record in chunk.items]
+            token = chunk.next_page_token
+            if not token:
+                return found
 
     async def _dense(
         self,
@@ -368,7 +372,7 @@ class Retrieval:
     ) -> list[MemoryRecord]:
         """The scope's live memories matching `expr` at `now` (with their vectors if asked)."""
         query = ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER)
-        records = (await self._memories.scan_page(bank_id, query, expr, MAX_SCAN, None)).items
+        records = await self._memories.scan(bank_id, [query], expr, MAX_SCAN)
         if not with_vectors or all(record.embedding for record in records):
             return records
         # A scan may leave vectors out (store contract): read the scope's records again
@@ -535,9 +539,9 @@ def _search_query(text: str | None) -> str:
             "similarity_search_params.search_query must be a non-empty string.",
             field="similarity_search_params.search_query",
         )
-    if len(text) > _MAX_SEARCH_QUERY:
+    if len(text) > MAX_SEARCH_QUERY:
         raise InvalidArgument(
-            f"similarity_search_params.search_query is limited to {_MAX_SEARCH_QUERY} characters.",
+            f"similarity_search_params.search_query is limited to {MAX_SEARCH_QUERY} characters.",
             field="similarity_search_params.search_query",
         )
     return text

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "CallStats",
     "ModelAnswerRejected",
+    "accepts_attachments",
     "call_structured",
     "check_model_name",
     "resolve_model",
@@ -78,6 +79,20 @@ def resolve_model(model: Any) -> Any:
         return LLMRegistry.new_llm(name)
     except (ValueError, ImportError) as exc:
         raise FailedPrecondition(_no_backend(name, exc), field="generation_config.model") from None
+
+
+def accepts_attachments(llm: Any) -> bool:
+    """Whether a generation model reads image, audio and file parts (not only text).
+
+    A model may say so itself (an `accepts_attachments` attribute, as `ScriptedMemoryModel`
+    has); otherwise ADK's Gemini models do, and other models are sent text only.
+    """
+    declared = getattr(llm, "accepts_attachments", None)
+    if isinstance(declared, bool):
+        return declared
+    from google.adk.models import Gemini
+
+    return isinstance(llm, Gemini)
 
 
 def check_model_name(name: str) -> None:
@@ -207,20 +222,25 @@ async def _complete(llm: Any, request: Any, stats: CallStats, timeout_seconds: f
     except ModelUnavailable:
         raise
     except Exception as exc:  # the model client's own errors, whatever the provider
-        hint = _credentials_hint(exc)
+        if _lacks_credentials(exc):
+            # A configuration problem, not an outage: retrying cannot help (so not UNAVAILABLE).
+            raise FailedPrecondition(
+                f"The memory model refused the call for lack of credentials "
+                f"({type(exc).__name__}); nothing was changed. Set GOOGLE_API_KEY, or "
+                "GOOGLE_GENAI_USE_VERTEXAI=true with GOOGLE_CLOUD_PROJECT and "
+                "GOOGLE_CLOUD_LOCATION, or choose another generation_config.model.",
+                field="generation_config.model",
+            ) from exc
         raise ModelUnavailable(
-            f"Calling the memory model failed ({type(exc).__name__}); nothing was changed.{hint}"
+            f"Calling the memory model failed ({type(exc).__name__}); nothing was changed."
         ) from exc
 
 
-def _credentials_hint(exc: Exception) -> str:
+def _lacks_credentials(exc: Exception) -> bool:
+    if getattr(exc, "code", None) in (401, 403):  # google.genai's APIError, litellm's errors
+        return True
     text = str(exc).lower()
-    if "api key" in text or "credentials" in text or "api_key" in text:
-        return (
-            " The model needs credentials: set GOOGLE_API_KEY, or GOOGLE_GENAI_USE_VERTEXAI=true "
-            "with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION."
-        )
-    return ""
+    return "api key" in text or "credentials" in text or "api_key" in text
 
 
 def _describe(exc: Exception) -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "Candidate",
     "ExtractionPrompt",
     "Topic",
+    "attachments_of",
     "consolidation_prompt",
     "extraction_prompt",
     "render_conversation",
@@ -166,14 +167,44 @@ _TOOL_PAYLOAD_CHARS = 2_000
 
 
 def render_conversation(events: Sequence[genai_types.Content]) -> str:
-    """The conversation as `role: text` lines; tool calls and responses as compact JSON."""
+    """The conversation as `role: text` lines; tool calls and responses as compact JSON.
+
+    Each inline or file attachment is `[attachment N: mime type]`, numbered as
+    `attachments_of` lists them.
+    """
     lines = []
+    attachments = 0
     for content in events:
         role = content.role or "user"
-        texts = [text for part in content.parts or () if (text := _part_text(part))]
+        texts = []
+        for part in content.parts or ():
+            if _is_attachment(part):
+                attachments += 1
+                texts.append(f"[attachment {attachments}: {_mime_type(part)}]")
+            elif text := _part_text(part):
+                texts.append(text)
         if texts:
             lines.append(f"{role}: {' '.join(texts)}")
     return "\n".join(lines)
+
+
+def attachments_of(events: Sequence[genai_types.Content]) -> list[genai_types.Part]:
+    """The conversation's `inline_data` and `file_data` parts, in order (thoughts skipped)."""
+    return [
+        part
+        for content in events
+        for part in content.parts or ()
+        if _is_attachment(part) and not part.thought
+    ]
+
+
+def _is_attachment(part: genai_types.Part) -> bool:
+    return not part.thought and (part.inline_data is not None or part.file_data is not None)
+
+
+def _mime_type(part: genai_types.Part) -> str:
+    source = part.inline_data or part.file_data
+    return (getattr(source, "mime_type", None) or "unknown type")[:100]
 
 
 def _part_text(part: genai_types.Part) -> str:
@@ -191,8 +222,6 @@ def _part_text(part: genai_types.Part) -> str:
         return f"[code: {_cut(part.executable_code.code or '')}]"
     if part.code_execution_result is not None:
         return f"[code output: {_cut(part.code_execution_result.output or '')}]"
-    if part.inline_data is not None or part.file_data is not None:
-        return "[attachment]"
     return ""
 
 
@@ -231,6 +260,8 @@ def extraction_prompt(
     examples: Sequence[tuple[Sequence[tuple[str, str]], Sequence[dict[str, object]]]],
     third_person: bool,
     profiles: Sequence[tuple[str, dict[str, object], dict[str, object] | None]] = (),
+    attachments: Sequence[genai_types.Part] = (),
+    attachments_shown: bool = True,
 ) -> ExtractionPrompt:
     """The extraction call's prompt.
 
@@ -242,6 +273,10 @@ def extraction_prompt(
         third_person: `enable_third_person_memories`.
         profiles: The structured profiles in force: (schema id, JSON schema of an update,
             current value or None). Empty `topics` with profiles means profiles only.
+        attachments: The conversation's attachments (`attachments_of`), sent after the
+            conversation as parts of the user content, each after its label.
+        attachments_shown: False for a model that takes text only: the attachments are left
+            out and a note says so.
     """
     topic_lines = "\n".join(f"- {topic.label}: {topic.description}" for topic in topics)
     blocks = [
@@ -268,9 +303,16 @@ def extraction_prompt(
         "Extract the memories from this conversation:\n"
         f"<conversation>\n{conversation}\n</conversation>"
     )
-    return ExtractionPrompt(
-        system, [genai_types.Content(role="user", parts=[genai_types.Part(text=user)])]
-    )
+    parts = [genai_types.Part(text=user)]
+    if attachments and attachments_shown:
+        for number, attachment in enumerate(attachments, start=1):
+            parts += [genai_types.Part(text=f"[attachment {number}]:"), attachment]
+    elif attachments:
+        parts[0].text = (
+            f"{user}\nNote: the {len(attachments)} attachment(s) of the conversation are not "
+            "shown (this model reads text only); extract only what the text says."
+        )
+    return ExtractionPrompt(system, [genai_types.Content(role="user", parts=parts)])
 
 
 def consolidation_prompt(

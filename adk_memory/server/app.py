@@ -8,7 +8,8 @@ failure is the Google error envelope with the error's own status. FastAPI valida
 generates `/openapi.json` from these declarations. Memory Bank's rules live in the engine.
 
 Bodies must be JSON (415 otherwise; a body without a content type is read as JSON). Every request
-passes `auth.guard` (Host allow-list; without keys, same-origin or a configured CORS origin).
+passes `auth.GuardMiddleware` (Host allow-list; without keys, same-origin or a configured CORS
+origin), the same guard as the MCP app's.
 
 Resource names in responses carry the client's project and location (`local` by default); the
 project and location in a request path may be anything, as with the client's short names.
@@ -21,9 +22,8 @@ import copy
 import email.message
 import functools
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.types import DecoratedCallable
 from google.genai.errors import ClientError
@@ -45,6 +46,7 @@ from adk_memory._pagers import AsyncPager
 from adk_memory._registry import is_server_uri
 from adk_memory._remote._client import OWNER_PROOF_PATH, owner_proof
 from adk_memory._remote.owner import ServerRecord, embedded_folder, remove_record, write_record
+from adk_memory.embeddings import warm_up
 from adk_memory.errors import (
     AdkMemoryError,
     FailedPrecondition,
@@ -55,17 +57,17 @@ from adk_memory.errors import (
     Unimplemented,
 )
 from adk_memory.extensions import EXTENSIONS_REST_FIELD, BankExtensions
-from adk_memory.names import Names
+from adk_memory.filters import is_blank, request_filter
 from adk_memory.server import wire
 from adk_memory.server.auth import (
     ApiKey,
     ApiKeys,
+    GuardMiddleware,
     Principal,
     RequestGuard,
     authorize,
-    guard,
+    check_in_scope,
     is_loopback,
-    load_in_scope,
 )
 
 if TYPE_CHECKING:
@@ -95,11 +97,15 @@ def _caller(request: Request) -> Principal:
 
 
 async def _memory_name(request: Request, bank: str, memory: str) -> str:
-    """The memory of the path; for a caller bound to a scope, only a live memory of that scope."""
+    """The memory of the path; for a caller bound to a scope, only one of that scope.
+
+    A deleted memory whose revisions are kept is still its scope's (for its revisions and a
+    rollback); the route itself answers NotFound for what needs a live memory.
+    """
     name = f"reasoningEngines/{bank}/memories/{memory}"
     principal = _caller(request)
     if principal.scope is not None:
-        await load_in_scope(_client(request), name, principal.covers)
+        await check_in_scope(_client(request), name, principal.covers)
     return name
 
 
@@ -126,7 +132,7 @@ Bank = Annotated[str, Depends(_bank_name)]
 """The bank of the path, as `reasoningEngines/{bank}`."""
 Memory = Annotated[str, Depends(_memory_name)]
 """The memory of the path, as `reasoningEngines/{bank}/memories/{memory}`; for a caller bound to
-a scope, NotFound unless it is live and in that scope."""
+a scope, NotFound unless it (live, or deleted with its revisions kept) is of that scope."""
 Caller = Annotated[Principal, Depends(_caller)]
 Page = Annotated[wire.PageQuery, Query()]
 
@@ -230,12 +236,13 @@ async def list_banks(
     principal: Annotated[Principal, _permission("reasoningEngines.list")],
 ) -> JSONResponse:
     """List the memory banks the key may use."""
-    if query.filter:
+    if not is_blank(query.filter):
         raise Unimplemented("Listing memory banks does not support a filter.", field="filter")
     config = {"page_size": query.page_size, "page_token": query.page_token}
-    pager = await client.memory_banks.list(config=config)
-    banks = [b for b in pager.page if principal.may_use_bank(Names.parse_bank(b.name or ""))]
-    payload: dict[str, Any] = {"reasoningEngines": [wire.reasoning_engine_json(b) for b in banks]}
+    pager = await client.memory_banks.list(config=config, bank_ids=principal.banks)
+    payload: dict[str, Any] = {
+        "reasoningEngines": [wire.reasoning_engine_json(b) for b in pager.page]
+    }
     if pager.next_page_token:
         payload["nextPageToken"] = pager.next_page_token
     return JSONResponse(payload)
@@ -314,10 +321,10 @@ async def create_memory(
     body: wire.CreateMemoryBody,
     query: Annotated[wire.CreateMemoryQuery, Query()],
 ) -> types.MemoryOperation:
-    """Create a memory."""
+    """Create a memory (a caller bound to a scope chooses ids in that scope's namespace)."""
     caller.check_scope(_scope_of(body))
     own, config = _split(body)
-    config["memory_id"] = query.memory_id
+    config["memory_id"] = caller.memory_id_for(query.memory_id, own["scope"])
     return await client.memory_banks.memories.create(name=bank, **own, config=config)
 
 
@@ -376,7 +383,8 @@ async def purge(
     For a caller bound to a scope, the filter is ANDed with that scope.
     """
     own, config = _split(body)
-    if own.get("filter") or own.get("filter_groups"):  # else the engine refuses to purge all
+    stated = request_filter(own.get("filter"), own.get("filter_groups"), allow_scope=True)
+    if stated is not None:  # else the engine refuses: confining no condition would purge all
         own["filter"] = caller.confine_filter(own.get("filter"))
     own["force"] = bool(own.get("force", False))
     return await client.memory_banks.memories.purge(name=bank, **own, config=config)
@@ -611,8 +619,9 @@ def create_app(
         api_keys: The accepted keys with their permissions; None serves everyone (bind it to
             loopback only: `serve` refuses anything else).
         max_body_bytes: The largest request body accepted; larger ones get 413.
-        allowed_hosts: The `Host` names served (`*` for any). None: loopback names only without
-            keys (a web page cannot rebind a name of its own to this server), any with keys.
+        allowed_hosts: The `Host` names served (`*` for any, with keys only). None: loopback
+            names only without keys (a web page cannot rebind a name of its own to this server),
+            any with keys.
         cors_origins: Origins whose web pages may call the API (CORS); none by default. Without
             keys, requests from any other origin than the server's own are refused.
         served_url: The loopback URL the app is served at (also `app.state.served_url`, which
@@ -628,6 +637,11 @@ def create_app(
     Returns:
         A FastAPI app with the routes of reference §2, `/openapi.json`, `/healthz`, the memory
         browser at `/ui` and, with `mcp`, the MCP endpoint at `/mcp`.
+
+    Raises:
+        FailedPrecondition: `*` in `allowed_hosts` or `cors_origins` without keys.
+        InvalidArgument: A malformed host or origin, a bad `max_body_bytes`, or a server URI
+            (`http://…`) instead of a store to serve.
     """
     remote = client_or_uri.remote if isinstance(client_or_uri, AsyncClient) else False
     if remote or isinstance(client_or_uri, str) and is_server_uri(client_or_uri):
@@ -649,6 +663,9 @@ def create_app(
         )
     if max_body_bytes <= 0:
         raise InvalidArgument("max_body_bytes must be positive.", field="max_body_bytes")
+    # The local model loads in the background while the server starts (requests that need no
+    # embedding never wait; the first that does waits for the load, not for a second one).
+    warm_up(client.engine.context.default_embedding_model)
     keys = ApiKeys.of(api_keys) if api_keys is not None else None
 
     @asynccontextmanager
@@ -659,9 +676,6 @@ def create_app(
         client.ingest_scheduler.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
-                if app.state.warm_up:  # the default model loads now, not in the first request
-                    model = client.engine.context.default_embedding_model
-                    threading.Thread(target=_warm_up, args=(model,), daemon=True).start()
                 record = await _record_folder(client, app.state.served_url)
                 if record is not None:
                     stack.callback(remove_record, record)
@@ -669,7 +683,7 @@ def create_app(
                 if mcp is not None:
                     from adk_memory.server.mcp_server import mcp_endpoint
 
-                    endpoint = mcp_endpoint(client, mcp, keys=keys, guard=app.state.guard)
+                    endpoint = mcp_endpoint(client, mcp, keys=keys)
                     app.state.mcp = await stack.enter_async_context(endpoint)
                 yield
         finally:
@@ -682,9 +696,8 @@ def create_app(
         summary="A self-hosted Memory Bank: the Agent Platform Memory Bank REST API (v1beta1).",
         version=_version(),
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # `_add_docs` serves /docs with its assets (no CDN)
         redoc_url=None,
-        dependencies=[Depends(guard)],
         # A path with a trailing slash is a 404 in the error envelope, not a 307 to a Location
         # built from the request's Host header (`/ui/` has its own redirect below).
         redirect_slashes=False,
@@ -692,9 +705,9 @@ def create_app(
     app.state.client = client
     app.state.api_keys = keys
     app.state.max_body_bytes = max_body_bytes
-    app.state.guard = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
+    policy = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
+    app.state.guard = policy
     app.state.served_url = served_url
-    app.state.warm_up = False  # `serve` sets it: the lifespan loads the default model at once
     app.state.owner = None
     app.state.mcp = None
     app.include_router(
@@ -719,13 +732,17 @@ def create_app(
         return {"proof": owner_proof(record.secret, record.folder, challenge)}
 
     if mcp is not None:
-        # An ASGI endpoint (the MCP transport streams its own answers), not a FastAPI route.
-        mcp_route = Route("/mcp", _McpRoute(), methods=["GET", "POST", "DELETE"])
-        app.router.routes.append(mcp_route)
+        # An ASGI endpoint (the MCP transport streams its own answers), not a FastAPI route;
+        # it serves its RFC 9728 metadata too. GuardMiddleware below guards both.
+        from adk_memory.server.mcp_server import METADATA_PATH
+
+        app.router.routes.append(Route("/mcp", _McpRoute(), methods=["GET", "POST", "DELETE"]))
+        app.router.routes.append(Route(METADATA_PATH, _McpRoute(), methods=["GET"]))
 
     if keys is None:
         app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
     _add_browser(app)
+    _add_docs(app)
     for failure in (AdkMemoryError, HTTPException, RequestValidationError, Exception):
         app.add_exception_handler(failure, _on_error)
     if cors_origins:
@@ -735,6 +752,7 @@ def create_app(
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["content-type", "authorization", "x-goog-api-key"],
         )
+    app.add_middleware(GuardMiddleware, policy=policy)  # outside CORS: preflights too
     app.add_middleware(_Perimeter, max_bytes=max_body_bytes)
     return app
 
@@ -800,19 +818,87 @@ _UI_HEADERS = {
 
 def _add_browser(app: FastAPI) -> None:
     """Serves the memory browser's three static files (no build step, no external resource)."""
-    static = resources.files("adk_memory.server") / "static"
     for path, (filename, media_type) in _UI_FILES.items():
-        content = (static / filename).read_bytes()
-
-        async def serve_file(content: bytes = content, media_type: str = media_type) -> Response:
-            return Response(content, media_type=media_type, headers=_UI_HEADERS)
-
-        app.add_api_route(path, serve_file, methods=["GET"], include_in_schema=False)
+        read = functools.partial(_static_file, "adk_memory.server", filename)
+        handler = _static_handler(read, media_type, _UI_HEADERS)
+        app.add_api_route(path, handler, methods=["GET"], include_in_schema=False)
 
     async def slash() -> Response:
         return RedirectResponse("/ui", status_code=308)
 
     app.add_api_route("/ui/", slash, methods=["GET"], include_in_schema=False)
+
+
+# The API's interactive description (/docs): Swagger UI, its script and style served from the
+# fastapi-offline package (a dependency of the `server` extra), so that it works offline.
+
+_DOCS_ASSETS = {
+    "/docs/swagger-ui-bundle.js": ("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
+    "/docs/swagger-ui.css": ("swagger-ui.css", "text/css; charset=utf-8"),
+    "/docs/favicon.png": ("favicon.png", "image/png"),
+}
+_DOCS_HEADERS = {
+    # Swagger UI's page starts it with an inline script and styles itself inline; it loads
+    # nothing from elsewhere and talks only to this server.
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+@functools.cache
+def _static_file(package: str, filename: str) -> bytes:
+    """A file of a package's `static` folder, read once."""
+    try:
+        folder = resources.files(package) / "static"
+    except ModuleNotFoundError:
+        raise FailedPrecondition(
+            f"The {package} package is missing (/docs needs fastapi_offline): "
+            "pip install 'adk-memory[server]'."
+        ) from None
+    return (folder / filename).read_bytes()
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Serves Swagger UI at /docs with its assets from the installed fastapi-offline package."""
+
+    async def docs() -> Response:
+        page = get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} · REST API",
+            swagger_js_url="/docs/swagger-ui-bundle.js",
+            swagger_css_url="/docs/swagger-ui.css",
+            swagger_favicon_url="/docs/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None},  # no badge from validator.swagger.io
+        )
+        page.headers.update(_DOCS_HEADERS)
+        return page
+
+    app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
+    headers = {**_DOCS_HEADERS, "cache-control": "public, max-age=86400"}
+    for path, (filename, media_type) in _DOCS_ASSETS.items():
+        read = functools.partial(_static_file, "fastapi_offline", filename)
+        handler = _static_handler(read, media_type, headers)
+        app.add_api_route(path, handler, methods=["GET"], include_in_schema=False)
+
+
+def _static_handler(
+    read: Callable[[], bytes], media_type: str, headers: dict[str, str]
+) -> Callable[[], Awaitable[Response]]:
+    """A route handler serving `read()`.
+
+    It takes no parameters: a default argument would be a query parameter, letting a link choose
+    what the page serves.
+    """
+
+    async def serve() -> Response:
+        return Response(read(), media_type=media_type, headers=headers)
+
+    return serve
 
 
 def _version() -> str:
@@ -874,7 +960,6 @@ def serve(
         "propagate": False,
     }
     app.state.served_url = _loopback_url(host, port) if port else None  # 0: not known yet
-    app.state.warm_up = True
     # Access logs would print query strings, which can hold list filters over facts and scope
     # values; the app logs method, route, status and key name instead.
     uvicorn.run(
@@ -886,16 +971,6 @@ def serve(
         log_level=log_level,
         log_config=log_config,
     )
-
-
-def _warm_up(model: str | None) -> None:
-    """Loads a local embedding model's weights; a failure is logged (the first call says why)."""
-    from adk_memory.embeddings import preload_embedder
-
-    try:
-        preload_embedder(model)
-    except Exception as error:  # the first request reports it again, with the fix
-        logger.warning("Preloading the embedding model failed: %s", error)
 
 
 def _loopback_url(host: str, port: int) -> str | None:

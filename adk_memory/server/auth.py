@@ -5,12 +5,14 @@ The key file format (YAML or JSON, `--keys FILE` or `ADK_MEMORY_API_KEYS_FILE`) 
 `aiplatform.` prefix, or a family wildcard; an unknown one fails the load, so a typo never
 silently grants nothing. A key bound to a scope (`scope`, or a signed token's claims through
 `scope_claims`) confines every call to scopes carrying those entries (`Principal.check_scope`,
-`confine_filter`; a memory named in a request passes `load_in_scope`), and a wildcard never
+`confine_filter`; a memory named in a request passes `check_in_scope`), and a wildcard never
 grants it bank writes: those must be listed by name.
 
 A server without keys trusts whoever can reach it, so it must refuse what a web page can send
 it: `RequestGuard` allows only the `Host` names it serves (loopback names by default, against DNS
-rebinding) and, without keys, only requests from its own origin or a configured CORS origin.
+rebinding; never `*` without keys, whatever address is bound) and, without keys, only requests
+from its own origin or a configured CORS origin. `GuardMiddleware` applies it to every request
+of the REST app and of the MCP app alike.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -32,7 +34,7 @@ from fastapi.security import (
     SecurityScopes,
 )
 from joserfc import jwt
-from joserfc.errors import JoseError
+from joserfc.errors import ExpiredTokenError, JoseError
 from joserfc.jwk import OctKey
 from pydantic import (
     AfterValidator,
@@ -43,8 +45,11 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adk_memory._hosts import is_loopback
+from adk_memory.engine.paging import tokens_for
 from adk_memory.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -53,24 +58,25 @@ from adk_memory.errors import (
     Unauthenticated,
 )
 from adk_memory.filters import parse_filter, quote_string
-from adk_memory.names import Names
-from adk_memory.scope import MAX_SCOPE_PAIRS
+from adk_memory.names import Names, scoped_memory_id
+from adk_memory.scope import MAX_SCOPE_PAIRS, scope_key, validate_scope
+from adk_memory.server.wire import error_response
+from adk_memory.wording import option
 
 if TYPE_CHECKING:
-    from adk_memory import types
     from adk_memory._async_client import AsyncClient
 
 __all__ = [
     "PERMISSIONS",
     "ApiKey",
     "ApiKeys",
+    "GuardMiddleware",
     "Principal",
     "RequestGuard",
     "authenticate",
     "authorize",
-    "guard",
+    "check_in_scope",
     "is_loopback",
-    "load_in_scope",
     "normalize_permission",
     "principal_of",
 ]
@@ -210,12 +216,8 @@ class ApiKey(BaseModel):
         A token must be HS256, signed with `token_secret`, unexpired (`exp` is required) and
         carry every claim of `scope_claims` as a non-empty string.
         """
-        if self.token_secret is None:
-            return None
         try:
-            secret = OctKey.import_key(self.token_secret.get_secret_value())
-            claims = jwt.decode(token, secret, algorithms=["HS256"]).claims
-            jwt.JWTClaimsRegistry(exp={"essential": True}).validate(claims)
+            claims = self._claims(token)
         except (JoseError, ValueError):
             return None
         scope = dict(self.scope or {})
@@ -225,6 +227,30 @@ class ApiKey(BaseModel):
                 return None
             scope[entry] = value
         return scope
+
+    def expired(self, token: str) -> bool:
+        """Whether `token` is one this key signed whose `exp` has passed."""
+        try:
+            self._claims(token)
+        except ExpiredTokenError:
+            return True
+        except (JoseError, ValueError):
+            return False
+        return False
+
+    def _claims(self, token: str) -> dict[str, Any]:
+        """The claims of an unexpired token signed with `token_secret`.
+
+        Raises:
+            JoseError: Not signed by this key, expired (`ExpiredTokenError`) or without `exp`.
+            ValueError: Not a token at all.
+        """
+        if self.token_secret is None:
+            raise JoseError("not a token key")
+        secret = OctKey.import_key(self.token_secret.get_secret_value())
+        claims: dict[str, Any] = jwt.decode(token, secret, algorithms=["HS256"]).claims
+        jwt.JWTClaimsRegistry(exp={"essential": True}).validate(claims)
+        return claims
 
 
 class ApiKeys(BaseModel):
@@ -312,6 +338,10 @@ class ApiKeys(BaseModel):
                     return Principal(key, scope)
         return None
 
+    def expired(self, presented: str) -> bool:
+        """Whether `presented` is a token of one of the keys whose `exp` has passed."""
+        return presented.count(".") == 2 and any(key.expired(presented) for key in self.keys)
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -338,6 +368,18 @@ class Principal:
                 field=field,
             )
 
+    def memory_id_for(self, chosen: str | None, scope: Mapping[str, str]) -> str | None:
+        """The id a create names for `chosen` (None: a new random id).
+
+        A caller bound to a scope chooses ids in the namespace of the memory's scope
+        (`names.scoped_memory_id`): another scope's ids, live, deleted or not yet used, answer
+        exactly as free ones do (they are other ids), and none of its own can be taken in
+        advance from outside its scope. Unbound callers name ids as they are.
+        """
+        if chosen is None or self.scope is None:
+            return chosen
+        return scoped_memory_id(chosen, scope_key(validate_scope(dict(scope))), field="memory_id")
+
     def confine_filter(self, text: str | None) -> str | None:
         """A list or purge filter ANDed with the caller's scope.
 
@@ -359,6 +401,20 @@ class Principal:
     def label(self) -> str:
         """The key's name for logs, or `anonymous`."""
         return self.key.name if self.key is not None else "anonymous"
+
+    @property
+    def audience(self) -> str:
+        """Who the caller's page tokens belong to: the key, and the scope it is bound to.
+
+        Key names are unique in a key file, so the servers that share one accept each other's
+        tokens; two users of one token key differ by their bound scope.
+        """
+        return json.dumps([self.label, sorted((self.scope or {}).items())])
+
+    @property
+    def banks(self) -> frozenset[str] | None:
+        """The bank ids the key is limited to; None: every bank."""
+        return self.key.banks if self.key is not None else None
 
     def may_use_bank(self, bank_id: str) -> bool:
         """Whether the key is not limited to other banks."""
@@ -395,19 +451,24 @@ class Principal:
             )
 
 
-async def load_in_scope(
+async def check_in_scope(
     client: AsyncClient, name: str, allowed: Callable[[dict[str, str]], bool]
-) -> types.Memory:
-    """The memory `name`, if it is live and its scope is `allowed` (REST: `Principal.covers`).
+) -> None:
+    """Passes if the memory `name`'s scope is `allowed` (REST: `Principal.covers`).
+
+    The scope is the live memory's or, once it is deleted, that of the revisions kept for
+    rollback (`MemoryOps.scope_of`): a caller confined to a scope lists the history of its own
+    deleted memory and rolls it back, as the route and the MCP tool promise.
 
     Raises:
-        NotFound: The memory does not exist, has expired, or belongs to a scope the caller may
-            not see (the same answer, so that a bound key learns nothing about other scopes).
+        NotFound: The id names neither a memory nor a kept history, or one of a scope the
+            caller may not see (the same answer, so that a bound key learns nothing about
+            other scopes).
     """
-    memory = await client.memory_banks.memories.get(name=name)
-    if not allowed(memory.scope or {}):
-        raise NotFound(f"Memory {memory.name!r} does not exist or has expired.", field="name")
-    return memory
+    bank_id, memory_id = Names.parse_memory(name)
+    if not allowed(await client.engine.memories.scope_of(bank_id, memory_id)):
+        full = client.engine.names.memory(bank_id, memory_id)
+        raise NotFound(f"Memory {full!r} does not exist or has expired.", field="name")
 
 
 def authenticate(
@@ -416,7 +477,8 @@ def authenticate(
     """The caller behind the `x-goog-api-key` header or the `Authorization: Bearer` token.
 
     Raises:
-        Unauthenticated: Keys are configured and the request carries none, or an unknown one.
+        Unauthenticated: Keys are configured and the request carries none, an unknown one, or
+            an expired token (`field` is "credentials" for a wrong or expired one).
     """
     if keys is None:
         return Principal(None)
@@ -424,13 +486,21 @@ def authenticate(
     if not presented:
         raise Unauthenticated(
             "This server requires an API key: send it as 'x-goog-api-key: KEY' or "
-            "'Authorization: Bearer KEY' (the official SDK sends credentials.token as a "
-            "bearer token).",
+            f"'Authorization: Bearer KEY' ({option('credentials')}).",
         )
     principal = keys.identify(presented)
-    if principal is None:
-        raise Unauthenticated("The API key is not valid for this server.")
-    return principal
+    if principal is not None:
+        return principal
+    if keys.expired(presented):
+        raise Unauthenticated(
+            f"The token has expired (its exp claim is past); put a new one in "
+            f"{option('credentials')}.",
+            field="credentials",
+        )
+    raise Unauthenticated(
+        f"The API key is not valid for this server; check the key in {option('credentials')}.",
+        field="credentials",
+    )
 
 
 async def principal_of(request: Request, keys: ApiKeys | None) -> Principal:
@@ -447,18 +517,20 @@ async def authorize(
     required: SecurityScopes,
     api_key: Annotated[str | None, Security(_API_KEY)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
-) -> Principal:
+) -> AsyncIterator[Principal]:
     """The caller, checked for the route's permission on the bank in the path.
 
     The permission is the route's one security scope (none: any permission on the bank); the
-    keys are the app's `state.api_keys`.
+    keys are the app's `state.api_keys`. The request's page tokens are the caller's own
+    (`paging.tokens_for`), so no other key or bound scope can use them.
     """
     principal = authenticate(request.app.state.api_keys, api_key, bearer)
     request.state.key_label = principal.label
     request.state.principal = principal
     permission = required.scopes[0] if required.scopes else None
     principal.require(permission, request.path_params.get("bank"))
-    return principal
+    with tokens_for(principal.audience):
+        yield principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,7 +538,8 @@ class RequestGuard:
     """Which `Host` names and browser origins the server answers."""
 
     allowed_hosts: frozenset[str] | None
-    """Host names served (`*` for any); None: loopback names only without keys, any with keys."""
+    """Host names served (`*` for any, with keys only); None: loopback names only without keys,
+    any with keys."""
     cors_origins: frozenset[str]
     """Origins (`https://app.example`) whose pages may call the server."""
     keyless: bool
@@ -482,9 +555,17 @@ class RequestGuard:
         Raises:
             InvalidArgument: A host has a port or is not a host name, or an origin is not
                 `scheme://host[:port]`.
-            FailedPrecondition: CORS for every origin (`*`) on a server without keys.
+            FailedPrecondition: CORS for every origin, or every Host name (`*`), on a server
+                without keys.
         """
         hosts = [str(host).strip().lower() for host in allowed_hosts or ()]
+        if "*" in hosts and keyless:
+            raise FailedPrecondition(
+                "Answering every Host name on a server without API keys would let any web page "
+                "point a name of its own at this machine (DNS rebinding) and read and change "
+                "every memory; list the names, or configure keys.",
+                field="allowed_hosts",
+            )
         for host in hosts:
             if host != "*" and _hostname(host) != host.strip("[]"):
                 raise InvalidArgument(
@@ -544,7 +625,25 @@ def _hostname(host: str) -> str:
     return found[1].strip("[]").lower() if found else ""
 
 
-async def guard(request: Request) -> None:
-    """Applies the app's `state.guard` to a request."""
-    policy: RequestGuard = request.app.state.guard
-    policy.check(request.headers.get("host"), request.headers.get("origin"))
+class GuardMiddleware:
+    """ASGI middleware that applies a `RequestGuard` to every HTTP request before the app.
+
+    The one Host/Origin check of every HTTP surface: the REST app and the MCP app both wrap
+    themselves in it, so a request the guard refuses (403 in the Google error envelope) never
+    reaches a route, a tool or the MCP SDK's own transport.
+    """
+
+    def __init__(self, app: ASGIApp, *, policy: RequestGuard) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Checks an HTTP request's `Host` and `Origin`, then passes it on (or answers 403)."""
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            try:
+                self.policy.check(headers.get("host"), headers.get("origin"))
+            except PermissionDenied as exc:
+                await error_response(exc)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse
 
 from adk_memory import types
 from adk_memory.errors import AdkMemoryError, InvalidArgument, Unimplemented
+from adk_memory.wording import Surface, render
 
 __all__ = [
     "Body",
@@ -471,19 +472,21 @@ def reasoning_engine_json(bank: types.MemoryBank) -> dict[str, Any]:
     return payload
 
 
-def error_envelope(error: AdkMemoryError) -> dict[str, Any]:
+def error_envelope(error: AdkMemoryError, surface: Surface = "rest") -> dict[str, Any]:
     """The Google error envelope for an error, with a BadRequest field violation if it names one.
 
+    The message is in `surface`'s terms: REST's, or MCP's for the MCP server's HTTP refusals.
     An error with a `reason` (`ModelUnavailable`: `MODEL_UNAVAILABLE`) carries it in an
     `ErrorInfo`, which tells it from another error of the same status (`StoreUnavailable`); a
     client rebuilds the class from it.
     """
-    status: dict[str, Any] = {"code": error.code, "message": error.message, "status": error.status}
+    message = render(error, surface)
+    status: dict[str, Any] = {"code": error.code, "message": message, "status": error.status}
     if error.field and error.code in (400, 413, 415):
         status["details"] = [
             {
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": error.field, "description": error.message}],
+                "fieldViolations": [{"field": error.field, "description": message}],
             }
         ]
     elif error.reason:

@@ -143,5 +143,32 @@ def chroma_server(*, use_env: bool = True) -> Iterator[str]:
         yield f"chroma+http://127.0.0.1:{port}"
     finally:
         if process is not None:
+            _remove_lock_folder(port)
             _stop(process)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _remove_lock_folder(port: int) -> None:
+    """Removes the `single_host` lock folder of a server about to be stopped with its data.
+
+    It is named after the server's random id, which no later server has: left, it would only
+    pile up in the host's lock folder, one per test session. Nothing to do when no store locked.
+    """
+    import chromadb
+    from adk_memory_chroma import ChromaStoreConfig
+    from adk_memory_chroma._chroma import close_client
+    from adk_memory_chroma._locks import SERVER_ID_COLLECTION
+    from chromadb.config import Settings
+    from chromadb.errors import NotFoundError
+
+    client = chromadb.HttpClient(
+        host="127.0.0.1", port=port, settings=Settings(anonymized_telemetry=False)
+    )
+    try:
+        server_id = str(client.get_collection(SERVER_ID_COLLECTION).id)
+    except NotFoundError:
+        return
+    finally:
+        close_client(client)
+    lock_dir = Path(ChromaStoreConfig.model_fields["lock_dir"].default)
+    shutil.rmtree(lock_dir / server_id, ignore_errors=True)

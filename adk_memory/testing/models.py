@@ -62,6 +62,9 @@ class ScriptedMemoryModel(BaseLlm):
     on_call: Callable[[str], Awaitable[None]] | None = None
     """Optional: awaited with the call's kind (`extraction`, `consolidation`) before it answers,
     so a test can act while the model "thinks" (write concurrently, let a lock lease lapse)."""
+    accepts_attachments: bool = True
+    """Whether generation sends it a conversation's images and files (as to Gemini); False
+    stands in for a text-only model, which gets a note instead."""
     requests: list[LlmRequest] = Field(default_factory=list)
 
     @classmethod

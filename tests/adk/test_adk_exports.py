@@ -21,6 +21,7 @@ def test_public_names_are_pinned() -> None:
         "memory_service_builder",
         "memory_service_factory",
         "register_services",
+        "user_token_headers",
     ]
     for name in adk_memory.adk.__all__:
         assert getattr(adk_memory.adk, name) is not None

@@ -139,19 +139,30 @@ async def test_plugin_and_callback_together_follow_the_same_rule_every_session(
     assert sorted(entry.content.parts[0].text for entry in found.memories) == [TEA, BERLIN]
 
 
-# Case 2: durable ingest
+# Case 2: durable ingest, off the turn
+
+
+async def pending_streams(store: str, bank_id: str) -> list[tuple[str, int]]:
+    """What another process reading the store sees: each stream holding events, and how many."""
+    async with AsyncClient(store, embedding_model="hash-64", run_scheduler=False) as reader:
+        streams = await reader.engine.ingest.streams(bank_id)
+    return [(stream.stream_id, stream.pending_events) for stream in streams]
 
 
 @MODES
-async def test_a_runs_events_are_in_the_store_when_the_run_returns(
+async def test_a_runs_events_reach_the_store_after_the_run_returns(
     service: MemoryBankService, store: str, mode: Mode
 ) -> None:
+    """The run hands its events over without waiting; the service's writer stores them even
+    after a synchronous run's event loop has ended."""
     runner = runner_for(agent(ScriptedAgentModel()), service, plugins=[MemoryBankPlugin()])
     session = await turn(runner, mode, user_id="u1", text="I love green tea, by the way.")
 
-    async with AsyncClient(store, embedding_model="hash-64", run_scheduler=False) as reader:
-        streams = await reader.engine.ingest.streams(service.bank_id)
-    assert [(s.stream_id, s.pending_events) for s in streams] == [(session, 2)]
+    for _ in range(100):
+        if await pending_streams(store, service.bank_id) == [(session, 2)]:
+            break
+        await asyncio.sleep(0.05)
+    assert await pending_streams(store, service.bank_id) == [(session, 2)]
     await service.flush(app_name=APP, user_id="u1", session_id=session)
     found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
     assert [entry.content.parts[0].text for entry in found.memories] == [TEA]
@@ -179,20 +190,24 @@ async def test_a_fact_only_in_a_tool_response_is_remembered(
     assert SHOES in last_request(model)
     prompt = ScriptedMemoryModel.prompt_text(memory_model.requests[0])
     assert "[tool call lookup_profile: {}]" in prompt
-    assert '[tool lookup_profile returned: {"result": {"newsletter": false, "shoe_size": 44}}]' in (
-        prompt
-    ) or '[tool lookup_profile returned: {"newsletter": false, "shoe_size": 44}]' in prompt
+    assert (
+        '[tool lookup_profile returned: {"result": {"newsletter": false, "shoe_size": 44}}]'
+        in (prompt)
+        or '[tool lookup_profile returned: {"newsletter": false, "shoe_size": 44}]' in prompt
+    )
 
 
 # Cases 4 and 7: a down store never fails nor stalls the turn
 
 
-@pytest.mark.parametrize("down_uri", ["redis://127.0.0.1:9/0", "chroma+http://127.0.0.1:9"])
+@pytest.mark.parametrize(
+    "down_uri", ["redis://127.0.0.1:9/0", "chroma+http://127.0.0.1:9?single_host=true"]
+)
 @MODES
 async def test_a_down_store_never_fails_the_turn_and_runner_close_is_clean(
     down_uri: str, mode: Mode, caplog: pytest.LogCaptureFixture
 ) -> None:
-    service = MemoryBankService(down_uri, embedding_model="hash-64")
+    service = MemoryBankService(down_uri, bank="down-store", embedding_model="hash-64")
     model = ScriptedAgentModel()
     root = LlmAgent(
         name="assistant",
@@ -209,52 +224,17 @@ async def test_a_down_store_never_fails_the_turn_and_runner_close_is_clean(
         await runner.close()
         await service.aclose()
     assert len(model.requests) == 4  # every turn was answered
-    messages = [record.getMessage() for record in caplog.records]
-    assert any("did not take a session's events (StoreUnavailable" in m for m in messages)
-    assert sum("skip it for 30 s" in m for m in messages) == 1  # then the breaker holds
+    messages = [r.getMessage() for r in caplog.records if "down-store" in r.getMessage()]
+    # Logged once: the breaker opens (at the start-up's failure), and holds.
+    assert sum("agent turns skip memory until it answers again" in m for m in messages) == 1
     assert all("green tea" not in m for m in messages)
-
-
-async def test_a_hung_store_costs_a_bounded_wait_then_nothing(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A store that accepts connections and never answers: writes and listings time out, the
-    breaker opens, and later turns skip the store (timeouts shortened for the test)."""
-    import adk_memory.adk._service as service_module
-
-    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(-1)  # until the client gives up and closes
-        writer.close()
-
-    hung = await asyncio.start_server(never_answer, "127.0.0.1", 0)
-    port = hung.sockets[0].getsockname()[1]
-    monkeypatch.setattr(service_module, "WRITE_TIMEOUT", 0.3)
-    service = MemoryBankService(
-        f"redis://127.0.0.1:{port}/0?socket_timeout=1",
-        embedding_model="hash-64",
-        generation_wait=0.2,
-    )
-    model = ScriptedAgentModel()
-    runner = runner_for(agent(model), service, plugins=[MemoryBankPlugin(search_timeout=0.5)])
-    try:
-        with caplog.at_level(logging.WARNING, logger="adk_memory"):
-            session = None
-            for text in ("I love green tea.", "And coffee.", "And water.", "Anything else?"):
-                session = await turn(runner, "async", user_id="u1", text=text, session=session)
-            await runner.close()
-            await service.aclose()
-    finally:
-        hung.close()
-    assert len(model.requests) == 4
-    messages = [record.getMessage() for record in caplog.records]
-    assert any("did not take a session's events (TimeoutError" in m for m in messages)
-    assert sum("skip it for 30 s" in m for m in messages) == 1
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for a known outage"
 
 
 async def test_events_a_failed_write_kept_are_stored_later(
     service: MemoryBankService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real_ingest = IngestOps.ingest
+    real_ingest = IngestOps.ingest_many
     failures = [StoreUnavailable("connection reset by the test")]
 
     async def cut_once(self: IngestOps, *args: Any, **kwargs: Any) -> Any:
@@ -262,11 +242,12 @@ async def test_events_a_failed_write_kept_are_stored_later(
             raise failures.pop()
         return await real_ingest(self, *args, **kwargs)
 
-    monkeypatch.setattr(IngestOps, "ingest", cut_once)
+    monkeypatch.setattr(IngestOps, "ingest_many", cut_once)
     model = ScriptedAgentModel()
     runner = runner_for(agent(model), service, plugins=[MemoryBankPlugin()])
     with caplog.at_level(logging.WARNING, logger="adk_memory"):
         session = await turn(runner, "async", user_id="u1", text="I love green tea, by the way.")
+        await service.drain()  # the writer's first attempt failed; its retry stored them
     assert any("connection reset by the test" in r.getMessage() for r in caplog.records)
     await service.flush(app_name=APP, user_id="u1", session_id=session)  # sends what waited
     found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
@@ -283,7 +264,7 @@ async def test_a_model_outage_strands_nothing_and_is_visible(
 
     def extract(request: LlmRequest) -> dict[str, Any]:
         if down["on"]:
-            raise RuntimeError("no credentials: set GOOGLE_API_KEY")
+            raise RuntimeError("the model service is down for maintenance")
         return extract_from_prompt(request)
 
     memory_model.extract = extract
@@ -317,7 +298,9 @@ async def test_a_model_outage_strands_nothing_and_is_visible(
         ["streams", "retry", stream["key"][:8], "-b", service.bank_id]
         + ["--uri", service_uri(service)],
     )
-    assert retried.exit_code == 1 and "Calling the memory model failed" in retried.output
+    # The CLI's own model is the default Gemini, which has no credentials here.
+    assert retried.exit_code == 1 and "FAILED_PRECONDITION" in retried.output
+    assert "lack of credentials" in retried.output
 
     down["on"] = False
     await turn(runner, "async", user_id="u1", text="Hello again.")  # a new session retries it

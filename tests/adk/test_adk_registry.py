@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,17 +32,25 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
 
 
 def uris(tmp_path: Path) -> list[str]:
+    # A service connects at construction: every server named here is a closed local port.
     return [
         f"chroma://{tmp_path}",
-        "chroma+http://localhost:8000",
-        "chroma+https://chroma.example.com",
-        "redis://localhost:6379/0",
-        "rediss://:secret@redis.example.com:6380/0?bank=prod",
-        "redis+cluster://node-a:7000,node-b:7001",
-        "rediss+cluster://:secret@node-a:7000",
-        "http://127.0.0.1:8080",
-        "https://memory.example.com?bank=prod",
+        "chroma+http://127.0.0.1:9",
+        "chroma+https://127.0.0.1:9",
+        "redis://127.0.0.1:9/0",
+        "rediss://:secret@127.0.0.1:9/0?bank=prod",
+        "redis+cluster://127.0.0.1:9,127.0.0.1:10",
+        "rediss+cluster://:secret@127.0.0.1:9",
+        "http://127.0.0.1:9",
+        "https://127.0.0.1:9?bank=prod",
     ]
+
+
+def built(service: object) -> object:
+    """The service ADK built, closed (it started connecting when built)."""
+    if isinstance(service, MemoryBankService):
+        asyncio.run(service.aclose())
+    return service
 
 
 def test_shipped_services_yaml_lets_adk_build_the_service_for_each_scheme(
@@ -52,7 +61,7 @@ def test_shipped_services_yaml_lets_adk_build_the_service_for_each_scheme(
     made = registry.get_service_registry()
     for uri in uris(tmp_path):
         assert isinstance(
-            made.create_memory_service(uri, agents_dir=str(SAMPLES)), MemoryBankService
+            built(made.create_memory_service(uri, agents_dir=str(SAMPLES))), MemoryBankService
         )
     assert {uri.split(":", 1)[0] for uri in uris(tmp_path)} == set(SCHEMES)
     assert isinstance(
@@ -67,7 +76,7 @@ def test_agent_folders_services_py_registers_for_adk_run(
     made = registry.get_service_registry()
     for uri in uris(tmp_path):
         assert isinstance(
-            made.create_memory_service(uri, agents_dir=str(SAMPLES)), MemoryBankService
+            built(made.create_memory_service(uri, agents_dir=str(SAMPLES))), MemoryBankService
         )
     assert isinstance(made.create_memory_service("memory://"), InMemoryMemoryService)
 
@@ -76,10 +85,12 @@ def test_adk_cli_options_build_the_service(registry: ModuleType, tmp_path: Path)
     from google.adk.cli.utils.service_factory import create_memory_service_from_options
 
     registry.load_services_module(str(SAMPLES))
-    built = create_memory_service_from_options(
-        base_dir=SAMPLES, memory_service_uri="redis://localhost:6379/0?bank=cli"
+    service = built(
+        create_memory_service_from_options(
+            base_dir=SAMPLES, memory_service_uri="redis://127.0.0.1:9/0?bank=cli"
+        )
     )
-    assert isinstance(built, MemoryBankService) and built.bank_id == "cli"
+    assert isinstance(service, MemoryBankService) and service.bank_id == "cli"
     own = create_memory_service_from_options(base_dir=SAMPLES, memory_service_uri="memory://")
     assert isinstance(own, InMemoryMemoryService)
 

@@ -140,33 +140,58 @@ def _entry(text: str) -> MemoryEntry:
     )
 
 
-async def test_a_sessions_thoughts_and_inline_bytes_never_reach_generation() -> None:
-    """What add_session_to_memory sends: text and a file reference (one `[attachment]`), not
-    the model's thought nor the inline image."""
-    model = ScriptedMemoryModel(extractions=[{"memories": []}])
-    service = MemoryBankService(
-        f"memory://parts-{uuid.uuid4().hex[:8]}", embedding_model="hash-64", generation_model=model
-    )
+def _multimodal_session() -> Session:
     parts = [
-        genai_types.Part(text="I like tea."),
+        genai_types.Part(text="Here is my cat."),
         genai_types.Part(text="SECRET THOUGHT", thought=True),
-        genai_types.Part(inline_data=genai_types.Blob(mime_type="image/png", data=b"PNG")),
+        genai_types.Part(inline_data=genai_types.Blob(mime_type="image/png", data=b"PNG-CAT")),
         genai_types.Part(
             file_data=genai_types.FileData(mime_type="application/pdf", file_uri="gs://b/menu.pdf")
         ),
     ]
     said = genai_types.Content(role="user", parts=parts)
-    session = Session(
+    return Session(
         id="s1",
         app_name=APP,
         user_id="u1",
         events=[Event(author="user", invocation_id="i1", content=said)],
     )
+
+
+async def _extraction_request(model: ScriptedMemoryModel) -> genai_types.Content:
+    service = MemoryBankService(
+        f"memory://parts-{uuid.uuid4().hex[:8]}", embedding_model="hash-64", generation_model=model
+    )
     try:
-        await service.add_session_to_memory(session)
+        await service.add_session_to_memory(_multimodal_session())
         await service.flush(app_name=APP, user_id="u1", session_id="s1")
     finally:
         await service.aclose()
-    prompt = ScriptedMemoryModel.prompt_text(model.requests[0])
-    conversation = prompt.rsplit("<conversation>", 1)[1].split("</conversation>")[0]
-    assert conversation.strip() == "user: I like tea. [attachment]"
+    [request] = [r for r in model.requests if model.kind_of(r) == "extraction"]
+    return request.contents[-1]
+
+
+async def test_images_and_files_reach_a_model_that_reads_them_as_adks_vertex_sends_them() -> None:
+    """ADK's Vertex service sends an event's content whole: the inline image and the file
+    reference reach the extraction call, each after its label; the thought never does."""
+    content = await _extraction_request(ScriptedMemoryModel(extractions=[{"memories": []}]))
+    text = content.parts[0].text or ""
+    conversation = text.rsplit("<conversation>", 1)[1].split("</conversation>")[0]
+    assert conversation.strip() == (
+        "user: Here is my cat. [attachment 1: image/png] [attachment 2: application/pdf]"
+    )
+    assert [part.text for part in content.parts[1::2]] == ["[attachment 1]:", "[attachment 2]:"]
+    image, document = content.parts[2], content.parts[4]
+    assert image.inline_data is not None and image.inline_data.data == b"PNG-CAT"
+    assert image.inline_data.mime_type == "image/png"
+    assert document.file_data is not None and document.file_data.file_uri == "gs://b/menu.pdf"
+    assert all("SECRET THOUGHT" not in (part.text or "") for part in content.parts)
+
+
+async def test_a_text_only_model_gets_the_text_and_a_note_instead_of_attachments() -> None:
+    model = ScriptedMemoryModel(extractions=[{"memories": []}], accepts_attachments=False)
+    content = await _extraction_request(model)
+    assert len(content.parts) == 1
+    text = content.parts[0].text or ""
+    assert "[attachment 1: image/png]" in text and "Here is my cat." in text
+    assert "2 attachment(s) of the conversation are not shown" in text

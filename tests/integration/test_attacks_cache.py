@@ -56,7 +56,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreMaker:
         return lambda: store_from_uri(f"chroma://{tmp_path}")
     if request.param == "chroma_http":
         url = request.getfixturevalue("chroma_http_url")
-        return lambda: store_from_uri(f"{url}?collection_prefix={prefix}")
+        return lambda: store_from_uri(f"{url}&collection_prefix={prefix}")
     url = request.getfixturevalue(f"{request.param}_url")
     return lambda: store_from_uri(f"{url}?key_prefix={prefix}&index_algorithm=FLAT")
 

@@ -397,3 +397,51 @@ def test_a_flush_whose_batch_reply_is_lost_is_recognised_as_stored(
             await _next_flush_generates_nothing(banks, bank, model)
 
     asyncio.run(scenario())
+
+
+async def test_ingest_many_stores_many_streams_in_one_write_each_event_once(uri: str) -> None:
+    """The ADK writer's group commit: several streams (one named twice) in one store write;
+    an invalid request is refused alone; ids already seen are dropped; nothing else is lost."""
+    from adk_memory import AsyncClient, InvalidArgument
+    from adk_memory.engine.ingest import IngestRequest, IngestResult
+
+    def request(user: str, *events: dict[str, Any], stream: str = "s") -> IngestRequest:
+        return IngestRequest(
+            scope={"user_id": user}, stream_id=stream, source={"events": list(events)}
+        )
+
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+        bank_id = (await client.memory_banks.create()).name.rsplit("/", 1)[1]
+        store = client.engine.context.store
+        writes = []
+        real_apply = store.apply
+
+        async def counted(*args: Any, **kwargs: Any) -> None:
+            writes.append(args)
+            await real_apply(*args, **kwargs)
+
+        store.apply = counted  # type: ignore[method-assign]
+        results = await client.engine.ingest.ingest_many(
+            bank_id,
+            [
+                request("u1", event("one", "e1")),
+                request("u2", event("two", "e2")),
+                request("u1", event("one again", "e1"), event("three", "e3")),
+                request("u*", event("bad scope", "e4")),  # '*' is reserved in scopes
+            ],
+        )
+        assert len(writes) == 1
+        assert [type(result) for result in results[:3]] == [IngestResult] * 3
+        assert isinstance(results[3], InvalidArgument) and results[3].field
+        streams = {
+            status.scope["user_id"]: status.pending_events
+            for status in await client.engine.ingest.streams(bank_id)
+        }
+        assert streams == {"u1": 2, "u2": 1}  # e1 once, e3; e2
+        again = await client.engine.ingest.ingest_many(bank_id, [request("u2", event("x", "e2"))])
+        assert isinstance(again[0], IngestResult)
+        streams = {
+            status.scope["user_id"]: status.pending_events
+            for status in await client.engine.ingest.streams(bank_id)
+        }
+        assert streams == {"u1": 2, "u2": 1}

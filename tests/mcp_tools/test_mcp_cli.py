@@ -22,6 +22,8 @@ from adk_memory.testing.models import ScriptedMemoryModel
         (["--transport", "stdio"], "Whose memories?"),
         (["--transport", "http"], "Whose memories?"),
         (["-s", "app=x", "--keys", "/nonexistent/keys.yaml", "--transport", "http"], "Cannot read"),
+        (["-s", "app=x", "--transport", "http", "--allowed-host", "*"], "every Host name"),
+        (["-s", "app=x", "--transport", "http", "--allowed-host", "a.test:80"], "without a port"),
     ],
 )
 def test_mcp_refuses_a_bad_configuration_with_one_line(arguments: list[str], message: str) -> None:

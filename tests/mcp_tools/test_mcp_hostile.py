@@ -24,11 +24,12 @@ ALICE = {"user_id": "alice"}
 BOB = {"user_id": "bob"}
 BOB_SECRET = "bob-secret-0b7a"
 TOOLS = {
-    "retrieve_memories": ("query", "top_k"),
-    "list_memories": ("page_size", "page_token"),
+    "retrieve_memories": ("query", "top_k", "filter", "metadata_filters", "max_distance"),
+    "list_memories": ("page_size", "page_token", "filter", "metadata_filters"),
     "get_memory": ("memory_id",),
-    "create_memory": ("fact",),
-    "update_memory": ("memory_id", "fact"),
+    "create_memory": ("fact", "topics", "metadata", "ttl_seconds"),
+    "create_memories": ("memories",),
+    "update_memory": ("memory_id", "fact", "topics", "metadata", "ttl_seconds"),
     "delete_memory": ("memory_id",),
     "list_revisions": ("memory_id",),
     "rollback_memory": ("memory_id", "revision_id"),
@@ -131,6 +132,34 @@ def tool_calls(draw: st.DrawFn, bob_id: str, alice_id: str) -> tuple[str, dict[s
         "top_k": st.one_of(st.integers(-3, 200), JSON),
         "page_size": st.one_of(st.integers(-3, 200), JSON),
         "page_token": st.one_of(TEXT, JSON),
+        "filter": st.one_of(
+            st.sampled_from(['scope.user_id = "bob"', f'fact : "{BOB_SECRET}"', "fact ="]), TEXT
+        ),
+        "max_distance": st.one_of(st.floats(allow_nan=False), JSON),
+        "metadata_filters": st.one_of(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"key": TEXT, "value": st.one_of(TEXT, st.floats(), st.booleans())},
+                    optional={"op": st.sampled_from(["=", ">", "<", "!"]), "negate": JSON},
+                ),
+                max_size=3,
+            ),
+            JSON,
+        ),
+        "topics": st.one_of(st.lists(TEXT, max_size=3), JSON),
+        "metadata": st.one_of(
+            st.dictionaries(TEXT, st.one_of(TEXT, st.floats()), max_size=3), JSON
+        ),
+        "ttl_seconds": st.one_of(st.integers(-3, 2**40), JSON),
+        "memories": st.one_of(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"fact": TEXT}, optional={"scope": st.just(BOB), "topics": JSON}
+                ),
+                max_size=3,
+            ),
+            JSON,
+        ),
         "messages": st.one_of(
             st.lists(
                 st.fixed_dictionaries(

@@ -10,6 +10,7 @@ and PYTHONPATH points the child process at this checkout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,26 +138,103 @@ async def test_the_claude_desktop_configuration_serves_memories_on_stdio(home: P
     assert (home / ".adk-memory").is_dir()  # the store the configuration names
 
 
-async def test_adks_mcp_toolset_from_the_readme_stores_and_recalls(
+async def test_adks_mcp_toolset_from_the_readme_keeps_each_adk_user_in_their_scope(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    namespace: dict[str, Any] = {}
-    exec(block("**ADK's `McpToolset`**", "python"), namespace)
-    toolset = namespace["memory_tools"]
-    assert namespace["agent"].tools == [toolset]
-    try:
-        tools = {tool.name: tool for tool in await toolset.get_tools()}
-        made = await tools["create_memory"].run_async(
-            args={"fact": "I keep bees."}, tool_context=None
+    """Two ADK users of one process, one `McpToolset` (the README's, as written): bob never
+    retrieves what alice stored, alice does; each call carried its own user's token."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types as genai_types
+
+    from adk_memory.testing.agent_models import ScriptedAgentModel
+
+    with readme_http_server(home, "**ADK's `McpToolset`**") as (port, _, entries):
+        secret = {e["name"]: e for e in entries["keys"]}["end-users"]["token_secret"]
+        monkeypatch.setenv("MEMORY_TOKEN_SECRET", secret)
+        code = block("**ADK's `McpToolset`**", "python").replace("8765", str(port))
+        namespace: dict[str, Any] = {}
+        exec(code, namespace)
+        toolset, readme_agent = namespace["memory_tools"], namespace["agent"]
+        assert readme_agent.tools == [toolset]
+
+        def call(name: str, **args: Any) -> dict[str, Any]:
+            return {"function_call": {"name": name, "args": args}}
+
+        model = ScriptedAgentModel(
+            replies=[
+                call("create_memory", fact="I keep bees."),
+                "Noted.",
+                call("retrieve_memories", query="hobby"),
+                "Nothing known.",
+                call("retrieve_memories", query="hobby"),
+                "Bees.",
+            ]
         )
-        assert not made["isError"], made
-        found = await tools["retrieve_memories"].run_async(
-            args={"query": "hobby"}, tool_context=None
+        agent = LlmAgent(
+            name="assistant", model=model, instruction=readme_agent.instruction, tools=[toolset]
         )
-        assert [hit["fact"] for hit in found["structuredContent"]["result"]] == ["I keep bees."]
-    finally:
-        await toolset.close()
+        runner = Runner(app_name="assistant", agent=agent, session_service=InMemorySessionService())
+
+        async def turn(user: str, text: str) -> dict[str, Any]:
+            session = await runner.session_service.create_session(
+                app_name="assistant", user_id=user
+            )
+            message = genai_types.Content(role="user", parts=[genai_types.Part(text=text)])
+            responses = [
+                part.function_response.response
+                async for event in runner.run_async(
+                    user_id=user, session_id=session.id, new_message=message
+                )
+                for part in (event.content.parts if event.content else None) or ()
+                if part.function_response is not None
+            ]
+            assert len(responses) == 1, responses
+            return dict(responses[0] or {})
+
+        try:
+            made = await turn("alice", "Remember that I keep bees.")
+            assert not made.get("isError"), made
+            bobs = await turn("bob", "What is my hobby?")
+            assert bobs["structuredContent"]["result"] == [], bobs
+            alices = await turn("alice", "What is my hobby?")
+            assert [hit["fact"] for hit in alices["structuredContent"]["result"]] == [
+                "I keep bees."
+            ]
+        finally:
+            await runner.close()
+            await toolset.close()
+
+
+def test_a_user_token_is_reused_until_near_its_expiry_and_names_the_user() -> None:
+    from joserfc import jwt
+    from joserfc.jwk import OctKey
+
+    from adk_memory import InvalidArgument
+    from adk_memory.adk import user_token_headers
+
+    secret = "s" * 40
+
+    class Session:
+        app_name = "assistant"
+
+    class Context:
+        session = Session()
+
+        def __init__(self, user_id: str) -> None:
+            self.user_id = user_id
+
+    headers = user_token_headers(secret, hours=1)
+    alice = headers(Context("alice"))  # type: ignore[arg-type]
+    assert headers(Context("alice")) == alice  # type: ignore[arg-type]
+    bob = headers(Context("bob"))  # type: ignore[arg-type]
+    assert bob != alice
+    token = alice["Authorization"].removeprefix("Bearer ")
+    claims = jwt.decode(token, OctKey.import_key(secret)).claims
+    assert claims["sub"] == "alice" and claims["app"] == "assistant"
+    with pytest.raises(InvalidArgument, match="32 characters"):
+        user_token_headers("short")
 
 
 def _free_port() -> int:
@@ -165,12 +244,12 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def http_server(home: Path) -> Iterator[tuple[int, ApiKeys, dict[str, Any]]]:
-    """The README's `adk-memory mcp --transport http …` command with its key file."""
+@contextlib.contextmanager
+def readme_http_server(home: Path, after: str) -> Iterator[tuple[int, ApiKeys, dict[str, Any]]]:
+    """The README's `adk-memory mcp --transport http …` command after `after`, with its keys."""
     path, keys, entries = readme_keys(home)
     port = _free_port()
-    words = shlex.split(block("**An IDE agent over HTTP**", "bash"))
+    words = shlex.split(block(after, "bash"))
     assert words[:2] == ["adk-memory", "mcp"]
     words = [str(path) if w == "keys.yaml" else str(port) if w == "8765" else w for w in words]
     env = {**os.environ, **CHILD_ENV, "HOME": str(home), "ADK_MEMORY_URI": "memory://"}
@@ -187,13 +266,18 @@ def http_server(home: Path) -> Iterator[tuple[int, ApiKeys, dict[str, Any]]]:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            import time
-
             time.sleep(0.05)
         yield port, keys, entries
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+@pytest.fixture
+def http_server(home: Path) -> Iterator[tuple[int, ApiKeys, dict[str, Any]]]:
+    """The IDE example's server."""
+    with readme_http_server(home, "**An IDE agent over HTTP**") as server:
+        yield server
 
 
 async def test_the_ide_configuration_reaches_only_the_users_memories(

@@ -62,6 +62,7 @@ TOOLS = {
     "list_memories",
     "get_memory",
     "create_memory",
+    "create_memories",
     "update_memory",
     "delete_memory",
     "list_revisions",
@@ -204,6 +205,13 @@ async def test_every_tool_works_end_to_end_in_the_bound_scope(world: World) -> N
             messages=[{"role": "user", "text": "I play chess on Sundays."}],
         )
         assert [g["action"] for g in generated] == ["CREATED"]
+        batch = await call(
+            session, "create_memories", memories=[{"fact": "I row."}, {"fact": "I ski."}]
+        )
+        found = await call(session, "retrieve_memories", query="I ski.", top_k=1)
+        assert [h["memory_id"] for h in found] == [batch[1]["memory_id"]]
+        for made_now in batch:
+            assert await call(session, "delete_memory", memory_id=made_now["memory_id"])
         assert await call(session, "delete_memory", memory_id=memory_id)
         with pytest.raises(ToolFailed, match="does not exist"):
             await call(session, "get_memory", memory_id=memory_id)

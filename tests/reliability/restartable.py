@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from adk_memory.testing._chroma_server import _heartbeat
+from adk_memory.testing._chroma_server import _heartbeat, _remove_lock_folder
 from adk_memory.testing._redis_server import _free_port, _ping, _search_modules, _valkey_binary
 
 _START_TIMEOUT_SECONDS = 20.0
@@ -137,6 +137,12 @@ class RestartableChroma(_Restartable):
     @property
     def url(self) -> str:
         return f"chroma+http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        """Also removes the `single_host` lock folder of the server's id, which no server reuses."""
+        if self.running:
+            _remove_lock_folder(self.port)
+        super().close()
 
     def _command(self) -> list[str]:
         return [

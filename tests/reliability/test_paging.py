@@ -36,20 +36,19 @@ def _ids(items: list[Any]) -> list[str]:
 
 
 def _forged(token: str) -> list[str]:
-    """Tokens an attacker derives from a real one, and tokens made up outright."""
-    data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    altered = {**data, "v": [value - 1 for value in data["v"]]}
-    other_id = {**data, "i": "zzzz"}
-    encode = lambda body: base64.urlsafe_b64encode(json.dumps(body).encode()).decode()  # noqa: E731
+    """Tokens an attacker derives from a real (sealed) one, and tokens made up outright."""
+    raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    encode = lambda data: base64.urlsafe_b64encode(data).decode().rstrip("=")  # noqa: E731
+    flipped = [encode(raw[:i] + bytes([raw[i] ^ 1]) + raw[i + 1 :]) for i in (0, 12, len(raw) - 1)]
+    readable = {"v": [1_700_000_000_000_000], "i": "zzzz", "q": "0" * 24}  # the former format
     return [
         "garbage",
         "e30",  # {}
-        encode(altered),
-        encode(other_id),
-        encode({"o": 1_000_000, "q": data["q"]}),  # the old offset token
-        encode({**data, "v": [10**30]}),
-        encode({**data, "v": "x"}),
-        encode([1, 2]),
+        encode(json.dumps(readable).encode()),
+        encode(json.dumps({"o": 1_000_000}).encode()),  # the old offset token
+        *flipped,  # the nonce, the ciphertext and the tag, each with one bit changed
+        encode(raw[:12]),  # the nonce alone
+        encode(raw[12:]),  # without the nonce
         token[:-2],
         token + "A" * 2000,
         "é" * 10,

@@ -194,5 +194,5 @@ async def test_a_redis_restart_at_any_store_call_leaves_the_state_before_or_afte
 async def test_a_chroma_server_restart_at_store_calls_leaves_the_state_before_or_after(
     restartable_chroma: RestartableChroma, operation: str
 ) -> None:
-    uri = f"{restartable_chroma.url}?collection_prefix=k{uuid.uuid4().hex[:8]}"
+    uri = f"{restartable_chroma.url}?single_host=true&collection_prefix=k{uuid.uuid4().hex[:8]}"
     await _run_with_restarts(uri, restartable_chroma, operation, CHROMA_POINTS)

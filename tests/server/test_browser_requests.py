@@ -241,7 +241,7 @@ def test_a_keyless_guard_refuses_every_origin_but_its_own(origin: str) -> None:
     guard.check("127.0.0.1:8080", None)
 
 
-async def test_a_keyless_server_refuses_cors_for_every_origin_and_malformed_options() -> None:
+async def test_a_keyless_server_refuses_every_origin_or_host_and_malformed_options() -> None:
     async with AsyncClient("memory://", embedding_model="hash-64") as client:
         _refuses_bad_browser_options(client)
 
@@ -256,8 +256,11 @@ def _refuses_bad_browser_options(client: AsyncClient) -> None:
         create_app(client, cors_origins=["https://app.example/path"])
     with pytest.raises(InvalidArgument, match="allowed_hosts"):
         create_app(client, allowed_hosts=["memory.internal:8080"])
+    with pytest.raises(FailedPrecondition, match="every Host name"):
+        create_app(client, allowed_hosts=["memory.internal", "*"])
     create_app(client, api_keys=keys, cors_origins=["*"])
-    create_app(client, allowed_hosts=["[::1]", "Memory.Internal", "*"])
+    create_app(client, api_keys=keys, allowed_hosts=["[::1]", "Memory.Internal", "*"])
+    create_app(client, allowed_hosts=["[::1]", "Memory.Internal"])
 
 
 def test_an_ipv6_allowed_host_matches_its_bracketed_host_header(in_process: Any) -> None:

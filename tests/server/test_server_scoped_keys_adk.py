@@ -51,3 +51,45 @@ async def test_each_user_token_drives_adk_in_its_own_scope_only(
         name=bank, scope={"app_name": "app", "user_id": "alice"}
     )
     assert [hit.memory.fact for hit in stored] == ["I like figs."]
+
+
+async def test_adk_memory_ids_of_one_user_cannot_be_claimed_by_another(
+    keyed_server: Any,
+    admin_sdk: agentplatform.Client,
+    secrets: dict[str, str],
+    make_sdk: Any,
+) -> None:
+    """ADK forwards `MemoryEntry.id` as `memory_id`. A key bound to one user chooses ids in that
+    user's namespace, so alice claiming `favorite` first neither blocks bob's ADK write of it nor
+    tells alice that bob has one; the official SDK gets the namespaced name and reads it back."""
+
+    def signed(user: str) -> str:
+        claims = {"sub": user, "exp": int(time.time()) + 600}
+        return jwt.encode({"alg": "HS256"}, claims, OctKey.import_key(secrets["token_secret"]))
+
+    bank = admin_sdk.memory_banks.create().name
+    alice_sdk = make_sdk(keyed_server.url, token=signed("alice"))
+    claimed = alice_sdk.memory_banks.memories.create(
+        name=bank,
+        fact="alice got here first",
+        scope={"app_name": "app", "user_id": "alice"},
+        config={"memory_id": "favorite"},
+    )
+    bob = SelfHostedVertexMemoryBankService(
+        bank, endpoint=keyed_server.url, bearer_token=signed("bob")
+    )
+    favorite = entry("My favorite fruit is the fig.")
+    favorite.id = "favorite"
+
+    await bob.add_memory(app_name="app", user_id="bob", memories=[favorite])
+    found = await bob.search_memory(app_name="app", user_id="bob", query="fruit")
+
+    alices = claimed.response.name
+    assert alices.rsplit("/", 1)[-1].startswith("favorite-")
+    assert alice_sdk.memory_banks.memories.get(name=alices).fact == "alice got here first"
+    assert [m.content.parts[0].text for m in found.memories] == ["My favorite fruit is the fig."]
+    stored = admin_sdk.memory_banks.memories.retrieve(
+        name=bank, scope={"app_name": "app", "user_id": "bob"}
+    )
+    [bobs] = [hit.memory.name for hit in stored]
+    assert bobs.rsplit("/", 1)[-1].startswith("favorite-") and bobs != alices

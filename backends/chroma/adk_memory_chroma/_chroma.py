@@ -182,15 +182,15 @@ class Chroma:
             raise Gone(action) from exc
         except (InvalidArgumentError, InvalidDimensionException) as exc:
             raise InvalidArgument(
-                f"{self._config.location} refused to {action} ({type(exc).__name__}); most "
-                "likely a vector's dimension differs from the bank's memories'."
+                f"{self._config.location} refused to {action} ({type(exc).__name__}): a vector "
+                "whose dimension differs from the bank's memories', or that holds NaN, ±inf or "
+                "a value beyond float32, is refused so."
             ) from exc
         except (ChromaError, ValueError, OSError, RuntimeError, ConnectionError) as exc:
             # Messages of the driver may quote stored values, so only the type is repeated.
             raise StoreUnavailable(
                 f"{self._config.location} failed to {action} ({type(exc).__name__}). Check "
-                "that the server is running or the directory is writable; see the chained "
-                "exception for the driver's message."
+                "that the server is running or the directory is writable."
             ) from exc
         except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("httpx", "httpcore", "chromadb"):

@@ -96,6 +96,7 @@ __all__ = [
     "decode_bank",
     "decode_document",
     "decode_journal",
+    "NewerJournal",
     "decode_memory",
     "decode_operation",
     "decode_revision",
@@ -649,23 +650,73 @@ def part_id(head_id: str, index: int) -> str:
     return f"{head_id}:{index}"
 
 
+class NewerJournal(ValueError):
+    """A journal written by a later version of the backend, in a format this one cannot read."""
+
+
 def decode_journal(chunks: list[str]) -> tuple[list[Row], list[Row], list[str]]:
     """The memory rows, revision rows and deleted ids of a journal, from its parts in order.
 
+    Every row is checked to have the shape this module writes and chromadb's client accepts
+    (unique non-empty string ids, a vector, metadata of scalars or non-empty lists of one
+    scalar type under non-empty keys): the client refuses anything else with a `ValueError`,
+    which cannot be told from a failing Chroma, so a replay would fail at every attempt.
+
     Raises:
-        ValueError: The journal is not readable by this version of the backend.
+        NewerJournal: The journal is of a later format.
+        ValueError: The journal is not one any version of the backend writes (corrupt).
     """
     body = json.loads("".join(chunks))
-    if body.get("v") != JOURNAL_VERSION:
-        raise ValueError(f"journal format {body.get('v')!r}, expected {JOURNAL_VERSION}")
+    version = body.get("v") if isinstance(body, dict) else None
+    if isinstance(version, int) and version > JOURNAL_VERSION:
+        raise NewerJournal(f"journal format {version}, this version reads {JOURNAL_VERSION}")
+    if version != JOURNAL_VERSION:
+        raise ValueError(f"journal format {version!r}, expected {JOURNAL_VERSION}")
     memory_rows: list[Row] = [
-        (row_id, _unpack_vector(vector), document, meta)
+        (_row_id(row_id), _unpack_vector(vector), _document(document), _row_meta(meta))
         for row_id, vector, document, meta in body["m"]
     ]
     revision_rows: list[Row] = [
-        (row_id, placeholder_vector(row_id), None, meta) for row_id, meta in body["r"]
+        (_row_id(row_id), placeholder_vector(row_id), None, _row_meta(meta))
+        for row_id, meta in body["r"]
     ]
-    return memory_rows, revision_rows, list(body["d"])
+    deletes = [_row_id(row_id) for row_id in body["d"]]
+    for rows in (memory_rows, revision_rows):
+        if len({row[0] for row in rows}) != len(rows) or any(not row[1] for row in rows):
+            raise ValueError("a journal names a row twice, or a row without a vector")
+    return memory_rows, revision_rows, deletes
+
+
+def _row_id(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("a journal row id is not a string")
+    return value
+
+
+def _document(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("a journal row's document is not a string")
+    return value
+
+
+def _row_meta(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(
+        isinstance(key, str) and key and _meta_value(item) for key, item in value.items()
+    ):
+        raise ValueError("a journal row's metadata is not what Chroma takes")
+    return value
+
+
+def _meta_value(item: Any) -> bool:
+    """Whether chromadb's client takes `item` as a metadata value (None removes the field)."""
+    if item is None or isinstance(item, str | int | float):  # bool is an int
+        return True
+    return (
+        isinstance(item, list)
+        and bool(item)
+        and isinstance(item[0], str | int | float)
+        and all(type(element) is type(item[0]) for element in item)
+    )
 
 
 def _journal_vector(row_id: str, dimension: int | None) -> list[float]:
@@ -686,7 +737,7 @@ def _pack_vector(vector: list[float]) -> str:
 
 
 def _unpack_vector(text: str) -> list[float]:
-    values: list[float] = np.frombuffer(base64.b64decode(text), dtype="<f4").tolist()
+    values: list[float] = np.frombuffer(base64.b64decode(text, validate=True), dtype="<f4").tolist()
     return values
 
 

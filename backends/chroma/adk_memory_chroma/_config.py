@@ -10,7 +10,7 @@ URIs:
 * `chroma://./relative/path`: the same, relative to the current working directory (the `.` host
   marks it as relative; any other host is refused, since it would be silently ignored).
 * `chroma+http://host[:port]` (port 8000 by default) and `chroma+https://host[:port]` (443): a
-  Chroma server.
+  Chroma server. A store writes to one only with `lock_url` or `single_host=true` (`_locks`).
 
 Query parameters are the field names of `ChromaStoreConfig` except the location fields, for
 example `chroma:///var/lib/adk-memory?collection_prefix=team-a&vector_cache_mb=64`.
@@ -20,10 +20,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from adk_memory.errors import InvalidArgument
 
@@ -68,10 +77,19 @@ class ChromaStoreConfig(BaseModel):
     hnsw_max_neighbors: int = Field(default=16, ge=2)
     """HNSW `max_neighbors` (M) of new memory collections."""
     lock_url: str | None = None
-    """A `redis://` or `rediss://` URL for the locks that serialise generation on a scope: what a
-    Chroma server shared by several hosts needs (requires `adk-memory-redis`). Without it,
-    embedded stores lock with files next to the data and server stores with files in the
-    temporary directory (one host only)."""
+    """A `redis://` or `rediss://` URL for the locks that serialise writes and generation: what a
+    Chroma server written from several hosts (or containers) needs (requires
+    `adk-memory-redis`). Embedded stores lock with files next to the data; a server store needs
+    this or `single_host`, else its writes are refused (`_locks`)."""
+    single_host: bool = False
+    """Every process that writes to this Chroma server runs on this host: lock with files in
+    `lock_dir`, named after an id read from the server (not after the URI), so that every such
+    process meets the same locks however it spells the server's address and whatever its
+    temporary directory. Exclusive with `lock_url`; for a server only."""
+    lock_dir: str = "/var/lock/adk-memory"
+    """The folder of `single_host`'s lock files: absolute, never the temporary directory (which
+    systemd's PrivateTmp, containers and `TMPDIR` make differ between processes). Every process
+    that writes to the server must be able to write it; set only with `single_host`."""
 
     @field_validator("collection_prefix")
     @classmethod
@@ -87,6 +105,24 @@ class ChromaStoreConfig(BaseModel):
     def _check_lock_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://")):
             raise ValueError("must be a redis:// or rediss:// URL")
+        return value
+
+    @field_validator("single_host")
+    @classmethod
+    def _check_single_host(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("path") is not None:
+            raise ValueError("is for a Chroma server; an embedded store locks next to its data")
+        if value and info.data.get("lock_url") is not None:
+            raise ValueError("and lock_url exclude each other: keep lock_url for several hosts")
+        return value
+
+    @field_validator("lock_dir")
+    @classmethod
+    def _check_lock_dir(cls, value: str, info: ValidationInfo) -> str:
+        if not info.data.get("single_host"):
+            raise ValueError("is the folder of single_host's locks; set single_host=true too")
+        if not PurePath(value).is_absolute():
+            raise ValueError("must be an absolute path (the same for every process)")
         return value
 
     @model_validator(mode="after")

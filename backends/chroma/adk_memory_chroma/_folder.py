@@ -131,7 +131,8 @@ def _in_use(key: str, owner: str) -> str:
         "on one directory would each see a stale copy of its index. Stop the other process, "
         f"or share the data through a server: `adk-memory serve --uri chroma://{key}` (then "
         "adk-memory commands on the folder go through it, and other programs use its "
-        f"http://127.0.0.1:8080), or `chroma run --path {key}` and chroma+http://127.0.0.1:8000."
+        f"http://127.0.0.1:8080), or `chroma run --path {key}` and "
+        "chroma+http://127.0.0.1:8000?single_host=true."
     )
 
 

@@ -56,6 +56,19 @@ failed on the way back is checked for its commit row and completed if it is ther
 cancelled after the commit row waits for the end of the batch (the calls run in threads that
 cannot be stopped half-way anyway).
 
+Setting aside. A replay that Chroma refuses (`InvalidArgument`: its `InvalidArgumentError` or
+`InvalidDimensionException`, e.g. a NaN vector) would be refused again at every later replay, so
+before every read and write of the bank, for every user: a journal must never be able to wedge
+a bank. Such a batch, and a journal no version wrote (corrupt, malformed, or holding rows
+chromadb's client refuses with a `ValueError`), is set aside (`Journal._set_aside`): its journal
+text is kept in `SET_ASIDE_PART_KIND` documents, a `SET_ASIDE_KIND` document reports it, both
+before the journal is closed (a crash in between sets it aside again), an ERROR is logged, and
+the replay goes on; whatever of the batch was written stays. `adk-memory banks set-aside` lists
+them. Every other failure (`StoreUnavailable`: a server that is down, failing, rate-limiting;
+`Gone`) is raised and leaves the batch pending, so an outage never costs a batch. `apply`
+refuses vectors Chroma would refuse before journaling (`store.check_vectors`), so setting aside
+is the last line of defence.
+
 Cost (measured with chromadb 1.5, 384-d vectors): a lock, two small reads (skipped when
 settled), the reads of the touched memories and index buckets, and the slot row in the first
 write. A one-memory write is dominated by Chroma's per-call cost: each upsert is two SQLite
@@ -68,8 +81,8 @@ Redis lock with `lock_url`), and a replay takes the same lock. So a replay never
 journal of a live writer (which could overwrite a newer write of the same memory once that
 writer is done), the slot is only overwritten once its batch is complete, and duplicate-insert
 checks do not race. Two stores replaying the same journal one after the other are harmless: the
-second finds it closed, or repeats identical writes. A Chroma server shared by several hosts
-needs `lock_url` for this, as for generation (without it the locks are per host). The lock is
+second finds it closed, or repeats identical writes. On a server the lock is `lock_url`'s (several
+hosts) or `single_host`'s; without either, the store does not write (`_locks`). The lock is
 taken only by writes and replays: a reader in another process may still see a batch half applied
 *while it is being written* (for the milliseconds of one `apply`), and a long-lived reader sees a
 crashed writer's half batch until that bank's next `apply`, which completes it before writing.
@@ -98,6 +111,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from adk_memory.errors import (
@@ -107,6 +121,7 @@ from adk_memory.errors import (
     ResourceExhausted,
     StoreUnavailable,
 )
+from adk_memory.store import SET_ASIDE_KIND, SET_ASIDE_PART_KIND
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import AUX, MEM, Chroma, Gone
 from adk_memory_chroma._locks import Locks
@@ -136,6 +151,8 @@ JOURNAL_LEASE_SECONDS = 30.0
 the OS releases a dead holder's)."""
 JOURNAL_WAIT_SECONDS = 120.0
 """How long a write or a first read waits for another writer of the bank to finish its batch."""
+_REPORTED_IDS = 100
+"""Memory ids a set-aside batch's report lists (the rest are counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +314,10 @@ class Journal:
                 )  # fmt: skip
                 return
             except (AdkMemoryError, Gone) as exc:
-                if attempt or isinstance(exc, InvalidArgument):
+                if isinstance(exc, InvalidArgument):
+                    await self._refused(bank_id, memories, aux, plan.batch_id, exc)
+                    return
+                if attempt:
                     self.recovered.discard(bank_id)  # so this instance's next read completes it
                     raise StoreUnavailable(
                         f"{self._chroma.location} failed while applying a batch to bank "
@@ -306,6 +326,33 @@ class Journal:
                         "or writes to it. Do not repeat the request."
                     ) from exc
                 logger.warning("applying a journaled batch failed (%s); retrying", exc)
+
+    async def _refused(
+        self, bank_id: str, memories: Any, aux: Any, batch_id: str, refusal: InvalidArgument
+    ) -> None:
+        """After Chroma refused part of a committed batch: replays it, and sets it aside if refused.
+
+        A refusal (`InvalidArgument`: Chroma's `InvalidArgumentError` or
+        `InvalidDimensionException`) is deterministic, so the replay meets it again and sets the
+        batch aside (`replay`); the caller then gets an `InvalidArgument` saying so. A replay
+        that completes the batch returns; one that fails otherwise is `StoreUnavailable`.
+        """
+        try:
+            aside = await self.replay(bank_id, memories, aux)
+        except (AdkMemoryError, Gone) as exc:
+            self.recovered.discard(bank_id)
+            raise StoreUnavailable(
+                f"{self._chroma.location} refused part of a batch of bank {bank_id!r} after its "
+                "journal was written, then failed: the batch is recorded, and is completed or "
+                "set aside the next time a store opens the bank or writes to it."
+            ) from exc
+        if batch_id in aside:
+            raise InvalidArgument(
+                f"{refusal.template} The batch had been journaled: it was set aside for an "
+                f"operator (`adk-memory banks set-aside -b {bank_id}`), part of it may be "
+                "visible, and the bank goes on serving.",
+                field=refusal.field,
+            ) from refusal
 
     async def _finish(
         self,
@@ -412,65 +459,158 @@ class Journal:
         slot: Mapping[str, Any] | None = None
         pending: list[tuple[str, Any, str, Mapping[str, Any]]] = []
         for row_id, meta in zip(marks["ids"], marks["metadatas"], strict=True):
+            # A row no version writes (a poisoned journal) is pending, so that replay sets it
+            # aside; it must never make this check fail, which would stop the bank.
             if meta[codec.KIND] == codec.KIND_JOURNAL_DONE:
-                done = meta[codec.JOURNAL_BATCH]
+                done = meta.get(codec.JOURNAL_BATCH)
             elif meta[codec.KIND] == codec.KIND_LAYOUT:
-                indexed = int(meta[codec.SCOPE_VERSION]) >= codec.LAYOUT_VERSION
+                indexed = _layout(meta) >= codec.LAYOUT_VERSION
             elif meta[codec.KIND] == codec.KIND_JOURNAL_SLOT:
                 slot = meta
             else:
-                pending.append((str(meta[codec.JOURNAL_BATCH]), aux, row_id, meta))
-        probes = [] if slot is None else codec.slot_probes(slot)
+                pending.append((str(meta.get(codec.JOURNAL_BATCH, row_id)), aux, row_id, meta))
+        try:
+            probes = [] if slot is None else codec.slot_probes(slot)
+        except (KeyError, TypeError, ValueError):
+            probes = []
         probed = await self._chroma.read_metadata(
             memories, [codec.SLOT_ID, *probes], "look for a batch journal"
         )
         in_memories = probed.pop(codec.SLOT_ID, None)
-        if in_memories is not None and in_memories[codec.JOURNAL_BATCH] != done:
-            batch = str(in_memories[codec.JOURNAL_BATCH])
+        if in_memories is not None and in_memories.get(codec.JOURNAL_BATCH) != done:
+            batch = str(in_memories.get(codec.JOURNAL_BATCH, codec.SLOT_ID))
             pending.append((batch, memories, codec.SLOT_ID, in_memories))
-        if slot is not None and not codec.slot_complete(slot, probed):
-            pending.append((str(slot[codec.JOURNAL_BATCH]), aux, codec.SLOT_ID, slot))
+        if slot is not None and not _slot_complete(slot, probed):
+            pending.append(
+                (str(slot.get(codec.JOURNAL_BATCH, codec.SLOT_ID)), aux, codec.SLOT_ID, slot)
+            )
         return BankState(sorted(pending, key=lambda item: item[0]), indexed)
 
-    async def replay(self, bank_id: str, memories: Any, aux: Any) -> None:
+    async def replay(self, bank_id: str, memories: Any, aux: Any) -> list[str]:
         """Completes the bank's journaled batches not closed; indexes a bank of layout 1.
 
         Called with the journal lock held, so no live writer's journal is ever replayed: what is
         pending belongs to a writer that crashed (or lost Chroma) after writing it. Replaying is
         idempotent, so a crash during a replay only means another replay.
+
+        A journal is never allowed to stop the bank: a batch Chroma refuses (`InvalidArgument`,
+        which it would raise at every replay), or whose journal is corrupt, is set aside
+        (`_set_aside`) and the replay goes on. Anything else (Chroma unreachable, failing,
+        rate-limiting) is raised: the batch stays pending and is completed once Chroma is back.
+
+        Returns:
+            The ids of the batches set aside.
         """
         state = await self.state(memories, aux)
+        aside: list[str] = []
         for batch_id, home, head_id, head in state.journals:
-            count = int(head[codec.JOURNAL_PARTS])
-            part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
-            chunks: dict[str, str] = {} if count else {head_id: str(head[codec.PAYLOAD])}
+            try:
+                count = int(head[codec.JOURNAL_PARTS])
+                part_ids = [codec.part_id(head_id, index) for index in range(1, count + 1)]
+                chunks: dict[str, str] = {} if count else {head_id: str(head[codec.PAYLOAD])}
+            except (KeyError, TypeError, ValueError) as exc:  # a head no version writes
+                await self._set_aside(bank_id, memories, aux, batch_id, home, head_id, [], [], exc)
+                aside.append(batch_id)
+                continue
             parts = await self._chroma.read_metadata(home, part_ids, "read a batch journal")
             for part_id, meta in parts.items():
                 if meta.get(codec.JOURNAL_BATCH) == batch_id:
-                    chunks[part_id] = str(meta[codec.PAYLOAD])
+                    chunks[part_id] = str(meta.get(codec.PAYLOAD))
             if len(chunks) < max(count, 1):  # parts go only after the commit row, once applied
                 logger.warning("removing the rest of the journal of applied batch %s", batch_id)
                 await self._chroma.delete_ids("remove a batch journal", home, [head_id, *part_ids])
                 continue
+            texts = [chunks[row_id] for row_id in part_ids or [head_id]]
             try:
-                rows = codec.decode_journal([chunks[row_id] for row_id in part_ids or [head_id]])
-            except (ValueError, KeyError, TypeError) as exc:
+                rows = codec.decode_journal(texts)
+            except codec.NewerJournal as exc:
                 raise FailedPrecondition(
                     f"Bank {bank_id!r} has an unfinished batch whose journal this version of "
                     "adk-memory-chroma cannot read; open the bank with the version that wrote "
                     "it to complete the batch."
                 ) from exc
+            except (ValueError, KeyError, TypeError) as exc:  # no version writes it: corrupt
+                await self._set_aside(
+                    bank_id, memories, aux, batch_id, home, head_id, part_ids, texts, exc
+                )
+                aside.append(batch_id)
+                continue
             logger.warning("completing batch %s of bank %s from its journal", batch_id, bank_id)
-            if home is memories:
-                await self._finish(memories, aux, MEMORY_SLOT, batch_id, [], *rows)
-            elif head_id == codec.SLOT_ID:
-                await self._finish(memories, aux, SLOT, batch_id, [], *rows)
-            else:
-                await self._finish(memories, aux, AUX, batch_id, [head_id, *part_ids], *rows)
+            try:
+                if home is memories:
+                    await self._finish(memories, aux, MEMORY_SLOT, batch_id, [], *rows)
+                elif head_id == codec.SLOT_ID:
+                    await self._finish(memories, aux, SLOT, batch_id, [], *rows)
+                else:
+                    await self._finish(memories, aux, AUX, batch_id, [head_id, *part_ids], *rows)
+            except InvalidArgument as exc:  # Chroma refuses it: it would every time
+                await self._set_aside(
+                    bank_id, memories, aux, batch_id, home, head_id, part_ids, texts, exc, rows
+                )
+                aside.append(batch_id)
         if not state.indexed:
             await self._index_bank(bank_id, memories, aux)
         self.recovered.add(bank_id)
         self.settle(bank_id, True)
+        return aside
+
+    async def _set_aside(
+        self,
+        bank_id: str,
+        memories: Any,
+        aux: Any,
+        batch_id: str,
+        home: Any,
+        head_id: str,
+        part_ids: Sequence[str],
+        texts: Sequence[str],
+        error: Exception,
+        rows: tuple[list[codec.Row], list[codec.Row], list[str]] | None = None,
+    ) -> None:
+        """Keeps a journaled batch that can never be completed for an operator; closes its journal.
+
+        Its journal text goes into `SET_ASIDE_PART_KIND` documents and a `SET_ASIDE_KIND`
+        document reports it (what it held, why), both written before the journal is closed, so
+        a crash in between only means setting it aside again. Then the journal is closed as its
+        home requires: the aux slot is emptied, the memory collection's slot marked done
+        (`j:done`), an aux journal deleted. Whatever of the batch was written stays.
+        """
+        memory_rows, aux_rows, deletes = rows if rows is not None else ([], [], [])
+        report = {
+            "batch_id": batch_id,
+            "journaled_at": _batch_time(batch_id),
+            "set_aside_at": datetime.now(UTC).isoformat(),
+            "reason": f"{type(error).__name__}: {error}"[:1_000],
+            "memory_ids": [row[0] for row in memory_rows[:_REPORTED_IDS]],
+            "memories": len(memory_rows),
+            "deleted_ids": list(deletes[:_REPORTED_IDS]),
+            "deletions": len(deletes),
+            "aux_rows": len(aux_rows),
+            "readable": rows is not None,
+            "parts": len(texts),
+        }
+        kept = [
+            codec.document_row(SET_ASIDE_PART_KIND, f"{batch_id}:{index}", {"text": text})
+            for index, text in enumerate(texts, start=1)
+        ]
+        kept.append(codec.document_row(SET_ASIDE_KIND, batch_id, report))
+        await self._chroma.write("keep a set-aside batch", aux, kept)
+        if home is memories:
+            await self._chroma.write("close a set-aside batch", aux, [codec.done_row(batch_id)])
+            # A slot row without its batch id would never be closed by `j:done`.
+            await self._chroma.delete_ids("close a set-aside batch", memories, [codec.SLOT_ID])
+        elif head_id == codec.SLOT_ID:
+            await self._chroma.write("close a set-aside batch", aux, _empty_slot(batch_id))
+        else:
+            await self._chroma.delete_ids("close a set-aside batch", aux, [head_id, *part_ids])
+        logger.error(
+            "Bank %s: batch %s could never be completed (%s); it was set aside for an operator "
+            "(`adk-memory banks set-aside -b %s`), and the bank goes on serving.",
+            bank_id,
+            batch_id,
+            report["reason"],
+            bank_id,
+        )
 
     async def _index_bank(self, bank_id: str, memories: Any, aux: Any) -> None:
         """Builds the scope index of a bank written before it existed (journal lock held).
@@ -558,6 +698,31 @@ def _empty_slot(batch_id: str) -> list[codec.Row]:
     return codec.slot_rows(
         batch_id, [], [], chunk_chars=JOURNAL_CHUNK_CHARS, inline_chars=JOURNAL_INLINE_CHARS
     )
+
+
+def _layout(meta: Mapping[str, Any]) -> int:
+    """The layout a `j:layout` row names (0 for one no version writes: the bank is re-indexed)."""
+    try:
+        return int(meta[codec.SCOPE_VERSION])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _slot_complete(slot: Mapping[str, Any], probed: Mapping[str, Mapping[str, Any]]) -> bool:
+    """`codec.slot_complete`; a slot no version writes is incomplete (replay sets it aside)."""
+    try:
+        return codec.slot_complete(slot, probed)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _batch_time(batch_id: str) -> str | None:
+    """When a batch was journaled, from its id (`new_batch_id`); None for an id of another form."""
+    nanos = batch_id.split("-", 1)[0]
+    try:
+        return datetime.fromtimestamp(int(nanos) / 1e9, UTC).isoformat()
+    except (ValueError, OverflowError, OSError):  # not a time: a journal no version wrote
+        return None
 
 
 def new_batch_id() -> str:

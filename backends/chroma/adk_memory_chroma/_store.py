@@ -57,6 +57,7 @@ from adk_memory.store import (
     StoreCapabilities,
     WriteBatch,
     check_cursor,
+    check_vectors,
     expiry_around,
     index_around,
 )
@@ -111,8 +112,9 @@ class ChromaMemoryStore(MemoryStore):
     one the store built is closed by `aclose()`. An embedded directory belongs to one process at
     a time (Chroma's embedded mode is single-process): the first call in another process raises
     `FailedPrecondition` until every store of the holder is closed or the holder has exited
-    (`_folder`). Several processes or hosts share data through a Chroma server, which needs a
-    lock provider for generation when several hosts use it (`lock_url`).
+    (`_folder`). Several processes or hosts share data through a Chroma server; a store writes
+    to one only with locks all its writers share: `lock_url` (several hosts) or
+    `single_host=true` (`_locks`).
     """
 
     capabilities: ClassVar[StoreCapabilities] = StoreCapabilities(
@@ -142,7 +144,7 @@ class ChromaMemoryStore(MemoryStore):
                 field="uri",
             )
         self._chroma = Chroma(self._config, client, self._share_embedded)
-        self._locks = Locks(self._config)
+        self._locks = Locks(self._config, self._chroma)
         self._journal = Journal(self._chroma, self._locks)
         self._vectors = VectorCache(int(self._config.vector_cache_mb * 2**20))
         self._scopes = ScopeIndex(self._chroma, self._journal, self._vectors)
@@ -225,6 +227,7 @@ class ChromaMemoryStore(MemoryStore):
 
     async def create_bank(self, bank: BankRecord) -> None:
         """Creates the bank's collections, then registers it; `AlreadyExists` if the id is taken."""
+        self._locks.require()
         meta = await self._banks.row(bank.bank_id)
         if meta is not None:
             if meta.get(codec.STATE) == codec.STATE_LIVE:
@@ -257,6 +260,7 @@ class ChromaMemoryStore(MemoryStore):
 
     async def update_bank(self, bank: BankRecord) -> None:
         """Replaces the bank record; `NotFound` if it does not exist."""
+        self._locks.require()
         if await self.get_bank(bank.bank_id) is None:
             raise NotFound(f"Memory bank {bank.bank_id!r} does not exist; create it first.")
         with codec.encoding("the bank config"):
@@ -265,6 +269,7 @@ class ChromaMemoryStore(MemoryStore):
 
     async def delete_bank(self, bank_id: str) -> None:
         """Deletes the bank with all its memories, revisions, vectors and operations."""
+        self._locks.require()
         meta = await self._banks.row(bank_id)
         if meta is not None:
             await self._banks.mark_deleting(bank_id, meta)
@@ -321,12 +326,14 @@ class ChromaMemoryStore(MemoryStore):
         Raises:
             AlreadyExists: An insert names a memory that is live at the insert's `create_time`.
             InvalidArgument: The vectors of the batch differ in dimension from each other or from
-                the memories already in the bank.
+                the memories already in the bank, or hold a value no store can (NaN, ±inf,
+                beyond float32).
             NotFound: The bank does not exist.
             ResourceExhausted: Another writer held the bank's journal lock for too long.
             StoreUnavailable: Chroma failed; if the batch's journal was already written, the
                 message says so and the batch is completed when the bank is next used.
         """
+        check_vectors(batch, None)  # the dimension is checked against the stored rows
         final: dict[str, MemoryRecord] = {}
         for record in (*batch.inserts, *batch.upserts):
             final[record.memory_id] = record
@@ -617,6 +624,7 @@ class ChromaMemoryStore(MemoryStore):
 
     async def put_operation(self, operation: OperationRecord) -> None:
         """Creates or replaces an operation; `NotFound` if its bank does not exist."""
+        self._locks.require()
         with codec.encoding("the operation payload"):
             row = codec.operation_row(operation)
 
@@ -658,6 +666,7 @@ class ChromaMemoryStore(MemoryStore):
 
         Its due entry is written around it (see the module docstring).
         """
+        self._locks.require()
         document = DocumentRecord(kind, key, body, scope_key=scope_key, due=due)
         with codec.encoding("the document"):
             row = _document_row(document)
@@ -715,6 +724,7 @@ class ChromaMemoryStore(MemoryStore):
 
     async def delete_document(self, bank_id: str, kind: str, key: str) -> None:
         """Deletes one document if it exists, then its due entry."""
+        self._locks.require()
 
         async def work(aux: Any) -> None:
             await self._chroma.call(
@@ -743,6 +753,7 @@ class ChromaMemoryStore(MemoryStore):
 
         See `_due.DueIndex.set_entries`.
         """
+        self._locks.require()
         await self._due.set_entries(bank_id, kind, dues, only_earlier=only_earlier)
 
     # Coordination
@@ -758,6 +769,7 @@ class ChromaMemoryStore(MemoryStore):
 
     async def sweep_expired(self, bank_id: str, now: datetime) -> int:
         """Deletes expired memories and revisions; returns how many rows were removed."""
+        self._locks.require()
         expired = {codec.LIVE_US: {"$lte": codec.micros(now)}}
 
         async def sweep_memories(memories: Any) -> int:

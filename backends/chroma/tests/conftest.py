@@ -1,5 +1,6 @@
 """Fixtures of the Chroma backend's tests: one throwaway `chroma run` server per test session,
-and an embedded store holding the conformance suite's bank."""
+a Redis for the tests whose locks are in Redis (`lock_url`), and an embedded store holding the
+conformance suite's bank."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -8,9 +9,9 @@ import pytest
 from adk_memory_chroma import ChromaMemoryStore
 
 from adk_memory.testing.conformance import bank_record
-from adk_memory.testing.servers import chroma_http_url
+from adk_memory.testing.servers import chroma_http_url, redis_url
 
-__all__ = ["chroma_http_url", "store"]
+__all__ = ["chroma_http_url", "redis_url", "store"]
 
 
 @pytest.fixture

@@ -38,9 +38,8 @@ from adk_memory.filters import parse_filter
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.store import MemoryRecord, NearestQuery, WriteBatch
 from adk_memory.testing.conformance import BANK, T0, bank_record, memory
-from adk_memory.testing.servers import redis_url
 
-__all__ = ["redis_url", "two_stores"]
+__all__ = ["two_stores"]
 
 
 def exact(rng: random.Random) -> tuple[float, ...]:
@@ -297,7 +296,8 @@ async def locked_in_redis(
 ) -> AsyncIterator[tuple[ChromaMemoryStore, ChromaMemoryStore]]:
     """Two stores of one Chroma server whose journal locks are in Redis (`lock_url`)."""
     query = f"collection_prefix=lk-{uuid.uuid4().hex[:8]}&lock_url={quote(redis_url, safe='')}"
-    first, second = (ChromaMemoryStore.from_uri(f"{chroma_http_url}?{query}") for _ in "12")
+    server = chroma_http_url.split("?")[0]  # the server alone: its locks are in Redis
+    first, second = (ChromaMemoryStore.from_uri(f"{server}?{query}") for _ in "12")
     await first.create_bank(bank_record())
     try:
         yield first, second

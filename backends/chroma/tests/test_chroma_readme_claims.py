@@ -21,10 +21,12 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding=
 
 
 def _literal(text: str) -> Any:
-    """A README default (`adkmem`, `256`, `none`) as the value the config holds."""
+    """A README default (`adkmem`, `256`, `none`, `false`) as the value the config holds."""
     text = text.strip("` ")
     if text == "none":
         return None
+    if text in ("true", "false"):
+        return text == "true"
     try:
         return float(text)
     except ValueError:
@@ -49,7 +51,14 @@ def _documented_defaults() -> dict[str, Any]:
 
 def test_the_option_table_gives_the_configs_defaults() -> None:
     documented = _documented_defaults()
-    assert set(documented) >= {"collection_prefix", "vector_cache_mb", "hnsw_max_neighbors"}
+    assert set(documented) >= {
+        "collection_prefix",
+        "vector_cache_mb",
+        "hnsw_max_neighbors",
+        "lock_url",
+        "single_host",
+        "lock_dir",
+    }
     config = ChromaStoreConfig(path="/x")
     assert {name: getattr(config, name) for name in documented} == documented
     assert (config.tenant, config.database) == (

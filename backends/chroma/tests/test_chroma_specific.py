@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import chromadb
 import numpy as np
@@ -768,11 +769,12 @@ async def test_pushed_filters_agree_with_matches_on_random_data(store: ChromaMem
 
 async def test_an_async_http_client_passed_in_works(chroma_http_url: str) -> None:
     """`client=` also takes chromadb's `AsyncHttpClient`; its methods are awaited, not threaded."""
-    host, port = chroma_http_url.removeprefix("chroma+http://").rsplit(":", 1)
+    server = urlsplit(chroma_http_url)
     client = await chromadb.AsyncHttpClient(
-        host=host, port=int(port), settings=Settings(anonymized_telemetry=False)
+        host=str(server.hostname), port=server.port, settings=Settings(anonymized_telemetry=False)
     )
-    store = ChromaMemoryStore(ChromaStoreConfig(collection_prefix="async-client"), client=client)
+    config = ChromaStoreConfig(collection_prefix="async-client", single_host=True)
+    store = ChromaMemoryStore(config, client=client)
     scope = {"user_id": "u"}
     try:
         await store.create_bank(bank(2))

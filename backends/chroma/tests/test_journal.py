@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
+from urllib.parse import urlsplit
 
 import chromadb
 import numpy as np
@@ -34,10 +35,22 @@ from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import AUX, MEM, Chroma
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
+from chromadb.errors import InvalidArgumentError
+from typer.testing import CliRunner
 
-from adk_memory.errors import ResourceExhausted, StoreUnavailable
+from adk_memory.cli import app
+from adk_memory.errors import InvalidArgument, ResourceExhausted, StoreUnavailable
 from adk_memory.reference_store import ReferenceMemoryStore
-from adk_memory.store import DocumentRecord, MemoryStore, NearestQuery, ScanQuery, WriteBatch
+from adk_memory.store import (
+    SET_ASIDE_PART_KIND,
+    DocumentRecord,
+    MemoryStore,
+    NearestQuery,
+    ScanQuery,
+    WriteBatch,
+    discard_set_aside,
+    set_aside_batches,
+)
 from adk_memory.testing.conformance import BANK, KEY, T0, bank_record, memory, revision
 from adk_memory.testing.processes import exit_code_in_a_process
 
@@ -97,7 +110,8 @@ class Writes:
     crash_at: int | None = None
     fail: Callable[[int, list[str]], str | None] | None = None
     """Called before each write with its index and ids: "before" or "after" raises RuntimeError
-    (a driver error) before doing it or after doing it; None does it normally."""
+    (a driver error) before doing it or after doing it; "refuse" raises chromadb's
+    InvalidArgumentError (a deterministic refusal) instead of doing it; None does it normally."""
     log: list[tuple[str, str, list[str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -116,6 +130,8 @@ class Writes:
             when = self.fail(index, ids) if self.fail else None
             if when == "before":
                 raise RuntimeError("connection reset")
+            if when == "refuse":  # what Chroma raises for a value it does not take
+                raise InvalidArgumentError("Embeddings must not contain NaN or Infinity values")
             result = original(collection, *args, **kwargs)
             if when == "after":
                 raise RuntimeError("connection reset after the server committed")
@@ -502,11 +518,11 @@ async def test_a_killed_process_leaves_a_batch_that_the_next_process_completes(
 
 async def test_journaled_batches_work_on_a_caller_async_http_client(chroma_http_url: str) -> None:
     """The journal goes through `_call` like every write, so chromadb's async client works too."""
-    host, port = chroma_http_url.removeprefix("chroma+http://").rsplit(":", 1)
+    server = urlsplit(chroma_http_url)
     client = await chromadb.AsyncHttpClient(
-        host=host, port=int(port), settings=Settings(anonymized_telemetry=False)
+        host=str(server.hostname), port=server.port, settings=Settings(anonymized_telemetry=False)
     )
-    config = ChromaStoreConfig(collection_prefix=f"async-{uuid.uuid4().hex[:8]}")
+    config = ChromaStoreConfig(collection_prefix=f"async-{uuid.uuid4().hex[:8]}", single_host=True)
     store = ChromaMemoryStore(config, client=client)
     try:
         await store.create_bank(bank_record())
@@ -849,3 +865,232 @@ async def test_an_import_sized_batch_takes_the_memory_slot_and_survives_a_crash_
     await fresh.aclose()
     await crashed.aclose()
     await assert_no_journal_pending(tmp_path / "crash")
+
+
+# A journal never wedges a bank (issue 27): a batch Chroma refuses is set aside
+
+
+def _evil_row(batch_id: str, value: float = float("nan")) -> codec.Row:
+    """A memory row of another user's scope whose vector Chroma refuses, as a batch carries it."""
+    row_id, vector, document, meta = codec.memory_row(
+        memory("evil", (value,) + (0.0,) * 7, scope={"user_id": "mallory"})
+    )
+    return row_id, vector, document, {**meta, codec.JOURNAL_BATCH: batch_id}
+
+
+def _poison_refused_aux_slot(
+    batch_id: str, memories: Any, aux: Any
+) -> list[tuple[Any, list[codec.Row]]]:
+    return [
+        (
+            aux,
+            codec.slot_rows(
+                batch_id, [_evil_row(batch_id)], ["b"], chunk_chars=10**6, inline_chars=10**6
+            ),
+        )
+    ]
+
+
+def _poison_refused_aux_journal(
+    batch_id: str, memories: Any, aux: Any
+) -> list[tuple[Any, list[codec.Row]]]:
+    rows = codec.journal_rows(
+        codec.batch_head_id(batch_id), batch_id, [_evil_row(batch_id, float("-inf"))],
+        [codec.revision_row(revision("evil", "r1", scope={"user_id": "mallory"}))], ["b"],
+        kind=codec.KIND_JOURNAL, chunk_chars=300,
+    )  # fmt: skip
+    return [(aux, rows)]
+
+
+def _poison_corrupt_memory_slot(
+    batch_id: str, memories: Any, aux: Any
+) -> list[tuple[Any, list[codec.Row]]]:
+    head = {
+        codec.KIND: codec.KIND_JOURNAL_SLOT,
+        codec.JOURNAL_BATCH: batch_id,
+        codec.JOURNAL_PARTS: 0,
+        codec.PAYLOAD: '{"v": 1, "m": [], "r": [["r:x", {"k": []}]]}',
+    }
+    vector = list(np.full(8, 8**-0.5))
+    return [(memories, [(codec.SLOT_ID, vector, None, head)])]
+
+
+def _poison_malformed_aux_slot(
+    batch_id: str, memories: Any, aux: Any
+) -> list[tuple[Any, list[codec.Row]]]:
+    head = {codec.KIND: codec.KIND_JOURNAL_SLOT, codec.PAYLOAD: "not json at all"}
+    return [(aux, [(codec.SLOT_ID, codec.placeholder_vector(codec.SLOT_ID), None, head)])]
+
+
+def _poison_malformed_aux_journal(
+    batch_id: str, memories: Any, aux: Any
+) -> list[tuple[Any, list[codec.Row]]]:
+    head_id = codec.batch_head_id(batch_id)
+    head = {codec.KIND: codec.KIND_JOURNAL, codec.JOURNAL_BATCH: batch_id}  # no parts, no text
+    return [(aux, [(head_id, codec.placeholder_vector(head_id), None, head)])]
+
+
+POISONS = {
+    "refused-in-the-aux-slot": _poison_refused_aux_slot,
+    "refused-in-an-aux-journal": _poison_refused_aux_journal,
+    "corrupt-in-the-memory-slot": _poison_corrupt_memory_slot,
+    "malformed-aux-slot": _poison_malformed_aux_slot,
+    "malformed-aux-journal": _poison_malformed_aux_journal,
+}
+
+
+@pytest.fixture(params=["embedded", "server"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the poisoned bank lives: an embedded folder, or a Chroma server."""
+    if request.param == "embedded":
+        return f"chroma://{tmp_path / 'db'}"
+    prefix = f"aside-{uuid.uuid4().hex[:8]}"
+    return f"{request.getfixturevalue('chroma_http_url')}&collection_prefix={prefix}"
+
+
+async def _poisoned(location: str, poison: Callable[..., list[tuple[Any, list[codec.Row]]]]) -> str:
+    """A bank holding SETUP, with a journal a crashed (or hostile) writer left pending."""
+    store = ChromaMemoryStore.from_uri(location)
+    await store.create_bank(bank_record())
+    await store.apply(BANK, SETUP)
+    memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
+    aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
+    batch_id = _journal.new_batch_id()
+    for collection, rows in poison(batch_id, memories, aux):
+        # Rows replaced whole: an upsert would keep the fields of the row it replaces.
+        await store._chroma.delete_ids("poison the journal", collection, [row[0] for row in rows])
+        await store._chroma.write("poison the journal", collection, rows)
+    assert [entry[0] for entry in (await store._journal.state(memories, aux)).journals] in (
+        [batch_id], [codec.SLOT_ID],
+    )  # fmt: skip
+    await store.aclose()
+    return batch_id
+
+
+@pytest.mark.parametrize("poison", list(POISONS), ids=list(POISONS))
+async def test_a_journal_that_can_never_be_completed_is_set_aside_and_the_bank_serves(
+    location: str, poison: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal whose batch Chroma refuses (a NaN or -inf vector), or that no version wrote
+    (corrupt, malformed), left pending in each of its homes: the next store to open the bank
+    sets it aside (reported, logged at ERROR) and every user reads and writes; later stores find
+    nothing pending; an operator discards it."""
+    batch_id = await _poisoned(location, POISONS[poison])
+    store = ChromaMemoryStore.from_uri(location)
+    try:
+        state = await snapshot(store)  # the first read replays the journal
+        assert state == await expected(SETUP)  # nothing of the set-aside batch was written
+        later = WriteBatch(
+            upserts=(memory("c", HALF, fact="c, later", update_time=NOW),),
+            revisions=(revision("c", "r1", fact="c, later", create_time=NOW),),
+        )
+        await store.apply(BANK, later)
+        assert await snapshot(store) == await expected(SETUP, later)
+        [report] = await set_aside_batches(store, BANK)
+        assert report["batch_id"] in (batch_id, codec.SLOT_ID)
+        if poison.startswith("refused"):
+            assert report["memory_ids"] == ["evil"] and report["deleted_ids"] == ["b"]
+            assert "refused" in report["reason"] and report["readable"] is True
+        logged = [r for r in caplog.records if r.levelname == "ERROR" and "set aside" in r.message]
+        assert len(logged) == 1 and BANK in logged[0].message
+    finally:
+        await store.aclose()
+    caplog.clear()
+    again = ChromaMemoryStore.from_uri(location)
+    try:
+        assert await snapshot(again) == await expected(SETUP, later)
+        memories = await again._chroma.collection(again._chroma.name(BANK, MEM))
+        aux = await again._chroma.collection(again._chroma.name(BANK, AUX))
+        assert (await again._journal.state(memories, aux)).journals == []
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+        assert await discard_set_aside(again, BANK, report["batch_id"])
+        assert await set_aside_batches(again, BANK) == []
+        assert await again.list_documents(BANK, SET_ASIDE_PART_KIND) == []
+        assert not await discard_set_aside(again, BANK, report["batch_id"])
+    finally:
+        await again.aclose()
+
+
+async def test_a_batch_refused_while_it_is_written_is_set_aside_and_the_caller_told(
+    tmp_path: Path, writes: Writes
+) -> None:
+    """Chroma refuses a batch's memory rows after its journal was committed (a refusal no
+    check foresaw): the caller gets `InvalidArgument` saying the batch was set aside, the bank
+    goes on serving, and the next batch is written."""
+    store = await prepared(tmp_path)
+    writes.log.clear()
+    writes.fail = lambda index, ids: "refuse" if "c" in ids and index > 0 else None
+    with pytest.raises(InvalidArgument, match="set aside for an operator"):
+        await store.apply(BANK, GENERATE)
+    writes.fail = None
+    [report] = await set_aside_batches(store, BANK)
+    assert sorted(report["memory_ids"]) == ["a", "c"] and report["deleted_ids"] == ["b"]
+    later = WriteBatch(revisions=(revision("c", "r9", create_time=NOW),))
+    await asyncio.wait_for(store.apply(BANK, later), timeout=10)
+    assert [r.revision_id for r in await store.list_revisions(BANK, "c", NOW)][0] == "r9"
+    await store.aclose()
+    await assert_no_journal_pending(tmp_path)
+
+
+async def test_an_outage_sets_nothing_aside(tmp_path: Path, writes: Writes) -> None:
+    """A committed batch left pending, and Chroma failing every write (down, resetting
+    connections): every use of the bank is `StoreUnavailable`, nothing is set aside, and once
+    Chroma is back the batch is completed whole."""
+    crashed = await prepared(tmp_path)
+    writes.crash_before(1)  # after the commit row
+    with pytest.raises(Crash):
+        await crashed.apply(BANK, GENERATE)
+    writes.crash_before(None)
+    writes.fail = lambda index, ids: "before"
+    failing = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    for _attempt in range(3):
+        with pytest.raises(StoreUnavailable):
+            await failing.scan(BANK, ScanQuery(NOW))
+        with pytest.raises(StoreUnavailable):
+            await failing.apply(BANK, WriteBatch(revisions=(revision("c", "r9"),)))
+    writes.fail = None
+    assert await set_aside_batches(failing, BANK) == []
+    assert await snapshot(failing) == await expected(SETUP, GENERATE)
+    for store in (failing, crashed):
+        await store.aclose()
+    await assert_no_journal_pending(tmp_path)
+
+
+def test_a_journal_chromas_client_would_refuse_is_corrupt() -> None:
+    """Rows the client refuses with a `ValueError` (indistinguishable from an outage) never
+    reach a replay: an empty or mixed list, a nested object, an empty key, a row twice."""
+    good = {"v": 1, "m": [], "r": [["r1", {"k": "rev"}]], "d": []}
+    assert codec.decode_journal([json.dumps(good)])[1][0][0] == "r1"
+    for meta in ({"k": []}, {"k": [1, "x"]}, {"k": {"a": 1}}, {"": 1}):
+        with pytest.raises(ValueError):
+            codec.decode_journal([json.dumps({**good, "r": [["r1", meta]]})])
+    with pytest.raises(ValueError):
+        codec.decode_journal([json.dumps({**good, "r": [["r1", {}], ["r1", {}]]})])
+    with pytest.raises(codec.NewerJournal):
+        codec.decode_journal([json.dumps({**good, "v": 2})])
+    # A batch id that is no time (a poisoned head) is reported without a time, not a crash.
+    assert _journal._batch_time("9" * 40 + "-x") is None
+    assert _journal._batch_time(_journal.new_batch_id()) is not None
+
+
+def test_the_set_aside_command_lists_and_discards(tmp_path: Path) -> None:
+    """`adk-memory banks set-aside` shows what a store set aside (as a table and as JSON, for
+    one bank or all) and `--discard` removes it; a wrong discard is a one-line error."""
+    uri = f"chroma://{tmp_path / 'db'}"
+    batch_id = asyncio.run(_poisoned(uri, _poison_refused_aux_slot))
+    runner = CliRunner()
+    listed = runner.invoke(app, ["banks", "set-aside", "--uri", uri, "--json"])
+    assert listed.exit_code == 0, listed.stderr
+    [report] = json.loads(listed.stdout)
+    assert (report["bank"], report["batch_id"], report["memory_ids"]) == (BANK, batch_id, ["evil"])
+    table = runner.invoke(app, ["banks", "set-aside", "--uri", uri, "-b", BANK])
+    assert table.exit_code == 0 and batch_id[:20] in table.stdout, table.stderr
+    for wrong in (["--discard", batch_id], ["--discard", "no-such-batch", "-b", BANK]):
+        failed = runner.invoke(app, ["banks", "set-aside", "--uri", uri, *wrong])
+        assert failed.exit_code == 1 and failed.stderr.startswith("error: INVALID_ARGUMENT")
+    discarded = runner.invoke(
+        app, ["banks", "set-aside", "--uri", uri, "-b", BANK, "--discard", batch_id]
+    )
+    assert discarded.exit_code == 0, discarded.stderr
+    empty = runner.invoke(app, ["banks", "set-aside", "--uri", uri])
+    assert empty.exit_code == 0 and "No set-aside batches." in empty.stdout

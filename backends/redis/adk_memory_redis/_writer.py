@@ -29,8 +29,8 @@ from adk_memory.store import (
     RevisionRecord,
     WriteBatch,
     batch_expiry,
-    check_dimensions,
     check_expectations,
+    check_vectors,
 )
 from adk_memory_redis._banks import Banks
 from adk_memory_redis._codec import (
@@ -129,7 +129,7 @@ class BatchWriter:
         async with self._connection.call("apply a write batch") as client:
             for _attempt in range(self._config.write_retries):
                 bank = await self._banks.get(client, bank_id)
-                check_dimensions(batch, bank.dim)
+                check_vectors(batch, bank.dim)
                 await self._index.ensure(client, bank)
                 marker = bank.commit_marker(uuid.uuid4().hex)
                 try:

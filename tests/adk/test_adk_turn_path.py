@@ -1,0 +1,282 @@
+"""The ADK turn path with a sick store, many users and odd input (issue 29), through real Runners.
+
+A store that accepts connections and never answers, then heals; a typo in the service's URI;
+a message longer than retrieve's query limit; a turn carrying an image. Timings are figures of
+`benchmarks/adk_users.py`; these tests assert behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from adk_helpers import APP, agent, ask, create_every_fact, extraction, runner_for
+from google.adk.agents import LlmAgent
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.models.llm_request import LlmRequest
+from google.adk.runners import Runner
+from google.adk.tools.preload_memory_tool import PreloadMemoryTool
+from google.genai import types as genai_types
+
+from adk_memory import InvalidArgument
+from adk_memory.adk import MemoryBankPlugin, MemoryBankService
+from adk_memory.testing.agent_models import ScriptedAgentModel
+from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.proxies import HangingProxy
+
+TEA = "I like green tea."
+BERLIN = "I live in Berlin."
+
+
+def extract_from_prompt(request: LlmRequest) -> dict[str, Any]:
+    conversation = ScriptedMemoryModel.prompt_text(request).split("</conversation>")[-2]
+    cues = {"green tea": TEA, "Berlin": BERLIN}
+    return extraction(*(fact for cue, fact in cues.items() if cue in conversation))
+
+
+async def remember_now(callback_context: CallbackContext) -> None:
+    await callback_context.add_session_to_memory()
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[HangingProxy]:
+    made = HangingProxy(int(redis_url.split("//")[1].split("/")[0].rsplit(":", 1)[1]))
+    await made.start()
+    yield made
+    await made.stop()
+
+
+def _runner(pattern: str, model: ScriptedAgentModel, service: MemoryBankService) -> Runner:
+    if pattern == "plugin":
+        return runner_for(agent(model), service, plugins=[MemoryBankPlugin()])
+    root = LlmAgent(
+        name="assistant",
+        model=model,
+        instruction="Help.",
+        tools=[PreloadMemoryTool()],
+        after_agent_callback=remember_now,
+    )
+    return runner_for(root, service)
+
+
+@pytest.mark.parametrize("pattern", ["plugin", "callback"])
+async def test_a_hung_store_is_skipped_then_memory_comes_back_by_itself_exactly_once(
+    proxy: HangingProxy, pattern: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hung from the start: every turn completes, the first waits one deadline, later turns skip
+    memory at once (logged once); the events handed over meanwhile wait in the process. Healed:
+    memory comes back without a restart, and each fact is generated exactly once."""
+    prefix = f"hung-{uuid.uuid4().hex[:8]}"
+    memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
+    service = MemoryBankService(
+        f"redis://127.0.0.1:{proxy.port}/0?key_prefix={prefix}",
+        bank=prefix,  # the log lines of this service name it
+        embedding_model="hash-64",
+        generation_model=memory_model,
+        search_timeout=0.5,
+    )
+    model = ScriptedAgentModel()
+    runner = _runner(pattern, model, service)
+    try:
+        with caplog.at_level(logging.WARNING, logger="adk_memory"):
+            took = []
+            session = None
+            for text in ("I love green tea.", "And I moved to Berlin.", "Thanks.", "Bye."):
+                started = time.perf_counter()
+                session, _ = await ask(runner, user_id="u1", text=text, session_id=session)
+                took.append(time.perf_counter() - started)
+            assert not service.memory_available
+            # The first turn waited for the deadline; the others skipped memory at once.
+            assert took[0] < 0.5 * 3 + 1.0
+            assert max(took[1:]) < 0.5
+            messages = [r.getMessage() for r in caplog.records if prefix in r.getMessage()]
+            assert sum("agent turns skip memory until it answers again" in m for m in messages) == 1
+
+            proxy.hung = False
+            deadline = time.monotonic() + 30
+            while not service.memory_available and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert service.memory_available, "memory did not come back after the store healed"
+            assert any("answers again" in m.getMessage() for m in caplog.records)
+
+        # The session's events, handed over while the store hung, reach it now; a new session
+        # of the user sees what the hung session taught.
+        await ask(runner, user_id="u1", text="What do I like?")
+        assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+        await service.generate_pending(app_name=APP, user_id="u1")
+        await service.drain()
+        found = await service.search_memory(app_name=APP, user_id="u1", query="me", top_k=10)
+        facts = sorted(entry.content.parts[0].text for entry in found.memories)
+        assert facts == sorted([TEA, BERLIN])  # each once: nothing lost, nothing twice
+    finally:
+        await runner.close()
+        await service.aclose()
+
+
+async def test_a_store_that_hangs_mid_run_costs_one_deadline(
+    proxy: HangingProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Healthy first, then hung: one turn waits the deadline, the next ones skip memory."""
+    proxy.hung = False
+    prefix = f"hung-{uuid.uuid4().hex[:8]}"
+    service = MemoryBankService(
+        f"redis://127.0.0.1:{proxy.port}/0?key_prefix={prefix}",
+        embedding_model="hash-64",
+        search_timeout=0.5,
+    )
+    model = ScriptedAgentModel()
+    runner = _runner("callback", model, service)
+    try:
+        await ask(runner, user_id="u1", text="Hello.")
+        assert service.memory_available
+        proxy.hung = True
+        await service.aclose()  # new connections from here on: they hang
+        with caplog.at_level(logging.WARNING, logger="adk_memory"):
+            took = []
+            for _ in range(4):
+                started = time.perf_counter()
+                await ask(runner, user_id="u1", text="Anything?")
+                took.append(time.perf_counter() - started)
+        assert len(model.requests) == 5
+        assert took[0] < 0.5 * 3 + 1.0 and max(took[1:]) < 0.5
+        assert not service.memory_available
+    finally:
+        await runner.close()
+        await service.aclose()
+
+
+# Configuration errors fail at start
+
+
+def test_a_typo_in_the_uri_options_fails_at_construction_naming_the_option() -> None:
+    """`?idle_duraton=1s` used to start a server whose every search failed at turn time."""
+    with pytest.raises(InvalidArgument, match="idle_duraton") as raised:
+        MemoryBankService("memory://typo?idle_duraton=1s", embedding_model="hash-64")
+    assert "did you mean 'idle_duration'" in raised.value.message
+    assert "generation_wait" in raised.value.message  # the valid options are listed
+
+
+@pytest.mark.parametrize(
+    "uri", ["redis://127.0.0.1:9/0?key_prefx=a", "chroma:///tmp/unused?colection_prefix=a"]
+)
+def test_an_unknown_store_option_fails_at_construction_listing_both_kinds(uri: str) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        MemoryBankService(uri, embedding_model="hash-64")
+    message = raised.value.message
+    assert uri.split("?")[1].split("=")[0] in message
+    assert "idle_duration" in message  # the service's own options
+    assert "collection_prefix" in message or "key_prefix" in message  # the store's
+
+
+def test_memory_uris_take_no_store_options() -> None:
+    with pytest.raises(InvalidArgument, match="takes no options"):
+        MemoryBankService("memory://typo?colour=blue", embedding_model="hash-64")
+
+
+@pytest.mark.parametrize(
+    ("value", "option"),
+    [("top_k=0", "top_k"), ("search_timeout=-1", "search_timeout"), ("idle_duration=x", "idle")],
+)
+def test_a_bad_value_fails_at_construction(value: str, option: str) -> None:
+    with pytest.raises(InvalidArgument, match=option):
+        MemoryBankService(f"memory://bad?{value}", embedding_model="hash-64")
+
+
+def test_a_misspelt_services_yaml_section_fails_at_construction(tmp_path: Any) -> None:
+    (tmp_path / "services.yaml").write_text("adk-memory:\n  top_k: 4\n", encoding="utf-8")
+    with pytest.raises(InvalidArgument, match="did you mean 'adk_memory'"):
+        MemoryBankService("memory://yaml", embedding_model="hash-64", agents_dir=str(tmp_path))
+
+
+# Long messages
+
+
+@pytest.mark.parametrize("pattern", ["plugin", "callback"])
+async def test_a_message_longer_than_the_query_limit_still_gets_memories(
+    service: MemoryBankService, pattern: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retrieve refuses queries over 10,000 characters; the turn's search keeps the end."""
+    from google.adk.memory.memory_entry import MemoryEntry
+
+    fact = genai_types.Content(role="user", parts=[genai_types.Part(text=TEA)])
+    await service.add_memory(app_name=APP, user_id="u1", memories=[MemoryEntry(content=fact)])
+    model = ScriptedAgentModel()
+    runner = _runner(pattern, model, service)
+    pasted = "Here is a log I pasted. " * 800  # about 19,000 characters
+    with caplog.at_level(logging.WARNING, logger="adk_memory"):
+        await ask(runner, user_id="u1", text=pasted + "Which tea do I like?")
+    assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+    assert not [r for r in caplog.records if "search_query is limited" in r.getMessage()]
+    found = await service.search_memory(app_name=APP, user_id="u1", query="x" * 20_000 + " tea")
+    assert [entry.content.parts[0].text for entry in found.memories] == [TEA]
+
+
+# Images
+
+
+@pytest.mark.parametrize("pattern", ["plugin", "callback"])
+async def test_an_image_in_a_turn_reaches_generation(store: str, pattern: str) -> None:
+    """A user's message with a photo, through a real Runner: the extraction call gets the image
+    bytes after the conversation, as ADK's Vertex service would send them."""
+    memory_model = ScriptedMemoryModel(
+        extractions=[extraction("I have a grey cat.")], consolidate=create_every_fact
+    )
+    service = MemoryBankService(store, embedding_model="hash-64", generation_model=memory_model)
+    runner = _runner(pattern, ScriptedAgentModel(), service)
+    photo = genai_types.Part(inline_data=genai_types.Blob(mime_type="image/jpeg", data=b"JPEG-CAT"))
+    message = genai_types.Content(
+        role="user", parts=[genai_types.Part(text="This is my cat."), photo]
+    )
+    try:
+        session = await runner.session_service.create_session(app_name=APP, user_id="u1")
+        async for _ in runner.run_async(user_id="u1", session_id=session.id, new_message=message):
+            pass
+        await service.flush(app_name=APP, user_id="u1", session_id=session.id)
+        [request] = [r for r in memory_model.requests if memory_model.kind_of(r) == "extraction"]
+        parts = request.contents[-1].parts or []
+        images = [part.inline_data for part in parts if part.inline_data is not None]
+        assert [(image.mime_type, image.data) for image in images] == [("image/jpeg", b"JPEG-CAT")]
+        assert "This is my cat. [attachment 1: image/jpeg]" in (parts[0].text or "")
+        found = await service.search_memory(app_name=APP, user_id="u1", query="cat")
+        assert [entry.content.parts[0].text for entry in found.memories] == ["I have a grey cat."]
+    finally:
+        await runner.close()
+        await service.aclose()
+
+
+# Whose generation a turn waits for
+
+
+async def test_a_warm_turn_skips_waiting_for_its_own_sessions_generation_a_new_session_waits(
+    store: str,
+) -> None:
+    """Callback pattern with a slow memory model: the session's next turn does not wait for the
+    generation its last turn started (those events are in its conversation); the user's next
+    session does, and sees the fact."""
+
+    async def thinking(kind: str) -> None:
+        await asyncio.sleep(1.5)
+
+    memory_model = ScriptedMemoryModel(
+        extract=extract_from_prompt, consolidate=create_every_fact, on_call=thinking
+    )
+    service = MemoryBankService(
+        store, embedding_model="hash-64", generation_model=memory_model, generation_wait=10
+    )
+    model = ScriptedAgentModel()
+    runner = _runner("callback", model, service)
+    try:
+        session, _ = await ask(runner, user_id="u1", text="I love green tea.")
+        started = time.perf_counter()
+        await ask(runner, user_id="u1", text="Anything else?", session_id=session)
+        assert time.perf_counter() - started < 1.5  # no wait for its own generation (3 s)
+        await ask(runner, user_id="u1", text="What do I like?")  # a new session
+        assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+    finally:
+        await runner.close()
+        await service.aclose()
