@@ -27,7 +27,7 @@ import logging
 import os
 import secrets
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -474,16 +474,25 @@ class RemoteMemoryBanks:
         )
         return bank
 
-    async def list(self, *, config: Any = None) -> AsyncPager[types.MemoryBank]:
-        """Every bank, oldest first, in pages."""
+    async def list(
+        self, *, config: Any = None, bank_ids: Collection[str] | None = None
+    ) -> AsyncPager[types.MemoryBank]:
+        """Every bank the server's key may list, oldest first, in pages.
+
+        `bank_ids` (ours): only the banks with these ids, kept from each of the server's pages
+        (which the key already limits), so a page may hold fewer than `page_size`.
+        """
         from agentplatform._genai._memory_bank_utils import _reasoning_engine_to_memory_bank
 
         checked = parse_model(types.ListMemoryBanksConfig, config, field="config")
+        only = None if bank_ids is None else frozenset(bank_ids)
 
         async def fetch(token: str | None) -> tuple[list[types.MemoryBank], str | None]:
             paged = checked.model_copy(update={"page_token": token})
             page = await self._c.call(self._sdk._list(config=paged))
             banks = [_reasoning_engine_to_memory_bank(e) for e in page.reasoning_engines or ()]
+            if only is not None:
+                banks = [bank for bank in banks if (bank.name or "").rsplit("/", 1)[-1] in only]
             return banks, page.next_page_token or None
 
         return await first_page(fetch, checked.page_token)
