@@ -4,8 +4,10 @@ The REST server answers every failure with the Google error envelope (`{"error":
 "message", "status", "details"}}`), which google-genai raises as its `ClientError` or
 `ServerError`. `server_errors` rebuilds our error of that status (`NotFound`, `Aborted`, …) with
 its message and, from a `BadRequest` field violation, its `field`, so a caller catches the same
-class through `http://` as in process. `UNAVAILABLE` is `StoreUnavailable` unless the envelope's
-`ErrorInfo` carries `ModelUnavailable.reason`. httpx's transport errors (a refused connection, a
+class through `http://` as in process; a message that names an operation or option comes with
+its `wording` template, so the advice reads in the caller's terms (`--force` on the CLI,
+`force=True` in Python). `UNAVAILABLE` is `StoreUnavailable` unless the envelope's `ErrorInfo`
+carries `ModelUnavailable.reason`. httpx's transport errors (a refused connection, a
 server that died mid-answer, a timeout) become `StoreUnavailable`, naming the server and what is
 known about the call's outcome: each write is one atomic step on the server, so it happened
 entirely or not at all.
@@ -80,7 +82,9 @@ def rebuilt(error: genai_errors.APIError, server: str) -> AdkMemoryError:
             "the URI (it names an `adk-memory serve`, e.g. http://127.0.0.1:8080).",
             field="uri",
         )
-    return cls(message or f"The server at {server} answered {status}.", field=_field(details))
+    # The marked template, when the server sent one, words the advice in the caller's terms.
+    template = _template(details) or message or f"The server at {server} answered {status}."
+    return cls(template, field=_field(details))
 
 
 @contextlib.contextmanager
@@ -125,6 +129,16 @@ def _field(details: list[dict[str, Any]]) -> str | None:
         for violation in detail.get("fieldViolations") or ():
             if isinstance(violation, dict) and isinstance(violation.get("field"), str):
                 return str(violation["field"])
+    return None
+
+
+def _template(details: list[dict[str, Any]]) -> str | None:
+    """The message's `wording` template from our `ErrorInfo`, if the server sent one."""
+    for detail in details:
+        metadata = detail.get("metadata") if detail.get("domain") == "adk-memory" else None
+        template = metadata.get("template") if isinstance(metadata, dict) else None
+        if isinstance(template, str) and template:
+            return template
     return None
 
 

@@ -476,27 +476,34 @@ def error_envelope(error: AdkMemoryError, surface: Surface = "rest") -> dict[str
     """The Google error envelope for an error, with a BadRequest field violation if it names one.
 
     The message is in `surface`'s terms: REST's, or MCP's for the MCP server's HTTP refusals.
-    An error with a `reason` (`ModelUnavailable`: `MODEL_UNAVAILABLE`) carries it in an
-    `ErrorInfo`, which tells it from another error of the same status (`StoreUnavailable`); a
-    client rebuilds the class from it.
+    An `ErrorInfo` (domain `adk-memory`) is added when a client needs more than the status to
+    rebuild the error: its `reason` when the class has one (`ModelUnavailable`:
+    `MODEL_UNAVAILABLE`, told from `StoreUnavailable`, which has the same status), and, when the
+    message names an operation or option (`adk_memory.wording`), the marked template in
+    `metadata.template`, so that an `http://` client words its advice in its own surface's terms.
     """
     message = render(error, surface)
     status: dict[str, Any] = {"code": error.code, "message": message, "status": error.status}
+    details: list[dict[str, Any]] = []
     if error.field and error.code in (400, 413, 415):
-        status["details"] = [
+        details.append(
             {
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
                 "fieldViolations": [{"field": error.field, "description": message}],
             }
-        ]
-    elif error.reason:
-        status["details"] = [
-            {
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": error.reason,
-                "domain": "adk-memory",
-            }
-        ]
+        )
+    marked = error.template != error.message
+    if error.reason or marked:
+        info: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": error.reason or error.status,
+            "domain": "adk-memory",
+        }
+        if marked:
+            info["metadata"] = {"template": error.template}
+        details.append(info)
+    if details:
+        status["details"] = details
     return {"error": status}
 
 

@@ -21,7 +21,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from adk_memory import AsyncClient
 from adk_memory.server import ApiKey
-from adk_memory.server.mcp_server import McpBinding
+from adk_memory._remote._client import OWNER_PROOF_PATH
+from adk_memory.server.mcp_server import METADATA_PATH, McpBinding
 from adk_memory.testing.rest_server import RunningRestServer, rest_server
 
 SECRET = "mcp-in-serve-token-secret-0123456789abcdef"
@@ -87,18 +88,31 @@ async def test_an_mcp_host_and_the_rest_api_share_the_server(keyless: RunningRes
 
 
 async def test_the_mcp_endpoint_has_the_servers_request_guard(keyless: RunningRestServer) -> None:
-    """A foreign Host (DNS rebinding) or a foreign web page's Origin is refused on /mcp too."""
+    """A foreign Host (DNS rebinding) or a foreign web page's Origin is refused on /mcp too,
+    and on the MCP metadata and the folder owner's challenge beside it."""
     async with httpx.AsyncClient(base_url=keyless.url) as http:
         rebinding = await http.post("/mcp", json=PAYLOAD, headers={"host": "evil.example"})
         assert rebinding.status_code == 403
         page = await http.post("/mcp", json=PAYLOAD, headers={"origin": "https://evil.example"})
         assert page.status_code == 403
+        foreign = {"host": "evil.example"}
+        assert (await http.get(METADATA_PATH, headers=foreign)).status_code == 403
+        challenge = {"challenge": "ab" * 16}
+        owner = await http.get(OWNER_PROOF_PATH, params=challenge, headers=foreign)
+        assert owner.status_code == 403
+        assert (await http.get(OWNER_PROOF_PATH, params=challenge)).status_code == 404
 
 
 async def test_the_mcp_endpoint_has_the_servers_keys(keyed: RunningRestServer) -> None:
     """No key is 401; each user's signed token reaches only that user's memories."""
     async with httpx.AsyncClient(base_url=keyed.url) as http:
-        assert (await http.post("/mcp", json=PAYLOAD)).status_code == 401
+        refused = await http.post("/mcp", json=PAYLOAD)
+        assert refused.status_code == 401
+        # The RFC 9728 challenge points at metadata served without a key, as on adk-memory mcp.
+        challenge = refused.headers["www-authenticate"]
+        assert f'resource_metadata="{keyed.url}{METADATA_PATH}"' in challenge
+        metadata = await http.get(METADATA_PATH)
+        assert metadata.status_code == 200 and metadata.json()["resource"] == f"{keyed.url}/mcp"
     alice = {"authorization": f"Bearer {_token('alice')}"}
     bob = {"authorization": f"Bearer {_token('bob')}"}
     url = f"{keyed.url}/mcp"

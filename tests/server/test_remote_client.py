@@ -25,6 +25,7 @@ from adk_memory import (
     types,
 )
 from adk_memory.server import create_app
+from adk_memory.wording import render
 
 ALICE = {"user_id": "alice"}
 BOB = {"user_id": "bob"}
@@ -88,6 +89,8 @@ def test_our_client_over_http_pages_every_listing(open_server: Any, bank: str) -
         assert len(revisions.page) == 2 and len(list(revisions)) == 4
         banks = client.memory_banks.list(config={"page_size": 1})
         assert len(banks.page) == 1 and bank in {listed.name for listed in banks}
+        only = client.memory_banks.list(bank_ids=[bank.rsplit("/", 1)[-1]])
+        assert [listed.name for listed in only] == [bank]
 
 
 def test_errors_come_back_as_the_same_typed_errors(open_server: Any, bank: str) -> None:
@@ -101,8 +104,11 @@ def test_errors_come_back_as_the_same_typed_errors(open_server: Any, bank: str) 
         with pytest.raises(InvalidArgument):  # refused before anything is sent, as in process
             memories.create(name=bank, fact="x", scope=ALICE, config={"no_such_field": 1})
         memories.create(name=bank, fact="x", scope=ALICE)
-        with pytest.raises(FailedPrecondition):
+        with pytest.raises(FailedPrecondition) as not_empty:
             client.memory_banks.delete(name=bank)
+    # The advice names the option in the caller's terms, not in REST's (`force=true`).
+    assert "force=True" in str(not_empty.value)
+    assert "--force" in render(not_empty.value, "cli")
 
 
 def test_a_model_failure_is_model_unavailable_not_store_unavailable(
