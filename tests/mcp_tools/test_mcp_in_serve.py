@@ -20,8 +20,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from adk_memory import AsyncClient
-from adk_memory.server import ApiKey
 from adk_memory._remote._client import OWNER_PROOF_PATH
+from adk_memory.server import ApiKey
 from adk_memory.server.mcp_server import METADATA_PATH, McpBinding
 from adk_memory.testing.rest_server import RunningRestServer, rest_server
 
