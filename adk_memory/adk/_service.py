@@ -1373,8 +1373,9 @@ class _Side:
         if self.client is None:
             self.client = self._build()
             self._ready = False
-        if self.client.remote:  # the server answers for its store
-            await self.client.memory_banks.get(name=f"reasoningEngines/{bank_id}")
+        if self.client.remote:  # the server answers for its store; a missing bank is an answer
+            with contextlib.suppress(NotFound):
+                await self.client.memory_banks.get(name=f"reasoningEngines/{bank_id}")
             return
         await self.client.engine.context.store.get_document(bank_id, STREAM_KIND, _PROBE_KEY)
 

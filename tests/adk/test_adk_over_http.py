@@ -8,6 +8,8 @@ model, so that a test scripts its answers.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -18,9 +20,10 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session
 from google.genai import types as genai_types
 
-from adk_memory import AsyncClient, InvalidArgument, NotFound, StoreUnavailable
+from adk_memory import AsyncClient, InvalidArgument, NotFound
 from adk_memory.adk import MemoryBankService
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.proxies import HangingProxy
 from adk_memory.testing.rest_server import RunningRestServer, rest_server
 
 
@@ -100,22 +103,61 @@ async def test_a_generation_model_with_a_server_uri_is_refused(server: RunningRe
         MemoryBankService(server.url, generation_model="gemini-2.5-flash")
 
 
-async def test_a_server_that_went_away_is_store_unavailable_and_opens_the_breaker(
+async def test_a_server_that_went_away_is_skipped_and_opens_the_breaker(
     server: RunningRestServer,
 ) -> None:
-    """The turn path treats a server down like a store down: StoreUnavailable, then the
-    breaker keeps searches from waiting on it."""
-    made = MemoryBankService(server.url, embedding_model="hash-64")
+    """The turn path treats a server down like a store down: searches find nothing instead of
+    failing the turn, and the breaker opens (memory skipped until a probe sees it answer)."""
+    made = MemoryBankService(server.url, embedding_model="hash-64", search_timeout=0.5)
     try:
-        await made.search_memory(app_name=APP, user_id="u1", query="warm up")  # creates the bank
+        await made.search_memory(app_name=APP, user_id="u1", query="warm up")  # started
+        assert made.memory_available
         server.stop()
         for _ in range(3):
-            with pytest.raises(StoreUnavailable):
-                await made.search_memory(app_name=APP, user_id="u1", query="tea")
-        with pytest.raises(StoreUnavailable, match="skipped for another"):
-            await made.search_memory(app_name=APP, user_id="u1", query="tea")
+            found = await made.search_memory(app_name=APP, user_id="u1", query="tea")
+            assert not found.memories
+        assert not made.memory_available
     finally:
         await made.aclose()
+
+
+@pytest.fixture
+async def hanging(server: RunningRestServer) -> AsyncIterator[HangingProxy]:
+    """A proxy in front of the server that accepts and never answers until healed."""
+    made = HangingProxy(int(server.url.rsplit(":", 1)[1]))
+    await made.start()
+    yield made
+    await made.stop()
+
+
+async def test_a_hung_server_costs_a_turn_one_deadline_then_memory_comes_back(
+    hanging: HangingProxy,
+) -> None:
+    """A server that accepts and never answers: the first search waits `search_timeout`, later
+    ones skip memory at once; once it answers, memory comes back without a restart."""
+    service = MemoryBankService(
+        f"http://127.0.0.1:{hanging.port}", embedding_model="hash-64", search_timeout=0.5
+    )
+    try:
+        took = []
+        for _ in range(3):
+            started = time.perf_counter()
+            found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
+            took.append(time.perf_counter() - started)
+            assert not found.memories
+        assert not service.memory_available
+        assert took[0] < 0.5 * 3 + 1.0 and max(took[1:]) < 0.5
+        hanging.hung = False
+        deadline = time.monotonic() + 30
+        while not service.memory_available and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert service.memory_available, "memory did not come back after the server healed"
+        entry = MemoryEntry(content=genai_types.Content(parts=[genai_types.Part(text="Tea.")]))
+        await service.add_memory(app_name=APP, user_id="u1", memories=[entry])
+        found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
+        assert [memory.content.parts[0].text for memory in found.memories] == ["Tea."]
+    finally:
+        await service.aclose()
 
 
 def test_adk_builds_the_service_for_a_server_uri(server: Any) -> None:
