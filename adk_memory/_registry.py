@@ -7,11 +7,13 @@ Backends are separate distributions; each registers its URI schemes. The core's 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument
-from adk_memory.store import MemoryStore
+
+if TYPE_CHECKING:  # the store module imports numpy, which a client of a server never needs
+    from adk_memory.store import MemoryStore
 
 __all__ = ["BACKENDS_GROUP", "SERVER_SCHEMES", "is_server_uri", "store_class_for", "store_from_uri"]
 
