@@ -11,25 +11,28 @@ returns (`done=True`).
 
 from __future__ import annotations
 
+import abc
 import builtins
 from collections.abc import Collection
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel
 
 from adk_memory import types
-from adk_memory._pagers import AsyncPager
-from adk_memory._registry import store_from_uri
+from adk_memory._agent_engines import AgentEngine, FlatMemoryHelpers, engine_config
+from adk_memory._pagers import AsyncPager, first_page
+from adk_memory._registry import is_server_uri, store_from_uri
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.banks import to_memory_bank, to_reasoning_engine_json
 from adk_memory.engine.convert import built, parse_model, to_memory, to_revision
 from adk_memory.engine.generate import events_from_session
+from adk_memory.engine.ingest import StreamStatus
 from adk_memory.engine.paging import Position, page_after
-from adk_memory.engine.retrieval import RETRIEVE_ALL_LIMIT
 from adk_memory.errors import InvalidArgument, Unimplemented
 from adk_memory.extensions import BankExtensions
 from adk_memory.names import Names
 from adk_memory.scheduler import IngestScheduler
+from adk_memory.scope import validate_scope
 from adk_memory.settings import default_embedding_model, default_uri
 from adk_memory.store import MemoryRecord, MemoryStore, OperationRecord
 from adk_memory.telemetry import instrument_engine_context, trace_store, traced_resource
@@ -81,7 +84,7 @@ class AsyncMemoryRevisions:
                 to_revision(r, bank_id, self._engine.names) for r in page.items
             ], page.next_page_token
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
 
 @traced_resource("memories")
@@ -136,7 +139,7 @@ class AsyncMemories:
                 to_memory(r, bank_id, self._engine.names) for r in page.items
             ], page.next_page_token
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
     async def update(
         self,
@@ -187,7 +190,7 @@ class AsyncMemories:
         simple_retrieval_params: Any = None,
         config: Any = None,
     ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
-        """Memories of exactly `scope`: the nearest `top_k`, or pages (of all, 100 a page)."""
+        """Memories of exactly `scope`: the nearest `top_k`, all of them, or pages of them."""
         checked = parse_model(types.RetrieveMemoriesConfig, config, field="config")
         similarity = _optional(
             types.RetrieveMemoriesRequestSimilaritySearchParams,
@@ -204,13 +207,9 @@ class AsyncMemories:
         async def fetch(
             token: str | None,
         ) -> tuple[list[types.RetrieveMemoriesResponseRetrievedMemory], str | None]:
-            params = simple
-            if simple is not None:
-                params = simple.model_copy(update={"page_token": token})
-            elif token:  # a later page of retrieve-all: its token continues as simple retrieval
-                params = types.RetrieveMemoriesRequestSimpleRetrievalParams(
-                    page_size=RETRIEVE_ALL_LIMIT, page_token=token
-                )
+            # Retrieve-all answers the whole scope at once (no token); only simple retrieval
+            # pages.
+            params = None if simple is None else simple.model_copy(update={"page_token": token})
             page = await self._engine.retrieval.retrieve(
                 bank_id,
                 scope=scope,
@@ -228,7 +227,7 @@ class AsyncMemories:
             ]
             return found, page.next_page_token
 
-        return await _first_page(fetch, simple.page_token if simple is not None else None)
+        return await first_page(fetch, simple.page_token if simple is not None else None)
 
     async def rollback(
         self, *, name: str, target_revision_id: str, config: Any = None
@@ -442,7 +441,7 @@ class AsyncMemoryBanks:
             names = self._engine.names
             return [to_memory_bank(record, names) for record in page.items], page.next_page_token
 
-        return await _first_page(fetch, checked.page_token)
+        return await first_page(fetch, checked.page_token)
 
     async def update(
         self,
@@ -479,6 +478,27 @@ class AsyncMemoryBanks:
         await self._engine.banks.delete(bank_id, force=bool(force))
         return types.DeleteMemoryBankOperation(
             name=self._engine.names.operation(bank_id, "operations/delete"), done=True
+        )
+
+    async def list_streams(
+        self, *, name: str, scope: dict[str, str] | None = None
+    ) -> builtins.list[StreamStatus]:
+        """The bank's ingest streams holding events not generated from yet, oldest first (ours).
+
+        With `scope`, only that scope's streams. Each carries its pending count, failures,
+        last error and next retry (`adk-memory streams list`).
+        """
+        checked = None if scope is None else validate_scope(scope)
+        return await self._engine.ingest.streams(Names.parse_bank(name), scope=checked)
+
+    async def flush_stream(self, *, name: str, key: str) -> int:
+        """Generates from a stream's pending events now, whatever its trigger and back-off (ours).
+
+        Returns how many memories were created or changed (0 for a stream without pending
+        events); a failed generation is raised after the stream records it.
+        """
+        return await self._engine.ingest.flush(
+            Names.parse_bank(name), key, now_or_never=True, raise_failure=True
         )
 
     async def ingest_events(
@@ -518,25 +538,8 @@ class AsyncMemoryBanks:
         )
 
 
-class AgentEngine(BaseModel):
-    """What `agent_engines.create/get/update` return: the resource under `api_resource`."""
-
-    api_resource: types.ReasoningEngine
-
-
-_DEPLOYMENT_FIELDS = (
-    "agent_engine",
-    "agent",
-    "staging_bucket",
-    "requirements",
-    "extra_packages",
-    "env_vars",
-    "gcs_dir_name",
-)
-
-
 @traced_resource("agent_engines")
-class AsyncAgentEngines:
+class AsyncAgentEngines(FlatMemoryHelpers):
     """The older `agent_engines` surface the seeds use; a memory bank is a reasoning engine."""
 
     def __init__(self, engine: MemoryEngine, banks: AsyncMemoryBanks) -> None:
@@ -548,7 +551,7 @@ class AsyncAgentEngines:
         self, *, agent_engine: Any = None, agent: Any = None, config: Any = None
     ) -> AgentEngine:
         """Creates a bank from `config={"context_spec": {"memory_bank_config": …}, …}`."""
-        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        spec, display_name, description = engine_config(config, agent_engine or agent)
         record = await self._engine.banks.create(
             spec, display_name=display_name, description=description
         )
@@ -558,7 +561,7 @@ class AsyncAgentEngines:
         self, *, name: str, agent_engine: Any = None, agent: Any = None, config: Any = None
     ) -> AgentEngine:
         """Merges a new `context_spec.memory_bank_config` (and names) into the bank."""
-        spec, display_name, description = _engine_config(config, agent_engine or agent)
+        spec, display_name, description = engine_config(config, agent_engine or agent)
         record = await self._engine.banks.update(
             Names.parse_bank(name), spec, display_name=display_name, description=description
         )
@@ -575,33 +578,6 @@ class AsyncAgentEngines:
     async def delete(self, *, name: str, force: bool = False, config: Any = None) -> None:
         """Deletes the bank (`force` also deletes its memories)."""
         await self._engine.banks.delete(Names.parse_bank(name), force=force)
-
-    # The flat helpers of the oldest SDK.
-    async def get_memory(self, *, name: str, config: Any = None) -> types.Memory:
-        """`memories.get`."""
-        return await self.memories.get(name=name, config=config)
-
-    async def list_memories(self, *, name: str, config: Any = None) -> AsyncPager[types.Memory]:
-        """`memories.list`."""
-        return await self.memories.list(name=name, config=config)
-
-    async def retrieve_memories(
-        self, **kwargs: Any
-    ) -> AsyncPager[types.RetrieveMemoriesResponseRetrievedMemory]:
-        """`memories.retrieve`."""
-        return await self.memories.retrieve(**kwargs)
-
-    async def create_memory(self, **kwargs: Any) -> types.MemoryOperation:
-        """`memories.create`."""
-        return await self.memories.create(**kwargs)
-
-    async def delete_memory(self, **kwargs: Any) -> types.DeleteMemoryOperation:
-        """`memories.delete`."""
-        return await self.memories.delete(**kwargs)
-
-    async def generate_memories(self, **kwargs: Any) -> types.GenerateMemoriesOperation:
-        """`memories.generate`."""
-        return await self.memories.generate(**kwargs)
 
     def _wrap(self, record: Any) -> AgentEngine:
         payload = to_reasoning_engine_json(record, self._engine.names)
@@ -639,8 +615,26 @@ class AsyncOperations:
         )
 
 
-class AsyncClient:
-    """The Memory Bank client over a store chosen by URI."""
+class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register` only
+    """The Memory Bank client over a store chosen by URI.
+
+    An `http://` or `https://` URI names a running `adk-memory serve` instead: the client is then
+    a `RemoteAsyncClient` (`adk_memory._remote`) with the same resources and methods, answered
+    by the server.
+    """
+
+    remote: ClassVar[bool] = False
+    """Whether calls go to an adk-memory server (then there is no `engine` here)."""
+
+    def __new__(cls, uri: str | None = None, *args: Any, **kwargs: Any) -> AsyncClient:
+        """A `RemoteAsyncClient` for a server URI (given, or `ADK_MEMORY_URI`), else this."""
+        if cls is AsyncClient and kwargs.get("store") is None:
+            if is_server_uri(uri if uri is not None else default_uri()):
+                from adk_memory._remote import RemoteAsyncClient
+
+                # Not an instance of this class (a virtual subclass): __init__ is not run again.
+                return cast(AsyncClient, RemoteAsyncClient(uri, *args, **kwargs))
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -660,8 +654,8 @@ class AsyncClient:
 
         Args:
             uri: `chroma:///path`, `chroma+http://host:port`, `redis://…`, `rediss://…` or
-                `memory://`. Default: `ADK_MEMORY_URI`, else embedded Chroma in
-                `~/.adk-memory`.
+                `memory://`; or an adk-memory server's `http://host:port` (see the class
+                docstring). Default: `ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
             project: The project segment of resource names.
             location: The location segment of resource names.
             store: A store you built (then `uri` must be None).
@@ -710,49 +704,15 @@ class AsyncClient:
         await self.aclose()
 
 
-async def _first_page(fetch: Any, token: str | None) -> AsyncPager[Any]:
-    items, next_token = await fetch(token)
-    return AsyncPager(items, next_token, fetch)
-
-
 def _optional(model: type[BaseModel], value: Any, field: str) -> Any:
     return None if value is None else parse_model(model, value, field=field)
 
 
-def _engine_config(config: Any, agent: Any) -> tuple[Any, str | None, str | None]:
-    data = (
-        dict(config or {})
-        if not isinstance(config, BaseModel)
-        else config.model_dump(exclude_none=True)
-    )
-    deployment = [field for field in _DEPLOYMENT_FIELDS if data.get(field)] + (
-        ["agent_engine"] if agent is not None else []
-    )
-    if deployment:
-        raise Unimplemented(
-            f"adk-memory hosts Memory Bank only, not agent deployment ({', '.join(deployment)}); "
-            "run your agent yourself and point its memory service at this bank.",
-            field=deployment[0],
-        )
-    spec = data.pop("context_spec", None) or data.pop("contextSpec", None) or {}
-    if isinstance(spec, BaseModel):
-        spec = spec.model_dump(exclude_none=True)
-    bank_config = (
-        spec.get("memory_bank_config", spec.get("memoryBankConfig"))
-        if isinstance(spec, dict)
-        else None
-    )
-    display_name = data.pop("display_name", None) or data.pop("displayName", None)
-    description = data.pop("description", None)
-    if data:
-        raise InvalidArgument(
-            f"config has unknown fields: {', '.join(sorted(data))}.", field="config"
-        )
-    if isinstance(bank_config, BaseModel):
-        bank_config = bank_config.model_dump(exclude_none=True)
-    wire = parse_model(
-        types.ReasoningEngineContextSpecMemoryBankConfig,
-        bank_config or {},
-        field="config.context_spec.memory_bank_config",
-    )
-    return wire, display_name, description
+def _register_remote() -> None:
+    """Makes `RemoteAsyncClient` a virtual subclass, so `isinstance(…, AsyncClient)` holds."""
+    from adk_memory._remote import RemoteAsyncClient
+
+    AsyncClient.register(RemoteAsyncClient)
+
+
+_register_remote()

@@ -52,11 +52,16 @@ class _LoopThread:
 
 
 def _blocking(method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
-    """The blocking version of an async resource method."""
+    """The blocking version of an async resource method.
+
+    It calls the method of that name on the resource it wraps, which is the in-process one or,
+    for a server URI, the remote one (`adk_memory._remote`), with the same signature.
+    """
+    name = method.__name__
 
     @functools.wraps(method)
     def wrapper(self: _Resource, *args: Any, **kwargs: Any) -> Any:
-        result = self._runner.run(method(self._async, *args, **kwargs))
+        result = self._runner.run(getattr(self._async, name)(*args, **kwargs))
         return Pager(result, self._runner.run) if isinstance(result, AsyncPager) else result
 
     return wrapper
@@ -109,6 +114,8 @@ class MemoryBanks(_Resource):
     delete = _blocking(aio.AsyncMemoryBanks.delete)
     get_extensions = _blocking(aio.AsyncMemoryBanks.get_extensions)
     ingest_events = _blocking(aio.AsyncMemoryBanks.ingest_events)
+    list_streams = _blocking(aio.AsyncMemoryBanks.list_streams)
+    flush_stream = _blocking(aio.AsyncMemoryBanks.flush_stream)
 
 
 class AgentEngines(_Resource):

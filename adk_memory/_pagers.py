@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["AsyncPager", "Pager"]
+__all__ = ["AsyncPager", "Pager", "first_page"]
 
 T = TypeVar("T")
-Fetch = Callable[[str], Awaitable[tuple[list[T], str | None]]]
+Fetch = Callable[[str | None], Awaitable[tuple[list[T], str | None]]]
+"""Fetches the page a token names (None: the first page)."""
 
 
 class AsyncPager(Generic[T]):
@@ -53,6 +54,12 @@ class AsyncPager(Generic[T]):
             if not self._next_page_token:
                 return
             await self.next_page()
+
+
+async def first_page(fetch: Fetch[T], token: str | None) -> AsyncPager[T]:
+    """The pager whose current page is what `fetch(token)` returns."""
+    items, next_token = await fetch(token)
+    return AsyncPager(items, next_token, fetch)
 
 
 class Pager(Generic[T]):

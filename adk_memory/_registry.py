@@ -7,15 +7,20 @@ Backends are separate distributions; each registers its URI schemes. The core's 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from adk_memory.errors import FailedPrecondition, InvalidArgument
-from adk_memory.store import MemoryStore
 
-__all__ = ["BACKENDS_GROUP", "store_class_for", "store_from_uri"]
+if TYPE_CHECKING:  # the store module imports numpy, which a client of a server never needs
+    from adk_memory.store import MemoryStore
+
+__all__ = ["BACKENDS_GROUP", "SERVER_SCHEMES", "is_server_uri", "store_class_for", "store_from_uri"]
 
 BACKENDS_GROUP = "adk_memory.backends"
+SERVER_SCHEMES = ("http", "https")
+"""Schemes that name a running `adk-memory serve`, not a store: `AsyncClient` makes a client of
+that server for them (`adk_memory._remote`) before it would look for a backend."""
 
 _INSTALL_HINTS = {
     "redis": " Install it with: pip install 'adk-memory[redis]'",
@@ -25,7 +30,14 @@ _INSTALL_HINTS = {
     "chroma": " Install it with: pip install 'adk-memory[chroma]'",
     "chroma+http": " Install it with: pip install 'adk-memory[chroma]'",
     "chroma+https": " Install it with: pip install 'adk-memory[chroma]'",
+    "http": " An http(s) URI names an adk-memory server: give it to Client or AsyncClient.",
+    "https": " An http(s) URI names an adk-memory server: give it to Client or AsyncClient.",
 }
+
+
+def is_server_uri(uri: str) -> bool:
+    """Whether `uri` names an adk-memory server (`http://`, `https://`) rather than a store."""
+    return urlsplit(uri).scheme.lower() in SERVER_SCHEMES
 
 
 def store_class_for(uri: str) -> type[MemoryStore]:
@@ -34,7 +46,8 @@ def store_class_for(uri: str) -> type[MemoryStore]:
     if not scheme:
         raise InvalidArgument(
             f"Storage URI {uri[:60]!r} has no scheme; use memory://, chroma:///path, "
-            "chroma+http://host:port, redis://host:port or rediss://host:port.",
+            "chroma+http://host:port, redis://host:port, rediss://host:port, or an adk-memory "
+            "server's http://host:port.",
             field="uri",
         )
     found = entry_points(group=BACKENDS_GROUP, name=scheme)
@@ -42,8 +55,7 @@ def store_class_for(uri: str) -> type[MemoryStore]:
         installed = sorted({ep.name for ep in entry_points(group=BACKENDS_GROUP)})
         if scheme in _INSTALL_HINTS:
             raise FailedPrecondition(
-                f"No installed storage backend handles {scheme!r} URIs."
-                f"{_INSTALL_HINTS[scheme]}",
+                f"No installed storage backend handles {scheme!r} URIs.{_INSTALL_HINTS[scheme]}",
                 field="uri",
             )
         raise InvalidArgument(

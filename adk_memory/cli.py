@@ -14,12 +14,27 @@ DEBUG level for unexpected errors); Ctrl-C exits 130.
 
 from __future__ import annotations
 
+import gc
+import os
+import sys
+
+# A command's start-up makes some 100,000 objects (the SDK's pydantic types, typer's command
+# tree) and frees almost none, so collecting them is pure cost: about a third of a command that
+# goes through a server. As the process's own entry point (not imported by another program), the
+# CLI turns collection off until `_started`, which freezes what start-up made and turns it back
+# on before the command's own work.
+_ENTRY_POINT = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") in (
+    "adk-memory",
+    "adk-memory.exe",
+)
+if _ENTRY_POINT:
+    gc.disable()
+
 import asyncio
 import contextlib
 import json
 import logging
 import re
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO, TypeVar
@@ -38,12 +53,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from adk_memory.errors import AdkMemoryError, InvalidArgument
+from adk_memory.errors import AdkMemoryError, FailedPrecondition, InvalidArgument
 from adk_memory.settings import api_keys_file, default_embedding_model, default_uri
 from adk_memory.wording import render
 
 if TYPE_CHECKING:
-    from adk_memory import AsyncClient
+    from adk_memory import AsyncClient as LocalClient
+    from adk_memory._remote import RemoteAsyncClient
+
+    AsyncClient = LocalClient | RemoteAsyncClient
+    """Commands work on either client; the engine's commands only on the in-process one."""
 
 __all__ = ["app"]
 
@@ -71,7 +90,9 @@ app.add_typer(streams_app, name="streams")
 UriOption = Annotated[
     str | None,
     typer.Option(
-        "--uri", help="Store URI (default: $ADK_MEMORY_URI, else embedded Chroma in ~/.adk-memory)."
+        "--uri",
+        help="Store URI, or an adk-memory server's http://host:port (default: $ADK_MEMORY_URI, "
+        "else embedded Chroma in ~/.adk-memory, through the server holding it if one does).",
     ),
 ]
 BankOption = Annotated[
@@ -162,23 +183,78 @@ def _run(
 ) -> T:
     """Runs `work` with an `AsyncClient` on the store, mapping errors to one line.
 
-    `embeds`: the command embeds a text, so the default local model starts loading in the
-    background now, while the store opens and the bank loads.
+    `embeds`: the command embeds a text, so an in-process client starts loading the default
+    local model in the background now, while the store opens and the bank loads (through a
+    server, the server embeds: nothing is loaded here).
     """
+
+    async def main() -> T:
+        client = _client(uri or default_uri(), options, embeds=embeds)
+        _started()
+        async with client:
+            return await work(client)
+
+    with _errors(interrupt_ok=interrupt_ok):
+        return asyncio.run(main())
+    raise typer.Exit(0)  # interrupted, and that is how this command stops
+
+
+def _started() -> None:
+    """Start-up is over (its imports are done): garbage collection is back on.
+
+    What start-up made is frozen first (`gc.freeze`): left to the collector, its objects would
+    be walked by the next full collections, which cost what disabling saved.
+    """
+    if _ENTRY_POINT and not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+def _client(uri: str, options: dict[str, Any], *, embeds: bool) -> AsyncClient:
+    """The client for `uri`, or of the server holding its embedded folder (`_through_server`).
+
+    `embeds`: an in-process client's default local model starts loading in the background.
+    """
+    from adk_memory._registry import is_server_uri
+    from adk_memory._remote import RemoteAsyncClient
+
+    target, through = _through_server(uri, options)
+    if is_server_uri(target):  # not through AsyncClient, which would import the engine for nothing
+        return RemoteAsyncClient(target, **through, **options)
     from adk_memory import AsyncClient
 
     if embeds:
         from adk_memory.embeddings import warm_up
 
         warm_up(options.get("embedding_model") or default_embedding_model())
+    return AsyncClient(target, run_scheduler=False, **options)
 
-    async def main() -> T:
-        async with AsyncClient(uri or default_uri(), run_scheduler=False, **options) as client:
-            return await work(client)
 
-    with _errors(interrupt_ok=interrupt_ok):
-        return asyncio.run(main())
-    raise typer.Exit(0)  # interrupted, and that is how this command stops
+def _through_server(uri: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`uri` and no client options, or the server holding its embedded folder and its record.
+
+    Returns the server's URL and `{"owner": record}` when another process serves the folder:
+    `adk-memory serve` records in a folder it holds where it serves it; a command started on
+    the folder goes through it (saying so once on stderr) instead of failing "in use". The
+    record is followed only once the server proves it holds the folder (`_remote.owner`).
+    """
+    from adk_memory._remote.owner import find_server
+
+    served = find_server(uri)
+    if served is None:
+        return uri, {}
+    if options.get("generation_model") is not None:
+        raise FailedPrecondition(
+            f"{served.folder} is held by adk-memory serve (pid {served.pid}) at {served.url}, "
+            "whose model generates: restart it with --model, or stop it to use --model here.",
+            field="--model",
+        )
+    _err.print(
+        f"note: {escape(served.folder)} is held by adk-memory serve (pid {served.pid}); "
+        f"going through it at {served.url}.",
+        soft_wrap=True,
+    )
+    return served.url, {"owner": served}
 
 
 @app.callback()
@@ -414,8 +490,10 @@ def quickstart(
     """A one-minute tour on embedded Chroma: memories, retrieval, filters, revisions, TTL."""
     from adk_memory.quickstart import run_quickstart
 
+    _started()
     with _errors():
-        run_quickstart(uri or default_uri(), keep=keep)
+        target, through = _through_server(uri or default_uri(), {})
+        run_quickstart(target, keep=keep, **through)
 
 
 @app.command()
@@ -429,8 +507,29 @@ def serve(
         list[str] | None,
         typer.Option(help="An origin whose web pages may call the API (repeatable; CORS)."),
     ] = None,
+    mcp_bank: Annotated[
+        str | None,
+        typer.Option(
+            help="Also serve this bank to MCP clients at /mcp (streamable HTTP), behind the "
+            "same keys; created if missing."
+        ),
+    ] = None,
+    mcp_scope: Annotated[
+        list[str] | None,
+        typer.Option(help="A scope entry KEY=VALUE of the MCP tools (repeat for each key)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The memory model that generates for every bank (default: each bank's "
+            "generation_config.model, else gemini-2.5-flash)."
+        ),
+    ] = None,
 ) -> None:
-    """Serve the REST API for the official SDK and ADK, and the memory browser at /ui."""
+    """Serve the REST API for the official SDK and ADK, the memory browser at /ui and MCP.
+
+    On an embedded folder, adk-memory commands started on the folder go through this server.
+    """
     try:
         import uvicorn  # noqa: F401 - checked here so that a missing extra is one line
 
@@ -441,9 +540,13 @@ def serve(
             f"the REST server needs {exc.name or 'fastapi and uvicorn'}. "
             "Install it with: pip install 'adk-memory[server]'"
         )
+    _started()
     with _errors():
         keys_path = keys or api_keys_file()
         api_keys = ApiKeys.from_file(keys_path) if keys_path else None
+        binding = _mcp_binding(mcp_bank, mcp_scope, api_keys) if mcp_bank else None
+        if mcp_scope and not mcp_bank:
+            raise InvalidArgument("--mcp-scope needs --mcp-bank.", field="--mcp-scope")
         run_server(
             uri or default_uri(),
             host=host,
@@ -451,7 +554,22 @@ def serve(
             api_keys=api_keys,
             allowed_hosts=allowed_host or None,
             cors_origins=cors_origin or (),
+            mcp=binding,
+            generation_model=model,
         )
+
+
+def _mcp_binding(bank: str, scope: list[str] | None, keys: Any) -> Any:
+    """The MCP tools' bank and scope (`McpBinding`), checked before any store opens."""
+    try:
+        from adk_memory.server.mcp_server import McpBinding
+    except ImportError as exc:
+        _fail(
+            f"the MCP server needs {exc.name or 'mcp'}. Install it with: "
+            "pip install 'adk-memory[mcp]'"
+        )
+    bank_name = f"reasoningEngines/{_bank_id(_bank_name(bank))}"
+    return McpBinding(bank_name, _pairs(scope, "--scope"), keys)
 
 
 @app.command("mcp")
@@ -481,7 +599,7 @@ def mcp_command(
     """Serve the memories of one bank and scope to MCP clients (Claude Desktop, IDE agents)."""
     try:
         from adk_memory.server import ApiKeys
-        from adk_memory.server.mcp_server import McpBinding, serve_mcp
+        from adk_memory.server.mcp_server import serve_mcp
     except ImportError as exc:
         _fail(
             f"the MCP server needs {exc.name or 'mcp'}. Install it with: "
@@ -491,17 +609,13 @@ def mcp_command(
         _fail("--transport is stdio or http")
 
     with _errors():
-        bank_name = f"reasoningEngines/{_bank_id(_bank_name(bank))}"  # before the store opens
         keys_path = keys or (api_keys_file() if transport == "http" else None)
-        binding = McpBinding(
-            bank_name,
-            _pairs(scope, "--scope"),
-            ApiKeys.from_file(keys_path) if keys_path else None,
-        )
+        api_keys = ApiKeys.from_file(keys_path) if keys_path else None
+        binding = _mcp_binding(bank, scope, api_keys)  # before the store opens
 
     async def run(client: AsyncClient) -> None:
         await serve_mcp(
-            client,
+            client,  # type: ignore[arg-type]  # a RemoteAsyncClient is a virtual AsyncClient
             binding,
             transport=transport,  # type: ignore[arg-type]
             host=host,
@@ -913,25 +1027,11 @@ def streams_list(
     """List a bank's streams with unflushed events: pending, failures, last error, next retry."""
 
     async def work(client: AsyncClient) -> list[Any]:
-        return await client.engine.ingest.streams(_bank_id(_bank_name(bank)))
+        return await client.memory_banks.list_streams(name=_bank_name(bank))
 
     streams = [stream for stream in _run(uri, work) if stream.failures or not failed]
     if as_json:
-        _print_json(
-            [
-                {
-                    "key": stream.key,
-                    "scope": stream.scope,
-                    "streamId": stream.stream_id,
-                    "pendingEvents": stream.pending_events,
-                    "failures": stream.failures,
-                    "lastError": stream.last_error,
-                    "retryAfter": stream.retry_after,
-                    "lastEventTime": stream.last_event_at,
-                }
-                for stream in streams
-            ]
-        )
+        _print_json([stream.to_json() for stream in streams])
         return
     if not streams:
         _stdout().print("No streams hold unflushed events.")
@@ -968,14 +1068,12 @@ def streams_retry(
     """Generate from a stream's events now, whatever its back-off; print the outcome."""
 
     async def work(client: AsyncClient) -> int:
-        bank_id = _bank_id(_bank_name(bank))
-        keys = [stream.key for stream in await client.engine.ingest.streams(bank_id)]
+        name = _bank_name(bank)
+        keys = [stream.key for stream in await client.memory_banks.list_streams(name=name)]
         matches = [found for found in keys if found.startswith(key)]
         if len(matches) != 1:
             _fail(f"{len(matches)} streams with unflushed events match {key!r}; give a longer key.")
-        return await client.engine.ingest.flush(
-            bank_id, matches[0], now_or_never=True, raise_failure=True
-        )
+        return await client.memory_banks.flush_stream(name=name, key=matches[0])
 
     changed = _run(uri, work)
     _stdout().print(f"Generated from the stream: {changed} memories created or changed.")

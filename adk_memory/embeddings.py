@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from adk_memory._embedder_wrapper import EmbedderWrapper
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.settings import (
     gemini_api_key_configured,
@@ -1192,32 +1193,6 @@ def warm_up(model: str | None) -> threading.Event:
 
 # ---------------------------------------------------------------------------------------------
 # Checked vectors
-
-
-class EmbedderWrapper:
-    """An embedder around another (`inner`): its model, dimension and any other attribute.
-
-    Subclasses override `embed_documents` and `embed_query` (`CheckedEmbedder`, telemetry's
-    `TracingEmbedder`).
-    """
-
-    def __init__(self, inner: Embedder) -> None:
-        """Wraps `inner` (and initialises the next class of a subclass's bases, if any)."""
-        self.inner = inner
-        super().__init__()
-
-    @property
-    def model(self) -> str:
-        """The wrapped embedder's model name."""
-        return self.inner.model
-
-    @property
-    def dimension(self) -> int:
-        """The wrapped embedder's vector length."""
-        return self.inner.dimension
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class CheckedEmbedder(EmbedderWrapper):

@@ -54,6 +54,9 @@ class AdkMemoryError(APIError):
     """The HTTP status (a class constant of each error, set on the instance as the SDK does)."""
     status: str = "INTERNAL"
     """The google.rpc code."""
+    reason: str | None = None
+    """The `ErrorInfo` reason the REST envelope carries when `status` alone does not tell this
+    class apart (a client rebuilds the class from it)."""
     message: str
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
@@ -151,3 +154,4 @@ class ModelUnavailable(AdkMemoryError, ServerError):
 
     code = 503
     status = "UNAVAILABLE"
+    reason = "MODEL_UNAVAILABLE"

@@ -1,7 +1,8 @@
 """Bank-level extensions of our own: settings the official SDK's closed config models cannot hold.
 
 Stored beside the bank's Memory Bank config (under the key `adk_memory` of the bank record's
-config JSON, which every store keeps verbatim) and returned by `MemoryBanks.get_extensions`.
+config JSON, which every store keeps verbatim) and returned by `MemoryBanks.get_extensions`;
+over REST they travel as the ReasoningEngine field `adkMemoryExtensions`.
 Memory Bank's semantics are the default; an extension only changes behaviour when set.
 
 ```python
@@ -15,9 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["EXTENSIONS_KEY", "BankExtensions", "RetrievalConfig"]
+__all__ = ["EXTENSIONS_KEY", "EXTENSIONS_REST_FIELD", "BankExtensions", "RetrievalConfig"]
 
 EXTENSIONS_KEY = "adk_memory"
+EXTENSIONS_REST_FIELD = "adkMemoryExtensions"
+"""The ReasoningEngine field that carries a bank's extensions over REST (the SDK ignores it)."""
 
 
 class RetrievalConfig(BaseModel):

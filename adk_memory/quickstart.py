@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -47,8 +48,13 @@ def _table(title: str, rows: Iterable[tuple[str, ...]], *columns: str) -> Table:
     return table
 
 
-def run_quickstart(uri: str, *, console: Console | None = None, keep: bool = False) -> None:
-    """Runs the tour against the store at `uri` (its bank is deleted at the end unless `keep`)."""
+def run_quickstart(
+    uri: str, *, console: Console | None = None, keep: bool = False, **client_options: Any
+) -> None:
+    """Runs the tour against the store at `uri` (its bank is deleted at the end unless `keep`).
+
+    `client_options` go to the `Client` (e.g. the `owner` record of a server's folder).
+    """
     out = console or Console()
     out.rule("[bold]adk-memory quickstart[/bold]")
     out.print(f"Store: [cyan]{uri}[/cyan]  (embeddings: all-MiniLM-L6-v2, offline)")
@@ -56,7 +62,7 @@ def run_quickstart(uri: str, *, console: Console | None = None, keep: bool = Fal
         "Memories not in English? Create the bank with "
         '[cyan]embedding_model="multilingual-e5-small"[/cyan] (offline, about 100 languages).'
     )
-    with Client(uri=uri) as client:
+    with Client(uri=uri, **client_options) as client:
         bank = client.memory_banks.create(
             config={"display_name": "quickstart"},
             managed_semantic_memory_config={

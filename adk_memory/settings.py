@@ -34,6 +34,7 @@ __all__ = [
     "genai_environment_fingerprint",
     "genai_uses_vertex",
     "page_token_secret",
+    "server_api_key",
     "vertex_credentials_configured",
 ]
 
@@ -42,7 +43,10 @@ DEFAULT_DATA_DIR = Path.home() / ".adk-memory"
 
 
 def default_uri() -> str:
-    """`ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`."""
+    """`ADK_MEMORY_URI`, else embedded Chroma in `~/.adk-memory`.
+
+    An `http://` or `https://` URI names an `adk-memory serve` to go through.
+    """
     return os.environ.get("ADK_MEMORY_URI") or f"chroma://{DEFAULT_DATA_DIR}"
 
 
@@ -130,6 +134,11 @@ def page_token_secret() -> str | None:
     behind one address) set the same one; without it each process draws its own.
     """
     return os.environ.get("ADK_MEMORY_PAGE_TOKEN_SECRET") or None
+
+
+def server_api_key() -> str | None:
+    """`ADK_MEMORY_API_KEY`: the key (or signed token) a client sends to an adk-memory server."""
+    return os.environ.get("ADK_MEMORY_API_KEY") or None
 
 
 _API_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from adk_memory.embeddings import EmbedderWrapper
+from adk_memory._embedder_wrapper import EmbedderWrapper
 from adk_memory.errors import AdkMemoryError
 
 if TYPE_CHECKING:

@@ -26,8 +26,11 @@ SCHEMES = (
     "chroma",
     "chroma+http",
     "chroma+https",
+    "http",
+    "https",
 )
-"""The URI schemes adk-memory registers in ADK (never `memory://`: that one is ADK's)."""
+"""The URI schemes adk-memory registers in ADK (never `memory://`: that one is ADK's);
+`http(s)://` names a running `adk-memory serve` (ADK has no memory service of those schemes)."""
 
 
 def memory_service_factory(uri: str, **kwargs: Any) -> MemoryBankService:
@@ -36,7 +39,7 @@ def memory_service_factory(uri: str, **kwargs: Any) -> MemoryBankService:
 
 
 def register_services(registry: ServiceRegistry | None = None) -> None:
-    """Registers the memory service for `redis(s)`, `redis(s)+cluster`, `chroma(+http(s))` URIs.
+    """Registers the memory service for adk-memory's URI schemes (`SCHEMES`).
 
     Args:
         registry: The registry to fill; default: ADK's process-wide `get_service_registry()`.

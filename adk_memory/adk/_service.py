@@ -5,6 +5,8 @@ It behaves like ADK's `VertexAiMemoryBankService` (reference §6): the scope is 
 when `custom_metadata` asks for a generate-only setting), `add_memory` creates memories (or
 consolidates them with `enable_consolidation`), and `search_memory` is a similarity retrieve.
 The engine runs in this process, on the store the URI names; nothing here talks to Google Cloud.
+With an `http://` URI the engine is an `adk-memory serve`'s instead: the service forwards every
+call to it (`RemoteAsyncClient`), and the server embeds, generates and flushes due streams.
 
 The service does its store I/O on two event loops of its own (`_loops`: reads and writes, each
 with its own client), connected and with the bank ensured at construction (tolerating
@@ -40,6 +42,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -52,6 +55,7 @@ from typing_extensions import override
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
+from adk_memory._registry import is_server_uri
 from adk_memory.adk._convert import (
     ENABLE_CONSOLIDATION_KEY,
     INGEST_KEYS,
@@ -248,7 +252,12 @@ class MemoryBankService(BaseMemoryService):
         self._bank_ready = False
         self._used = False
         """Set by the first call: the writer polls the scheduler only for a service in use."""
-        self._warm = warm_up(self._embedding_model or default_embedding_model())
+        # Over http(s) the server embeds: nothing to load here.
+        self._warm = (
+            _NOTHING_TO_LOAD
+            if self._remote
+            else warm_up(self._embedding_model or default_embedding_model())
+        )
         self._writer: _Writer | None = None
         self._probe_task: asyncio.Task[None] | None = None
         self._asked: dict[str, dict[str, str]] = {}
@@ -310,6 +319,7 @@ class MemoryBankService(BaseMemoryService):
         )
         options = given.over(from_uri.over(options_from_agents_dir(agents_dir)))
         self._uri = _shared_memory_uri(store_uri)
+        self._remote = is_server_uri(self._uri)
         self._bank_id = Names.parse_bank_id(options.bank or default_adk_bank_id(), field="bank")
         self._options = options
         parse_model(
@@ -320,10 +330,17 @@ class MemoryBankService(BaseMemoryService):
         self._generation_model = (
             generation_model if generation_model is not None else options.generation_model
         )
-        if client is not None:
+        local = client is not None and not client.remote
+        if client is not None and local:
             self._embedding_model = client.engine.context.default_embedding_model
             self._generation_model = client.engine.context.generation_model
-        self._names = client.engine.names if client is not None else Names()
+        if self._remote and self._generation_model is not None:
+            raise InvalidArgument(
+                "generation_model does not apply to an adk-memory server URI: the server "
+                "generates (adk-memory serve --model chooses its model).",
+                field="generation_model",
+            )
+        self._names = client.engine.names if client is not None and local else Names()
 
     @property
     def bank_id(self) -> str:
@@ -548,10 +565,11 @@ class MemoryBankService(BaseMemoryService):
                     return SearchMemoryResponse()
                 logger.warning("Searching without generating pending memories: %s", error.message)
         try:
-            # The query's embedding is no store call: it is bounded apart (a busy CPU is no
-            # sick store), and the retrieve then finds it in the embedder's query cache.
-            embedder = await self._bounded(self._reads.run(self._bank_embedder()))
-            await asyncio.wait_for(self._reads.run(embedder.embed_query(query)), EMBED_TIMEOUT)
+            if not self._remote:  # over http(s) the server embeds, within the search's deadline
+                # The query's embedding is no store call: it is bounded apart (a busy CPU is no
+                # sick store), and the retrieve then finds it in the embedder's query cache.
+                embedder = await self._bounded(self._reads.run(self._bank_embedder()))
+                await asyncio.wait_for(self._reads.run(embedder.embed_query(query)), EMBED_TIMEOUT)
             found = await self._bounded(self._reads.run(self._retrieve(scope, query, count)))
         except StoreUnavailable:
             return SearchMemoryResponse()  # logged, and counted by the breaker
@@ -739,7 +757,8 @@ class MemoryBankService(BaseMemoryService):
 
     async def _warm_reads(self) -> None:
         client = await self._reads.client_for_use(self._uri, self._ensure_bank)
-        await client.engine.context.load_bank(self._bank_id)
+        if not client.remote:  # a server keeps its own bank cache
+            await client.engine.context.load_bank(self._bank_id)
 
     async def _started_and_warm(self) -> None:
         """Waits for what is left of the start-up, within the turn's deadline.
@@ -876,7 +895,8 @@ class MemoryBankService(BaseMemoryService):
         if not self._started.done():
             await asyncio.wrap_future(self._started)  # a cold start is no store failure
         await self._commit_handed_over()
-        if poll and self._used and self._options.run_scheduler and self._breaker.allows():
+        scheduled = self._options.run_scheduler and not self._remote  # a server flushes its own
+        if poll and self._used and scheduled and self._breaker.allows():
             try:
                 client = await self._bounded(
                     self._writes.client_for_use(self._uri, self._ensure_bank),
@@ -929,13 +949,15 @@ class MemoryBankService(BaseMemoryService):
         self, requests: list[IngestRequest]
     ) -> list[IngestResult | AdkMemoryError]:
         client = await self._writes.client_for_use(self._uri, self._ensure_bank)
+        if client.remote:
+            return await _ingest_each(client, self.bank_name, requests)
         return await client.engine.ingest.ingest_many(self._bank_id, requests)
 
     async def _list_streams(self, scope: dict[str, str]) -> tuple[str, list[StreamStatus]]:
         """The scope's streams holding events, and the time they were listed at."""
         client = await self._writes.client_for_use(self._uri, self._ensure_bank)
-        now = client.engine.context.clock().isoformat()
-        return now, await client.engine.ingest.streams(self._bank_id, scope=scope)
+        now = (datetime.now(UTC) if client.remote else client.engine.context.clock()).isoformat()
+        return now, await client.memory_banks.list_streams(name=self.bank_name, scope=scope)
 
     async def _settle(self, scope: dict[str, str], *, except_session_id: str | None = None) -> None:
         """Waits until the events handed over for `scope` are stored (or the store failed).
@@ -1021,7 +1043,10 @@ class MemoryBankService(BaseMemoryService):
     async def _flush_stream(self, stream: str) -> None:
         try:
             client = await self._writes.client_for_use(self._uri, self._ensure_bank)
-            await client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
+            if client.remote:
+                await client.memory_banks.flush_stream(name=self.bank_name, key=stream)
+            else:
+                await client.engine.ingest.flush(self._bank_id, stream, now_or_never=True)
         except ResourceExhausted:
             pass  # another flush held the stream past the wait; it takes these events too
         except AdkMemoryError as error:
@@ -1030,8 +1055,8 @@ class MemoryBankService(BaseMemoryService):
     async def _flush_now(self, scope: dict[str, str], session_id: str) -> int:
         await self._settle(scope)
         client = await self._writes.client_for_use(self._uri, self._ensure_bank)
-        return await client.engine.ingest.flush(
-            self._bank_id, stream_key(scope, session_id), now_or_never=True, raise_failure=True
+        return await client.memory_banks.flush_stream(
+            name=self.bank_name, key=stream_key(scope, session_id)
         )
 
     async def _drain_here(self) -> None:
@@ -1042,7 +1067,7 @@ class MemoryBankService(BaseMemoryService):
         await self._writes.background.drain()
         while flushes := list(self._writes.flushes.values()):
             await asyncio.gather(*flushes, return_exceptions=True)
-        if self._writes.client is not None:
+        if self._writes.client is not None and not self._writes.client.remote:
             await self._writes.client.ingest_scheduler.drain()
 
     async def _ensure_bank(self, client: AsyncClient) -> None:
@@ -1348,12 +1373,45 @@ class _Side:
         if self.client is None:
             self.client = self._build()
             self._ready = False
+        if self.client.remote:  # the server answers for its store; a missing bank is an answer
+            with contextlib.suppress(NotFound):
+                await self.client.memory_banks.get(name=f"reasoningEngines/{bank_id}")
+            return
         await self.client.engine.context.store.get_document(bank_id, STREAM_KIND, _PROBE_KEY)
 
     async def aclose(self) -> None:
         client, self.client, self._ready = self.client, None, False
         if client is not None:
             await client.aclose()
+
+
+async def _ingest_each(
+    client: AsyncClient, bank_name: str, requests: list[IngestRequest]
+) -> list[IngestResult | AdkMemoryError]:
+    """`ingest_many` through an adk-memory server: one `ingest_events` call per request.
+
+    In order (several requests may name one stream). A refused request gets its error in its
+    place, as `ingest_many` answers; a server that fails or does not answer raises for the whole
+    call, and the events are sent again later (the stream drops the event ids it has seen).
+    """
+    results: list[IngestResult | AdkMemoryError] = []
+    for request in requests:
+        try:
+            await client.memory_banks.ingest_events(
+                name=bank_name,
+                scope=request.scope,
+                stream_id=request.stream_id,
+                direct_contents_source=request.source,
+                generation_trigger_config=request.trigger_config,
+                config=request.config,
+            )
+        except StoreUnavailable:
+            raise
+        except AdkMemoryError as error:
+            results.append(error)
+        else:
+            results.append(IngestResult(stream_key(request.scope, request.stream_id), False))
+    return results
 
 
 async def _close_side(side: _Side) -> None:
@@ -1409,6 +1467,11 @@ async def _probe(ref: weakref.ref[MemoryBankService]) -> None:
         if service is not None and service._breaker.succeeded():
             service._memory_back()
         return
+
+
+_NOTHING_TO_LOAD = threading.Event()
+"""The warm-up of a service whose server embeds: nothing to wait for."""
+_NOTHING_TO_LOAD.set()
 
 
 _CALLER_FRAMES = 8

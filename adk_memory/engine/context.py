@@ -100,9 +100,7 @@ class EngineContext:
         """
         embedder: Embedder = CheckedEmbedder(
             batched(
-                embedder_for(
-                    model or self.default_embedding_model, genai_client=self.genai_client
-                )
+                embedder_for(model or self.default_embedding_model, genai_client=self.genai_client)
             )
         )
         return self.wrap_embedder(embedder) if self.wrap_embedder else embedder

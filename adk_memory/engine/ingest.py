@@ -161,6 +161,35 @@ class StreamStatus:
     retry_after: str | None
     last_event_at: str | None
 
+    def to_json(self) -> dict[str, Any]:
+        """The stream as camelCase JSON (REST's `memories:listStreams`, the CLI's `--json`)."""
+        return {
+            "key": self.key,
+            "scope": self.scope,
+            "streamId": self.stream_id,
+            "pendingEvents": self.pending_events,
+            "failures": self.failures,
+            "generateNow": self.generate_now,
+            "lastError": self.last_error,
+            "retryAfter": self.retry_after,
+            "lastEventTime": self.last_event_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StreamStatus:
+        """The stream `to_json` wrote."""
+        return cls(
+            key=str(data["key"]),
+            scope={str(k): str(v) for k, v in dict(data.get("scope") or {}).items()},
+            stream_id=str(data.get("streamId") or ""),
+            pending_events=int(data.get("pendingEvents") or 0),
+            failures=int(data.get("failures") or 0),
+            generate_now=bool(data.get("generateNow")),
+            last_error=data.get("lastError"),
+            retry_after=data.get("retryAfter"),
+            last_event_at=data.get("lastEventTime"),
+        )
+
 
 def stream_key(scope: dict[str, str], stream_id: str) -> str:
     """The document key of a stream (a digest: scope text never becomes a key)."""

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from adk_memory import types
-from adk_memory.engine.context import EngineContext
+from adk_memory.engine.context import EngineContext, LoadedBank
 from adk_memory.engine.lexical_cache import LexicalCache, ScopeIndex
 from adk_memory.engine.memories import MemoryOps
 from adk_memory.engine.paging import Page
@@ -44,7 +44,8 @@ __all__ = ["DEFAULT_TOP_K", "MAX_SEARCH_QUERY", "MAX_TOP_K", "Retrieval", "Retri
 DEFAULT_TOP_K = 3
 MAX_TOP_K = 100
 DEFAULT_PAGE_SIZE = 3
-RETRIEVE_ALL_LIMIT = 100
+_RETRIEVE_ALL_CHUNK = 1_000
+"""Memories read per keyset page while a retrieve-all collects its whole scope."""
 MAX_SCAN = 1_000_000
 MAX_SEARCH_QUERY = 10_000
 _NL_TYPES = {"NATURAL_LANGUAGE_COLLECTION", "MEMORY_TYPE_UNSPECIFIED"}
@@ -101,22 +102,38 @@ class Retrieval:
                 )
                 return Page(fused, None)
             return Page(await self._dense(bank_id, keys, vector, top_k, expr, now), None)
-        if simple_retrieval_params is None:
-            page_size, token = RETRIEVE_ALL_LIMIT, None
-        else:
-            size = simple_retrieval_params.page_size
-            if size is not None and size < 0:
-                raise InvalidArgument(
-                    "simple_retrieval_params.page_size must not be negative.",
-                    field="simple_retrieval_params.page_size",
-                )
-            page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
-            token = simple_retrieval_params.page_token
-        # Retrieve-all and simple retrieval share one listing: a retrieve-all token continues
-        # as simple_retrieval_params.page_token (the request has no other place for it).
         queries = [ScanQuery(now=now, scope_key=key, order_by=_RETRIEVE_ORDER) for key in keys]
-        page = await self._memories.scan_page(bank, queries, expr, page_size, token)
+        if simple_retrieval_params is None:
+            return Page(await self._whole_scope(bank, queries, expr), None)
+        size = simple_retrieval_params.page_size
+        if size is not None and size < 0:
+            raise InvalidArgument(
+                "simple_retrieval_params.page_size must not be negative.",
+                field="simple_retrieval_params.page_size",
+            )
+        page_size = min(size or DEFAULT_PAGE_SIZE, MAX_TOP_K)
+        page = await self._memories.scan_page(
+            bank, queries, expr, page_size, simple_retrieval_params.page_token
+        )
         return Page([Retrieved(record, None) for record in page.items], page.next_page_token)
+
+    async def _whole_scope(
+        self, bank: LoadedBank, queries: list[ScanQuery], expr: FilterExpr | None
+    ) -> list[Retrieved]:
+        """Every memory of the scans, newest first: what a retrieve without params answers.
+
+        SPEC §3: retrieve-all answers the whole scope at once, with no page token: the official
+        SDK's retrieve pager cannot send one back (reference §2.7), so a token would break
+        `list(retrieve(...))`. Keyset pages read it without repeats or skips.
+        """
+        found: list[Retrieved] = []
+        token: str | None = None
+        while True:
+            chunk = await self._memories.scan_page(bank, queries, expr, _RETRIEVE_ALL_CHUNK, token)
+            found += [Retrieved(record, None) for record in chunk.items]
+            token = chunk.next_page_token
+            if not token:
+                return found
 
     async def _dense(
         self,

@@ -17,6 +17,7 @@ project and location in a request path may be anything, as with the client's sho
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import email.message
 import functools
@@ -25,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -36,11 +37,15 @@ from fastapi.types import DecoratedCallable
 from google.genai.errors import ClientError
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from adk_memory import types
 from adk_memory._async_client import AsyncClient
 from adk_memory._pagers import AsyncPager
+from adk_memory._registry import is_server_uri
+from adk_memory._remote._client import OWNER_PROOF_PATH, owner_proof
+from adk_memory._remote.owner import ServerRecord, embedded_folder, remove_record, write_record
 from adk_memory.embeddings import warm_up
 from adk_memory.errors import (
     AdkMemoryError,
@@ -48,8 +53,10 @@ from adk_memory.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    StoreUnavailable,
     Unimplemented,
 )
+from adk_memory.extensions import EXTENSIONS_REST_FIELD, BankExtensions
 from adk_memory.filters import is_blank, request_filter
 from adk_memory.server import wire
 from adk_memory.server.auth import (
@@ -62,6 +69,9 @@ from adk_memory.server.auth import (
     check_in_scope,
     is_loopback,
 )
+
+if TYPE_CHECKING:
+    from adk_memory.server.mcp_server import McpBinding
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "serve"]
 
@@ -212,6 +222,8 @@ async def create_bank(client: Client, body: wire.ReasoningEngineBody) -> JSONRes
     bank = await client.memory_banks.create(
         managed_semantic_memory_config=body.bank_config,
         config={"display_name": body.display_name, "description": body.description},
+        memory_bank_id=body.memory_bank_id,
+        extensions=body.adk_memory_extensions,
     )
     return await _bank_operation(client, bank)
 
@@ -242,8 +254,12 @@ async def list_banks(
 
 @_route("GET", _BANK, "reasoningEngines.get", documented=types.ReasoningEngine)
 async def get_bank(client: Client, bank: Bank) -> JSONResponse:
-    """Get a memory bank."""
-    return JSONResponse(wire.reasoning_engine_json(await client.memory_banks.get(name=bank)))
+    """Get a memory bank (with `adkMemoryExtensions` when it has extensions)."""
+    payload = wire.reasoning_engine_json(await client.memory_banks.get(name=bank))
+    extensions = await client.memory_banks.get_extensions(name=bank)
+    if extensions != BankExtensions():
+        payload[EXTENSIONS_REST_FIELD] = extensions.model_dump(mode="json")
+    return JSONResponse(payload)
 
 
 @_route("PATCH", _BANK, "reasoningEngines.update", documented=_ENGINE_OPERATION)
@@ -255,11 +271,15 @@ async def update_bank(
 ) -> JSONResponse:
     """Update a memory bank; without updateMask the non-empty fields given are merged."""
     body.refuse_unsupported()
+    if body.memory_bank_id is not None:
+        raise InvalidArgument("A bank's id cannot change.", field="memoryBankId")
+    extensions = body.adk_memory_extensions
     body = wire.mask_bank_update(body, query.update_mask)
     updated = await client.memory_banks.update(
         name=bank,
         managed_semantic_memory_config=body.bank_config,
         config={"display_name": body.display_name, "description": body.description},
+        extensions=extensions,
     )
     return await _bank_operation(client, updated)
 
@@ -382,6 +402,38 @@ async def ingest_events(
     caller.check_scope(_scope_of(body))
     own, config = _split(body)
     return await client.memory_banks.ingest_events(name=bank, **own, config=config)
+
+
+@_route("POST", _MEMORIES + ":listStreams", "memories.generate", "memoryBanks.listStreams")
+async def list_streams(
+    client: Client, caller: Caller, bank: Bank, body: wire.ListStreamsBody | None = None
+) -> JSONResponse:
+    """adk-memory's own: the ingest streams holding events not generated from yet.
+
+    For a caller bound to a scope, only streams of scopes carrying its entries.
+    """
+    scope = body.scope if body is not None else None
+    if scope is not None:
+        caller.check_scope(scope)
+    streams = await client.memory_banks.list_streams(name=bank, scope=scope)
+    visible = [stream.to_json() for stream in streams if caller.covers(stream.scope)]
+    return JSONResponse({"streams": visible})
+
+
+@_route("POST", _MEMORIES + ":flushStream", "memories.generate", "memoryBanks.flushStream")
+async def flush_stream(
+    client: Client, caller: Caller, bank: Bank, body: wire.FlushStreamBody
+) -> JSONResponse:
+    """adk-memory's own: generate from one stream's pending events now (the count changed).
+
+    A stream without pending events, or of a scope the caller may not see, changes nothing.
+    """
+    if caller.scope is not None:
+        streams = await client.memory_banks.list_streams(name=bank)
+        if not any(s.key == body.key and caller.covers(s.scope) for s in streams):
+            return JSONResponse({"changedMemories": 0})
+    changed = await client.memory_banks.flush_stream(name=bank, key=body.key)
+    return JSONResponse({"changedMemories": changed})
 
 
 @_route("GET", _MEMORY, "memories.get")
@@ -559,6 +611,9 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     allowed_hosts: Sequence[str] | None = None,
     cors_origins: Sequence[str] = (),
+    served_url: str | None = None,
+    mcp: McpBinding | None = None,
+    generation_model: Any = None,
 ) -> FastAPI:
     """The Memory Bank REST API as an ASGI app.
 
@@ -573,22 +628,41 @@ def create_app(
             any with keys.
         cors_origins: Origins whose web pages may call the API (CORS); none by default. Without
             keys, requests from any other origin than the server's own are refused.
+        served_url: The loopback URL the app is served at (also `app.state.served_url`, which
+            `serve` sets from its host and port). On an embedded folder (`chroma:///path`) the
+            app then records it in the folder once it holds it, so that commands started on
+            the folder go through this server (`adk_memory._remote.owner`).
+        mcp: A bank and scope to also serve to MCP clients at `/mcp` (streamable HTTP, behind
+            the same keys and request guard; needs `adk-memory[mcp]`).
+        generation_model: With a store URI: the model (a name or an ADK `BaseLlm`) that
+            generates memories, overriding every bank's `generation_config.model`
+            (`AsyncClient(generation_model=…)`).
 
     Returns:
-        A FastAPI app with the routes of reference §2, `/openapi.json` and `/healthz`.
+        A FastAPI app with the routes of reference §2, `/openapi.json`, `/healthz`, the memory
+        browser at `/ui` and, with `mcp`, the MCP endpoint at `/mcp`.
 
     Raises:
         FailedPrecondition: `*` in `allowed_hosts` or `cors_origins` without keys.
-        InvalidArgument: A malformed host or origin, or a bad `max_body_bytes`.
+        InvalidArgument: A malformed host or origin, a bad `max_body_bytes`, or a server URI
+            (`http://…`) instead of a store to serve.
     """
+    remote = client_or_uri.remote if isinstance(client_or_uri, AsyncClient) else False
+    if remote or isinstance(client_or_uri, str) and is_server_uri(client_or_uri):
+        raise InvalidArgument(
+            "create_app needs a store to serve, not another adk-memory server: give it the "
+            "store's URI (chroma://…, redis://…, memory://).",
+            field="client_or_uri",
+        )
     if isinstance(client_or_uri, str):
-        client, owned = AsyncClient(client_or_uri), True
-    elif isinstance(client_or_uri, AsyncClient):
+        client, owned = AsyncClient(client_or_uri, generation_model=generation_model), True
+    elif isinstance(client_or_uri, AsyncClient) and generation_model is None:
         client, owned = client_or_uri, False
     else:
         raise InvalidArgument(
-            "create_app needs an AsyncClient or a store URI; a blocking Client runs on its own "
-            "event loop and cannot serve requests (use Client(...).aio only inside that loop).",
+            "create_app needs an AsyncClient or a store URI (with generation_model, a URI); a "
+            "blocking Client runs on its own event loop and cannot serve requests (use "
+            "Client(...).aio only inside that loop).",
             field="client_or_uri",
         )
     if max_body_bytes <= 0:
@@ -605,7 +679,17 @@ def create_app(
         # server's event loop ends, letting running flushes finish.
         client.ingest_scheduler.start()
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                record = await _record_folder(client, app.state.served_url)
+                if record is not None:
+                    stack.callback(remove_record, record)
+                    app.state.owner = record
+                if mcp is not None:
+                    from adk_memory.server.mcp_server import mcp_endpoint
+
+                    endpoint = mcp_endpoint(client, mcp, keys=keys)
+                    app.state.mcp = await stack.enter_async_context(endpoint)
+                yield
         finally:
             await client.ingest_scheduler.stop()
             if owned:
@@ -626,6 +710,10 @@ def create_app(
     app.state.api_keys = keys
     app.state.max_body_bytes = max_body_bytes
     policy = RequestGuard.of(allowed_hosts, cors_origins, keyless=keys is None)
+    app.state.guard = policy
+    app.state.served_url = served_url
+    app.state.owner = None
+    app.state.mcp = None
     app.include_router(
         router,
         prefix="/v1beta1/projects/{project}/locations/{location}",
@@ -636,6 +724,24 @@ def create_app(
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get(OWNER_PROOF_PATH, include_in_schema=False)
+    async def prove_owner(
+        challenge: Annotated[str, Query(pattern=r"^[0-9a-f]{32,128}$")],
+    ) -> dict[str, str]:
+        """Proves that this server holds the folder whose record names it (no key needed)."""
+        record: ServerRecord | None = app.state.owner
+        if record is None:
+            raise NotFound("This server records no embedded folder.", field="challenge")
+        return {"proof": owner_proof(record.secret, record.folder, challenge)}
+
+    if mcp is not None:
+        # An ASGI endpoint (the MCP transport streams its own answers), not a FastAPI route;
+        # it serves its RFC 9728 metadata too. GuardMiddleware below guards both.
+        from adk_memory.server.mcp_server import METADATA_PATH
+
+        app.router.routes.append(Route("/mcp", _McpRoute(), methods=["GET", "POST", "DELETE"]))
+        app.router.routes.append(Route(METADATA_PATH, _McpRoute(), methods=["GET"]))
 
     if keys is None:
         app.openapi = functools.partial(_keyless_openapi, app)  # type: ignore[method-assign]
@@ -653,6 +759,34 @@ def create_app(
     app.add_middleware(GuardMiddleware, policy=policy)  # outside CORS: preflights too
     app.add_middleware(_Perimeter, max_bytes=max_body_bytes)
     return app
+
+
+async def _record_folder(client: AsyncClient, served_url: str | None) -> ServerRecord | None:
+    """Records `served_url` in the embedded folder the client's store holds (opened here)."""
+    if served_url is None or not client.built_from_uri:
+        return None
+    found = embedded_folder(client.uri)
+    if found is None:
+        return None
+    await client.memory_banks.list()  # opens the store: the folder is this process's from now
+    folder, options = found
+    try:
+        return write_record(folder, served_url, options)
+    except OSError as exc:
+        logger.warning("Could not record in %s where this server serves it: %s", folder, exc)
+        return None
+
+
+class _McpRoute:
+    """`/mcp`: the MCP endpoint the lifespan started (`mcp_server.mcp_endpoint`), as ASGI."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint: ASGIApp | None = scope["app"].state.mcp
+        if endpoint is None:
+            error = StoreUnavailable("The MCP endpoint is starting or stopping; try again.")
+            await wire.error_response(error)(scope, receive, send)
+            return
+        await endpoint(scope, receive, send)
 
 
 def _keyless_openapi(app: FastAPI) -> dict[str, Any]:
@@ -790,10 +924,16 @@ def serve(
     allowed_hosts: Sequence[str] | None = None,
     cors_origins: Sequence[str] = (),
     log_level: str = "info",
+    mcp: McpBinding | None = None,
+    generation_model: Any = None,
 ) -> None:
     """Serves `create_app(uri, …)` with uvicorn on `host:port` until interrupted.
 
-    `log_level` is uvicorn's and adk-memory's (`info` logs one line per request).
+    `log_level` is uvicorn's and adk-memory's (`info` logs one line per request). With `mcp`,
+    the MCP endpoint is served at `/mcp` too; `generation_model` (a name or an ADK `BaseLlm`)
+    overrides every bank's `generation_config.model`. On an embedded folder the server records
+    the loopback URL it serves there (when it listens on a loopback or every address), so that
+    `adk-memory` commands started on the folder go through it.
 
     Raises:
         FailedPrecondition: `host` is not a loopback address and no API keys are configured.
@@ -810,10 +950,12 @@ def serve(
 
     app = create_app(
         uri,
+        generation_model=generation_model,
         api_keys=api_keys,
         max_body_bytes=max_body_bytes,
         allowed_hosts=allowed_hosts,
         cors_origins=cors_origins,
+        mcp=mcp,
     )
     log_config = copy.deepcopy(LOGGING_CONFIG)
     log_config["loggers"]["adk_memory"] = {
@@ -821,6 +963,7 @@ def serve(
         "level": log_level.upper(),
         "propagate": False,
     }
+    app.state.served_url = _loopback_url(host, port) if port else None  # 0: not known yet
     # Access logs would print query strings, which can hold list filters over facts and scope
     # values; the app logs method, route, status and key name instead.
     uvicorn.run(
@@ -832,3 +975,13 @@ def serve(
         log_level=log_level,
         log_config=log_config,
     )
+
+
+def _loopback_url(host: str, port: int) -> str | None:
+    """The URL a process on this machine reaches a server bound to `host:port` at, if any."""
+    bare = host.strip("[]")
+    if bare in ("", "0.0.0.0") or (is_loopback(bare) and ":" not in bare):
+        return f"http://127.0.0.1:{port}"
+    if bare == "::" or is_loopback(bare):
+        return f"http://[::1]:{port}"
+    return None

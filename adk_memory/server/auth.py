@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from pydantic import (
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from adk_memory._hosts import is_loopback
 from adk_memory.engine.paging import tokens_for
 from adk_memory.errors import (
     FailedPrecondition,
@@ -111,7 +111,6 @@ _MIN_KEY_LENGTH = 16
 _BANK_WRITES = frozenset(
     {"reasoningEngines.create", "reasoningEngines.update", "reasoningEngines.delete"}
 )
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 def normalize_permission(name: str) -> str:
@@ -648,14 +647,3 @@ class GuardMiddleware:
                 await error_response(exc)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding `host` keeps the server reachable from this machine only."""
-    bare = host.strip().strip("[]").lower()
-    if bare in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False

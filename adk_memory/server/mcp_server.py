@@ -16,9 +16,10 @@ protected-resource metadata (`/.well-known/oauth-protected-resource/mcp`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -62,7 +63,7 @@ from adk_memory.server.auth import (
 from adk_memory.server.wire import error_envelope
 from adk_memory.wording import render
 
-__all__ = ["McpBinding", "create_mcp_server", "mcp_http_app", "serve_mcp"]
+__all__ = ["McpBinding", "create_mcp_server", "mcp_endpoint", "mcp_http_app", "serve_mcp"]
 
 MAX_BATCH = 20
 """Memories `create_memories` stores in one call (one atomic write)."""
@@ -211,6 +212,14 @@ class McpBinding:
     """Scope entries set by the server's configuration (may be empty when keys add them)."""
     api_keys: ApiKeys | None = None
     """Over HTTP: the accepted keys; a caller's bound scope entries join `scope`."""
+
+    def __post_init__(self) -> None:
+        if not self.scope and self.api_keys is None:
+            raise InvalidArgument(
+                "Whose memories? Give --scope KEY=VALUE (e.g. --scope user_id=me; on adk-memory "
+                "serve, --mcp-scope), or serve HTTP with --keys whose keys are bound to a scope.",
+                field="scope",
+            )
 
 
 class MemoryOut(BaseModel):
@@ -616,13 +625,16 @@ async def create_mcp_server(client: AsyncClient, binding: McpBinding) -> MCPServ
     bank = await client.memory_banks.get(name=binding.bank)
     config = bank.managed_semantic_memory_config
     search = config.similarity_search_config if config else None
-    # Loads in the background while the server starts; the first retrieve waits for it if need be.
-    warm_up(
-        (search.embedding_model if search else None)
-        or client.engine.context.default_embedding_model
-    )
+    if not client.remote:  # over http(s) the server embeds: no model is loaded here
+        # Loads in the background while the server starts; the first retrieve waits if need be.
+        warm_up(
+            (search.embedding_model if search else None)
+            or client.engine.context.default_embedding_model
+        )
     model = config.generation_config.model if config and config.generation_config else None
-    generation = client.engine.context.generation_model is not None or bool(model)
+    # Over http(s) the server's own model (`adk-memory serve --model`) is unknown here.
+    local_model = None if client.remote else client.engine.context.generation_model
+    generation = local_model is not None or bool(model)
     return MCPServer(
         name="adk-memory",
         version=__version__,
@@ -666,6 +678,15 @@ def mcp_http_app(
         InvalidArgument: A malformed host name.
     """
     policy = RequestGuard.of(allowed_hosts, (), keyless=keys is None)
+    return GuardMiddleware(_keyed_app(server, keys, bank), policy=policy)
+
+
+def _keyed_app(server: MCPServer, keys: ApiKeys | None, bank: str | None) -> ASGIApp:
+    """The streamable HTTP app (`/mcp`, stateless) behind the key check, with its metadata.
+
+    The 401 / 403 refusals and the RFC 9728 metadata route of `mcp_http_app`; the caller puts
+    the request guard in front (`mcp_http_app` its own, `adk-memory serve` the REST app's).
+    """
 
     async def authenticated(request: Request, call_next: RequestResponseEndpoint) -> Response:
         if request.url.path == METADATA_PATH:
@@ -683,11 +704,12 @@ def mcp_http_app(
     app = server.streamable_http_app(
         stateless_http=True,
         json_response=True,
+        # The guard in front checks Host and Origin, with the operator's --allowed-host names.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     app.router.routes.append(Route(METADATA_PATH, _resource_metadata, methods=["GET"]))
     app.add_middleware(BaseHTTPMiddleware, dispatch=authenticated)
-    return GuardMiddleware(app, policy=policy)
+    return app
 
 
 def _require_any_tool(principal: Principal, bank_id: str) -> None:
@@ -737,6 +759,32 @@ async def _resource_metadata(request: Request) -> Response:
     )
 
 
+@contextlib.asynccontextmanager
+async def mcp_endpoint(
+    client: AsyncClient, binding: McpBinding, *, keys: ApiKeys | None
+) -> AsyncIterator[ASGIApp]:
+    """The MCP endpoint `adk-memory serve --mcp-bank` serves at `/mcp`, while the block runs.
+
+    Streamable HTTP, stateless, with the keys, refusals (401 / 403 with their RFC 9728
+    challenge) and metadata of `mcp_http_app`; the REST app's `GuardMiddleware`, which wraps
+    every route of `adk-memory serve`, checks Host and Origin first. A caller's key is checked
+    for each tool's permission, and a key bound to a scope adds its entries, as on
+    `adk-memory mcp --transport http`. The bank is created if missing.
+    """
+    await _ensure_bank(client, binding)
+    server = await create_mcp_server(client, binding)
+    app = _keyed_app(server, keys, binding.bank)
+    async with server.session_manager.run():
+        yield app
+
+
+async def _ensure_bank(client: AsyncClient, binding: McpBinding) -> None:
+    try:
+        await client.memory_banks.get(name=binding.bank)
+    except NotFound:
+        await client.memory_banks.create(memory_bank_id=Names.parse_bank(binding.bank))
+
+
 async def serve_mcp(
     client: AsyncClient,
     binding: McpBinding,
@@ -753,16 +801,10 @@ async def serve_mcp(
     The bank is created first if it does not exist.
 
     Raises:
-        InvalidArgument: No scope, and no keys that could bind one; a malformed host name.
+        InvalidArgument: A malformed host name.
         FailedPrecondition: HTTP on a non-loopback address, or for every Host name (`*`),
             without keys.
     """
-    if not binding.scope and binding.api_keys is None:
-        raise InvalidArgument(
-            "Whose memories? Give --scope KEY=VALUE (e.g. --scope user_id=me), or serve HTTP "
-            "with --keys whose keys are bound to a scope.",
-            field="scope",
-        )
     if binding.api_keys is None and transport == "http" and not is_loopback(host):
         raise FailedPrecondition(
             f"Refusing to serve MCP on {host!r} without API keys: anyone who can reach it could "
@@ -771,10 +813,7 @@ async def serve_mcp(
         )
     if transport == "http":  # a refused --allowed-host, before the store is touched
         RequestGuard.of(allowed_hosts, (), keyless=binding.api_keys is None)
-    try:
-        await client.memory_banks.get(name=binding.bank)
-    except NotFound:
-        await client.memory_banks.create(memory_bank_id=Names.parse_bank(binding.bank))
+    await _ensure_bank(client, binding)
     server = await create_mcp_server(client, binding)
     if transport == "stdio":
         await server.run_stdio_async()

@@ -41,8 +41,10 @@ __all__ = [
     "DeleteBankBody",
     "DeleteBankQuery",
     "ErrorEnvelope",
+    "FlushStreamBody",
     "GenerateMemoriesBody",
     "IngestEventsBody",
+    "ListStreamsBody",
     "PageQuery",
     "PayloadTooLarge",
     "PurgeMemoriesBody",
@@ -210,6 +212,18 @@ else:
     )
 
 
+class ListStreamsBody(_Wire):
+    """POST {bank}/memories:listStreams (adk-memory's own): streams holding unflushed events."""
+
+    scope: Scope | None = Field(None, description="Only this scope's streams.")
+
+
+class FlushStreamBody(_Wire):
+    """POST {bank}/memories:flushStream (adk-memory's own): generate from one stream now."""
+
+    key: str = Field(pattern=r"^[0-9a-f]{40}$", description="The stream's key, as listed.")
+
+
 class DeleteBankBody(_Wire):
     """DELETE {bank}: `force` (also accepted as a query parameter) deletes its memories too."""
 
@@ -242,6 +256,10 @@ class ReasoningEngineBody(_Wire):
     labels: dict[str, str] | None = None
     traffic_config: dict[str, Any] | None = None
     revision_garbage_collection_strategy: Any = None
+    memory_bank_id: str | None = None
+    """adk-memory's own (create only): the new bank's id, not a generated one."""
+    adk_memory_extensions: dict[str, Any] | None = None
+    """adk-memory's own: the bank's extensions (e.g. hybrid retrieval), replaced when given."""
     # Output-only fields, ignored on input as Google APIs ignore them.
     name: str | None = None
     etag: str | None = None
@@ -458,16 +476,34 @@ def error_envelope(error: AdkMemoryError, surface: Surface = "rest") -> dict[str
     """The Google error envelope for an error, with a BadRequest field violation if it names one.
 
     The message is in `surface`'s terms: REST's, or MCP's for the MCP server's HTTP refusals.
+    An `ErrorInfo` (domain `adk-memory`) is added when a client needs more than the status to
+    rebuild the error: its `reason` when the class has one (`ModelUnavailable`:
+    `MODEL_UNAVAILABLE`, told from `StoreUnavailable`, which has the same status), and, when the
+    message names an operation or option (`adk_memory.wording`), the marked template in
+    `metadata.template`, so that an `http://` client words its advice in its own surface's terms.
     """
     message = render(error, surface)
     status: dict[str, Any] = {"code": error.code, "message": message, "status": error.status}
+    details: list[dict[str, Any]] = []
     if error.field and error.code in (400, 413, 415):
-        status["details"] = [
+        details.append(
             {
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
                 "fieldViolations": [{"field": error.field, "description": message}],
             }
-        ]
+        )
+    marked = error.template != error.message
+    if error.reason or marked:
+        info: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": error.reason or error.status,
+            "domain": "adk-memory",
+        }
+        if marked:
+            info["metadata"] = {"template": error.template}
+        details.append(info)
+    if details:
+        status["details"] = details
     return {"error": status}
 
 

@@ -13,13 +13,16 @@ assert "I like green tea." in model.request_text(model.requests[-1])
 Each model call takes the next scripted reply: a string (a text answer), or a dict
 `{"function_call": {"name": …, "args": {…}}}` (the agent then calls that tool and asks the model
 again). When the script runs out it answers `default_reply`. `requests` keeps every `LlmRequest`,
-so a test can check what memory put into the prompt. This is the agent's model; the memory
-model of generation is `adk_memory.testing.models.ScriptedMemoryModel`.
+so a test can check what memory put into the prompt. `EchoMemoriesModel` answers with what
+memory put there, for agents in another process (`adk api_server`), whose requests a test cannot
+read. These are agents' models; the memory model of generation is
+`adk_memory.testing.models.ScriptedMemoryModel`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 from google.adk.models.base_llm import BaseLlm
@@ -28,7 +31,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.genai import types as genai_types
 from pydantic import ConfigDict, Field
 
-__all__ = ["ScriptedAgentModel"]
+__all__ = ["EchoMemoriesModel", "ScriptedAgentModel", "write_echo_agent"]
 
 
 class ScriptedAgentModel(BaseLlm):
@@ -84,3 +87,41 @@ class ScriptedAgentModel(BaseLlm):
                 total_token_count=prompt_tokens + 1,
             ),
         )
+
+
+class EchoMemoriesModel(ScriptedAgentModel):
+    """Answers `remembered:` followed by the `<MEMORIES>` block memory put into the request."""
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        """Yields the echo of the request's memories (empty without any)."""
+        self.requests.append(llm_request)
+        text = self.request_text(llm_request)
+        found = text.split("<MEMORIES>")[-1].split("</MEMORIES>")[0] if "<MEMORIES>" in text else ""
+        part = genai_types.Part(text="remembered:" + found)
+        yield LlmResponse(content=genai_types.Content(role="model", parts=[part]))
+
+
+_ECHO_AGENT = """
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+
+from adk_memory.adk import MemoryBankPlugin
+from adk_memory.testing.agent_models import EchoMemoriesModel
+
+root_agent = LlmAgent(name="echo", model=EchoMemoriesModel(), instruction="Help.")
+app = App(name="{name}", root_agent=root_agent, plugins=[MemoryBankPlugin()])
+"""
+
+
+def write_echo_agent(agents: Path, name: str = "echo_agent") -> None:
+    """Writes the agent `name` into the ADK agents folder `agents` (for `adk api_server`).
+
+    Its model is `EchoMemoriesModel` and its app has `MemoryBankPlugin` on the runner's memory
+    service, so each answer shows what memory gave the turn.
+    """
+    folder = agents / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("from . import agent\n", encoding="utf-8")
+    (folder / "agent.py").write_text(_ECHO_AGENT.format(name=name), encoding="utf-8")

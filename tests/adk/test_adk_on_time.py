@@ -29,7 +29,7 @@ from adk_memory import AsyncClient, ModelUnavailable, StoreUnavailable
 from adk_memory.adk import MemoryBankPlugin, MemoryBankService
 from adk_memory.cli import app as cli_app
 from adk_memory.engine.ingest import IngestOps
-from adk_memory.testing.agent_models import ScriptedAgentModel
+from adk_memory.testing.agent_models import ScriptedAgentModel, write_echo_agent
 from adk_memory.testing.models import ScriptedMemoryModel
 
 Mode = Literal["sync", "async"]
@@ -470,7 +470,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 from adk_memory.adk import MemoryBankPlugin, MemoryBankService
-from adk_memory.testing.agent_models import ScriptedAgentModel
+from adk_memory.testing.agent_models import ScriptedAgentModel, write_echo_agent
 
 service = MemoryBankService(sys.argv[1])  # the default local embedding model, not loaded yet
 warming = service.warming
@@ -524,26 +524,6 @@ async def test_the_first_turn_after_a_start_has_its_memories(tmp_path: Any) -> N
 
 # adk api_server, driven over HTTP
 
-_ECHO_AGENT = """
-from google.adk.agents import LlmAgent
-from google.adk.apps import App
-from google.genai import types
-from google.adk.models.llm_response import LlmResponse
-from adk_memory.adk import MemoryBankPlugin
-from adk_memory.testing.agent_models import ScriptedAgentModel
-
-
-class EchoMemories(ScriptedAgentModel):
-    async def generate_content_async(self, llm_request, stream=False):
-        text = self.request_text(llm_request)
-        block = text.split("<MEMORIES>")[-1].split("</MEMORIES>")[0] if "<MEMORIES>" in text else ""
-        reply = types.Content(role="model", parts=[types.Part(text="remembered:" + block)])
-        yield LlmResponse(content=reply)
-
-
-root_agent = LlmAgent(name="echo", model=EchoMemories(), instruction="Help.")
-app = App(name="echo_agent", root_agent=root_agent, plugins=[MemoryBankPlugin()])
-"""
 
 _SERVICES_PY = """
 from google.adk.cli.service_registry import get_service_registry
@@ -585,9 +565,7 @@ async def test_adk_api_server_next_session_remembers_over_http(tmp_path: Any) ->
     import httpx
 
     agents = tmp_path / "agents"
-    (agents / "echo_agent").mkdir(parents=True)
-    (agents / "echo_agent" / "__init__.py").write_text("from . import agent\n", encoding="utf-8")
-    (agents / "echo_agent" / "agent.py").write_text(_ECHO_AGENT, encoding="utf-8")
+    write_echo_agent(agents)
     (agents / "services.py").write_text(_SERVICES_PY, encoding="utf-8")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -41,6 +41,8 @@ def uris(tmp_path: Path) -> list[str]:
         "rediss://:secret@127.0.0.1:9/0?bank=prod",
         "redis+cluster://127.0.0.1:9,127.0.0.1:10",
         "rediss+cluster://:secret@127.0.0.1:9",
+        "http://127.0.0.1:9",
+        "https://127.0.0.1:9?bank=prod",
     ]
 
 

@@ -1,8 +1,13 @@
-"""The engine issue's acceptance script, through the public `Client` only, on every backend."""
+"""The engine issue's acceptance script, through the public `Client` only, on every backend.
+
+Also through `http://`: `adk-memory serve` on embedded Chroma and on Redis, reached by the same
+`Client` (`api_uri`), so the remote client is held to the same behaviour.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,6 +34,13 @@ CRAFTED = [
     {"user_id": "123" + "9" * 5000},
     {"USER_ID": "123"},
 ]
+
+
+@pytest.fixture
+def client(api_uri: str) -> Iterator[Client]:
+    """A blocking client of each store, and of `adk-memory serve` on Chroma and Redis."""
+    with Client(uri=api_uri, embedding_model="hash-64") as made:
+        yield made
 
 
 @pytest.fixture
@@ -377,16 +389,22 @@ def test_operations_are_recorded(client: Client, bank: str) -> None:
 
 
 def test_a_create_records_its_operation_in_the_memorys_own_atomic_write(
-    client: Client, bank: str, monkeypatch: pytest.MonkeyPatch
+    store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No separate `put_operation` a crash could fall between: memory and operation, or none."""
-    store = client.aio.engine.store
+    """No separate `put_operation` a crash could fall between: memory and operation, or none.
 
-    async def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("memories.create wrote its operation apart from its memory")
+    On the stores only: it watches the engine's store, which over http(s) is the server's.
+    """
+    with Client(uri=store_uri, embedding_model="hash-64") as client:
+        bank = client.memory_banks.create().name
+        store = client.aio.engine.store
 
-    monkeypatch.setattr(store, "put_operation", refuse)
-    operation = client.memory_banks.memories.create(name=bank, fact="I like green.", scope=SCOPE)
-    fetched = client.operations.get(operation.name)
-    assert fetched.done and fetched.response.name == operation.response.name
-    assert client.memory_banks.memories.get(name=operation.response.name).fact == "I like green."
+        async def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("memories.create wrote its operation apart from its memory")
+
+        monkeypatch.setattr(store, "put_operation", refuse)
+        memories = client.memory_banks.memories
+        operation = memories.create(name=bank, fact="I like green.", scope=SCOPE)
+        fetched = client.operations.get(operation.name)
+        assert fetched.done and fetched.response.name == operation.response.name
+        assert memories.get(name=operation.response.name).fact == "I like green."

@@ -64,6 +64,8 @@ ELSEWHERE = {
     "test_the_ide_configuration_reaches_only_the_users_memories",
     ("README.md", "McpToolset("): "tests/mcp_tools/test_mcp_readme.py::"
     "test_adks_mcp_toolset_from_the_readme_keeps_each_adk_user_in_their_scope",
+    ("README.md", "# holds ~/.adk-memory"): "tests/ops/test_one_store_many_clients.py::"
+    "test_one_server_on_the_default_folder_serves_every_client_at_once",
 }
 # Blocks run in this file: the text that identifies each, and its test.
 HERE = {

@@ -5,10 +5,12 @@ Modes: `mixed` (create the memory id `same-id`, then `count` times: one generate
 scope and one on the worker's own scope, each updating that scope's single memory), `hold_lock`
 (take a Redis lock and hang), `hold_folder` (open an embedded Chroma directory, write one memory
 and hang), `embedded` (write `count` memories into an embedded Chroma directory, waiting while
-another process holds it), `schedule` (run an ingest scheduler for `seconds`) and `produce`
-(the same while ingesting events into several streams). Each calls `started` once connected (the
-`hold_*` modes once holding): it tells the parent and waits for its signal, so that the parent
-can release several at once.
+another process holds it), `schedule` (run an ingest scheduler for `seconds`), `produce`
+(the same while ingesting events into several streams) and `serve` (`adk-memory serve` over an
+embedded folder on a given port, whose memory model or store can hang on purpose, telling the
+parent, so that it can be killed mid-call). Each calls `started` once connected (the `hold_*`
+and `serve` modes once holding): it tells the parent and waits for its signal, so that the
+parent can release several at once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 Started = Callable[[], None]
 """Called by a worker once connected: tells the parent and waits for its start signal."""
+Say = Callable[[dict[str, Any]], None]
+"""Sends the parent a message (`serve`: what the server is doing when it hangs)."""
 
 
 def consolidate_append(request: Any) -> dict[str, Any]:
@@ -97,15 +101,62 @@ async def ingest_work(args: dict[str, Any], started: Started) -> dict[str, Any]:
     return {"sent": sent, "seen": model.seen, "passes": passes, "flushes": _extractions(model)}
 
 
+async def serve(args: dict[str, Any], started: Started, say: Say) -> dict[str, Any]:
+    """`adk-memory serve` over `uri` on 127.0.0.1:`port` until killed.
+
+    `hang` chooses where a request stops for good, after telling the parent: `model` (in the
+    memory model's call, before anything is written) or `after_commit` (once a store write has
+    committed, before the answer is sent).
+    """
+    import uvicorn
+
+    from adk_memory import AsyncClient
+    from adk_memory.server import create_app
+    from adk_memory.testing.models import ScriptedMemoryModel
+
+    async def hang(kind: str) -> None:
+        say({"hanging": kind})
+        await asyncio.sleep(3600)
+
+    model = ScriptedMemoryModel(
+        extract=lambda request: {"memories": [{"fact": "I like green tea."}]},
+        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
+        on_call=hang if args.get("hang") == "model" else None,
+    )
+    client = AsyncClient(args["uri"], embedding_model="hash-64", generation_model=model)
+    if args.get("hang") == "after_commit":
+        store, apply = client.engine.store, client.engine.store.apply
+
+        async def apply_then_hang(bank_id: str, batch: Any) -> None:
+            await apply(bank_id, batch)
+            await hang("after_commit")
+
+        store.apply = apply_then_hang  # type: ignore[method-assign]
+    url = f"http://127.0.0.1:{args['port']}"
+    app = create_app(client, served_url=url)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=args["port"], log_level="warning")
+    )
+    serving = asyncio.get_running_loop().create_task(server.serve())
+    while not server.started:
+        assert not serving.done(), "the server did not start"
+        await asyncio.sleep(0.02)
+    started()
+    await serving
+    return {}
+
+
 def _extractions(model: Any) -> int:
     return sum(1 for request in model.requests if model.kind_of(request) == "extraction")
 
 
-async def main(args: dict[str, Any], started: Started) -> dict[str, Any]:
+async def main(args: dict[str, Any], started: Started, say: Say) -> dict[str, Any]:
     from adk_memory import AdkMemoryError, AsyncClient
     from adk_memory.testing.models import ScriptedMemoryModel
 
     mode = args["mode"]
+    if mode == "serve":
+        return await serve(args, started, say)
     if mode == "hold_lock":
         from adk_memory_redis import RedisLockProvider
 
@@ -179,7 +230,7 @@ def run_job(job: dict[str, Any], parent: Connection) -> None:
         parent.recv()
 
     try:
-        parent.send({"result": asyncio.run(main(job, started))})
+        parent.send({"result": asyncio.run(main(job, started, parent.send))})
     except BaseException:
         parent.send({"error": traceback.format_exc()})
         raise

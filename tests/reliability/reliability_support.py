@@ -46,10 +46,19 @@ def run_workers(jobs: list[dict[str, Any]], *, timeout: float = 90.0) -> list[di
 def holding(job: dict[str, Any], *, timeout: float = 60.0) -> Iterator[BaseProcess]:
     """Runs a `hold_*` job in a process of its own; its process once it holds. The process is
     killed (no cleanup) when the block exits."""
+    with talking(job, timeout=timeout) as (process, _):
+        yield process
+
+
+@contextlib.contextmanager
+def talking(
+    job: dict[str, Any], *, timeout: float = 60.0
+) -> Iterator[tuple[BaseProcess, Connection]]:
+    """`holding`, also yielding the connection on which the job tells what it does (`serve`)."""
     workers = _start([job])
     try:
         _release(workers, time.monotonic() + timeout)
-        yield workers[0][0]
+        yield workers[0]
     finally:
         _kill(workers)
 

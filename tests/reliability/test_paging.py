@@ -1,9 +1,9 @@
 """Keyset pages from the attacker's side, on every backend (issue 14, cases 6 and 7).
 
-Writes between two pages of `memories.list`, retrieve-all, simple retrieval and `revisions.list`
+Writes between two pages of `memories.list`, simple retrieval and `revisions.list`
 never repeat or skip a memory; forged, altered, outdated or foreign page tokens are
 `InvalidArgument` (HTTP 400 over REST), never `StoreUnavailable` or another listing's page; and
-retrieve without search params pages 100 at a time instead of truncating.
+retrieve without search params answers the whole scope at once instead of truncating.
 """
 
 from __future__ import annotations
@@ -81,14 +81,14 @@ async def test_list_never_repeats_or_skips_under_inserts_and_deletes(
         assert not deleted_unseen & set(seen), "a deleted memory was listed"
 
 
-async def test_retrieve_all_pages_past_100_and_follows_every_page(
+async def test_retrieve_all_answers_the_whole_scope_at_once(
     aclient: AsyncClient, bank: str
 ) -> None:
-    """105 memories: page 1 has 100 and a token, the pager reaches all 105, newest first."""
+    """105 memories: one page holds all of them, newest first, with no token (SPEC §3)."""
     made = [await _create(aclient, bank, f"memory {i}") for i in range(105)]
     await _create(aclient, bank, "not mine", scope=OTHER)
     pager = await aclient.memory_banks.memories.retrieve(name=bank, scope=SCOPE)
-    assert len(pager.page) == 100 and pager.next_page_token
+    assert len(pager.page) == 105 and pager.next_page_token is None
     everything = [hit async for hit in pager]
     assert sorted(_ids(everything)) == sorted(made)
     times = [(hit.memory.update_time, _ids([hit])[0]) for hit in everything]
@@ -96,6 +96,7 @@ async def test_retrieve_all_pages_past_100_and_follows_every_page(
     simple = await aclient.memory_banks.memories.retrieve(
         name=bank, scope=SCOPE, simple_retrieval_params={"page_size": 7}
     )
+    assert len(simple.page) == 7 and simple.next_page_token
     assert _ids([hit async for hit in simple]) == _ids(everything)
 
 
@@ -169,25 +170,29 @@ async def test_forged_tokens_are_invalid_argument_everywhere(
 
 
 async def test_tokens_over_rest_page_and_refuse_forgeries(aclient: AsyncClient, bank: str) -> None:
-    """Over REST: retrieve-all returns nextPageToken, continued by simpleRetrievalParams; a
-    forged token is a 400 INVALID_ARGUMENT on list and retrieve."""
+    """Over REST: retrieve-all answers all 105 memories without nextPageToken; simple retrieval
+    pages by token; a forged token is a 400 INVALID_ARGUMENT on list and retrieve."""
     made = [await _create(aclient, bank, f"memory {i}") for i in range(105)]
     app = create_app(aclient)
     path = "/v1beta1/" + bank[bank.index("reasoningEngines/") :]
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
     ) as http:
-        first = (await http.post(f"{path}/memories:retrieve", json={"scope": SCOPE})).json()
-        assert len(first["retrievedMemories"]) == 100 and first["nextPageToken"]
-        params = {"pageSize": 100, "pageToken": first["nextPageToken"]}
+        whole = (await http.post(f"{path}/memories:retrieve", json={"scope": SCOPE})).json()
+        assert "nextPageToken" not in whole
+        names = [hit["memory"]["name"] for hit in whole["retrievedMemories"]]
+        assert sorted(name.rsplit("/", 1)[-1] for name in names) == sorted(made)
+        params = {"pageSize": 100}
+        first = await http.post(
+            f"{path}/memories:retrieve", json={"scope": SCOPE, "simpleRetrievalParams": params}
+        )
+        params["pageToken"] = first.json()["nextPageToken"]
         body = {"scope": SCOPE, "simpleRetrievalParams": params}
         rest = (await http.post(f"{path}/memories:retrieve", json=body)).json()
-        assert len(rest["retrievedMemories"]) == 5
-        names = [hit["memory"]["name"] for hit in first["retrievedMemories"]] + [
-            hit["memory"]["name"] for hit in rest["retrievedMemories"]
-        ]
-        assert "nextPageToken" not in rest
-        assert sorted(name.rsplit("/", 1)[-1] for name in names) == sorted(made)
+        assert len(rest["retrievedMemories"]) == 5 and "nextPageToken" not in rest
+        paged = [hit["memory"]["name"] for hit in first.json()["retrievedMemories"]]
+        paged += [hit["memory"]["name"] for hit in rest["retrievedMemories"]]
+        assert paged == names
         listed = (await http.get(f"{path}/memories", params={"pageSize": 10})).json()
         for forged in _forged(listed["nextPageToken"]):
             answer = await http.get(f"{path}/memories", params={"pageToken": forged})

@@ -8,10 +8,7 @@ the environment reaches them, and a request hook fails any request that leaves 1
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
-import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
@@ -20,12 +17,12 @@ from typing import Any
 import agentplatform
 import httpx
 import pytest
-import uvicorn
 from google.oauth2.credentials import Credentials
 
 from adk_memory import AsyncClient
-from adk_memory.server import ApiKey, create_app
+from adk_memory.server import ApiKey
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.rest_server import RunningRestServer, start_rest_server
 
 ADMIN_KEY = "admin-key-0123456789abcdef"
 AGENT_KEY = "agent-key-0123456789abcdef"
@@ -69,51 +66,23 @@ class RunningServer:
     url: str
     client: AsyncClient
     model: ScriptedMemoryModel
-    loop: asyncio.AbstractEventLoop
-    server: uvicorn.Server
-    thread: threading.Thread
+    running: RunningRestServer
     keys: list[ApiKey] = field(default_factory=list)
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+        return self.running.run(coro)
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.running.stop()
 
 
 def start_server(
     app_client: AsyncClient, model: ScriptedMemoryModel, **app_options: Any
 ) -> RunningServer:
     """Starts uvicorn on a free 127.0.0.1 port and waits until it accepts requests."""
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
-    # without it every response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = create_app(app_client, **app_options)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    )
-    loop = asyncio.new_event_loop()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.serve(sockets=[sock]))
-        loop.close()
-
-    thread = threading.Thread(target=run, name=f"adk-memory-server-{port}", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        if server.started:
-            break
-        threading.Event().wait(0.02)
-    else:
-        raise RuntimeError("the test server did not start within 4 s")
+    running = start_rest_server(app_client, **app_options)
     return RunningServer(
-        url, app_client, model, loop, server, thread, list(app_options.get("api_keys") or [])
+        running.url, app_client, model, running, list(app_options.get("api_keys") or [])
     )
 
 

@@ -113,7 +113,10 @@ def test_banks_round_trip(wire: Wire, full_bank: str) -> None:
     held = dump(wire.held(wire.aio.memory_banks.get(name=full_bank)))
 
     assert dump(sdk_reads("ReasoningEngine", wire.call("GET", short))) == held
-    listed = sdk_reads("ListReasoningEnginesResponse", wire.call("GET", "reasoningEngines"))
+    # The server is shared by the session's tests: one page holds every bank they made.
+    listed = sdk_reads(
+        "ListReasoningEnginesResponse", wire.call("GET", "reasoningEngines", pageSize="1000")
+    )
     engines = [e for e in listed.reasoning_engines if e.name == full_bank]
     assert [dump(_memory_bank_utils._reasoning_engine_to_memory_bank(e)) for e in engines] == [held]
     updated = wire.call("PATCH", short, {"description": "d2"}, updateMask="description")

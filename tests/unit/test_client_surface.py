@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import warnings
 
@@ -11,6 +12,7 @@ import adk_memory
 from adk_memory import AsyncClient, Client, InvalidArgument, NotFound, Unimplemented, types
 from adk_memory import _async_client as aio
 from adk_memory import _client as sync
+from adk_memory._remote import _client as remote
 
 PAIRS = [
     (sync.Memories, aio.AsyncMemories),
@@ -19,6 +21,16 @@ PAIRS = [
     (sync.AgentEngines, aio.AsyncAgentEngines),
     (sync.Operations, aio.AsyncOperations),
 ]
+
+
+def _public_coroutines(cls: type) -> list[str]:
+    """The public coroutine methods of a resource class, inherited ones too (and `_update`)."""
+    return [
+        name
+        for name in dir(cls)
+        if (not name.startswith("_") or name == "_update")
+        and inspect.iscoroutinefunction(getattr(cls, name))
+    ]
 
 
 def test_exported_names_are_pinned() -> None:
@@ -47,16 +59,53 @@ def test_exported_names_are_pinned() -> None:
 def test_every_async_method_has_a_blocking_twin_with_the_same_signature(
     blocking: type, asynchronous: type
 ) -> None:
-    public = [
-        name
-        for name, value in vars(asynchronous).items()
-        if inspect.iscoroutinefunction(value) and (not name.startswith("_") or name == "_update")
-    ]
+    public = _public_coroutines(asynchronous)
     assert public
     for name in public:
         assert inspect.signature(getattr(blocking, name)) == inspect.signature(
             getattr(asynchronous, name)
         ), name
+
+
+REMOTE_PAIRS = [
+    (remote.RemoteMemories, aio.AsyncMemories),
+    (remote.RemoteMemoryRevisions, aio.AsyncMemoryRevisions),
+    (remote.RemoteMemoryBanks, aio.AsyncMemoryBanks),
+    (remote.RemoteAgentEngines, aio.AsyncAgentEngines),
+    (remote.RemoteOperations, aio.AsyncOperations),
+]
+
+
+@pytest.mark.parametrize(("http", "local"), REMOTE_PAIRS)
+def test_the_http_client_has_every_method_with_the_same_signature(http: type, local: type) -> None:
+    """`AsyncClient("http://…")` (and `Client`, calling methods by name) has the same surface."""
+    public = _public_coroutines(local)
+    assert public
+    for name in public:
+        assert inspect.signature(getattr(http, name)) == inspect.signature(getattr(local, name)), (
+            name
+        )
+
+
+def test_a_server_uri_makes_the_http_client_with_the_same_constructor() -> None:
+    """Every option of `AsyncClient` is accepted by the http client (refused when it cannot
+    apply), so `AsyncClient(uri, **options)` never fails on a keyword alone."""
+    local = inspect.signature(AsyncClient.__init__).parameters
+    from adk_memory._remote import RemoteAsyncClient
+
+    accepted = inspect.signature(RemoteAsyncClient.__init__).parameters
+    assert set(local) - {"store_options"} <= set(accepted)
+    made = AsyncClient("http://127.0.0.1:1")
+    assert isinstance(made, AsyncClient) and isinstance(made, RemoteAsyncClient) and made.remote
+    asyncio.run(made.aclose())
+    with pytest.raises(InvalidArgument, match="generation_model"):
+        AsyncClient("http://127.0.0.1:1", generation_model="gemini-2.5-flash")
+    with pytest.raises(InvalidArgument, match="key_prefix"):
+        AsyncClient("http://127.0.0.1:1", key_prefix="x")
+    with pytest.raises(InvalidArgument, match="credentials"):
+        AsyncClient("http://user:secret@127.0.0.1:1")
+    with pytest.raises(InvalidArgument, match="no query parameters"):
+        AsyncClient("http://127.0.0.1:1?api_key=secret")
 
 
 def test_sdk_method_names_exist() -> None:

@@ -11,7 +11,8 @@ process on the same directory shares the lock (counted); the last one to close r
 the operating system releases it when the process dies, however it dies. A store in another
 process is refused with `FailedPrecondition`, which names the holder and the ways to share data
 between processes: a Chroma server (`chroma run --path DIR`, then `chroma+http://`) or the REST
-server (`adk-memory serve --uri chroma://DIR`).
+server (`adk-memory serve --uri chroma://DIR`), whose URL it names when that process records one
+(`adk_memory._remote.owner`).
 
 A store built on a chromadb client the caller passed in takes no lock: the caller owns the client.
 
@@ -104,20 +105,35 @@ def hold(path: str) -> str:
         if not _try_lock(fd):
             owner = _owner(fd)
             os.close(fd)
-            raise FailedPrecondition(
-                f"The embedded Chroma directory {key} is in use by another process"
-                f"{f' (pid {owner})' if owner else ''}. Embedded Chroma is single-process: two "
-                "processes on one directory would each see a stale copy of its index. Stop the "
-                "other process, or share the data through a server: `chroma run --path "
-                f"{key}` and the URI chroma+http://127.0.0.1:8000?single_host=true, or "
-                f"`adk-memory serve --uri chroma://{key}` and its REST API.",
-                field="uri",
-            )
+            raise FailedPrecondition(_in_use(key, owner), field="uri")
         if sys.platform != "win32":  # Windows locks the bytes themselves; the pid is a courtesy
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         _held[key] = _Hold(fd, 1)
         return key
+
+
+def _in_use(key: str, owner: str) -> str:
+    """Why another process's hold refuses this one, and the way to share the folder."""
+    from adk_memory._remote.owner import recorded_server
+
+    held = f"The embedded Chroma directory {key} is in use by another process"
+    held += f" (pid {owner})" if owner else ""
+    served = recorded_server(key)
+    if served is not None:
+        return (
+            f"{held}, which serves it at {served.url} (adk-memory serve). Go through that "
+            f"server: use the URI {served.url} (--uri, ADK_MEMORY_URI or Client(uri=…)); "
+            "adk-memory commands started on the folder with its options do so themselves."
+        )
+    return (
+        f"{held}, which does not serve it. Embedded Chroma is single-process: two processes "
+        "on one directory would each see a stale copy of its index. Stop the other process, "
+        f"or share the data through a server: `adk-memory serve --uri chroma://{key}` (then "
+        "adk-memory commands on the folder go through it, and other programs use its "
+        f"http://127.0.0.1:8080), or `chroma run --path {key}` and "
+        "chroma+http://127.0.0.1:8000?single_host=true."
+    )
 
 
 def release(key: str) -> None:
