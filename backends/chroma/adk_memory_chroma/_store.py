@@ -58,8 +58,10 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_vectors,
+    document_dues,
     expiry_around,
     index_around,
+    lower_dues,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -148,8 +150,10 @@ class ChromaMemoryStore(MemoryStore):
         self._journal = Journal(self._chroma, self._locks)
         self._vectors = VectorCache(int(self._config.vector_cache_mb * 2**20))
         self._scopes = ScopeIndex(self._chroma, self._journal, self._vectors)
-        self._writer = BatchWriter(self._chroma, self._journal, self._scopes, self._vectors)
         self._due = DueIndex(self._chroma, self._locks)
+        self._writer = BatchWriter(
+            self._chroma, self._journal, self._scopes, self._vectors, self._due
+        )
         self._banks = BankRegistry(self._chroma)
 
     @classmethod
@@ -313,15 +317,24 @@ class ChromaMemoryStore(MemoryStore):
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
         """`_apply`, with the due entries of its documents and of the bank's expiry around it.
 
-        See `index_around` and `expiry_around`.
+        As `index_around`, the documents' entries are lowered before the write and set exactly
+        after it, but by the writer, in one call for every batch of the group it commits
+        (`_writer`); the bank's expiry entry: `expiry_around`.
         """
-        write = functools.partial(self._apply, bank_id, batch)
-        if batch.documents:
-            write = functools.partial(index_around, self, bank_id, batch.documents, write)
+        dues = document_dues(batch.documents)
+
+        async def write() -> None:
+            await lower_dues(self, bank_id, dues)
+            await self._apply(bank_id, batch, dues)
+
         await expiry_around(self, bank_id, batch, write)
 
-    async def _apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch through the journal (see the module docstring).
+    async def _apply(
+        self, bank_id: str, batch: WriteBatch, dues: Mapping[str, Mapping[str, datetime | None]]
+    ) -> None:
+        """Applies the whole batch through the journal (see the module docstring), then `dues`.
+
+        `dues`: the exact due entries of the batch's documents, by kind and key.
 
         Raises:
             AlreadyExists: An insert names a memory that is live at the insert's `create_time`.
@@ -366,7 +379,7 @@ class ChromaMemoryStore(MemoryStore):
         if not (memory_rows or revision_rows or deletes):
             await self._on_bank(bank_id, MEM, _noop)  # NotFound without the bank
             return
-        changes = Changes(memory_rows, revision_rows, deletes, batch)
+        changes = Changes(memory_rows, revision_rows, deletes, batch, dues=dues)
         await self._on_bank(
             bank_id, MEM, lambda memories: self._writer.write(bank_id, memories, changes),
             recover=False,
