@@ -548,11 +548,7 @@ class MemoryBankService(BaseMemoryService):
                     return SearchMemoryResponse()
                 logger.warning("Searching without generating pending memories: %s", error.message)
         try:
-            # The query's embedding is no store call: it is bounded apart (a busy CPU is no
-            # sick store), and the retrieve then finds it in the embedder's query cache.
-            embedder = await self._bounded(self._reads.run(self._bank_embedder()))
-            await asyncio.wait_for(self._reads.run(embedder.embed_query(query)), EMBED_TIMEOUT)
-            found = await self._bounded(self._reads.run(self._retrieve(scope, query, count)))
+            found = await self._reads.run(self._search_here(scope, query, count))
         except StoreUnavailable:
             return SearchMemoryResponse()  # logged, and counted by the breaker
         except TimeoutError:
@@ -1130,6 +1126,19 @@ class MemoryBankService(BaseMemoryService):
     async def _bank_embedder(self) -> Embedder:
         client = await self._reads.client_for_use(self._uri, self._ensure_bank)
         return (await client.engine.context.load_bank(self._bank_id)).embedder
+
+    async def _search_here(
+        self, scope: dict[str, str], query: str, count: int
+    ) -> list[MemoryBankEntry]:
+        """A search's embedding and store calls, in one trip to the reads loop (reads loop).
+
+        A turn's loop is busy with other turns: each trip back to it costs a wait in its queue.
+        The query's embedding is no store call: it is bounded apart (a busy CPU is no sick
+        store), and the retrieve then finds it in the embedder's query cache.
+        """
+        embedder = await self._bounded(self._bank_embedder())
+        await asyncio.wait_for(embedder.embed_query(query), EMBED_TIMEOUT)
+        return await self._bounded(self._retrieve(scope, query, count))
 
     async def _retrieve(
         self, scope: dict[str, str], query: str, count: int
