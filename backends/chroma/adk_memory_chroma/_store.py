@@ -148,12 +148,9 @@ class ChromaMemoryStore(MemoryStore):
         self._chroma = Chroma(self._config, client, self._share_embedded)
         self._locks = Locks(self._config, self._chroma)
         self._journal = Journal(self._chroma, self._locks)
-        self._vectors = VectorCache(int(self._config.vector_cache_mb * 2**20))
-        self._scopes = ScopeIndex(self._chroma, self._journal, self._vectors)
+        self._scopes = ScopeIndex(self._chroma, self._journal, self._new_vector_cache())
         self._due = DueIndex(self._chroma, self._locks)
-        self._writer = BatchWriter(
-            self._chroma, self._journal, self._scopes, self._vectors, self._due
-        )
+        self._writer = BatchWriter(self._chroma, self._journal, self._scopes, self._due)
         self._banks = BankRegistry(self._chroma)
 
     @classmethod
@@ -190,6 +187,15 @@ class ChromaMemoryStore(MemoryStore):
         self._banks.rows = _folder.shared(folder, ("banks", *namespace), BankRows)
         self._journal.settled = _folder.shared(folder, ("settled", *namespace), set)
         self._due.mirror = _folder.shared(folder, ("due", *namespace), DueMirror)
+        # Stores of one budget share a cache: the service's reads store then finds what its
+        # writes store just generated (write-through), without reading the scope again.
+        budget = self._config.vector_cache_mb
+        self._scopes.cache = _folder.shared(
+            folder, ("vectors", budget, *namespace), self._new_vector_cache
+        )
+
+    def _new_vector_cache(self) -> VectorCache:
+        return VectorCache(int(self._config.vector_cache_mb * 2**20))
 
     async def _on_bank(
         self,
@@ -449,7 +455,7 @@ class ChromaMemoryStore(MemoryStore):
                 # Gone or changed since the index (or the filter's ids) was read, or an index
                 # that lists a memory of another scope: read the scope again, checking each
                 # row's scope.
-                self._vectors.drop(vectors.key)
+                self._scopes.cache.drop(vectors.key)
             return ranked(records, vector, query.k)
 
         return await self._on_bank(bank_id, MEM, work)

@@ -27,8 +27,9 @@ for 25 ms. Grouped, they share the calls. So do the due entries they set afterwa
 
 Each batch is checked against the rows as stored, under the bank's journal lock once any pending
 journal is replayed (`_journal`); the scope index rows of the scopes the group changes join its
-aux rows (`_scope_index`), and once committed whole, the scopes this store has cached are
-advanced to the batch's version (`_vectors`, "Write-through").
+aux rows (`_scope_index`), and once committed whole, the scopes cached (by this store, or,
+embedded, by any store of the process on the directory) are advanced to the batch's version
+(`_vectors`, "Write-through").
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from adk_memory_chroma._journal import Journal, Plan, new_batch_id
 from adk_memory_chroma._scope_index import ScopeIndex
 from adk_memory_chroma._vectors import (
     ScopeWrite,
-    VectorCache,
     as_read_embedded,
     as_read_http,
     scope_writes,
@@ -175,13 +175,11 @@ class BatchWriter:
         chroma: Chroma,
         journal: Journal,
         scopes: ScopeIndex,
-        vectors: VectorCache,
         due: DueIndex,
     ) -> None:
         self._chroma = chroma
         self._journal = journal
         self._scopes = scopes
-        self._vectors = vectors
         self._due = due
         self.dimensions: dict[str, int] = {}
         """Per bank, the dimension of its memories' vectors, once checked (`_check_dimension`)."""
@@ -320,7 +318,7 @@ class BatchWriter:
         if writes:  # after the outcomes: the batch has happened, whatever the cache does
             self._journal.written[bank_id] = plan.batch_id
             for scope_key, write in writes.items():
-                self._vectors.write_through((str(memories.id), scope_key), write)
+                self._scopes.cache.write_through((str(memories.id), scope_key), write)
 
     async def _set_dues(self, bank_id: str, accepted: Sequence[_Accepted]) -> AdkMemoryError | None:
         """Sets the due entries of the committed batches' documents: one call per kind.
