@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import numpy as np
 from chromadb.api import AsyncClientAPI, ClientAPI
 
-from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
+from adk_memory.errors import AdkMemoryError, AlreadyExists, InvalidArgument, NotFound
 from adk_memory.filters import matches
 from adk_memory.locks import LockProvider
 from adk_memory.scope import ScopeKey
@@ -839,7 +839,13 @@ class ChromaMemoryStore(MemoryStore):
         return min((int(meta[codec.LIVE_US]) for meta in found["metadatas"]), default=None)
 
     async def aclose(self) -> None:
-        """Closes the client the store built (never one passed in) and forgets its handles."""
+        """Closes the client the store built (never one passed in) and forgets its handles.
+
+        Embedded, due entries whose raise or removal was deferred are written first (if that
+        fails, they stay early: harmless).
+        """
+        with contextlib.suppress(AdkMemoryError):
+            await self._due.write_deferred()
         self._chroma.forget_collections()
         self._writer.dimensions.clear()
         await self._locks.aclose()
