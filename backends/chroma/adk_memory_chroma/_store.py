@@ -19,6 +19,7 @@ hides the bank and that the next `create_bank` of the same id finishes cleaning 
 - `_journal`: the write-ahead journal that makes a batch all or nothing, its replay and lock;
 - `_writer`: `apply`'s checks and group commit of the batches in flight together;
 - `_scope_index`: the per-scope index rows and the search path that reads them;
+- `_reads`: reads of documents in flight together, as one call;
 - `_vectors`: the scope vector cache, its write-through and the exact ranking;
 - `_due`: the due index of engine documents;
 - `_banks`: the bank registry and its cache;
@@ -71,6 +72,7 @@ from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_fr
 from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._locks import Locks
+from adk_memory_chroma._reads import ReadsTogether
 from adk_memory_chroma._scope_index import ScopeIndex
 from adk_memory_chroma._vectors import VectorCache, as_matrix, ranked
 from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
@@ -152,6 +154,7 @@ class ChromaMemoryStore(MemoryStore):
         self._due = DueIndex(self._chroma, self._locks)
         self._writer = BatchWriter(self._chroma, self._journal, self._scopes, self._due)
         self._banks = BankRegistry(self._chroma)
+        self._document_reads = ReadsTogether(self._chroma, "read documents")
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -698,16 +701,15 @@ class ChromaMemoryStore(MemoryStore):
         )
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
-        """The document, or None (also when the bank does not exist)."""
+        """The document, or None (also when the bank does not exist).
+
+        Documents read at once (the streams of the turns the ADK writer stores together, the
+        flushes of many users) share one Chroma call (`_reads`).
+        """
 
         async def work(aux: Any) -> Mapping[str, Any] | None:
-            found = await self._chroma.call(
-                "read a document",
-                aux.get,
-                ids=[codec.document_id(kind, key)],
-                include=["metadatas"],
-            )
-            return codec.decode_document(found["metadatas"][0])[1] if found["ids"] else None
+            meta = await self._document_reads.metadata(aux, codec.document_id(kind, key))
+            return codec.decode_document(meta)[1] if meta is not None else None
 
         try:
             return await self._on_bank(bank_id, AUX, work)

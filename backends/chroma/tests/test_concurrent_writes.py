@@ -562,3 +562,28 @@ async def test_a_group_sets_its_documents_due_entries_in_one_call_after_its_comm
     assert exact == [{"a": later, "b": later, "c": None, "d": None}]
     due = await store.due_documents(STREAM, NOW + timedelta(hours=4))
     assert {(entry.key, entry.due) for entry in due} == {("a", later), ("b", later)}
+
+
+async def test_documents_read_at_once_share_one_chroma_call(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the ADK writer reads the streams of every turn it stores at once: one `get` for all,
+    each caller its own document (or None), and a read after them a call of its own."""
+    keys = [f"k{i}" for i in range(5)]
+    documents = tuple(stream(key, {"n": i}) for i, key in enumerate(keys))
+    await store.apply(BANK, WriteBatch(documents=documents))
+    reads: list[int] = []
+    original = Collection.get
+
+    def counted(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+        reads.append(len(kwargs.get("ids") or ()))
+        return original(collection, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "get", counted)
+    found = await asyncio.gather(
+        *(store.get_document(BANK, STREAM, key) for key in [*keys, "missing", "k1"])
+    )
+    assert found == [*({"n": i} for i in range(5)), None, {"n": 1}]
+    assert reads == [6]
+    assert await store.get_document(BANK, STREAM, "k3") == {"n": 3}
+    assert reads == [6, 1]
