@@ -169,14 +169,19 @@ class DueIndex:
     ) -> None:
         """Sets due entries (one upsert, one delete), or lowers them (one read, one upsert).
 
-        Embedded, each is one step under the `DueMirror`'s lock, and reads only rows the mirror
-        does not know. On a server, each holds the bank's due lock (`lock`).
+        Embedded, each is one step under the `DueMirror`'s lock, reads only rows the mirror does
+        not know, and writes only lowerings now: raises and removals wait for the index's next
+        call or read (`DueMirror.deferred`). On a server, each holds the bank's due lock
+        (`lock`).
         """
         ids = [_due_id(kind, bank_id, key) for key in dues]
         mirror = self.mirror
-        if mirror is not None:
-            with mirror.lock:
+        # Not waiting on the loop for a lock a worker thread holds during a Chroma call.
+        if mirror is not None and mirror.lock.acquire(blocking=False):
+            try:
                 planned = mirror.changes(kind, bank_id, dues, only_earlier=only_earlier)
+            finally:
+                mirror.lock.release()
             if planned == ([], []):
                 return  # already so, or deferred: nothing to write now (nor to wait for)
 
