@@ -36,10 +36,20 @@ class ReadsTogether:
             # Its first step runs after the steps already scheduled: the reads asked meanwhile.
             task = loop.create_task(self._read(key))
             self._reading.add(task)
-            task.add_done_callback(self._reading.discard)
+            task.add_done_callback(lambda done: self._finished(done, key, batch))
         waiter: asyncio.Future[Mapping[str, Any] | None] = loop.create_future()
         batch.waiters.setdefault(row_id, []).append(waiter)
         return await waiter
+
+    def _finished(
+        self, task: asyncio.Task[None], key: tuple[asyncio.AbstractEventLoop, int], batch: _Batch
+    ) -> None:
+        """Forgets a read; one cancelled before its first step (a loop closing) too."""
+        self._reading.discard(task)
+        if self._waiting.get(key) is batch:
+            del self._waiting[key]
+            for waiter in batch.all_waiters():
+                waiter.cancel()
 
     async def _read(self, key: tuple[asyncio.AbstractEventLoop, int]) -> None:
         batch = self._waiting.pop(key)
