@@ -58,8 +58,10 @@ __all__ = [
     "check_vectors",
     "cursor_of",
     "discard_set_aside",
+    "document_dues",
     "expiry_around",
     "index_around",
+    "lower_dues",
     "set_aside_batches",
     "sort_records",
 ]
@@ -457,20 +459,36 @@ async def index_around(
     """Runs `write` (of `documents`) between lowering their due entries and setting them.
 
     For a store whose due index cannot be written atomically with the documents: lowered first
-    (`set_due(only_earlier=True)`), a crash after `write` leaves an entry early, never late; then
-    set exactly (raised, or removed for a document without a due time). A later document of the
-    same kind and key wins, as in a batch.
+    (`lower_dues`), a crash after `write` leaves an entry early, never late; then set exactly
+    (raised, or removed for a document without a due time). A later document of the same kind
+    and key wins, as in a batch.
     """
+    dues = document_dues(documents)
+    await lower_dues(store, bank_id, dues)
+    await write()
+    for kind, entries in dues.items():
+        await store.set_due(bank_id, kind, entries)
+
+
+def document_dues(documents: Sequence[DocumentRecord]) -> dict[str, dict[str, datetime | None]]:
+    """The due entries of `documents` by kind and key (a later document of a key wins)."""
     by_kind: dict[str, dict[str, datetime | None]] = {}
     for document in documents:
         by_kind.setdefault(document.kind, {})[document.key] = document.due
-    for kind, dues in by_kind.items():
-        lowered = {key: due for key, due in dues.items() if due is not None}
+    return by_kind
+
+
+async def lower_dues(
+    store: MemoryStore, bank_id: str, dues: Mapping[str, Mapping[str, datetime | None]]
+) -> None:
+    """Lowers the due entries `dues` (by kind and key) to their times, `set_due(only_earlier)`.
+
+    Before the documents' write; an entry without a time is left as it is.
+    """
+    for kind, entries in dues.items():
+        lowered = {key: due for key, due in entries.items() if due is not None}
         if lowered:
             await store.set_due(bank_id, kind, lowered, only_earlier=True)
-    await write()
-    for kind, dues in by_kind.items():
-        await store.set_due(bank_id, kind, dues)
 
 
 def batch_expiry(batch: WriteBatch) -> datetime | None:

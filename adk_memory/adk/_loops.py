@@ -25,6 +25,7 @@ __all__ = [
     "BackgroundTasks",
     "CircuitBreaker",
     "ServiceThread",
+    "outcome_seen",
     "run_at_loop_shutdown",
     "service_thread",
 ]
@@ -56,6 +57,15 @@ def run_at_loop_shutdown(finish: Callable[[], Awaitable[object]]) -> None:
 
 
 _parked: set[AsyncGenerator[None, None]] = set()
+
+
+def outcome_seen(task: asyncio.Future[Any]) -> None:
+    """Marks a task's failure as seen when nobody awaits it (no "never retrieved" log).
+
+    A done callback, for a task its caller gave up on.
+    """
+    if not task.cancelled():
+        task.exception()
 
 
 class BackgroundTasks:

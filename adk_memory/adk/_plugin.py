@@ -21,7 +21,7 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types as genai_types
 from typing_extensions import override
 
-from adk_memory.adk._loops import BackgroundTasks
+from adk_memory.adk._loops import BackgroundTasks, outcome_seen
 from adk_memory.adk._options import idle_duration_text
 from adk_memory.adk._service import DEFAULT_IDLE_DURATION, MemoryBankService
 from adk_memory.errors import InvalidArgument
@@ -182,7 +182,7 @@ class MemoryBankPlugin(BasePlugin):
                 search = asyncio.get_running_loop().create_task(
                     self._search(service, session, query, generate=first_run)
                 )
-                search.add_done_callback(_retrieve_outcome)
+                search.add_done_callback(outcome_seen)  # if no model request awaits it
             self._invocations[invocation_context.invocation_id] = _Invocation(
                 service, search, self._budget(service)
             )
@@ -355,12 +355,6 @@ async def _unless_unimplemented(work: Coroutine[Any, Any, Any]) -> None:
 def _cancel(invocation: _Invocation) -> None:
     if invocation.search is not None and not invocation.search.done():
         invocation.search.cancel()
-
-
-def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
-    """Marks a search's failure as seen when no model request awaited it (no stray log)."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _text_of(content: genai_types.Content | None) -> str:

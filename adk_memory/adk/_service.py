@@ -68,7 +68,13 @@ from adk_memory.adk._convert import (
     stored_content,
     uses_generate,
 )
-from adk_memory.adk._loops import BackgroundTasks, CircuitBreaker, ServiceThread, service_thread
+from adk_memory.adk._loops import (
+    BackgroundTasks,
+    CircuitBreaker,
+    ServiceThread,
+    outcome_seen,
+    service_thread,
+)
 from adk_memory.adk._options import (
     DEFAULT_GENERATION_WAIT,
     DEFAULT_IDLE_DURATION,
@@ -565,12 +571,7 @@ class MemoryBankService(BaseMemoryService):
                     return SearchMemoryResponse()
                 logger.warning("Searching without generating pending memories: %s", error.message)
         try:
-            if not self._remote:  # over http(s) the server embeds, within the search's deadline
-                # The query's embedding is no store call: it is bounded apart (a busy CPU is no
-                # sick store), and the retrieve then finds it in the embedder's query cache.
-                embedder = await self._bounded(self._reads.run(self._bank_embedder()))
-                await asyncio.wait_for(self._reads.run(embedder.embed_query(query)), EMBED_TIMEOUT)
-            found = await self._bounded(self._reads.run(self._retrieve(scope, query, count)))
+            found = await self._reads.run(self._search_here(scope, query, count))
         except StoreUnavailable:
             return SearchMemoryResponse()  # logged, and counted by the breaker
         except TimeoutError:
@@ -959,14 +960,24 @@ class MemoryBankService(BaseMemoryService):
         now = (datetime.now(UTC) if client.remote else client.engine.context.clock()).isoformat()
         return now, await client.memory_banks.list_streams(name=self.bank_name, scope=scope)
 
-    async def _settle(self, scope: dict[str, str], *, except_session_id: str | None = None) -> None:
+    async def _settle(
+        self, scope: dict[str, str], *, except_session_id: str | None = None
+    ) -> set[str]:
         """Waits until the events handed over for `scope` are stored (or the store failed).
 
         Not for `except_session_id`'s: a session does not wait for its own events.
+
+        Returns:
+            The sessions (stream ids) whose hand-overs it waited for.
         """
-        while self._handover.holds(scope, except_session_id) and self._breaker.allows():
+        waited: set[str] = set()
+        while (handed := self._handover.stream_ids(scope, except_session_id)) and (
+            self._breaker.allows()
+        ):
+            waited |= handed
             self._wake_writer()
             await self._handover.wait_settled()
+        return waited
 
     async def _await_generation(
         self,
@@ -995,15 +1006,10 @@ class MemoryBankService(BaseMemoryService):
 
         `only_asked`: only what this process was asked to generate now
         (`add_session_to_memory`), which needs no store read; else every stream of the scope
-        holding events, as the store lists them, except `except_session_id`'s.
+        holding events, except `except_session_id`'s (`_flush_scope`).
         """
-        await self._bounded(
-            self._settle(scope, except_session_id=except_session_id),
-            what="write of handed-over events",
-            timeout=WRITE_TIMEOUT,
-            answers=False,
-        )
         if only_asked:
+            await self._settled(scope, except_session_id)
             own = stream_key(scope, except_session_id) if except_session_id is not None else None
             waited = [
                 task
@@ -1011,17 +1017,46 @@ class MemoryBankService(BaseMemoryService):
                 if self._asked.get(key) == scope and key != own and not task.done()
             ]
         else:
-            now, streams = await self._bounded(self._list_streams(scope), what="listing of streams")
-            waited = []
-            for stream in streams:
-                if stream.stream_id == except_session_id:
-                    continue
-                task = self._start_flush(stream.key, scope)
-                # A stream backing off after failed generations is retried, but not waited for.
-                if (stream.retry_after or "") <= now:
-                    waited.append(task)
+            waited = await self._flush_scope(scope, except_session_id)
         if waited and wait > 0:
             await asyncio.wait(waited, timeout=wait)
+
+    async def _settled(self, scope: dict[str, str], except_session_id: str | None) -> set[str]:
+        """`_settle` within the write deadline."""
+        return await self._bounded(
+            self._settle(scope, except_session_id=except_session_id),
+            what="write of handed-over events",
+            timeout=WRITE_TIMEOUT,
+            answers=False,
+        )
+
+    async def _flush_scope(
+        self, scope: dict[str, str], except_session_id: str | None
+    ) -> list[asyncio.Task[None]]:
+        """Starts generating the scope's streams that hold events; returns those to wait for.
+
+        The store lists them while the scope's hand-overs are being stored (a turn's loop waits
+        for both, so not one after the other); a stream listed too early to show the events
+        handed over is generated once they are stored, like every stream handed over. A stream
+        backing off after failed generations is retried, but not waited for.
+        """
+        listing = asyncio.ensure_future(
+            self._bounded(self._list_streams(scope), what="listing of streams")
+        )
+        try:
+            handed = await self._settled(scope, except_session_id)
+        except BaseException:
+            listing.cancel()
+            listing.add_done_callback(outcome_seen)
+            raise
+        waited = [self._start_flush(stream_key(scope, stream), scope) for stream in handed]
+        now, streams = await listing
+        for stream in streams:
+            if stream.stream_id != except_session_id and stream.stream_id not in handed:
+                task = self._start_flush(stream.key, scope)
+                if (stream.retry_after or "") <= now:
+                    waited.append(task)
+        return waited
 
     def _start_flush(self, stream: str, scope: dict[str, str]) -> asyncio.Task[None]:
         """Generates from a stream now in the background (joined by later callers)."""
@@ -1156,6 +1191,21 @@ class MemoryBankService(BaseMemoryService):
         client = await self._reads.client_for_use(self._uri, self._ensure_bank)
         return (await client.engine.context.load_bank(self._bank_id)).embedder
 
+    async def _search_here(
+        self, scope: dict[str, str], query: str, count: int
+    ) -> list[MemoryBankEntry]:
+        """A search's embedding and store calls, in one trip to the reads loop (reads loop).
+
+        A turn's loop is busy with other turns: each trip back to it costs a wait in its queue.
+        The query's embedding is no store call: it is bounded apart (a busy CPU is no sick
+        store), and the retrieve then finds it in the embedder's query cache. Over http(s) the
+        server embeds, within the retrieve's deadline.
+        """
+        if not self._remote:
+            embedder = await self._bounded(self._bank_embedder())
+            await asyncio.wait_for(embedder.embed_query(query), EMBED_TIMEOUT)
+        return await self._bounded(self._retrieve(scope, query, count))
+
     async def _retrieve(
         self, scope: dict[str, str], query: str, count: int
     ) -> list[MemoryBankEntry]:
@@ -1270,13 +1320,14 @@ class _Handover:
             self._taken = {}
         self._notify()
 
-    def holds(self, scope: dict[str, str], except_session_id: str | None = None) -> bool:
-        """Whether a hand-over of `scope` (not of that session) waits or is being written."""
+    def stream_ids(self, scope: dict[str, str], except_session_id: str | None = None) -> set[str]:
+        """The sessions of `scope` (not that one) whose hand-overs wait or are being written."""
         with self._lock:
-            return any(
-                h.scope == scope and h.stream_id != except_session_id
+            return {
+                h.stream_id
                 for h in (*self._queued.values(), *self._taken.values())
-            )
+                if h.scope == scope and h.stream_id != except_session_id
+            }
 
     async def wait_settled(self) -> None:
         """Waits for the writer's next commit (or failure); on the writes loop."""

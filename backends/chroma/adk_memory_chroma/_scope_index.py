@@ -22,7 +22,7 @@ recently used first) under the scope's version: the index and the vectors are re
 version, so they are at least as new as it, and any write to the scope, by any process, changes
 the version. So the cost follows the scope, not the bank: two small reads and the numpy ranking
 when cached, plus the scope's index and vectors when not.
-The cache and its write-through by this store's own batches: `_vectors`.
+The cache and its write-through by the batches of the stores sharing it: `_vectors`.
 
 `scope_version` returns the head's version: the id of the batch that last wrote the scope. A
 batch writes the head in its first call (with the slot), before its memory rows, so while the
@@ -56,7 +56,9 @@ class ScopeIndex:
     def __init__(self, chroma: Chroma, journal: Journal, vectors: VectorCache) -> None:
         self._chroma = chroma
         self._journal = journal
-        self._vectors = vectors
+        self.cache = vectors
+        """The vector cache; embedded, the one every store of the process on the directory
+        shares (set once connected), so one store's write-through serves another's search."""
 
     async def rows_after(
         self,
@@ -184,9 +186,9 @@ class ScopeIndex:
         scope is `scope_key` (slower: a `where` on every call).
         """
         key = (str(memories.id), scope_key)
-        if self._vectors.holds(key) and not verified:
+        if self.cache.holds(key) and not verified:
             version = await self.head(bank_id, memories, aux, scope_key)
-            cached = None if version is None else self._vectors.get(key, version)
+            cached = None if version is None else self.cache.get(key, version)
             if cached is not None:
                 return cached
             members = await self.members(aux, scope_key)
@@ -206,7 +208,7 @@ class ScopeIndex:
                     embeddings.append(embedding)
         vectors = ScopeVectors.build(key, version or "", ids, embeddings, members)
         if version is not None:
-            self._vectors.put(vectors)
+            self.cache.put(vectors)
         return vectors
 
     async def matching(

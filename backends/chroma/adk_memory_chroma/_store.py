@@ -19,6 +19,7 @@ hides the bank and that the next `create_bank` of the same id finishes cleaning 
 - `_journal`: the write-ahead journal that makes a batch all or nothing, its replay and lock;
 - `_writer`: `apply`'s checks and group commit of the batches in flight together;
 - `_scope_index`: the per-scope index rows and the search path that reads them;
+- `_reads`: reads of documents in flight together, as one call;
 - `_vectors`: the scope vector cache, its write-through and the exact ranking;
 - `_due`: the due index of engine documents;
 - `_banks`: the bank registry and its cache;
@@ -38,7 +39,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import numpy as np
 from chromadb.api import AsyncClientAPI, ClientAPI
 
-from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound
+from adk_memory.errors import AdkMemoryError, AlreadyExists, InvalidArgument, NotFound
 from adk_memory.filters import matches
 from adk_memory.locks import LockProvider
 from adk_memory.scope import ScopeKey
@@ -58,8 +59,10 @@ from adk_memory.store import (
     WriteBatch,
     check_cursor,
     check_vectors,
+    document_dues,
     expiry_around,
     index_around,
+    lower_dues,
 )
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
@@ -69,6 +72,7 @@ from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_fr
 from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._locks import Locks
+from adk_memory_chroma._reads import ReadsTogether
 from adk_memory_chroma._scope_index import ScopeIndex
 from adk_memory_chroma._vectors import VectorCache, as_matrix, ranked
 from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
@@ -146,11 +150,11 @@ class ChromaMemoryStore(MemoryStore):
         self._chroma = Chroma(self._config, client, self._share_embedded)
         self._locks = Locks(self._config, self._chroma)
         self._journal = Journal(self._chroma, self._locks)
-        self._vectors = VectorCache(int(self._config.vector_cache_mb * 2**20))
-        self._scopes = ScopeIndex(self._chroma, self._journal, self._vectors)
-        self._writer = BatchWriter(self._chroma, self._journal, self._scopes, self._vectors)
+        self._scopes = ScopeIndex(self._chroma, self._journal, self._new_vector_cache())
         self._due = DueIndex(self._chroma, self._locks)
+        self._writer = BatchWriter(self._chroma, self._journal, self._scopes, self._due)
         self._banks = BankRegistry(self._chroma)
+        self._document_reads = ReadsTogether(self._chroma, "read documents")
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> Self:
@@ -186,6 +190,15 @@ class ChromaMemoryStore(MemoryStore):
         self._banks.rows = _folder.shared(folder, ("banks", *namespace), BankRows)
         self._journal.settled = _folder.shared(folder, ("settled", *namespace), set)
         self._due.mirror = _folder.shared(folder, ("due", *namespace), DueMirror)
+        # Stores of one budget share a cache: the service's reads store then finds what its
+        # writes store just generated (write-through), without reading the scope again.
+        budget = self._config.vector_cache_mb
+        self._scopes.cache = _folder.shared(
+            folder, ("vectors", budget, *namespace), self._new_vector_cache
+        )
+
+    def _new_vector_cache(self) -> VectorCache:
+        return VectorCache(int(self._config.vector_cache_mb * 2**20))
 
     async def _on_bank(
         self,
@@ -313,15 +326,24 @@ class ChromaMemoryStore(MemoryStore):
     async def apply(self, bank_id: str, batch: WriteBatch) -> None:
         """`_apply`, with the due entries of its documents and of the bank's expiry around it.
 
-        See `index_around` and `expiry_around`.
+        As `index_around`, the documents' entries are lowered before the write and set exactly
+        after it, but by the writer, in one call for every batch of the group it commits
+        (`_writer`); the bank's expiry entry: `expiry_around`.
         """
-        write = functools.partial(self._apply, bank_id, batch)
-        if batch.documents:
-            write = functools.partial(index_around, self, bank_id, batch.documents, write)
+        dues = document_dues(batch.documents)
+
+        async def write() -> None:
+            await lower_dues(self, bank_id, dues)
+            await self._apply(bank_id, batch, dues)
+
         await expiry_around(self, bank_id, batch, write)
 
-    async def _apply(self, bank_id: str, batch: WriteBatch) -> None:
-        """Applies the whole batch through the journal (see the module docstring).
+    async def _apply(
+        self, bank_id: str, batch: WriteBatch, dues: Mapping[str, Mapping[str, datetime | None]]
+    ) -> None:
+        """Applies the whole batch through the journal (see the module docstring), then `dues`.
+
+        `dues`: the exact due entries of the batch's documents, by kind and key.
 
         Raises:
             AlreadyExists: An insert names a memory that is live at the insert's `create_time`.
@@ -366,7 +388,7 @@ class ChromaMemoryStore(MemoryStore):
         if not (memory_rows or revision_rows or deletes):
             await self._on_bank(bank_id, MEM, _noop)  # NotFound without the bank
             return
-        changes = Changes(memory_rows, revision_rows, deletes, batch)
+        changes = Changes(memory_rows, revision_rows, deletes, batch, dues=dues)
         await self._on_bank(
             bank_id, MEM, lambda memories: self._writer.write(bank_id, memories, changes),
             recover=False,
@@ -436,7 +458,7 @@ class ChromaMemoryStore(MemoryStore):
                 # Gone or changed since the index (or the filter's ids) was read, or an index
                 # that lists a memory of another scope: read the scope again, checking each
                 # row's scope.
-                self._vectors.drop(vectors.key)
+                self._scopes.cache.drop(vectors.key)
             return ranked(records, vector, query.k)
 
         return await self._on_bank(bank_id, MEM, work)
@@ -679,16 +701,15 @@ class ChromaMemoryStore(MemoryStore):
         )
 
     async def get_document(self, bank_id: str, kind: str, key: str) -> Mapping[str, Any] | None:
-        """The document, or None (also when the bank does not exist)."""
+        """The document, or None (also when the bank does not exist).
+
+        Documents read at once (the streams of the turns the ADK writer stores together, the
+        flushes of many users) share one Chroma call (`_reads`).
+        """
 
         async def work(aux: Any) -> Mapping[str, Any] | None:
-            found = await self._chroma.call(
-                "read a document",
-                aux.get,
-                ids=[codec.document_id(kind, key)],
-                include=["metadatas"],
-            )
-            return codec.decode_document(found["metadatas"][0])[1] if found["ids"] else None
+            meta = await self._document_reads.metadata(aux, codec.document_id(kind, key))
+            return codec.decode_document(meta)[1] if meta is not None else None
 
         try:
             return await self._on_bank(bank_id, AUX, work)
@@ -820,7 +841,13 @@ class ChromaMemoryStore(MemoryStore):
         return min((int(meta[codec.LIVE_US]) for meta in found["metadatas"]), default=None)
 
     async def aclose(self) -> None:
-        """Closes the client the store built (never one passed in) and forgets its handles."""
+        """Closes the client the store built (never one passed in) and forgets its handles.
+
+        Embedded, due entries whose raise or removal was deferred are written first (if that
+        fails, they stay early: harmless).
+        """
+        with contextlib.suppress(AdkMemoryError):
+            await self._due.write_deferred()
         self._chroma.forget_collections()
         self._writer.dimensions.clear()
         await self._locks.aclose()

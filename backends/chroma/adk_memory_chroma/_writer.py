@@ -12,19 +12,24 @@ so their order cannot matter). Each batch is checked alone: its inserts and
 expectations against the rows as stored, then, just before the shared write, its fences (the
 leases of the locks it was decided under). One that fails gets its own error (`AlreadyExists`,
 `Aborted`) and is left out; the rest share one journal, so a crash leaves all of them or none.
-The due entries of a batch's documents are written around its own `apply` (`index_around`), so
-they need nothing here. A writer cancelled before the commit hands the others back to the
+The due entries of a batch's documents are lowered by its own `apply` before it queues
+(`lower_dues`, mostly no call: `_due.DueMirror`) and set exactly once the group is committed, in
+one due-index call for the whole group (`Changes.dues`), before any batch of it returns: a batch
+whose entries could not be set gets that `StoreUnavailable` (its rows are stored; the entries
+stay early, never late). A writer cancelled before the commit hands the others back to the
 queue; one whose batch another writer took gets that batch's outcome.
 
 With 20 ADK users at once on embedded Chroma, every generation's batch (memories, their
 expectations, the ingest stream's document and two leases) and every hand-over of turns' events
 (documents) went alone, one after the other: a flush waited about 140 ms for the lock to write
-for 25 ms. Grouped, they share the calls.
+for 25 ms. Grouped, they share the calls. So do the due entries they set afterwards: one call each
+(an ingest flush removes its stream's entry) held the GIL as long as a group's write.
 
 Each batch is checked against the rows as stored, under the bank's journal lock once any pending
 journal is replayed (`_journal`); the scope index rows of the scopes the group changes join its
-aux rows (`_scope_index`), and once committed whole, the scopes this store has cached are
-advanced to the batch's version (`_vectors`, "Write-through").
+aux rows (`_scope_index`), and once committed whole, the scopes cached (by this store, or,
+embedded, by any store of the process on the directory) are advanced to the batch's version
+(`_vectors`, "Write-through").
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,11 +46,11 @@ from adk_memory.errors import AdkMemoryError, AlreadyExists, InvalidArgument
 from adk_memory.store import Expectation, MemoryRecord, WriteBatch, check_expectations
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import AUX, MEM, Chroma
+from adk_memory_chroma._due import DueIndex
 from adk_memory_chroma._journal import Journal, Plan, new_batch_id
 from adk_memory_chroma._scope_index import ScopeIndex
 from adk_memory_chroma._vectors import (
     ScopeWrite,
-    VectorCache,
     as_read_embedded,
     as_read_http,
     scope_writes,
@@ -69,6 +74,8 @@ class Changes:
     """For its inserts, expectations and fences."""
     expired_at: int | None = None
     """A sweep: delete only those of `deletes` whose `live_us` is at most this."""
+    dues: Mapping[str, Mapping[str, datetime | None]] = field(default_factory=dict)
+    """The exact due entries of the batch's documents, by kind and key, set after the commit."""
 
     @property
     def touched_ids(self) -> set[str]:
@@ -164,12 +171,16 @@ class BatchWriter:
     """Writes the batches of a store's `apply` calls: queued per bank, checked, group-committed."""
 
     def __init__(
-        self, chroma: Chroma, journal: Journal, scopes: ScopeIndex, vectors: VectorCache
+        self,
+        chroma: Chroma,
+        journal: Journal,
+        scopes: ScopeIndex,
+        due: DueIndex,
     ) -> None:
         self._chroma = chroma
         self._journal = journal
         self._scopes = scopes
-        self._vectors = vectors
+        self._due = due
         self.dimensions: dict[str, int] = {}
         """Per bank, the dimension of its memories' vectors, once checked (`_check_dimension`)."""
         self._queues: weakref.WeakKeyDictionary[
@@ -291,19 +302,40 @@ class BatchWriter:
         accepted: list[_Accepted],
         writes: Mapping[str, ScopeWrite],
     ) -> None:
-        """`Journal.commit`, then each batch's outcome (in one uncancellable step).
+        """`Journal.commit`, the group's due entries, then each batch's outcome (uncancellable).
 
         Only a batch committed whole reaches the vector cache (write-through): the scopes it
         changed are then, at its version, exactly what the cache can compute.
         """
         await self._journal.commit(bank_id, memories, aux, plan)
         self._journal.settle(bank_id, True)
+        failure = await self._set_dues(bank_id, accepted)
         for entry, deleted in accepted:
-            entry.outcome.set_result(len(deleted))
+            if failure is None:
+                entry.outcome.set_result(len(deleted))
+            else:
+                entry.outcome.set_exception(failure)
         if writes:  # after the outcomes: the batch has happened, whatever the cache does
             self._journal.written[bank_id] = plan.batch_id
             for scope_key, write in writes.items():
-                self._vectors.write_through((str(memories.id), scope_key), write)
+                self._scopes.cache.write_through((str(memories.id), scope_key), write)
+
+    async def _set_dues(self, bank_id: str, accepted: Sequence[_Accepted]) -> AdkMemoryError | None:
+        """Sets the due entries of the committed batches' documents: one call per kind.
+
+        No two batches of a group write one document, so their entries never collide. Returns
+        the store's error instead of raising it: the batches are stored whatever it says.
+        """
+        by_kind: dict[str, dict[str, datetime | None]] = {}
+        for entry, _ in accepted:
+            for kind, dues in entry.changes.dues.items():
+                by_kind.setdefault(kind, {}).update(dues)
+        try:
+            for kind, dues in by_kind.items():
+                await self._due.set_entries(bank_id, kind, dues)
+        except AdkMemoryError as exc:
+            return exc
+        return None
 
     async def _check_dimension(self, bank_id: str, memories: Any, dimension: int) -> Any:
         """Refuses vectors whose dimension differs from the bank's memories' (before any write).

@@ -526,3 +526,64 @@ async def test_a_crash_in_a_group_of_generations_leaves_all_of_it_or_none(
     await assert_no_journal_pending(fresh)
     await fresh.aclose()
     await crashed.aclose()
+
+
+async def test_a_group_sets_its_documents_due_entries_in_one_call_after_its_commit(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a slow batch, four writes of streams (two putting their entries off, two removing
+    them, as an ingest flush does) go as one group, which sets the four entries in one call of
+    the due index once committed, before any of them returns."""
+    rows = vectors(14, 1)
+    soon, later = NOW + timedelta(minutes=5), NOW + timedelta(hours=3)
+    keys = ["a", "b", "c", "d"]
+    first = tuple(stream(key, {"take": 1}, due=soon) for key in keys)
+    await store.apply(BANK, WriteBatch(documents=first))
+    exact: list[dict[str, Any]] = []
+    set_entries = store._due.set_entries
+
+    async def counted(
+        bank_id: str, kind: str, dues: dict[str, Any], *, only_earlier: bool = False
+    ) -> None:
+        if not only_earlier:
+            exact.append(dict(dues))
+        await set_entries(bank_id, kind, dues, only_earlier=only_earlier)
+
+    monkeypatch.setattr(store._due, "set_entries", counted)
+    writes = ChromaWrites(first_sleep=0.2)
+    writes.install(monkeypatch)
+    await asyncio.gather(
+        store.apply(BANK, created("lead", rows[0], 0)),
+        *(
+            store.apply(BANK, WriteBatch(documents=(stream(key, {"take": 2}, due=due),)))
+            for key, due in zip(keys, [later, later, None, None], strict=True)
+        ),
+    )
+    assert exact == [{"a": later, "b": later, "c": None, "d": None}]
+    due = await store.due_documents(STREAM, NOW + timedelta(hours=4))
+    assert {(entry.key, entry.due) for entry in due} == {("a", later), ("b", later)}
+
+
+async def test_documents_read_at_once_share_one_chroma_call(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the ADK writer reads the streams of every turn it stores at once: one `get` for all,
+    each caller its own document (or None), and a read after them a call of its own."""
+    keys = [f"k{i}" for i in range(5)]
+    documents = tuple(stream(key, {"n": i}) for i, key in enumerate(keys))
+    await store.apply(BANK, WriteBatch(documents=documents))
+    reads: list[int] = []
+    original = Collection.get
+
+    def counted(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+        reads.append(len(kwargs.get("ids") or ()))
+        return original(collection, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "get", counted)
+    found = await asyncio.gather(
+        *(store.get_document(BANK, STREAM, key) for key in [*keys, "missing", "k1"])
+    )
+    assert found == [*({"n": i} for i in range(5)), None, {"n": 1}]
+    assert reads == [6]
+    assert await store.get_document(BANK, STREAM, "k3") == {"n": 3}
+    assert reads == [6, 1]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _chroma, _due
+from adk_memory_chroma import ChromaMemoryStore, _chroma, _codec, _due
 from chromadb.api.models.Collection import Collection
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
@@ -89,11 +89,13 @@ async def test_an_entry_written_before_the_process_opened_the_folder_is_read_onc
         await reopened.aclose()
 
 
-async def test_an_exact_write_of_what_is_stored_costs_no_call_and_a_change_is_written(
+async def test_a_repeat_costs_no_call_and_raises_wait_for_the_next_call_of_the_index(
     store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As a stream's writes do: lowered, then set exactly to the same time; later removed
-    twice. The repeats cost no Chroma call; every change is stored."""
+    """As a stream's writes do: lowered, then set exactly to the same time (no call); put off
+    twice, as each turn of a session does, then removed, as a flush does: none of those is
+    written until the index is next read (or written), and then in one step (an upsert, a
+    delete), while the entry stored stays earlier (early, never late)."""
     calls: list[str] = []
     for method in ("upsert", "delete"):
         original = getattr(Collection, method)
@@ -105,12 +107,42 @@ async def test_an_exact_write_of_what_is_stored_costs_no_call_and_a_change_is_wr
         monkeypatch.setattr(Collection, method, counted)
     await lower(store, T0)
     await put(store, T0)
-    assert (len(calls), await entry(store)) == (1, T0)
+    assert len(calls) == 1
     await put(store, T0 + timedelta(days=1))
-    assert (len(calls), await entry(store)) == (2, T0 + timedelta(days=1))
+    await put(store, T0 + timedelta(days=2))
+    assert (len(calls), await in_chroma(store)) == (1, T0)
+    assert await entry(store) == T0 + timedelta(days=2)  # written first, in one call
+    assert (len(calls), await in_chroma(store)) == (2, T0 + timedelta(days=2))
     await put(store, None)
     await put(store, None)
-    assert (len(calls), await entry(store)) == (3, None)
+    assert (len(calls), await in_chroma(store)) == (2, T0 + timedelta(days=2))
+    await lower(store, T0 + timedelta(days=1), bank_id="another")  # a lowering takes them along
+    assert (len(calls), await in_chroma(store)) == (4, None)  # its upsert, the removal's delete
+    assert await entry(store) is None and len(calls) == 4
+
+
+async def test_a_closing_store_writes_what_it_deferred(tmp_path: Path) -> None:
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    await first.create_bank(bank_record())
+    await put(first, T0)
+    await put(first, T0 + timedelta(days=1))
+    assert await in_chroma(first) == T0
+    await first.aclose()
+    reopened = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    try:
+        assert await entry(reopened) == T0 + timedelta(days=1)
+    finally:
+        await reopened.aclose()
+
+
+async def in_chroma(store: ChromaMemoryStore, bank_id: str = BANK) -> datetime | None:
+    """The bank's expiry entry as Chroma holds it now (not as the mirror will write it)."""
+    index = await store._chroma.collection(store._chroma.name(None, _chroma.DUE), create=True)
+    row_id = _due.due_row(EXPIRY_KIND, bank_id, EXPIRY_KEY, T0)[0]
+    found = await asyncio.to_thread(index.get, ids=[row_id], include=["metadatas"])
+    if not found["ids"]:
+        return None
+    return _codec.EPOCH + timedelta(microseconds=found["metadatas"][0]["due_us"])
 
 
 async def stored_unseen(store: ChromaMemoryStore, bank_id: str, due: datetime) -> None:

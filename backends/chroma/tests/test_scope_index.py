@@ -160,7 +160,7 @@ async def test_a_small_cache_evicts_and_stays_exact(tmp_path: Path) -> None:
             for scope in scopes:
                 key = scope_key(scope)
                 assert await top(store, key, vectors[0]) == await top(reference, key, vectors[0])
-        assert store._vectors._bytes <= 0.004 * 2**20
+        assert store._scopes.cache._bytes <= 0.004 * 2**20
     finally:
         await store.aclose()
 

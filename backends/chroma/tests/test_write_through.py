@@ -44,7 +44,7 @@ async def cache_key(store: ChromaMemoryStore, key: str) -> tuple[str, str]:
 
 
 async def cached(store: ChromaMemoryStore, key: str) -> _vectors.ScopeVectors | None:
-    return store._vectors._entries.get(await cache_key(store, key))
+    return store._scopes.cache._entries.get(await cache_key(store, key))
 
 
 def snapshot(entry: _vectors.ScopeVectors) -> Snapshot:
@@ -56,11 +56,20 @@ def snapshot(entry: _vectors.ScopeVectors) -> Snapshot:
 
 
 async def cold(store: ChromaMemoryStore, key: str) -> Snapshot:
-    """The scope as `store` reads it from Chroma, nothing cached."""
-    store._vectors.drop(await cache_key(store, key))
+    """The scope as `store` reads it from Chroma, nothing cached; the cache is left as it was.
+
+    (Embedded, it is every store's of the folder: a check must not reset what it checks.)
+    """
+    cache, at = store._scopes.cache, await cache_key(store, key)
+    kept = cache._entries.get(at)
+    cache.drop(at)
     memories = await store._chroma.collection(store._chroma.name(BANK, MEM))
     aux = await store._chroma.collection(store._chroma.name(BANK, AUX))
-    return snapshot(await store._scopes.vectors(BANK, memories, aux, key, False))
+    read = snapshot(await store._scopes.vectors(BANK, memories, aux, key, False))
+    cache.drop(at)
+    if kept is not None:
+        cache.put(kept)
+    return read
 
 
 async def top(store: ChromaMemoryStore, key: str, query: Sequence[float], k: int = 5) -> list[str]:
@@ -202,12 +211,45 @@ async def test_another_writer_in_between_drops_the_entry(
     assert await top(first, KEY, vectors[1]) == ["a"]
     await second.apply(BANK, WriteBatch(inserts=(memory("b", vectors[1]),)))
     await first.apply(BANK, WriteBatch(inserts=(memory("c", vectors[2]),)))
-    assert await cached(first, KEY) is None  # it missed "b": not advanced, dropped
+    entry = await cached(first, KEY)
+    if first._chroma.on_server():
+        assert entry is None  # it missed "b": not advanced, dropped
+    else:  # the stores of one process on a folder share the cache: "b" went through it too
+        assert entry is not None and snapshot(entry) == await cold(first, KEY)
     assert sorted(await top(first, KEY, vectors[1])) == ["a", "b", "c"]
     await second.apply(BANK, WriteBatch(deletes=("a",)))
     await first.apply(BANK, WriteBatch(upserts=(memory("c", vectors[3], fact="again"),)))
     assert sorted(await top(first, KEY, vectors[3])) == ["b", "c"]
     assert sorted(await top(second, KEY, vectors[3])) == ["b", "c"]
+
+
+async def test_the_stores_of_a_folder_share_one_cache_and_its_write_through(
+    tmp_path: Path,
+) -> None:
+    """Embedded, one store's batch advances what another store of the process cached (the ADK
+    service searches with one store what it generated with another); a store with another
+    budget keeps a cache of its own."""
+    reader, writer, other = (
+        ChromaMemoryStore.from_uri(f"chroma://{tmp_path}", vector_cache_mb=budget)
+        for budget in (256, 256, 8)
+    )
+    await writer.create_bank(bank_record())
+    try:
+        rng = random.Random(5)
+        query = vector(rng)
+        await writer.apply(BANK, WriteBatch(inserts=(memory("a", vector(rng)),)))
+        assert await top(reader, KEY, query) == ["a"]
+        await writer.apply(BANK, WriteBatch(inserts=(memory("b", query),)))
+        entry = await cached(reader, KEY)
+        assert entry is not None and entry.version == await reader.scope_version(BANK, KEY)
+        assert snapshot(entry) == await cold(writer, KEY)
+        assert await top(reader, KEY, query) == ["b", "a"]
+        assert await top(other, KEY, query) == ["b", "a"]
+        assert other._scopes.cache is not reader._scopes.cache is writer._scopes.cache
+    finally:
+        await writer.drop_all()
+        for store in (reader, writer, other):
+            await store.aclose()
 
 
 async def test_another_writer_in_another_scope_leaves_the_entry_advancing(
@@ -300,7 +342,7 @@ async def test_write_through_keeps_the_byte_budget_and_stays_exact(tmp_path: Pat
             record = memory(f"m{i:02d}", tuple(map(float, row)), scope=scopes[i % 8])
             for target in (store, reference):
                 await target.apply(BANK, WriteBatch(inserts=(record,)))
-            assert store._vectors._bytes <= budget_mb * 2**20
+            assert store._scopes.cache._bytes <= budget_mb * 2**20
         query = tuple(map(float, rng.normal(size=DIM)))
         for scope in scopes:
             key = scope_key(scope)
