@@ -177,8 +177,8 @@ def test_the_record_of_a_dead_server_is_not_followed(tmp_path: Path) -> None:
 
 
 class _Decoy:
-    """An HTTP server that records every request and answers each with a wrong proof (or,
-    `drip`, with a body of a billion bytes sent one a second for 45 s), on `port` (default: a free one)."""
+    """An HTTP server on `port` (default: a free one) that records every request and answers
+    each with a wrong proof (`drip`: a body said to be a billion bytes, one sent a second)."""
 
     def __init__(self, port: int = 0, *, drip: bool = False) -> None:
         self.requests: list[str] = []
