@@ -356,3 +356,53 @@ def test_a_followed_server_replaced_by_another_gets_no_request(tmp_path: Path) -
             loop.close()
     assert impostor.requests == []
     assert "stopped" in message and str(folder.resolve()) in message
+
+
+_CALLS: dict[str, Callable[[Any], Awaitable[Any]]] = {
+    "get": lambda client: client.memory_banks.get(name=BANK),
+    "retrieve": lambda client: client.memory_banks.memories.retrieve(name=BANK, scope=SCOPE),
+    "operation": lambda client: client.operations.get(f"{BANK}/operations/one"),
+    "streams": lambda client: client.memory_banks.list_streams(name=BANK),
+}
+
+
+_NOT_OBJECTS = {"not-json": b"not json!", "a-list": b"[]", "null": b"null", "empty": b""}
+_WRONG_TYPES = b'{"name": 5, "displayName": {"a": 1}, "done": "maybe"}'
+
+
+@pytest.mark.parametrize(
+    ("call", "body"),
+    [
+        *[
+            pytest.param(call, body, id=f"{call}-{kind}")
+            for kind, body in _NOT_OBJECTS.items()
+            for call in _CALLS
+        ],
+        pytest.param("get", _WRONG_TYPES, id="get-wrong-types"),
+        pytest.param("operation", _WRONG_TYPES, id="operation-wrong-types"),
+    ],
+)
+async def test_a_success_answer_that_is_not_the_apis_json_is_a_typed_error(
+    call: str, body: bytes
+) -> None:
+    """Something else answering 200 at the URI (a proxy's page, another program): a
+    FailedPrecondition naming the server and the fix, never a JSONDecodeError, AttributeError or
+    ValidationError, nor InvalidArgument blaming the caller's arguments, nor an empty answer
+    taken for an empty result. (Fields the client does not know are skipped, as the SDK does.)"""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + b"content-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with AsyncClient(url, timeout=5.0) as client:
+            with pytest.raises(FailedPrecondition, match="not adk-memory's API") as refused:
+                await _CALLS[call](client)
+    finally:
+        server.close()
+    assert url in refused.value.message and refused.value.field == "uri"
