@@ -40,7 +40,7 @@ from adk_memory import types
 from adk_memory._agent_engines import AgentEngine, FlatMemoryHelpers, engine_config
 from adk_memory._hosts import is_loopback
 from adk_memory._pagers import AsyncPager, first_page
-from adk_memory._remote._errors import server_errors
+from adk_memory._remote._errors import not_our_api, server_errors
 from adk_memory._remote.owner import ServerRecord, recorded_server
 from adk_memory._validation import parse_model
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable, Unauthenticated
@@ -132,6 +132,7 @@ class RemoteConnection:
             verify=tls,
             # Proxy settings of the environment are for the internet, not for a loopback server.
             trust_env=not is_loopback(host),
+            event_hooks={"response": [self._json_object_answer]},
         )
         self.sdk = agentplatform.Client(
             project=project,
@@ -218,6 +219,19 @@ class RemoteConnection:
                     field="uri",
                 )
             self._verified = True
+
+    async def _json_object_answer(self, response: httpx.Response) -> None:
+        """Refuses a success that is not a JSON object, which is all the API answers.
+
+        The SDK's converters would fail on it with an AttributeError, or take it for an empty
+        result. The challenge's answer is left to `_proof`, which reads it streamed and bounded.
+        """
+        if not response.is_success or response.url.path.endswith(OWNER_PROOF_PATH):
+            return
+        body = await response.aread()
+        if not body.lstrip().startswith(b"{"):
+            shown = "an empty body" if not body.strip() else "a body that is not a JSON object"
+            raise not_our_api(self.url, f"HTTP {response.status_code} with {shown}")
 
     async def _proof(self, challenge: str) -> object:
         """The server's answer to `challenge`, read up to `_MAX_PROOF_BYTES`, else None."""
@@ -727,7 +741,8 @@ class RemoteOperations:
         """The operation, typed by what produced it (e.g. `PurgeMemoriesOperation`)."""
         bank_id, path = Names.parse_operation(name)
         payload = await self._c.raw("get", f"reasoningEngines/{bank_id}/{path}")
-        return _typed_operation(payload, is_memory=path.startswith("memories/"))
+        with server_errors(self._c.url):
+            return _typed_operation(payload, is_memory=path.startswith("memories/"))
 
 
 def _typed_operation(payload: dict[str, Any], *, is_memory: bool) -> Any:
