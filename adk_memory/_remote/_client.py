@@ -828,30 +828,39 @@ def _tls_context() -> ssl.SSLContext:
 def server_url(uri: str) -> str:
     """The base URL of a server URI: scheme, host, port and path, nothing else.
 
+    A refused URI is never repeated in the error: it may carry a key (as credentials, in the
+    query or mistyped as the port), and errors get logged.
+
     Raises:
-        InvalidArgument: The URI carries credentials, a query or a fragment (keys travel by
-            `api_key` or `ADK_MEMORY_API_KEY`, never in a URI that gets logged).
+        InvalidArgument: The URI is not `http(s)://host[:port][/path]`, or carries credentials,
+            a query or a fragment (keys travel by `api_key` or `ADK_MEMORY_API_KEY`, never in
+            a URI that gets logged).
     """
     parts = urlsplit(uri)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise InvalidArgument(
-            f"A server URI is http://host:port or https://host[:port]; got {uri[:60]!r}.",
-            field="uri",
-        )
     if parts.username is not None or parts.password is not None:
         raise InvalidArgument(
             "A server URI must not carry credentials; pass the API key as api_key= or "
             "ADK_MEMORY_API_KEY.",
             field="uri",
         )
-    if parts.query or parts.fragment:
+    http = parts.scheme.lower() in ("http", "https")
+    if not http or not parts.hostname:
         raise InvalidArgument(
-            f"A server URI takes no query parameters (got {parts.query[:60]!r}); the server "
-            "configures the store.",
+            "A server URI is http://host:port or https://host[:port][/path]; the one given "
+            f"has {'no host' if http else 'another scheme'}.",
+            field="uri",
+        )
+    if parts.query or parts.fragment or uri.endswith(("?", "#")):
+        raise InvalidArgument(
+            "A server URI takes no query parameters and no fragment; the server configures the "
+            "store, and an API key goes in api_key= or ADK_MEMORY_API_KEY.",
             field="uri",
         )
     try:
         parts.port  # noqa: B018 - raises ValueError for a malformed port
     except ValueError:
-        raise InvalidArgument(f"The port of {uri[:60]!r} is not a number.", field="uri") from None
+        raise InvalidArgument(
+            f"The port of the server URI for {parts.hostname} is not a number from 0 to 65535.",
+            field="uri",
+        ) from None
     return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
