@@ -23,6 +23,7 @@ import builtins
 import functools
 import hashlib
 import hmac
+import json
 import logging
 import os
 import secrets
@@ -39,7 +40,8 @@ from adk_memory import types
 from adk_memory._agent_engines import AgentEngine, FlatMemoryHelpers, engine_config
 from adk_memory._hosts import is_loopback
 from adk_memory._pagers import AsyncPager, first_page
-from adk_memory._remote._errors import server_errors
+from adk_memory._remote._errors import not_our_api, server_errors
+from adk_memory._remote.owner import ServerRecord, recorded_server
 from adk_memory._validation import parse_model
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable, Unauthenticated
 from adk_memory.extensions import EXTENSIONS_REST_FIELD, BankExtensions
@@ -47,10 +49,10 @@ from adk_memory.names import Names
 from adk_memory.telemetry import traced_resource
 
 if TYPE_CHECKING:
-    from adk_memory._remote.owner import ServerRecord
     from adk_memory.engine.ingest import StreamStatus
 
 __all__ = [
+    "CHALLENGE_SECONDS",
     "DEFAULT_TIMEOUT",
     "OWNER_PROOF_PATH",
     "RemoteAgentEngines",
@@ -71,6 +73,11 @@ DEFAULT_TIMEOUT = 300.0
 waited on forever)."""
 OWNER_PROOF_PATH = "/adk-memory/owner"
 """The route where a server holding an embedded folder proves it knows the folder's secret."""
+CHALLENGE_SECONDS = 5.0
+"""How long a folder's recorded server has to answer the owner challenge, all of it (a server
+that answers byte by byte must not hold a command forever)."""
+_MAX_PROOF_BYTES = 1024
+"""The most of a challenge's answer read (a proof is 64 hex digits in a small JSON object)."""
 BANK_ID_FIELD = "memoryBankId"
 """The create body field carrying a chosen bank id over REST (ours)."""
 _NO_KEY = "adk-memory-no-key"
@@ -125,6 +132,7 @@ class RemoteConnection:
             verify=tls,
             # Proxy settings of the environment are for the internet, not for a loopback server.
             trust_env=not is_loopback(host),
+            event_hooks={"response": [self._json_object_answer]},
         )
         self.sdk = agentplatform.Client(
             project=project,
@@ -144,8 +152,8 @@ class RemoteConnection:
     async def call(self, request: Awaitable[T]) -> T:
         """Awaits one SDK request, its failures raised as our typed errors."""
         try:
-            if not self._verified:
-                await self._verify_owner()
+            if self._owner is not None:
+                await self._check_owner(self._owner)
             with server_errors(self.url):
                 return await request
         except Unauthenticated as exc:
@@ -162,12 +170,32 @@ class RemoteConnection:
 
     async def raw(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """A request the SDK has no method for, through its API client; the JSON answer."""
-        import json
-
         response = await self.call(
             self.sdk._api_client.async_request(method, path, body or {}, None)
         )
         return json.loads(response.body) if response.body else {}
+
+    async def _check_owner(self, owner: ServerRecord) -> None:
+        """Checks, before each request, that the folder still names its live holder here.
+
+        Proved once, a server could still die between two calls and another program take its
+        port (`adk-memory mcp` runs for hours): the folder's record is read again (no network),
+        and a new server recorded at this URL (a restart) must prove itself in turn.
+
+        Raises:
+            StoreUnavailable: The server that held the folder has stopped; nothing was sent.
+        """
+        current = recorded_server(owner.folder)
+        if current is None or (current.url, current.options) != (self.url, owner.options):
+            raise StoreUnavailable(
+                f"The adk-memory server that held {owner.folder} (pid {owner.pid}) has stopped "
+                f"serving it at {self.url}; nothing was sent. Run the command again: it opens "
+                "the folder itself, or goes through the server that holds it now."
+            )
+        if current.secret != owner.secret:
+            self._owner, self._verified = current, False
+        if not self._verified:
+            await self._verify_owner()
 
     async def _verify_owner(self) -> None:
         """Checks, once, that the server knows the secret of the folder that named it."""
@@ -178,11 +206,8 @@ class RemoteConnection:
             assert owner is not None  # verified from the start without one
             challenge = secrets.token_hex(16)
             try:
-                answer = await self.http.get(
-                    self.url + OWNER_PROOF_PATH, params={"challenge": challenge}, timeout=5.0
-                )
-                proof = answer.json().get("proof") if answer.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, AttributeError):
+                proof = await asyncio.wait_for(self._proof(challenge), CHALLENGE_SECONDS)
+            except (httpx.HTTPError, ValueError, TimeoutError):
                 proof = None
             expected = owner_proof(owner.secret, owner.folder, challenge)
             if not isinstance(proof, str) or not hmac.compare_digest(proof, expected):
@@ -194,6 +219,33 @@ class RemoteConnection:
                     field="uri",
                 )
             self._verified = True
+
+    async def _json_object_answer(self, response: httpx.Response) -> None:
+        """Refuses a success that is not a JSON object, which is all the API answers.
+
+        The SDK's converters would fail on it with an AttributeError, or take it for an empty
+        result. The challenge's answer is left to `_proof`, which reads it streamed and bounded.
+        """
+        if not response.is_success or response.url.path.endswith(OWNER_PROOF_PATH):
+            return
+        body = await response.aread()
+        if not body.lstrip().startswith(b"{"):
+            shown = "an empty body" if not body.strip() else "a body that is not a JSON object"
+            raise not_our_api(self.url, f"HTTP {response.status_code} with {shown}")
+
+    async def _proof(self, challenge: str) -> object:
+        """The server's answer to `challenge`, read up to `_MAX_PROOF_BYTES`, else None."""
+        url = self.url + OWNER_PROOF_PATH
+        async with self.http.stream("GET", url, params={"challenge": challenge}) as answer:
+            if answer.status_code != 200:
+                return None
+            body = b""
+            async for chunk in answer.aiter_bytes():
+                body += chunk
+                if len(body) > _MAX_PROOF_BYTES:
+                    return None
+        found = json.loads(body)
+        return found.get("proof") if isinstance(found, dict) else None
 
     async def aclose(self) -> None:
         """Closes the connections."""
@@ -689,7 +741,8 @@ class RemoteOperations:
         """The operation, typed by what produced it (e.g. `PurgeMemoriesOperation`)."""
         bank_id, path = Names.parse_operation(name)
         payload = await self._c.raw("get", f"reasoningEngines/{bank_id}/{path}")
-        return _typed_operation(payload, is_memory=path.startswith("memories/"))
+        with server_errors(self._c.url):
+            return _typed_operation(payload, is_memory=path.startswith("memories/"))
 
 
 def _typed_operation(payload: dict[str, Any], *, is_memory: bool) -> Any:
@@ -775,30 +828,39 @@ def _tls_context() -> ssl.SSLContext:
 def server_url(uri: str) -> str:
     """The base URL of a server URI: scheme, host, port and path, nothing else.
 
+    A refused URI is never repeated in the error: it may carry a key (as credentials, in the
+    query or mistyped as the port), and errors get logged.
+
     Raises:
-        InvalidArgument: The URI carries credentials, a query or a fragment (keys travel by
-            `api_key` or `ADK_MEMORY_API_KEY`, never in a URI that gets logged).
+        InvalidArgument: The URI is not `http(s)://host[:port][/path]`, or carries credentials,
+            a query or a fragment (keys travel by `api_key` or `ADK_MEMORY_API_KEY`, never in
+            a URI that gets logged).
     """
     parts = urlsplit(uri)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise InvalidArgument(
-            f"A server URI is http://host:port or https://host[:port]; got {uri[:60]!r}.",
-            field="uri",
-        )
     if parts.username is not None or parts.password is not None:
         raise InvalidArgument(
             "A server URI must not carry credentials; pass the API key as api_key= or "
             "ADK_MEMORY_API_KEY.",
             field="uri",
         )
-    if parts.query or parts.fragment:
+    http = parts.scheme.lower() in ("http", "https")
+    if not http or not parts.hostname:
         raise InvalidArgument(
-            f"A server URI takes no query parameters (got {parts.query[:60]!r}); the server "
-            "configures the store.",
+            "A server URI is http://host:port or https://host[:port][/path]; the one given "
+            f"has {'no host' if http else 'another scheme'}.",
+            field="uri",
+        )
+    if parts.query or parts.fragment or uri.endswith(("?", "#")):
+        raise InvalidArgument(
+            "A server URI takes no query parameters and no fragment; the server configures the "
+            "store, and an API key goes in api_key= or ADK_MEMORY_API_KEY.",
             field="uri",
         )
     try:
         parts.port  # noqa: B018 - raises ValueError for a malformed port
     except ValueError:
-        raise InvalidArgument(f"The port of {uri[:60]!r} is not a number.", field="uri") from None
+        raise InvalidArgument(
+            f"The port of the server URI for {parts.hostname} is not a number from 0 to 65535.",
+            field="uri",
+        ) from None
     return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))

@@ -10,12 +10,15 @@ its `wording` template, so the advice reads in the caller's terms (`--force` on 
 carries `ModelUnavailable.reason`. httpx's transport errors (a refused connection, a
 server that died mid-answer, a timeout) become `StoreUnavailable`, naming the server and what is
 known about the call's outcome: each write is one atomic step on the server, so it happened
-entirely or not at all.
+entirely or not at all. An answer adk-memory's API never gives (a success that is not a JSON
+object of the expected shape: something else answers at the URI) is `FailedPrecondition` on
+`uri`, never the parser's own exception.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,7 +41,7 @@ from adk_memory.errors import (
     Unimplemented,
 )
 
-__all__ = ["rebuilt", "server_errors"]
+__all__ = ["not_our_api", "rebuilt", "server_errors"]
 
 _BY_STATUS: dict[str, type[AdkMemoryError]] = {
     cls.status: cls
@@ -77,14 +80,19 @@ def rebuilt(error: genai_errors.APIError, server: str) -> AdkMemoryError:
                 f"The server at {server} answered {shown} instead of adk-memory's API; is "
                 "adk-memory serve running there?"
             )
-        return FailedPrecondition(
-            f"The server at {server} answered {shown}, which is not adk-memory's API; check "
-            "the URI (it names an `adk-memory serve`, e.g. http://127.0.0.1:8080).",
-            field="uri",
-        )
+        return not_our_api(server, shown)
     # The marked template, when the server sent one, words the advice in the caller's terms.
     template = _template(details) or message or f"The server at {server} answered {status}."
     return cls(template, field=_field(details))
+
+
+def not_our_api(server: str, answered: str) -> FailedPrecondition:
+    """The error for an answer of `server` that adk-memory's API never gives (`answered`)."""
+    return FailedPrecondition(
+        f"The server at {server} answered {answered}, which is not adk-memory's API; check "
+        "the URI (it names an `adk-memory serve`, e.g. http://127.0.0.1:8080).",
+        field="uri",
+    )
 
 
 @contextlib.contextmanager
@@ -112,7 +120,11 @@ def server_errors(server: str) -> Iterator[None]:
             f"({type(exc).__name__}). A write it was given is either done entirely or not at "
             "all (each is one atomic step there); read before retrying."
         ) from exc
-    except ValidationError as exc:  # the SDK's own request models refused a value
+    except json.JSONDecodeError:  # only answers are parsed here
+        raise not_our_api(server, "a body that is not JSON") from None
+    except ValidationError as exc:
+        if not exc.title.startswith("_"):  # the SDK's request models are its private ones
+            raise not_our_api(server, f"a {exc.title} that does not validate") from None
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "request"
         raise InvalidArgument(f"{where}: {first['msg']}.", field=where) from None

@@ -12,7 +12,9 @@ A record is never followed blindly. `find_server` ignores it unless it is a regu
 user that no one else can read or write, names a loopback `http://` URL, names a live process
 that is the lock's holder, and the lock is held; and the client built from it sends nothing
 before the server has answered a fresh challenge with the HMAC that only the secret's reader can
-compute (`_client.owner_proof`, checked by `RemoteConnection`). A stale record (a dead server, a
+compute (`_client.owner_proof`, checked by `RemoteConnection`), and reads the record again
+before each later request, so that a server that stopped hands nothing on to a program that takes
+its port. A stale record (a dead server, a
 free lock, a pid reused by another program, a port taken by another server) and a forged one (a
 URL pointing elsewhere) are therefore not used; the server removes its record when it stops.
 """

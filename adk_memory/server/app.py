@@ -21,6 +21,7 @@ import contextlib
 import copy
 import email.message
 import functools
+import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -980,8 +981,18 @@ def serve(
 def _loopback_url(host: str, port: int) -> str | None:
     """The URL a process on this machine reaches a server bound to `host:port` at, if any."""
     bare = host.strip("[]")
-    if bare in ("", "0.0.0.0") or (is_loopback(bare) and ":" not in bare):
-        return f"http://127.0.0.1:{port}"
-    if bare == "::" or is_loopback(bare):
+    if bare in ("", "0.0.0.0") or (is_loopback(bare) and not _is_address(bare)):
+        return f"http://127.0.0.1:{port}"  # every address, or a name: uvicorn binds it on IPv4
+    if bare == "::":
         return f"http://[::1]:{port}"
+    if is_loopback(bare):  # that very address (127.0.0.2 is not 127.0.0.1)
+        return f"http://[{bare}]:{port}" if ":" in bare else f"http://{bare}:{port}"
     return None
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -142,3 +142,41 @@ def test_serve_takes_the_mcp_bank_and_scope(monkeypatch: pytest.MonkeyPatch) -> 
     assert seen["mcp"] == McpBinding("reasoningEngines/personal", {"user_id": "me"})
     refused = CliRunner().invoke(app, ["serve", "--uri", "memory://", "--mcp-bank", "personal"])
     assert refused.exit_code == 1 and "Whose memories?" in refused.output
+
+
+async def test_a_key_reaches_on_mcp_only_what_its_permissions_and_banks_allow() -> None:
+    """A key with `memories.retrieve` alone retrieves through /mcp but cannot create; a key
+    for other banks is refused before any tool runs."""
+    reader = "mcp-in-serve-reader-key-0123456789"
+    elsewhere = "mcp-in-serve-elsewhere-key-012345"
+    keys = [
+        *KEYS,
+        ApiKey(name="reader", key=reader, permissions=["memories.retrieve"]),
+        ApiKey(name="elsewhere", key=elsewhere, permissions=["memories.*"], banks=["other"]),
+    ]
+    client = AsyncClient("memory://", embedding_model="hash-64")
+    binding = McpBinding("reasoningEngines/personal", {"user_id": "me"}, api_keys=None)
+    with rest_server(client, mcp=binding, api_keys=keys) as running:
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            create = {"name": "create_memory", "arguments": {"fact": "planted"}}
+            retrieve = {"name": "retrieve_memories", "arguments": {"query": "planted"}}
+            made = await _tool_call(http, reader, create)
+            assert made["result"]["isError"] and "PERMISSION_DENIED" in str(made)
+            found = await _tool_call(http, reader, retrieve)
+            assert not found["result"]["isError"]
+            refused = await http.post(
+                "/mcp", json=PAYLOAD, headers={"authorization": f"Bearer {elsewhere}"}
+            )
+            assert refused.status_code == 403
+            listed = await http.get(
+                "/v1beta1/reasoningEngines/personal/memories", headers={"x-goog-api-key": ADMIN}
+            )
+        assert listed.json().get("memories", []) == []
+
+
+async def _tool_call(http: httpx.AsyncClient, key: str, params: dict[str, Any]) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    headers = {"authorization": f"Bearer {key}", "accept": "application/json, text/event-stream"}
+    answer = await http.post("/mcp", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    return answer.json()

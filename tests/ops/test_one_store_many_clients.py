@@ -235,3 +235,28 @@ def _turn(url: str, text: str) -> str:
         }
         events = http.post("/run", json=body).raise_for_status().json()
         return str(events[-1]["content"]["parts"][0]["text"])
+
+
+def test_a_server_on_another_loopback_address_records_that_address(
+    home: dict[str, str], processes: _Processes, tmp_path: Path
+) -> None:
+    """`adk-memory serve --host 127.0.0.2` records where it listens, not 127.0.0.1 (where
+    nothing, or another user's program, may answer), so a command on the folder goes through."""
+    port = _free_port()
+    folder = tmp_path / "store"
+    server = processes.start(
+        "serve",
+        str(BIN / "adk-memory"),
+        "serve",
+        "--uri",
+        f"chroma://{folder}",
+        "--host",
+        "127.0.0.2",
+        "--port",
+        str(port),
+    )
+    base = f"http://127.0.0.2:{port}"
+    _wait_for(f"{base}/healthz", server, "adk-memory serve")
+    assert json.loads((folder / ".adk-memory.server").read_text())["url"] == base
+    _, err, _ = _cli(home, "banks", "create", "--id", "personal", "--uri", f"chroma://{folder}")
+    assert f"going through it at {base}" in err

@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from reliability_support import holding, talking
 from typer.testing import CliRunner
 
 from adk_memory import AsyncClient, FailedPrecondition, StoreUnavailable
+from adk_memory._remote import RemoteAsyncClient
 from adk_memory._remote.owner import RECORD_FILE, find_server
 from adk_memory.cli import app
 
@@ -175,19 +177,22 @@ def test_the_record_of_a_dead_server_is_not_followed(tmp_path: Path) -> None:
 
 
 class _Decoy:
-    """An HTTP server that records every request and answers each with a wrong proof."""
+    """An HTTP server on `port` (default: a free one) that records every request and answers
+    each with a wrong proof (`drip`: a body said to be a billion bytes, one sent a second)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, *, drip: bool = False) -> None:
         self.requests: list[str] = []
+        self._drip = drip
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self.url = ""
-        threading.Thread(target=self._run, daemon=True).start()
+        threading.Thread(target=self._run, args=(port,), daemon=True).start()
         assert self._ready.wait(10)
 
-    def _run(self) -> None:
+    def _run(self, port: int) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._answer, "127.0.0.1", 0))
+        serving = asyncio.start_server(self._answer, "127.0.0.1", port)
+        server = self._loop.run_until_complete(serving)
         self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         self._ready.set()
         self._loop.run_forever()
@@ -196,11 +201,16 @@ class _Decoy:
         head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
         self.requests.append(head)
         body = json.dumps({"proof": "0" * 64}).encode()
+        length = 10**9 if self._drip else len(body)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-            + body
+            + f"content-length: {length}\r\nconnection: close\r\n\r\n".encode()
         )
+        for byte in range(45 if self._drip else 0):
+            writer.write(body[byte % len(body) : byte % len(body) + 1])
+            await writer.drain()
+            await asyncio.sleep(1)
+        writer.write(body)
         await writer.drain()
         writer.close()
 
@@ -296,3 +306,103 @@ def test_opening_a_served_folder_with_other_options_names_the_server(tmp_path: P
         assert find_server(f"chroma://{folder}?collection_prefix=other") is None
         with pytest.raises(FailedPrecondition, match=f"which serves it at {url}"):
             asyncio.run(open_with_other_options())
+
+
+def test_a_challenge_answered_drop_by_drop_does_not_hang_a_command(tmp_path: Path) -> None:
+    """The recorded URL answers the challenge one byte a second, forever: the command gives up
+    within the challenge's deadline instead of hanging (each byte came before the read
+    timeout, so only a deadline on the whole answer ends it)."""
+    folder = tmp_path / "store"
+    uri = f"chroma://{folder}"
+    bank = asyncio.run(_new_bank(uri))
+    slow = _Decoy(drip=True)
+    with holding({"mode": "hold_folder", "uri": uri, "bank": bank}) as holder:
+        _forge(folder, holder.pid, slow.url)
+        started = time.monotonic()
+        _, err = cli("memories", "list", "-b", "owned", "--uri", uri, code=1)
+        assert time.monotonic() - started < 30
+    assert "could not prove it holds the folder" in err
+
+
+def test_a_followed_server_replaced_by_another_gets_no_request(tmp_path: Path) -> None:
+    """The folder's server proves itself and answers; then it dies, and another program takes
+    its port. The client, still open (`adk-memory mcp` runs for hours), sends that program no
+    request and no key: the folder no longer names a live holder, so the call stops with
+    StoreUnavailable before anything is sent."""
+    folder = tmp_path / "store"
+    serving, url = _serving(folder)
+
+    async def before(client: Any) -> None:
+        await client.memory_banks.create(memory_bank_id="owned")
+
+    async def after(client: Any) -> str:
+        with pytest.raises(StoreUnavailable) as stopped:
+            await client.memory_banks.get(name=BANK)
+        return stopped.value.message
+
+    with serving as (process, _connection):
+        record = find_server(f"chroma://{folder}")
+        assert record is not None and record.url == url
+        client = RemoteAsyncClient(url, owner=record, api_key="the-users-key-0123456789")
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(before(client))
+            process.kill()
+            process.join()
+            impostor = _Decoy(int(url.rsplit(":", 1)[1]))
+            message = loop.run_until_complete(after(client))
+        finally:
+            loop.run_until_complete(client.aclose())
+            loop.close()
+    assert impostor.requests == []
+    assert "stopped" in message and str(folder.resolve()) in message
+
+
+_CALLS: dict[str, Callable[[Any], Awaitable[Any]]] = {
+    "get": lambda client: client.memory_banks.get(name=BANK),
+    "retrieve": lambda client: client.memory_banks.memories.retrieve(name=BANK, scope=SCOPE),
+    "operation": lambda client: client.operations.get(f"{BANK}/operations/one"),
+    "streams": lambda client: client.memory_banks.list_streams(name=BANK),
+}
+
+
+_NOT_OBJECTS = {"not-json": b"not json!", "a-list": b"[]", "null": b"null", "empty": b""}
+_WRONG_TYPES = b'{"name": 5, "displayName": {"a": 1}, "done": "maybe"}'
+
+
+@pytest.mark.parametrize(
+    ("call", "body"),
+    [
+        *[
+            pytest.param(call, body, id=f"{call}-{kind}")
+            for kind, body in _NOT_OBJECTS.items()
+            for call in _CALLS
+        ],
+        pytest.param("get", _WRONG_TYPES, id="get-wrong-types"),
+        pytest.param("operation", _WRONG_TYPES, id="operation-wrong-types"),
+    ],
+)
+async def test_a_success_answer_that_is_not_the_apis_json_is_a_typed_error(
+    call: str, body: bytes
+) -> None:
+    """Something else answering 200 at the URI (a proxy's page, another program): a
+    FailedPrecondition naming the server and the fix, never a JSONDecodeError, AttributeError or
+    ValidationError, nor InvalidArgument blaming the caller's arguments, nor an empty answer
+    taken for an empty result. (Fields the client does not know are skipped, as the SDK does.)"""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + b"content-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with AsyncClient(url, timeout=5.0) as client:
+            with pytest.raises(FailedPrecondition, match="not adk-memory's API") as refused:
+                await _CALLS[call](client)
+    finally:
+        server.close()
+    assert url in refused.value.message and refused.value.field == "uri"

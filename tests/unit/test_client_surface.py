@@ -108,6 +108,25 @@ def test_a_server_uri_makes_the_http_client_with_the_same_constructor() -> None:
         AsyncClient("http://127.0.0.1:1?api_key=secret")
 
 
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://user:s3cr3t@/memories",  # credentials and no host
+        "http://:s3cr3t@",
+        "http://127.0.0.1:1?api_key=s3cr3t",
+        "https://127.0.0.1:1/#s3cr3t",
+        "http://127.0.0.1:s3cr3t",  # a key typed where the port goes
+    ],
+)
+def test_a_refused_server_uri_is_not_echoed_with_what_it_carries(uri: str) -> None:
+    """The error names what to fix without repeating the URI's credentials, query, fragment or
+    port text: error messages get logged and shown, keys must not be."""
+    with pytest.raises(InvalidArgument) as refused:
+        AsyncClient(uri)
+    assert "s3cr3t" not in str(refused.value)
+    assert refused.value.field == "uri"
+
+
 def test_sdk_method_names_exist() -> None:
     memories = {
         "create",
