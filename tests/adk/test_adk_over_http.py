@@ -183,6 +183,9 @@ async def test_a_new_session_served_by_another_process_sees_the_users_earlier_se
         session = Session(id="s1", app_name=APP, user_id="u1")
         session.events += [event("user", "I love green tea.", at=1.0)]
         assert await first.remember_session(session)  # buffered, waiting for its idle trigger
+        # Another process sees only what the first has stored: its writer stores the hand-over
+        # off the turn, so wait for that (without it the second may list the stream too early).
+        await first.drain()
         assert not memory_model.requests
         await second.generate_pending(app_name=APP, user_id="u1", except_session_id="s2")
         found = await second.search_memory(app_name=APP, user_id="u1", query="tea")
