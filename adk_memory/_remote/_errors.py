@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,6 +111,12 @@ def server_errors(server: str) -> Iterator[None]:
             "A write it was given is either done entirely or not at all; read before retrying."
         ) from exc
     except httpx.ConnectError as exc:
+        if _caused_by(exc, ssl.SSLError):
+            raise StoreUnavailable(
+                f"The TLS handshake with {server} failed ({_reason(exc)}); nothing was sent. "
+                "Give the server a certificate for that host name from a CA this machine "
+                "trusts, or point SSL_CERT_FILE at the CA bundle that signed its certificate."
+            ) from exc
         raise StoreUnavailable(
             f"Cannot reach the adk-memory server at {server} ({_reason(exc)}); nothing was "
             "sent. Is `adk-memory serve` running there?"
@@ -152,6 +159,18 @@ def _template(details: list[dict[str, Any]]) -> str | None:
         if isinstance(template, str) and template:
             return template
     return None
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` or an exception it was raised from (httpx wraps httpcore's) is a `kind`."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain is short; a cycle must not loop forever
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _reason(exc: httpx.TransportError) -> str:

@@ -10,9 +10,13 @@ challenge before the server has proved it holds the folder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import ipaddress
 import json
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from reliability_support import holding, talking
 from typer.testing import CliRunner
 
@@ -406,3 +414,61 @@ async def test_a_success_answer_that_is_not_the_apis_json_is_a_typed_error(
     finally:
         server.close()
     assert url in refused.value.message and refused.value.field == "uri"
+
+
+def _self_signed(folder: Path) -> ssl.SSLContext:
+    """A TLS context serving a certificate for 127.0.0.1 that no CA signed."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    (folder / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return context
+
+
+async def test_a_certificate_no_trusted_ca_signed_is_refused_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    """https to a server whose certificate no trusted CA signed: refused during the handshake
+    (no request, no key sent, no fall-back to http), and the message names the certificate and
+    how to trust it, not a server that is not running."""
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            requests.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=_self_signed(tmp_path))
+    url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with AsyncClient(url, api_key="k-secret", timeout=5.0) as client:
+            with pytest.raises(StoreUnavailable, match="certificate") as refused:
+                await client.memory_banks.get(name="reasoningEngines/any")
+    finally:
+        server.close()
+    assert requests == []
+    assert "SSL_CERT_FILE" in refused.value.message
+    assert "running there" not in refused.value.message
