@@ -125,6 +125,8 @@ class RemoteConnection:
         self._verified = owner is None
         self._verify_lock = asyncio.Lock()
         host = urlsplit(url).hostname or ""
+        if api_key is not None and url.startswith("http://") and not is_loopback(host):
+            _warn_plain_key(url)
         tls = _tls_context()
         self.http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
@@ -822,6 +824,21 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(
         cafile=os.environ.get("SSL_CERT_FILE", certifi.where()),
         capath=os.environ.get("SSL_CERT_DIR"),
+    )
+
+
+_WARNED_PLAIN: set[str] = set()
+
+
+def _warn_plain_key(url: str) -> None:
+    """Warns once per process and URL that a key goes unencrypted to another machine."""
+    if url in _WARNED_PLAIN:
+        return
+    _WARNED_PLAIN.add(url)
+    logger.warning(
+        "The API key goes to %s unencrypted (http:// to another machine): anyone on the way "
+        "can read and reuse it. Use https:// (e.g. adk-memory serve behind a TLS proxy).",
+        url,
     )
 
 

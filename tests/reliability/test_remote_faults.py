@@ -472,3 +472,26 @@ async def test_a_certificate_no_trusted_ca_signed_is_refused_before_anything_is_
     assert requests == []
     assert "SSL_CERT_FILE" in refused.value.message
     assert "running there" not in refused.value.message
+
+
+async def test_a_key_sent_unencrypted_to_another_machine_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """http:// to a host that is not this machine carries the key in the clear: a WARNING, once
+    per URL, naming the fix; not for loopback, https:// or a client without a key."""
+    monkeypatch.delenv("ADK_MEMORY_API_KEY", raising=False)
+    caplog.set_level("WARNING", logger="adk_memory._remote._client")
+    far = "http://192.0.2.10:8080"  # TEST-NET-1: never routed, nothing is sent here
+    for uri, key in [
+        (far, "k-1"),
+        (far, "k-2"),
+        ("http://127.0.0.1:8080", "k-1"),
+        ("https://192.0.2.10:8443", "k-1"),
+        ("http://192.0.2.11:8080", None),
+    ]:
+        async with AsyncClient(uri, api_key=key):
+            pass
+    warned = [r.getMessage() for r in caplog.records if "unencrypted" in r.getMessage()]
+    assert len(warned) == 1
+    assert far in warned[0] and "https://" in warned[0]
+    assert "k-1" not in warned[0]
