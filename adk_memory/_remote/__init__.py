@@ -117,6 +117,11 @@ class RemoteAsyncClient:
         self.operations = RemoteOperations(self._connection)
 
     @property
+    def api_key(self) -> str | None:
+        """The API key or signed token this client sends (None: none)."""
+        return self._connection.api_key
+
+    @property
     def engine(self) -> NoReturn:
         """There is no engine here: the server runs it."""
         raise FailedPrecondition(

@@ -120,6 +120,7 @@ class RemoteConnection:
         import agentplatform
 
         self.url = url
+        self.api_key = api_key
         self.keyed = api_key is not None
         self._owner = owner
         self._verified = owner is None

@@ -347,6 +347,8 @@ class MemoryBankService(BaseMemoryService):
                 field="generation_model",
             )
         self._names = client.engine.names if client is not None and local else Names()
+        # A server client's key goes with the clients the service builds from its URI.
+        self._api_key: str | None = getattr(client, "api_key", None) if self._remote else None
 
     @property
     def bank_id(self) -> str:
@@ -730,6 +732,7 @@ class MemoryBankService(BaseMemoryService):
             location=self._names.location,
             embedding_model=self._embedding_model,
             generation_model=self._generation_model,
+            api_key=self._api_key,
         )
 
     def _begin_start(self) -> None:
@@ -1483,7 +1486,9 @@ def _new_client(
     location: str,
     embedding_model: str | None,
     generation_model: str | BaseLlm | None,
+    api_key: str | None = None,
 ) -> AsyncClient:
+    key: dict[str, Any] = {} if api_key is None else {"api_key": api_key}  # else from the env
     try:
         return AsyncClient(
             uri,
@@ -1492,6 +1497,7 @@ def _new_client(
             embedding_model=embedding_model,
             generation_model=generation_model,
             run_scheduler=False,  # polled by the service's writer instead
+            **key,
         )
     except InvalidArgument as error:
         raise with_service_options(error) from None

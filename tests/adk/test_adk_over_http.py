@@ -22,6 +22,7 @@ from google.genai import types as genai_types
 
 from adk_memory import AsyncClient, InvalidArgument, NotFound
 from adk_memory.adk import MemoryBankService
+from adk_memory.server.auth import ApiKey
 from adk_memory.testing.models import ScriptedMemoryModel
 from adk_memory.testing.proxies import HangingProxy
 from adk_memory.testing.rest_server import RunningRestServer, rest_server
@@ -193,3 +194,28 @@ async def test_a_new_session_served_by_another_process_sees_the_users_earlier_se
     finally:
         await first.aclose()
         await second.aclose()
+
+
+async def test_a_service_given_a_server_client_sends_that_clients_key(
+    memory_model: ScriptedMemoryModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`MemoryBankService(client=AsyncClient(url, api_key=K))` on a server with keys: the clients
+    the service builds for its own loops send K too (not only `ADK_MEMORY_API_KEY`)."""
+    monkeypatch.delenv("ADK_MEMORY_API_KEY", raising=False)
+    key = "k-adk-service-0123456789"
+    engine = AsyncClient("memory://", embedding_model="hash-64", generation_model=memory_model)
+    keys = [ApiKey(name="agents", key=key, permissions=["*"])]
+    memory_model.extractions = [extraction("I like green tea.")]
+    with rest_server(engine, api_keys=keys) as running:
+        async with AsyncClient(running.url, api_key=key) as client:
+            service = MemoryBankService(client=client)
+            try:
+                session = Session(id="s1", app_name=APP, user_id="u1")
+                session.events += [event("user", "I love green tea.", at=1.0)]
+                await service.add_session_to_memory(session)
+                await service.drain()
+                await service.generate_pending(app_name=APP, user_id="u1")
+                found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
+            finally:
+                await service.aclose()
+    assert [memory.content.parts[0].text for memory in found.memories] == ["I like green tea."]
