@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import time
@@ -75,7 +76,11 @@ class IngestScheduler:
         """Starts the polling loop on the running event loop (idempotent)."""
         if self._loop_task is None or self._loop_task.done():
             self._stopping = asyncio.Event()
-            self._loop_task = asyncio.get_running_loop().create_task(self.run_forever())
+            # An empty context: the loop outlives the call that started it, so its spans must not
+            # join that call's trace (nor see its context variables).
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self.run_forever(), context=contextvars.Context()
+            )
 
     def kick(self, bank_id: str, key: str) -> None:
         """Flushes one stream in the background now."""

@@ -3,6 +3,7 @@ names and counts only, never a fact, a query or a scope value."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 from collections.abc import Iterator
@@ -44,6 +45,16 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 def names(finished: tuple[ReadableSpan, ...]) -> list[str]:
     return [span.name for span in finished]
+
+
+def store_calls_of(finished: tuple[ReadableSpan, ...], api_call: str) -> list[str]:
+    """The store spans in the trace of one API call (not those of the background scheduler)."""
+    trace_id = only(finished, api_call).context.trace_id
+    return [
+        span.name
+        for span in finished
+        if ".store." in span.name and span.context.trace_id == trace_id
+    ]
 
 
 def only(finished: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
@@ -100,6 +111,30 @@ def test_a_retrieve_emits_api_store_and_embedding_spans_without_personal_data(
     }
     assert {span.instrumentation_scope.name for span in finished} == {"adk_memory"}
     assert_no_secrets(finished)
+
+
+async def test_the_background_scheduler_traces_apart_from_the_call_that_started_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with AsyncClient("memory://", embedding_model="hash-64") as c:
+        bank = (await c.memory_banks.create(memory_bank_id="bg")).name
+        spans.clear()
+        await c.memory_banks.ingest_events(
+            name=bank,
+            scope={"user_id": "u1"},
+            direct_contents_source={
+                "events": [{"content": {"role": "user", "parts": [{"text": "hi"}]}}]
+            },
+        )
+        for _ in range(100):  # the loop's first pass lists the banks
+            if "adk_memory.store.list_banks" in names(spans.get_finished_spans()):
+                break
+            await asyncio.sleep(0.02)
+    finished = spans.get_finished_spans()
+    call = only(finished, "adk_memory.memory_banks.ingest_events").context.trace_id
+    background = [span for span in finished if span.name == "adk_memory.store.list_banks"]
+    assert background
+    assert all(span.context.trace_id != call for span in background)
 
 
 async def test_a_generate_emits_llm_spans_with_token_usage_and_no_text(
@@ -259,7 +294,7 @@ def test_a_hybrid_retrieve_scans_the_scope_once_then_reads_only_its_version(
             client.memory_banks.memories.retrieve(
                 name=bank, scope=scope, similarity_search_params={"search_query": "tea"}
             )
-            return [name for name in names(spans.get_finished_spans()) if ".store." in name]
+            return store_calls_of(spans.get_finished_spans(), "adk_memory.memories.retrieve")
 
         assert "adk_memory.store.scan" in retrieve()
         warm = retrieve()
@@ -285,7 +320,7 @@ def test_a_warm_unfiltered_hybrid_retrieve_reads_the_version_and_the_returned_re
             client.memory_banks.memories.retrieve(
                 name=bank, scope=scope, similarity_search_params={"search_query": "tea"}
             )
-            return [name for name in names(spans.get_finished_spans()) if ".store." in name]
+            return store_calls_of(spans.get_finished_spans(), "adk_memory.memories.retrieve")
 
         retrieve()
         # The bank read is every retrieve's (dense too); then the version, then the records.
