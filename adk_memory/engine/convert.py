@@ -6,6 +6,7 @@ name the field. Outbound: records to `types.Memory`, `types.MemoryRevision`, `ty
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -154,6 +155,8 @@ def metadata_from_request(
             )
         kind, raw = present[0]
         if kind == "double_value":
+            if not math.isfinite(raw):
+                raise InvalidArgument(f"{where} must be a finite number.", field=where)
             result[key] = float(raw)
         elif kind == "timestamp_value":
             result[key] = to_utc(raw, field=where)  # type: ignore[assignment]

@@ -229,7 +229,7 @@ class GenerateOps:
         self, bank_id: str, scope: Any, config: types.GenerateMemoriesConfig
     ) -> _Request:
         checked_scope = validate_scope(scope)
-        metadata = metadata_from_request(config.metadata, field="config.metadata")
+        metadata = check_generate_settings(config, field="config")
         bank = await self._context.load_bank(bank_id)
         customization = _customization_for(bank, checked_scope)
         topics = _topics_of(customization)
@@ -697,6 +697,46 @@ def _check_profiles(
 def _configured_model(bank: LoadedBank) -> str | None:
     generation = bank.config.generation_config
     return generation.model if generation else None
+
+
+_SETTINGS_CHECKED_AT = datetime(1970, 1, 1, tzinfo=UTC)
+"""Any time: the revision expiry is checked for its form and bounds, not computed."""
+
+
+def check_generate_settings(
+    config: types.GenerateMemoriesConfig | types.IngestEventsConfig, *, field: str
+) -> dict[str, MetadataValue]:
+    """Checks what a generation will apply to its writes, before any model call; its metadata.
+
+    For `generate` as for the settings an ingest stream keeps for its flush: metadata (finite
+    numbers, non-empty keys), `revision_ttl` / `revision_expire_time` (within bounds, not both),
+    `metadata_merge_strategy` (a known one) and `revision_labels` (non-empty keys).
+
+    Raises:
+        InvalidArgument: The first setting a generation could not apply, named under `field`.
+    """
+    metadata = metadata_from_request(config.metadata, field=f"{field}.metadata")
+    revision_expiry(
+        now=_SETTINGS_CHECKED_AT,
+        revision_ttl=config.revision_ttl,
+        revision_expire_time=config.revision_expire_time,
+        bank_ttl=None,
+        field_prefix=field,
+    )
+    strategy = config.metadata_merge_strategy
+    known = list(types.MemoryMetadataMergeStrategy)
+    if strategy is not None and strategy not in known:
+        given = str(getattr(strategy, "value", strategy))[:60]
+        raise InvalidArgument(
+            f"{field}.metadata_merge_strategy {given!r} is not one of "
+            f"{', '.join(member.value for member in known)}.",
+            field=f"{field}.metadata_merge_strategy",
+        )
+    if any(not key for key in config.revision_labels or {}):
+        raise InvalidArgument(
+            f"{field}.revision_labels keys must not be empty.", field=f"{field}.revision_labels"
+        )
+    return metadata
 
 
 def _customization_for(

@@ -55,13 +55,11 @@ from adk_memory.bounds import bounded_event_time
 from adk_memory.engine.context import EngineContext, LoadedBank
 from adk_memory.engine.convert import (
     check_unicode,
-    metadata_from_request,
     parse_duration,
     parse_model,
     to_utc,
 )
-from adk_memory.engine.expiry import revision_expiry
-from adk_memory.engine.generate import GenerateOps
+from adk_memory.engine.generate import GenerateOps, check_generate_settings
 from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory.scope import scope_key, validate_scope
 from adk_memory.store import DocumentRecord, DueDocument, OperationRecord, WriteBatch
@@ -375,20 +373,12 @@ def _checked_generate_config(
     """The generate settings a stream keeps, as JSON, checked as a flush will use them.
 
     The one check of a stream's settings, for a request (`ingest`, `ingest_many`) as for an
-    imported stream: metadata, and `revision_ttl` / `revision_expire_time` (a duration within
-    bounds, a time within bounds, not both).
+    imported stream: `check_generate_settings`, as `generate` checks its own.
 
     Raises:
         InvalidArgument: A setting a flush could not use, naming it under `field`.
     """
-    metadata_from_request(config.metadata, field=f"{field}.metadata")
-    revision_expiry(
-        now=_IMMEDIATELY,
-        revision_ttl=config.revision_ttl,
-        revision_expire_time=config.revision_expire_time,
-        bank_ttl=None,
-        field_prefix=field,
-    )
+    check_generate_settings(config, field=field)
     checked: dict[str, Any] = config.model_dump(
         mode="json", include=set(_GENERATE_FIELDS), exclude_none=True
     )

@@ -265,14 +265,32 @@ BAD_GENERATE_SETTINGS = [
         "sets both revision_ttl and revision_expire_time; set one",
     ),
     ({"metadata": {"k": {}}}, "config.metadata.k", "must set exactly one of string_value"),
+    ({"metadata": {"k": {"double_value": float("nan")}}}, "config.metadata.k", "finite number"),
+    ({"metadata": {"k": {"double_value": float("-inf")}}}, "config.metadata.k", "finite number"),
+    ({"revision_labels": {"": "chat"}}, "config.revision_labels", "keys must not be empty"),
+    pytest.param(
+        {"metadata_merge_strategy": "MERGE_EVERYTHING"},
+        "config.metadata_merge_strategy",
+        "'MERGE_EVERYTHING' is not one of .*OVERWRITE, MERGE, REQUIRE_EXACT_MATCH",
+        # google-genai warns about an unknown enum value and keeps it; the engine refuses it.
+        marks=pytest.mark.filterwarnings("ignore:.* is not a valid .*:UserWarning"),
+        id="config.metadata_merge_strategy=unknown",
+    ),
 ]
+
+
+def _setting_ids(cases: list[Any]) -> list[str]:
+    return [
+        case.id if hasattr(case, "id") else f"{case[1]}={case[0]}"  # pytest.param carries its id
+        for case in cases
+    ]
 
 
 @pytest.mark.parametrize("store_uri", ["memory"], indirect=True)
 @pytest.mark.parametrize(
     ("settings", "field", "message"),
     BAD_GENERATE_SETTINGS,
-    ids=[f"{field}={settings}" for settings, field, _ in BAD_GENERATE_SETTINGS],
+    ids=_setting_ids(BAD_GENERATE_SETTINGS),
 )
 async def test_ingest_refuses_generate_settings_no_flush_could_use_and_stores_nothing(
     uri: str, settings: dict[str, Any], field: str, message: str
@@ -303,6 +321,36 @@ async def test_ingest_refuses_generate_settings_no_flush_could_use_and_stores_no
         )
         assert isinstance(result, InvalidArgument) and result.field == field
         assert await client.engine.store.list_documents(bank_id, "stream") == []
+
+
+@pytest.mark.parametrize("store_uri", ["memory"], indirect=True)
+@pytest.mark.parametrize(
+    ("settings", "field", "message"),
+    BAD_GENERATE_SETTINGS,
+    ids=_setting_ids(BAD_GENERATE_SETTINGS),
+)
+async def test_generate_refuses_the_same_settings_before_its_model_call(
+    uri: str, settings: dict[str, Any], field: str, message: str
+) -> None:
+    """`generate` checks what it would apply to its writes as a stream's settings are checked,
+    before the model is asked anything (no tokens spent on a request that cannot be stored)."""
+    from adk_memory import AsyncClient, InvalidArgument
+
+    model = ScriptedMemoryModel()
+    async with AsyncClient(
+        uri, embedding_model="hash-64", generation_model=model, run_scheduler=False
+    ) as client:
+        bank = (await client.memory_banks.create()).name
+        with pytest.raises(InvalidArgument, match=message) as refused:
+            await client.memory_banks.memories.generate(
+                name=bank,
+                scope=SCOPE,
+                direct_contents_source={"events": [event("I like tea.")]},
+                config=settings,
+            )
+        assert refused.value.field == field
+        assert model.requests == []
+        assert [memory async for memory in await client.memory_banks.memories.list(name=bank)] == []
 
 
 def test_a_streams_generate_settings_reach_the_revisions_its_flush_writes(

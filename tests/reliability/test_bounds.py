@@ -140,3 +140,52 @@ async def test_over_rest_a_huge_ttl_is_a_400_naming_the_bound(
             assert "3155760000s" in error["message"] or "9999-12-31" in error["message"]
         listed = await http.get(f"{path}/memories")
         assert listed.json().get("memories", []) == []
+
+
+async def test_a_metadata_number_that_is_not_finite_is_refused_on_create_and_update(
+    aclient: AsyncClient, bank: str
+) -> None:
+    """JSON has no NaN or infinity: stored, such a value would make the memory unreadable over
+    REST (and compare with nothing in a filter)."""
+    memories = aclient.memory_banks.memories
+    for value in (float("nan"), float("inf"), float("-inf")):
+        bad = {"metadata": {"score": {"double_value": value}}}
+        await _refused(
+            memories.create(name=bank, fact="f", scope=SCOPE, config=bad),
+            "config.metadata.score",
+            "finite number",
+        )
+    kept = await memories.create(name=bank, fact="f", scope=SCOPE)
+    await _refused(
+        memories.update(
+            name=kept.response.name,
+            fact="f",
+            config={
+                "metadata": {"score": {"double_value": float("nan")}},
+                "update_mask": "metadata",
+            },
+        ),
+        "config.metadata.score",
+        "finite number",
+    )
+    assert [memory.metadata async for memory in await memories.list(name=bank)] == [None]
+
+
+async def test_over_rest_a_nan_literal_in_metadata_is_a_400_and_nothing_is_stored(
+    aclient: AsyncClient, bank: str
+) -> None:
+    """Python's JSON parser takes the non-standard `NaN` literal; the engine refuses its value."""
+    path = "/v1beta1/" + bank[bank.index("reasoningEngines/") :]
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(aclient)), base_url="http://127.0.0.1"
+    ) as http:
+        body = (
+            '{"fact": "f", "scope": {"user_id": "bounds"}, "metadata": {"k": {"doubleValue": NaN}}}'
+        )
+        answer = await http.post(
+            f"{path}/memories", content=body, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["status"] == "INVALID_ARGUMENT"
+        listed = await http.get(f"{path}/memories")
+        assert listed.status_code == 200 and listed.json().get("memories", []) == []
