@@ -518,7 +518,7 @@ class AsyncMemoryBanks:
         """
         checked = parse_model(types.IngestEventsConfig, config, field="config")
         bank_id = Names.parse_bank(name)
-        key, path, due = await self._engine.ingest.ingest(
+        key, record, due = await self._engine.ingest.ingest(
             bank_id,
             scope=scope,
             stream_id=stream_id,
@@ -526,15 +526,16 @@ class AsyncMemoryBanks:
             trigger_config=generation_trigger_config,
             config=checked,
         )
+        name = self._engine.names.operation(bank_id, record.operation_path)
         if due and checked.wait_for_completion:
             await self._engine.ingest.flush(bank_id, key)
+            record = await self._engine.get_operation(name)  # the flush completed it
         elif due:
             self._scheduler.kick(bank_id, key)
         if self._start_scheduler:
             self._scheduler.start()
-        record = await self._engine.get_operation(self._engine.names.operation(bank_id, path))
         return types.MemoryBankIngestEventsOperation.model_validate(
-            {**record.payload["operation"], "name": self._engine.names.operation(bank_id, path)}
+            {**record.payload["operation"], "name": name}
         )
 
 

@@ -457,8 +457,12 @@ class IngestOps:
         source: Any,
         trigger_config: Any,
         config: types.IngestEventsConfig,
-    ) -> tuple[str, str, bool]:
-        """Buffers the events; returns (stream key, operation path, whether it is due now)."""
+    ) -> tuple[str, OperationRecord, bool]:
+        """Buffers the events; returns the stream key, the operation, whether it is due now.
+
+        The stream and the operation are one store write: a crash leaves both or neither (an
+        operation left pending would name events no stream holds).
+        """
         request = _CheckedRequest.of(
             IngestRequest(scope, stream_id, source, trigger_config, config)
         )
@@ -476,17 +480,19 @@ class IngestOps:
             if waiting:
                 stream["operations"].append(operation_path)
             metadata = {"streamId": stream_id, "eventsAccepted": fresh}
-            await self._context.store.put_operation(
-                OperationRecord(
-                    bank_id,
-                    operation_path,
-                    not waiting,
-                    {"kind": "ingest", "operation": {"done": not waiting, "metadata": metadata}},
-                    now,
-                )
+            operation = OperationRecord(
+                bank_id,
+                operation_path,
+                not waiting,
+                {"kind": "ingest", "operation": {"done": not waiting, "metadata": metadata}},
+                now,
             )
-            await self._put(bank, stream_document(key, stream, bank.config))
-        return key, operation_path, self.is_due(stream, bank.config, now)
+            document = stream_document(key, stream, bank.config)
+            await self._context.store.apply(
+                bank_id, WriteBatch(documents=(document,), operations=(operation,))
+            )
+            await self._recheck_dues(bank, (document,))
+        return key, operation, self.is_due(stream, bank.config, now)
 
     async def ingest_many(
         self, bank_id: str, requests: Sequence[IngestRequest]
@@ -699,19 +705,23 @@ class IngestOps:
     async def _complete(
         self, bank_id: str, paths: list[str], metadata: dict[str, Any], now: datetime
     ) -> None:
-        """Records the operations of a stored flush as done (reports, retried through a restart)."""
-        for path in paths:
-            record = OperationRecord(
+        """Records a stored flush's operations as done: one write, retried through a restart."""
+        if not paths:
+            return
+        records = tuple(
+            OperationRecord(
                 bank_id,
                 path,
                 True,
                 {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
                 now,
             )
-            await _retried(
-                "complete an ingest operation",
-                functools.partial(self._context.store.put_operation, record),
-            )
+            for path in paths
+        )
+        await _retried(
+            "complete the ingest operations",
+            functools.partial(self._context.store.apply, bank_id, WriteBatch(operations=records)),
+        )
 
     async def _record_failure(
         self, bank: LoadedBank, key: str, stream: dict[str, Any], exc: AdkMemoryError, now: datetime
@@ -736,20 +746,29 @@ class IngestOps:
                 "message": f"Generation failed {failures} times ({exc.status}: {exc.message}"[:900]
                 + "); events are kept and retried with back-off.",
             }
-            for path in stream["operations"]:
-                await self._context.store.put_operation(
-                    OperationRecord(
-                        bank_id,
-                        path,
-                        True,
-                        {"kind": "ingest", "operation": {"done": True, "error": error}},
-                        now,
-                    )
+            failed = tuple(
+                OperationRecord(
+                    bank_id,
+                    path,
+                    True,
+                    {"kind": "ingest", "operation": {"done": True, "error": error}},
+                    now,
                 )
+                for path in stream["operations"]
+            )
             stream["operations"] = []
+            # The stream and its failed operations are one write: none is left pending.
+            await self._put(bank, stream_document(key, stream, bank.config), operations=failed)
+            return
         await self._put(bank, stream_document(key, stream, bank.config))
 
-    async def _put(self, bank: LoadedBank, document: DocumentRecord) -> None:
+    async def _put(
+        self,
+        bank: LoadedBank,
+        document: DocumentRecord,
+        *,
+        operations: tuple[OperationRecord, ...] = (),
+    ) -> None:
         """Writes a stream with its due time, then re-checks that time against the bank's config.
 
         A bank update stores its config, then lowers its streams' entries (`reindex_streams`);
@@ -758,14 +777,18 @@ class IngestOps:
         this read sees the new config, or the update's pass saw this write.
         """
         bank_id = bank.record.bank_id
-        await self._context.store.put_document(
-            bank_id,
-            document.kind,
-            document.key,
-            document.body,
-            scope_key=document.scope_key,
-            due=document.due,
-        )
+        if operations:
+            batch = WriteBatch(documents=(document,), operations=operations)
+            await self._context.store.apply(bank_id, batch)
+        else:
+            await self._context.store.put_document(
+                bank_id,
+                document.kind,
+                document.key,
+                document.body,
+                scope_key=document.scope_key,
+                due=document.due,
+            )
         await self._recheck_dues(bank, (document,))
 
     async def _recheck_dues(self, bank: LoadedBank, documents: Sequence[DocumentRecord]) -> None:

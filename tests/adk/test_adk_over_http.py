@@ -219,3 +219,38 @@ async def test_a_service_given_a_server_client_sends_that_clients_key(
             finally:
                 await service.aclose()
     assert [memory.content.parts[0].text for memory in found.memories] == ["I like green tea."]
+
+
+async def test_hand_overs_of_many_sessions_go_to_the_server_at_once(
+    server: RunningRestServer, service: MemoryBankService
+) -> None:
+    """A server has no `ingest_many`: the writer sends each session's events in a call of its
+    own, and those of different sessions at once (one after another, 20 sessions handed over
+    together waited 20 round trips before a new session could generate)."""
+    banks = server.app.state.client.memory_banks
+    forward = banks.ingest_events
+    in_flight, most = 0, 0
+
+    async def held(**request: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.3)  # long enough for the other sessions to queue behind
+            return await forward(**request)
+        finally:
+            in_flight -= 1
+
+    banks.ingest_events = held
+    try:
+        for number in range(5):
+            session = Session(id=f"s{number}", app_name=APP, user_id="u1")
+            session.events += [event("user", f"Note {number}.", at=1.0)]
+            assert await service.remember_session(session)
+        await service.drain()
+    finally:
+        del banks.ingest_events
+    assert most >= 2
+    async with AsyncClient(server.url) as reader:
+        streams = await reader.memory_banks.list_streams(name=service.bank_name)
+    assert sorted(stream.stream_id for stream in streams) == [f"s{n}" for n in range(5)]

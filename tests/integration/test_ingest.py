@@ -403,7 +403,8 @@ def test_the_scheduler_sweeps_expired_memories(uri: str) -> None:
 
 
 class _FailingAfterApply:
-    """Forwards to a store; once armed, every call after the next `apply` raises.
+    """Forwards to a store; once armed, every call after the next `apply` of memories raises
+    (a flush's batch; an ingest's stream and operation go in an `apply` of their own).
 
     With `lose_reply`, that `apply` itself raises too, after it committed (a lost reply).
     """
@@ -427,7 +428,7 @@ class _FailingAfterApply:
             if self.failing:
                 raise StoreUnavailable(f"injected: the store went away before {name}")
             result = await target(*args, **kwargs)
-            if self.armed and name == "apply":
+            if self.armed and name == "apply" and (args[1].inserts or args[1].upserts):
                 self.armed, self.failing = False, True
                 if self.lose_reply:
                     self.failing = False
@@ -568,3 +569,91 @@ async def test_ingest_many_stores_many_streams_in_one_write_each_event_once(uri:
             for status in await client.engine.ingest.streams(bank_id)
         }
         assert streams == {"u1": 2, "u2": 1}
+
+
+class _CallLog:
+    """Forwards to a store and records the names of the coroutine methods called."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.capabilities = inner.capabilities
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(target) or name == "aclose":
+            return target
+
+        @functools.wraps(target)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return await target(*args, **kwargs)
+
+        return call
+
+
+def test_an_ingest_is_one_store_write_of_its_stream_and_operation(uri: str) -> None:
+    """The stream and its operation are one atomic write (a crash between two writes left an
+    operation pending forever, naming events no stream held), and the answer is the operation
+    as written, not read back."""
+    from adk_memory import AsyncClient
+    from adk_memory._registry import store_from_uri
+
+    store = _CallLog(store_from_uri(uri))
+
+    async def scenario() -> None:
+        async with AsyncClient(store=store, embedding_model="hash-64", run_scheduler=False) as c:
+            bank = (await c.memory_banks.create()).name
+            store.calls.clear()
+            answer = await c.memory_banks.ingest_events(
+                name=bank,
+                scope=SCOPE,
+                stream_id="s",
+                direct_contents_source={"events": [event("I like tea.", "e1")]},
+                generation_trigger_config=WAIT_FOR_MORE,
+            )
+            writes = [name for name in store.calls if name.startswith(("apply", "put_"))]
+            assert writes == ["apply"]
+            assert "get_operation" not in store.calls
+            stored = await c.operations.get(answer.name)
+            assert stored.model_dump() == answer.model_dump()
+            assert answer.done is not True and answer.metadata is not None
+
+    asyncio.run(scenario())
+
+
+def test_a_flush_completes_every_operation_of_its_stream_in_one_write(
+    uri: str, model: ScriptedMemoryModel
+) -> None:
+    from adk_memory import AsyncClient
+    from adk_memory._registry import store_from_uri
+
+    store = _CallLog(store_from_uri(uri))
+
+    async def scenario() -> None:
+        async with AsyncClient(
+            store=store, embedding_model="hash-64", generation_model=model, run_scheduler=False
+        ) as c:
+            bank = (await c.memory_banks.create()).name
+            extracting(model, "I like tea.")
+            waiting = [
+                await c.memory_banks.ingest_events(
+                    name=bank,
+                    scope=SCOPE,
+                    stream_id="s",
+                    direct_contents_source={"events": [event(text, f"e{n}")]},
+                    generation_trigger_config=WAIT_FOR_MORE,
+                )
+                for n, text in enumerate(("I like tea.", "Green, mostly.", "No sugar."))
+            ]
+            store.calls.clear()
+            key = (await c.memory_banks.list_streams(name=bank))[0].key
+            assert await c.memory_banks.flush_stream(name=bank, key=key) == 1
+            writes = [name for name in store.calls if name.startswith(("apply", "put_"))]
+            assert writes == ["apply", "apply"]  # the memories with the stream; the operations
+            for operation in waiting:
+                done = await c.operations.get(operation.name)
+                assert done.done is True
+                assert done.metadata is not None
+
+    asyncio.run(scenario())
