@@ -708,16 +708,7 @@ class IngestOps:
         """Records a stored flush's operations as done: one write, retried through a restart."""
         if not paths:
             return
-        records = tuple(
-            OperationRecord(
-                bank_id,
-                path,
-                True,
-                {"kind": "ingest", "operation": {"done": True, "metadata": metadata}},
-                now,
-            )
-            for path in paths
-        )
+        records = _done_operations(bank_id, paths, {"metadata": metadata}, now)
         await _retried(
             "complete the ingest operations",
             functools.partial(self._context.store.apply, bank_id, WriteBatch(operations=records)),
@@ -746,16 +737,7 @@ class IngestOps:
                 "message": f"Generation failed {failures} times ({exc.status}: {exc.message}"[:900]
                 + "); events are kept and retried with back-off.",
             }
-            failed = tuple(
-                OperationRecord(
-                    bank_id,
-                    path,
-                    True,
-                    {"kind": "ingest", "operation": {"done": True, "error": error}},
-                    now,
-                )
-                for path in stream["operations"]
-            )
+            failed = _done_operations(bank_id, stream["operations"], {"error": error}, now)
             stream["operations"] = []
             # The stream and its failed operations are one write: none is left pending.
             await self._put(bank, stream_document(key, stream, bank.config), operations=failed)
@@ -776,19 +758,8 @@ class IngestOps:
         time from the old rule. Reading the config after the write closes that gap: either
         this read sees the new config, or the update's pass saw this write.
         """
-        bank_id = bank.record.bank_id
-        if operations:
-            batch = WriteBatch(documents=(document,), operations=operations)
-            await self._context.store.apply(bank_id, batch)
-        else:
-            await self._context.store.put_document(
-                bank_id,
-                document.kind,
-                document.key,
-                document.body,
-                scope_key=document.scope_key,
-                due=document.due,
-            )
+        batch = WriteBatch(documents=(document,), operations=operations)
+        await self._context.store.apply(bank.record.bank_id, batch)
         await self._recheck_dues(bank, (document,))
 
     async def _recheck_dues(self, bank: LoadedBank, documents: Sequence[DocumentRecord]) -> None:
@@ -810,6 +781,18 @@ class IngestOps:
                 lowered[document.key] = due
         if lowered:
             await self._context.store.set_due(bank_id, STREAM_KIND, lowered, only_earlier=True)
+
+
+def _done_operations(
+    bank_id: str, paths: Sequence[str], outcome: dict[str, Any], now: datetime
+) -> tuple[OperationRecord, ...]:
+    """The ingest operations `paths` as done, with `outcome` (their metadata or error)."""
+    return tuple(
+        OperationRecord(
+            bank_id, path, True, {"kind": "ingest", "operation": {"done": True, **outcome}}, now
+        )
+        for path in paths
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -286,12 +286,16 @@ def _setting_ids(cases: list[Any]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("store_uri", ["memory"], indirect=True)
-@pytest.mark.parametrize(
+on_memory = pytest.mark.parametrize("store_uri", ["memory"], indirect=True)
+each_bad_generate_setting = pytest.mark.parametrize(
     ("settings", "field", "message"),
     BAD_GENERATE_SETTINGS,
     ids=_setting_ids(BAD_GENERATE_SETTINGS),
 )
+
+
+@on_memory
+@each_bad_generate_setting
 async def test_ingest_refuses_generate_settings_no_flush_could_use_and_stores_nothing(
     uri: str, settings: dict[str, Any], field: str, message: str
 ) -> None:
@@ -323,12 +327,8 @@ async def test_ingest_refuses_generate_settings_no_flush_could_use_and_stores_no
         assert await client.engine.store.list_documents(bank_id, "stream") == []
 
 
-@pytest.mark.parametrize("store_uri", ["memory"], indirect=True)
-@pytest.mark.parametrize(
-    ("settings", "field", "message"),
-    BAD_GENERATE_SETTINGS,
-    ids=_setting_ids(BAD_GENERATE_SETTINGS),
-)
+@on_memory
+@each_bad_generate_setting
 async def test_generate_refuses_the_same_settings_before_its_model_call(
     uri: str, settings: dict[str, Any], field: str, message: str
 ) -> None:
@@ -402,19 +402,13 @@ def test_the_scheduler_sweeps_expired_memories(uri: str) -> None:
     assert asyncio.run(scenario()) == 1
 
 
-class _FailingAfterApply:
-    """Forwards to a store; once armed, every call after the next `apply` of memories raises
-    (a flush's batch; an ingest's stream and operation go in an `apply` of their own).
+class _CallLog:
+    """Forwards to a store and records the names of the coroutine methods called."""
 
-    With `lose_reply`, that `apply` itself raises too, after it committed (a lost reply).
-    """
-
-    def __init__(self, inner: Any, *, lose_reply: bool = False) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.capabilities = inner.capabilities
-        self.lose_reply = lose_reply
-        self.armed = False
-        self.failing = False
+        self.calls: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._inner, name)
@@ -423,19 +417,48 @@ class _FailingAfterApply:
 
         @functools.wraps(target)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            from adk_memory import StoreUnavailable
-
-            if self.failing:
-                raise StoreUnavailable(f"injected: the store went away before {name}")
+            self.calls.append(name)
+            self.before(name)
             result = await target(*args, **kwargs)
-            if self.armed and name == "apply" and (args[1].inserts or args[1].upserts):
-                self.armed, self.failing = False, True
-                if self.lose_reply:
-                    self.failing = False
-                    raise StoreUnavailable("injected: the reply of apply was lost")
+            self.after(name, args)
             return result
 
         return call
+
+    def before(self, name: str) -> None:
+        """Called before each call is forwarded."""
+
+    def after(self, name: str, args: tuple[Any, ...]) -> None:
+        """Called after each call returned."""
+
+
+class _FailingAfterApply(_CallLog):
+    """Once armed, every call after the next `apply` of memories raises (a flush's batch; an
+    ingest's stream and operation go in an `apply` of their own).
+
+    With `lose_reply`, that `apply` itself raises too, after it committed (a lost reply).
+    """
+
+    def __init__(self, inner: Any, *, lose_reply: bool = False) -> None:
+        super().__init__(inner)
+        self.lose_reply = lose_reply
+        self.armed = False
+        self.failing = False
+
+    def before(self, name: str) -> None:
+        from adk_memory import StoreUnavailable
+
+        if self.failing:
+            raise StoreUnavailable(f"injected: the store went away before {name}")
+
+    def after(self, name: str, args: tuple[Any, ...]) -> None:
+        from adk_memory import StoreUnavailable
+
+        if self.armed and name == "apply" and (args[1].inserts or args[1].upserts):
+            self.armed, self.failing = False, True
+            if self.lose_reply:
+                self.failing = False
+                raise StoreUnavailable("injected: the reply of apply was lost")
 
 
 async def _next_flush_generates_nothing(banks: Any, bank: str, model: ScriptedMemoryModel) -> None:
@@ -569,27 +592,6 @@ async def test_ingest_many_stores_many_streams_in_one_write_each_event_once(uri:
             for status in await client.engine.ingest.streams(bank_id)
         }
         assert streams == {"u1": 2, "u2": 1}
-
-
-class _CallLog:
-    """Forwards to a store and records the names of the coroutine methods called."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.capabilities = inner.capabilities
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._inner, name)
-        if not inspect.iscoroutinefunction(target) or name == "aclose":
-            return target
-
-        @functools.wraps(target)
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            return await target(*args, **kwargs)
-
-        return call
 
 
 def test_an_ingest_is_one_store_write_of_its_stream_and_operation(uri: str) -> None:

@@ -25,6 +25,12 @@ AHEAD_OF_UTC = timezone(timedelta(hours=1))
 BEHIND_UTC = timezone(timedelta(hours=-1))
 
 
+def _rest(aclient: AsyncClient) -> httpx.AsyncClient:
+    """An HTTP client of the REST app over `aclient`, in this process."""
+    transport = httpx.ASGITransport(app=create_app(aclient))
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1")
+
+
 async def _refused(call: Any, field: str, bound: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
         await call
@@ -125,9 +131,7 @@ async def test_over_rest_a_huge_ttl_is_a_400_naming_the_bound(
     aclient: AsyncClient, bank: str
 ) -> None:
     path = "/v1beta1/" + bank[bank.index("reasoningEngines/") :]
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(aclient)), base_url="http://127.0.0.1"
-    ) as http:
+    async with _rest(aclient) as http:
         for body in (
             {"fact": "f", "scope": SCOPE, "ttl": "300000000000s"},
             {"fact": "f", "scope": SCOPE, "revisionTtl": "9" * 400 + "s"},
@@ -176,9 +180,7 @@ async def test_over_rest_a_nan_literal_in_metadata_is_a_400_and_nothing_is_store
 ) -> None:
     """Python's JSON parser takes the non-standard `NaN` literal; the engine refuses its value."""
     path = "/v1beta1/" + bank[bank.index("reasoningEngines/") :]
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(aclient)), base_url="http://127.0.0.1"
-    ) as http:
+    async with _rest(aclient) as http:
         body = (
             '{"fact": "f", "scope": {"user_id": "bounds"}, "metadata": {"k": {"doubleValue": NaN}}}'
         )
