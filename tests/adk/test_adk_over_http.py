@@ -254,3 +254,43 @@ async def test_hand_overs_of_many_sessions_go_to_the_server_at_once(
     async with AsyncClient(server.url) as reader:
         streams = await reader.memory_banks.list_streams(name=service.bank_name)
     assert sorted(stream.stream_id for stream in streams) == [f"s{n}" for n in range(5)]
+
+
+async def test_a_session_refused_for_a_moment_is_resent_and_the_others_not_doubled(
+    server: RunningRestServer, service: MemoryBankService
+) -> None:
+    """Hand-overs going at once, one fails (the server's store unavailable): the whole batch is
+    put back and resent once the breaker's probe finds the server answering; the sessions stored
+    the first time keep each event once (the stream drops the event ids it has seen)."""
+    from adk_memory import StoreUnavailable
+
+    banks = server.app.state.client.memory_banks
+    forward = banks.ingest_events
+    refused: list[str] = []
+
+    async def flaky(**request: Any) -> Any:
+        if request["stream_id"] == "s2" and not refused:
+            refused.append("s2")
+            raise StoreUnavailable("injected: the store went away for a moment")
+        await asyncio.sleep(0.05)
+        return await forward(**request)
+
+    banks.ingest_events = flaky
+    try:
+        for number in range(5):
+            session = Session(id=f"s{number}", app_name=APP, user_id="u1")
+            session.events += [event("user", f"Note {number}.", at=1.0)]
+            assert await service.remember_session(session)
+        async with AsyncClient(server.url) as reader:
+            for _ in range(150):
+                streams = await reader.memory_banks.list_streams(name=service.bank_name)
+                if len(streams) == 5:
+                    break
+                await asyncio.sleep(0.1)
+        await service.drain()
+    finally:
+        del banks.ingest_events
+    assert refused == ["s2"]
+    assert sorted((s.stream_id, s.pending_events) for s in streams) == [
+        (f"s{n}", 1) for n in range(5)
+    ]
