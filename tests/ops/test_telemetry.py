@@ -47,14 +47,16 @@ def names(finished: tuple[ReadableSpan, ...]) -> list[str]:
     return [span.name for span in finished]
 
 
+def in_traces_of(finished: tuple[ReadableSpan, ...], api_call: str) -> tuple[ReadableSpan, ...]:
+    """The spans in the traces of the calls named `api_call`: not those of another test's
+    background work (a scheduler still polling), which the global exporter collects too."""
+    traces = {span.context.trace_id for span in finished if span.name == api_call}
+    return tuple(span for span in finished if span.context.trace_id in traces)
+
+
 def store_calls_of(finished: tuple[ReadableSpan, ...], api_call: str) -> list[str]:
-    """The store spans in the trace of one API call (not those of the background scheduler)."""
-    trace_id = only(finished, api_call).context.trace_id
-    return [
-        span.name
-        for span in finished
-        if ".store." in span.name and span.context.trace_id == trace_id
-    ]
+    """The store spans in the trace of one API call."""
+    return [span.name for span in in_traces_of(finished, api_call) if ".store." in span.name]
 
 
 def only(finished: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
@@ -84,7 +86,7 @@ def test_a_retrieve_emits_api_store_and_embedding_spans_without_personal_data(
             similarity_search_params={"search_query": "SECRET-QUERY", "top_k": 3},
         )
         assert len(hits.page) == 1
-    finished = spans.get_finished_spans()
+    finished = in_traces_of(spans.get_finished_spans(), "adk_memory.memories.retrieve")
     assert names(finished) == [
         "adk_memory.store.get_bank",
         "adk_memory.embed",
@@ -155,7 +157,7 @@ async def test_a_generate_emits_llm_spans_with_token_usage_and_no_text(
             },
         )
         assert len(operation.response.generated_memories) == 1
-    finished = spans.get_finished_spans()
+    finished = in_traces_of(spans.get_finished_spans(), "adk_memory.memories.generate")
     llm = [span for span in finished if span.name == "adk_memory.llm"]
     assert [span.attributes["adk_memory.llm.schema"] for span in llm] == [  # type: ignore[index]
         "ExtractionOutput",
@@ -213,7 +215,8 @@ def test_creates_from_sixteen_threads_share_one_model_call_and_their_spans_say_s
                     facts,
                 )
             )
-        embeds = [span for span in spans.get_finished_spans() if span.name == "adk_memory.embed"]
+        creates = in_traces_of(spans.get_finished_spans(), "adk_memory.memories.create")
+        embeds = [span for span in creates if span.name == "adk_memory.embed"]
         assert [dict(span.attributes or {}) for span in embeds] == [
             {
                 "adk_memory.embedding.model": folder,
