@@ -487,11 +487,9 @@ class IngestOps:
                 {"kind": "ingest", "operation": {"done": not waiting, "metadata": metadata}},
                 now,
             )
-            document = stream_document(key, stream, bank.config)
-            await self._context.store.apply(
-                bank_id, WriteBatch(documents=(document,), operations=(operation,))
+            await self._put(
+                bank, stream_document(key, stream, bank.config), operations=(operation,)
             )
-            await self._recheck_dues(bank, (document,))
         return key, operation, self.is_due(stream, bank.config, now)
 
     async def ingest_many(
@@ -753,10 +751,11 @@ class IngestOps:
     ) -> None:
         """Writes a stream with its due time, then re-checks that time against the bank's config.
 
-        A bank update stores its config, then lowers its streams' entries (`reindex_streams`);
-        a write that read the config before the update may land after that pass, with a due
-        time from the old rule. Reading the config after the write closes that gap: either
-        this read sees the new config, or the update's pass saw this write.
+        `operations` go in the same write. A bank update stores its config, then lowers its
+        streams' entries (`reindex_streams`); a write that read the config before the update
+        may land after that pass, with a due time from the old rule. Reading the config after
+        the write closes that gap: either this read sees the new config, or the update's pass
+        saw this write.
         """
         batch = WriteBatch(documents=(document,), operations=operations)
         await self._context.store.apply(bank.record.bank_id, batch)

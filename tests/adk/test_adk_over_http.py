@@ -221,6 +221,14 @@ async def test_a_service_given_a_server_client_sends_that_clients_key(
     assert [memory.content.parts[0].text for memory in found.memories] == ["I like green tea."]
 
 
+async def hand_over_sessions(service: MemoryBankService, count: int) -> None:
+    """Hands over one event of each of user u1's sessions s0, s1, … (not stored yet)."""
+    for number in range(count):
+        session = Session(id=f"s{number}", app_name=APP, user_id="u1")
+        session.events += [event("user", f"Note {number}.", at=1.0)]
+        assert await service.remember_session(session)
+
+
 async def test_hand_overs_of_many_sessions_go_to_the_server_at_once(
     server: RunningRestServer, service: MemoryBankService
 ) -> None:
@@ -243,10 +251,7 @@ async def test_hand_overs_of_many_sessions_go_to_the_server_at_once(
 
     banks.ingest_events = held
     try:
-        for number in range(5):
-            session = Session(id=f"s{number}", app_name=APP, user_id="u1")
-            session.events += [event("user", f"Note {number}.", at=1.0)]
-            assert await service.remember_session(session)
+        await hand_over_sessions(service, 5)
         await service.drain()
     finally:
         del banks.ingest_events
@@ -277,10 +282,7 @@ async def test_a_session_refused_for_a_moment_is_resent_and_the_others_not_doubl
 
     banks.ingest_events = flaky
     try:
-        for number in range(5):
-            session = Session(id=f"s{number}", app_name=APP, user_id="u1")
-            session.events += [event("user", f"Note {number}.", at=1.0)]
-            assert await service.remember_session(session)
+        await hand_over_sessions(service, 5)
         async with AsyncClient(server.url) as reader:
             for _ in range(150):
                 streams = await reader.memory_banks.list_streams(name=service.bank_name)
