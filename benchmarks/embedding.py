@@ -1,9 +1,12 @@
-"""6. The embedding runtime: all-MiniLM-L6-v2 on ONNX Runtime beside sentence-transformers.
+"""6. The embedding runtime: all-MiniLM-L6-v2 as an ONNX file beside sentence-transformers.
 
-The default model runs on ONNX Runtime (`adk_memory.minilm_onnx`, no torch); sentence-transformers
-(torch) was the default before issue 28. Both run in this one section, side by side:
+The default model runs its ONNX file (`adk_memory.minilm_onnx`, no torch): `onnx` is the default,
+OpenVINO (bfloat16 on this CPU's AMX units); `onnxruntime` is ONNX Runtime (float32), the default
+before OpenVINO; sentence-transformers (torch) was the default before issue 28. All three run in
+this one section, side by side:
 
-* `vectors`   cosine between the two runtimes' vectors of 1,000 varied texts: LoCoMo turns and
+* `vectors`   cosine between each ONNX engine's vectors and sentence-transformers' on 1,000 varied
+              texts: LoCoMo turns and
               questions (English), the multilingual facts and questions (German, Spanish,
               Korean), emoji, one-token texts and texts past the 256-token truncation;
 * `cold`      a fresh process: seconds to `import adk_memory`, then to the default embedder's
@@ -12,8 +15,7 @@ The default model runs on ONNX Runtime (`adk_memory.minilm_onnx`, no torch); sen
 * `cli`       `adk-memory memories retrieve -q TEXT` end to end, a fresh process each time, on an
               embedded Chroma store of 200 memories; 3 runs per runtime, taking turns;
 * `query`     `embed_query` of new texts (no cache hit), each runtime in processes of its own,
-              taking turns in chunks of 50: p50 / p99 and CPU time; ONNX also with 1 thread (the
-              default uses every core, at most 4: 2 here);
+              taking turns in chunks of 50: p50 / p99 and CPU time;
 * `batch`     `embed_documents` of 512 LoCoMo turns in one call: texts per second;
 * `export`    seconds to export the ONNX file into an empty cache (what the first run on a new
               machine pays, or `./run` at install) and the file's size;
@@ -42,7 +44,7 @@ import numpy as np
 from benchmarks._common import Timer, summary
 
 HERE = Path(__file__).resolve().parent
-RUNTIMES = ("onnx", "sentence-transformers")
+RUNTIMES = ("onnx", "onnxruntime", "sentence-transformers")
 E5 = "multilingual-e5-small"
 COLD_RUNS = 3
 
@@ -88,7 +90,9 @@ def _vectors(log: Any) -> dict[str, Any]:
         out[f"{runtime}_seconds"] = round(time.perf_counter() - started, 1)
     cos = (vectors["onnx"] * vectors["sentence-transformers"]).sum(axis=1)
     worst = int(np.argmin(cos))
+    onnxruntime = (vectors["onnxruntime"] * vectors["sentence-transformers"]).sum(axis=1)
     out |= {
+        "onnxruntime_cosine_min": round(float(onnxruntime.min()), 6),
         "max_1_minus_cosine": float(f"{1.0 - float(cos.min()):.2e}"),
         "cosine_min": round(float(cos.min()), 6),
         "cosine_p01": round(float(np.percentile(cos, 1)), 6),
@@ -98,7 +102,8 @@ def _vectors(log: Any) -> dict[str, Any]:
     }
     log(
         f"    vectors: cosine min {out['cosine_min']}, p1 {out['cosine_p01']}, mean "
-        f"{out['cosine_mean']} on {len(texts)} texts ({out['below_0.999']} below 0.999)"
+        f"{out['cosine_mean']} on {len(texts)} texts ({out['below_0.999']} below 0.999); "
+        f"onnxruntime min {out['onnxruntime_cosine_min']}"
     )
     return out
 
@@ -220,18 +225,10 @@ QUERIES_PER_CHUNK = 50
 
 async def query_series(system: str, chunk: int, count: int) -> dict[str, list[float]]:
     """In a child process: `count` new queries on one system, wall and CPU ms each."""
-    from adk_memory import minilm_onnx
-    from adk_memory.embeddings import LocalEmbedder, MultilingualE5Embedder, packaged_model_dir
+    from adk_memory.embeddings import LocalEmbedder, MultilingualE5Embedder
 
-    if system == "onnx, 1 thread":
-        model = minilm_onnx.load(packaged_model_dir())
-        model.session = _session(minilm_onnx, packaged_model_dir(), threads=1)
-
-        async def embed(text: str) -> Any:
-            return model.encode([text])
-    else:
-        embedder: Any = MultilingualE5Embedder() if system == E5 else LocalEmbedder(runtime=system)  # type: ignore[arg-type]
-        embed = embedder.embed_query
+    embedder: Any = MultilingualE5Embedder() if system == E5 else LocalEmbedder(runtime=system)  # type: ignore[arg-type]
+    embed = embedder.embed_query
     await embed("warm up")
     wall: list[float] = []
     cpu: list[float] = []
@@ -248,7 +245,7 @@ def _query(log: Any) -> dict[str, Any]:
     # Each system in processes of its own (as in use: a process runs one runtime), taking turns
     # chunk by chunk so that all see the same load. In one process torch's idle OpenMP threads
     # and the other runtime's caches slowed whichever ran next (6.7 ms against 3.3 ms alone).
-    systems = ("onnx", "sentence-transformers", "onnx, 1 thread", E5)
+    systems = (*RUNTIMES, E5)
     series: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in systems}
     for chunk in range(QUERY_CHUNKS):
         for system in systems:
@@ -257,7 +254,7 @@ def _query(log: Any) -> dict[str, Any]:
                 + [str(HERE.parent)],
                 capture_output=True,
                 text=True,
-                env=_env("auto" if system == E5 else system.split(",")[0]),
+                env=_env("auto" if system == E5 else system),
                 timeout=600,
                 check=True,
             )
@@ -274,20 +271,6 @@ def _query(log: Any) -> dict[str, Any]:
             f"CPU p50 {row['cpu_p50_ms']} ms"
         )
     return out
-
-
-def _session(minilm_onnx: Any, folder: Path, *, threads: int) -> Any:
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(
-        str(minilm_onnx.model_file(folder)),
-        sess_options=options,
-        providers=["CPUExecutionProvider"],
-    )
 
 
 def _batch(log: Any) -> dict[str, Any]:

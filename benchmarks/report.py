@@ -383,41 +383,43 @@ def _embedding_md(results: dict) -> list[str]:
     if not em:
         return ["Not run."]
     v, q, cold, cli = em["vectors"], em["query"], em["cold"], em["cli"]
-    alt = next(name for name in q if name.startswith("onnx, "))  # the other thread count
+    names = [name for name in ("onnx", "onnxruntime", "sentence-transformers") if name in cold]
+
+    def row(label: str, cell: Any) -> str:
+        return f"| {label} | " + " | ".join(str(cell(name)) for name in names) + " |"
+
     lines = [
-        "all-MiniLM-L6-v2 on ONNX Runtime (`onnx`, the default: no torch) beside "
-        "sentence-transformers (`st`, torch: the default before issue 28), in the same run. "
-        f"Vectors: cosine between the two on {v['texts']} varied texts (English, German, "
-        "Spanish, Korean, emoji, one-token texts, texts past the 256-token truncation): min "
-        f"{v['cosine_min']} (1 − cosine at most {v.get('max_1_minus_cosine', '–')}), "
-        f"1st percentile {v['cosine_p01']}, mean {v['cosine_mean']}; "
-        f"{v['below_0.999']} below 0.999. Cold start and CLI: fresh processes, runtimes "
-        "taking turns, medians of 3.",
+        "all-MiniLM-L6-v2 as an ONNX file: `onnx` is the default (OpenVINO, bfloat16 on this "
+        "CPU; no torch), `onnxruntime` the same file on ONNX Runtime in float32 (the default "
+        "before OpenVINO), `st` sentence-transformers (torch: the default before issue 28), in "
+        f"the same run. Vectors: cosine between `onnx` and `st` on {v['texts']} varied texts "
+        "(English, German, Spanish, Korean, emoji, one-token texts, texts past the 256-token "
+        f"truncation): min {v['cosine_min']} (1 − cosine at most "
+        f"{v.get('max_1_minus_cosine', '–')}), 1st percentile {v['cosine_p01']}, mean "
+        f"{v['cosine_mean']}; {v['below_0.999']} below 0.999 (`onnxruntime` against `st`: min "
+        f"{v.get('onnxruntime_cosine_min', '–')}). Cold start and CLI: fresh processes, "
+        "runtimes taking turns, medians of 3.",
         "",
-        "| | onnx | st |",
-        "|---|---:|---:|",
-        f"| `import adk_memory` (s) | {cold['onnx']['import_s']} "
-        f"| {cold['sentence-transformers']['import_s']} |",
-        f"| then the first embedding (s) | {cold['onnx']['first_embedding_s']} "
-        f"| {cold['sentence-transformers']['first_embedding_s']} |",
-        f"| CPU seconds of the import / of the first embedding "
-        f"| {cold['onnx'].get('import_cpu_s', '–')} / "
-        f"{cold['onnx'].get('first_embedding_cpu_s', '–')} "
-        f"| {cold['sentence-transformers'].get('import_cpu_s', '–')} / "
-        f"{cold['sentence-transformers'].get('first_embedding_cpu_s', '–')} |",
-        f"| `adk-memory memories retrieve -q` end to end (s) | {cli['onnx']['median_s']} "
-        f"| {cli['sentence-transformers']['median_s']} |",
-        f"| one new query embedded, p50 / p99 (ms) | {q['onnx']['p50_ms']} / "
-        f"{q['onnx']['p99_ms']} | {q['sentence-transformers']['p50_ms']} / "
-        f"{q['sentence-transformers']['p99_ms']} |",
-        f"| the same, ONNX with {alt.split(', ')[1]}, p50 / p99 (ms) | {q[alt]['p50_ms']} / "
-        f"{q[alt]['p99_ms']} | |",
-        f"| CPU time of one query, p50 (ms; {alt.split(', ')[1]}) "
-        f"| {q['onnx'].get('cpu_p50_ms', '–')} ({q[alt].get('cpu_p50_ms', '–')}) "
-        f"| {q['sentence-transformers'].get('cpu_p50_ms', '–')} |",
-        f"| a batch of {em['batch']['onnx']['texts']} LoCoMo turns (texts/s) "
-        f"| {em['batch']['onnx']['texts_per_s']} "
-        f"| {em['batch']['sentence-transformers']['texts_per_s']} |",
+        "| | " + " | ".join("st" if n == "sentence-transformers" else n for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+        row("`import adk_memory` (s)", lambda n: cold[n]["import_s"]),
+        row("then the first embedding (s)", lambda n: cold[n]["first_embedding_s"]),
+        row(
+            "CPU seconds of the import / of the first embedding",
+            lambda n: (
+                f"{cold[n].get('import_cpu_s', '–')} / {cold[n].get('first_embedding_cpu_s', '–')}"
+            ),
+        ),
+        row("`adk-memory memories retrieve -q` end to end (s)", lambda n: cli[n]["median_s"]),
+        row(
+            "one new query embedded, p50 / p99 (ms)",
+            lambda n: f"{q[n]['p50_ms']} / {q[n]['p99_ms']}",
+        ),
+        row("CPU time of one query, p50 (ms)", lambda n: q[n].get("cpu_p50_ms", "–")),
+        row(
+            f"a batch of {em['batch']['onnx']['texts']} LoCoMo turns (texts/s)",
+            lambda n: em["batch"][n]["texts_per_s"],
+        ),
         "",
         f"Exporting the ONNX file on a fresh cache (once per machine; `./run` does it at "
         f"install): {em['export']['seconds']} s, {em['export']['megabytes']} MB.",

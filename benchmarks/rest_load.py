@@ -5,9 +5,10 @@ default embedder (all-MiniLM-L6-v2) and each embedding mode:
 
 * `before`    `ADK_MEMORY_LOCAL_RUNTIME=sentence-transformers` and `…_BATCH_SIZE=0`: the path before
               issue 28 (torch, every call alone), the baseline its "5× creates" is measured from;
-* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: each call embeds its text alone, on ONNX Runtime;
+* `off`       `ADK_MEMORY_EMBEDDING_BATCH_SIZE=0`: each call embeds its text alone (OpenVINO);
 * `on`        micro-batching, adaptive: an idle model starts at once, texts arriving meanwhile
-              form the next call (the default);
+              form the next call (the default; OpenVINO, bfloat16 on CPUs that have it);
+* `on, onnxruntime`  the same on ONNX Runtime (float32), the default runtime before OpenVINO;
 * `on, 2 ms`  the same with `ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS=2`: an idle model waits 2 ms.
 * `no model`  `ADK_MEMORY_EMBEDDING_MODEL=hash-64`: embedding costs microseconds, so this is the
               ceiling the rest of the path (HTTP, engine, store) allows.
@@ -54,6 +55,7 @@ MODES: dict[str, dict[str, str]] = {
     },
     "off": {"ADK_MEMORY_EMBEDDING_BATCH_SIZE": "0"},
     "on": {},
+    "on, onnxruntime": {"ADK_MEMORY_LOCAL_RUNTIME": "onnxruntime"},
     "on, 2 ms": {"ADK_MEMORY_EMBEDDING_BATCH_WINDOW_MS": "2"},
     "no model": {"ADK_MEMORY_EMBEDDING_MODEL": "hash-64"},
 }

