@@ -3,7 +3,7 @@
 Vectors live in `benchmarks/.cache/emb-<model>.npz` (gitignored), keyed by the sha256 of the
 text; a model that embeds queries and documents differently (multilingual-e5-small's `query: ` /
 `passage: ` prefixes) has one file per kind, `emb-<model>-query.npz` and `-passage.npz`.
-A name may carry the runtime after an `@` (`all-MiniLM-L6-v2@onnx`, the default, and
+A name may carry the runtime after an `@` (`all-MiniLM-L6-v2@openvino`, the default, and
 `all-MiniLM-L6-v2@sentence-transformers`, the former default): each runtime's vectors have their
 own file, and the bank records the model name before the `@`.
 `CachedEmbedder` implements `adk_memory.embeddings.Embedder` from those files, so benchmarks go
@@ -39,7 +39,7 @@ def cache_file(model: str, kind: str = "passage") -> Path:
 
 
 def bank_model(model: str) -> str:
-    """The model name a bank records for a cache name (`all-MiniLM-L6-v2@onnx` -> before the @)."""
+    """The model name a bank records for a cache name (`all-MiniLM-L6-v2@openvino` -> before the @)."""
     return model.split("@", 1)[0]
 
 

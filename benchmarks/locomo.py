@@ -180,7 +180,7 @@ def run(
         if spent:
             log(f"    embedded the missing texts in {spent:.0f} s")
         short = {
-            "all-MiniLM-L6-v2@onnx": "MiniLM",
+            "all-MiniLM-L6-v2@openvino": "MiniLM",
             "all-MiniLM-L6-v2@sentence-transformers": "MiniLM on sentence-transformers",
             "multilingual-e5-small": "e5",
         }.get(model, model.split("/")[-1])

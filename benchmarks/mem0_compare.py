@@ -180,7 +180,12 @@ def run(log: Any = print) -> dict[str, Any] | None:
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(_texts()))
         systems: dict[str, tuple[list[str], dict[str, str]]] = {}
-        for name in ("mem0", "adk-memory (onnx)", "adk-memory (sentence-transformers)"):
+        for name in (
+            "mem0",
+            "adk-memory (onnx)",
+            "adk-memory (onnxruntime)",
+            "adk-memory (sentence-transformers)",
+        ):
             folder = Path(tmp) / name.replace(" ", "_").strip("()")
             folder.mkdir()
             if name == "mem0":
@@ -190,7 +195,7 @@ def run(log: Any = print) -> dict[str, Any] | None:
             else:
                 command = [sys.executable, "-c", _OURS_CHILD, "{mode}", str(folder)]
                 command.append(str(texts_file))
-                runtime = "onnx" if "onnx" in name else "sentence-transformers"
+                runtime = name.removeprefix("adk-memory (").removesuffix(")")
                 env = ours_env | {"ADK_MEMORY_LOCAL_RUNTIME": runtime}
             systems[name] = (command, env)
         samples: dict[str, dict[str, list[float]]] = {

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "--locomo-models",
         nargs="+",
         metavar="M",
-        help="locomo: only these models (e.g. all-MiniLM-L6-v2@onnx); their modes merge into "
+        help="locomo: only these models (e.g. all-MiniLM-L6-v2@openvino); their modes merge into "
         "results.json, the other models' stay",
     )
     parser.add_argument(
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             log("== 4. LoCoMo retrieval quality")
             models = [
-                ("all-MiniLM-L6-v2@onnx", "all-MiniLM-L6-v2", 384),
+                ("all-MiniLM-L6-v2@openvino", "all-MiniLM-L6-v2", 384),
                 # The former default runtime: recall must not move (issue 28).
                 ("all-MiniLM-L6-v2@sentence-transformers", "all-MiniLM-L6-v2", 384),
                 ("multilingual-e5-small", "multilingual-e5-small", 384),
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks import embedding
 
             started = time.perf_counter()
-            log("== 6. Embedding runtime (ONNX Runtime beside sentence-transformers; mem0)")
+            log("== 6. Embedding runtime (OpenVINO and ONNX Runtime beside sentence-transformers; mem0)")
             results["embedding"] = embedding.run(where.tmp, log)
             timings["embedding"] = round(time.perf_counter() - started)
             results_path.write_text(json.dumps(results, indent=1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -121,6 +122,16 @@ def test_the_default_engine_is_openvino_and_onnxruntime_runs_the_same_file() -> 
     assert openvino.engine.startswith("openvino") and onnxruntime.engine.startswith("onnxruntime")
     agreement = (openvino.encode(VARIED_TEXTS) * onnxruntime.encode(VARIED_TEXTS)).sum(axis=1)
     assert agreement.min() >= 0.999
+
+
+@pytest.mark.usefixtures("offline")
+def test_openvino_pads_inputs_to_few_shapes_without_moving_the_vectors() -> None:
+    model = minilm_onnx.load(packaged_model_dir())
+    assert model.width_step == 8
+    padded = model.encode(VARIED_TEXTS)
+    model.width_step = 1
+    exact = model.encode(VARIED_TEXTS)
+    assert (padded * exact).sum(axis=1).min() >= 0.99999
 
 
 @pytest.mark.usefixtures("offline")
@@ -363,3 +374,72 @@ def test_a_failed_export_leaves_no_file_and_says_why(
         minilm_onnx.prepare(folder)  # the child process fails: no config.json
 
     assert [p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")] == []
+
+
+# OpenVINO's copy of the ONNX file
+
+
+@pytest.fixture
+def onnx_copy(tmp_path: Path) -> Path:
+    """The machine's exported ONNX file, copied into a folder of its own."""
+    source = minilm_onnx.prepare(packaged_model_dir())
+    target = tmp_path / "models" / source.name
+    target.parent.mkdir()
+    shutil.copyfile(source, target)
+    return target
+
+
+class ReadLog:
+    """Wraps an OpenVINO Core and records the files it reads."""
+
+    def __init__(self) -> None:
+        import openvino
+
+        self.core = openvino.Core()
+        self.read: list[str] = []
+
+    def read_model(self, path: str) -> Any:
+        self.read.append(Path(path).suffix)
+        return self.core.read_model(path)
+
+
+def test_openvino_writes_its_copy_once_and_reads_it_afterwards(onnx_copy: Path) -> None:
+    first, second = ReadLog(), ReadLog()
+    minilm_onnx._openvino_model(first, onnx_copy)
+    written = sorted(p.suffix for p in onnx_copy.parent.iterdir() if p != onnx_copy)
+    minilm_onnx._openvino_model(second, onnx_copy)
+
+    assert first.read == [".onnx"] and second.read == [".xml"]
+    assert written == [".bin", ".xml"]  # no partial file left behind
+
+
+def test_a_damaged_openvino_copy_is_ignored_and_the_onnx_file_read(
+    onnx_copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    minilm_onnx._openvino_model(ReadLog(), onnx_copy)
+    copy = next(p for p in onnx_copy.parent.iterdir() if p.suffix == ".bin")
+    copy.write_bytes(copy.read_bytes()[:1000])  # as a full disk or a stray edit would leave it
+
+    log = ReadLog()
+    with caplog.at_level("WARNING", logger="adk_memory.minilm_onnx"):
+        model = minilm_onnx._openvino_model(log, onnx_copy)
+    assert log.read == [".xml", ".onnx"]
+    assert "Ignoring OpenVINO's copy" in caplog.text
+    assert log.core.compile_model(model, "CPU") is not None
+
+
+def test_a_cache_folder_it_cannot_write_still_runs_on_openvino(
+    onnx_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import openvino
+
+    def refused(model: Any, path: str, **options: Any) -> None:
+        Path(path).write_text("<net")  # a partial graph, as a full disk leaves it
+        raise RuntimeError(f"Can't open file {path}.bin for writing: Permission denied")
+
+    monkeypatch.setattr(openvino, "save_model", refused)
+    log = ReadLog()
+    model = minilm_onnx._openvino_model(log, onnx_copy)
+
+    assert log.read == [".onnx"] and list(onnx_copy.parent.iterdir()) == [onnx_copy]
+    assert log.core.compile_model(model, "CPU") is not None
