@@ -64,9 +64,10 @@ def default_embedding_model() -> str | None:
 
 
 def local_embedding_runtime() -> str:
-    """`ADK_MEMORY_LOCAL_RUNTIME`: how all-MiniLM-L6-v2 runs, `auto` (ONNX Runtime) unless set.
+    """`ADK_MEMORY_LOCAL_RUNTIME`: how all-MiniLM-L6-v2 runs, `auto` (its ONNX file) unless set.
 
-    `sentence-transformers` runs it on torch instead (the same vectors, a slower start).
+    `openvino` or `onnxruntime` names the engine that runs the file; `sentence-transformers`
+    runs the model on torch instead (the same vectors, a slower start).
     """
     return (os.environ.get("ADK_MEMORY_LOCAL_RUNTIME") or "auto").strip().lower()
 
