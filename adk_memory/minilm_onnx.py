@@ -453,7 +453,7 @@ def _openvino_model(core: Any, onnx_file: Path) -> Any:
         except Exception as exc:  # a foreign or damaged copy: read the ONNX file as if none
             logger.warning("Ignoring OpenVINO's copy %s of the model: %s", graph, exc)
     model = core.read_model(str(onnx_file))
-    partial = graph.with_name(f"{graph.stem}.{os.getpid()}.partial.xml")
+    partial = graph.with_name(f"{graph.stem}.{os.getpid()}-{threading.get_ident()}.partial.xml")
     try:
         openvino.save_model(model, str(partial), compress_to_fp16=False)
         os.replace(partial.with_suffix(".bin"), graph.with_suffix(".bin"))

@@ -413,6 +413,40 @@ def test_openvino_writes_its_copy_once_and_reads_it_afterwards(onnx_copy: Path) 
     assert written == [".bin", ".xml"]  # no partial file left behind
 
 
+def test_processes_and_threads_writing_the_copy_at_once_leave_one_whole_copy(
+    onnx_copy: Path,
+) -> None:
+    script = (
+        "import sys, openvino; from pathlib import Path; from adk_memory import minilm_onnx\n"
+        "minilm_onnx._openvino_model(openvino.Core(), Path(sys.argv[1]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    children = [
+        subprocess.Popen([sys.executable, "-c", script, str(onnx_copy)], env=env) for _ in range(2)
+    ]
+    threads = [
+        threading.Thread(target=minilm_onnx._openvino_model, args=(ReadLog(), onnx_copy))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert [child.wait(120) for child in children] == [0, 0]
+
+    assert sorted(p.suffix for p in onnx_copy.parent.iterdir() if p != onnx_copy) == [
+        ".bin",
+        ".xml",
+    ]
+    log = ReadLog()
+    model = minilm_onnx._openvino_model(log, onnx_copy)
+    assert log.read == [".xml"]
+    compiled = log.core.compile_model(model, "CPU")
+    ids = np.array([[101, 7592, 102]], dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+    assert compiled.create_infer_request().infer(feeds)[0].shape == (1, 3, 384)
+
+
 def test_a_damaged_openvino_copy_is_ignored_and_the_onnx_file_read(
     onnx_copy: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
