@@ -9,7 +9,9 @@ This module turns them into an ONNX file once per machine and runs that file, to
 Two engines run the file (`Engine`): OpenVINO when it is installed, else ONNX Runtime. On a CPU
 with bfloat16 matrix units (AMX, AVX-512 BF16) OpenVINO computes in bfloat16, which on these
 machines costs a quarter of ONNX Runtime's CPU per text with vectors at cosine 0.9999 of the
-float32 ones (benchmarks/RESULTS.md, section 6); elsewhere it computes in float32.
+float32 ones (benchmarks/RESULTS.md, section 6); elsewhere it computes in float32. OpenVINO
+reads its own copy of the file, written once beside it (`_openvino_model`), and gets inputs
+padded to few shapes (`_WIDTH_STEP`).
 
 The ONNX file: exported by torch (``torch.onnx.export``), fused for CPU by onnxruntime's own
 BERT optimizer, checked against the torch model on a few texts, then written atomically to
@@ -291,7 +293,7 @@ def _export(folder: Path, destination: Path) -> None:
 
 @dataclass(slots=True)
 class OnnxMiniLM:
-    """A loaded ONNX session and tokenizer; `encode` is safe to call from several threads."""
+    """The ONNX file loaded on an engine, and the tokenizer; `encode` is thread-safe."""
 
     run: Callable[[Feeds], npt.NDArray[np.float32]]  # feeds -> last hidden state, one at a time
     tokenizer: Any  # tokenizers.Tokenizer
