@@ -47,10 +47,9 @@ from adk_memory import telemetry
 from adk_memory.embeddings import (
     Embedder,
     EmbedderWrapper,
-    GeminiEmbedder,
-    HashEmbedder,
     LocalEmbedder,
     _CachingEmbedder,
+    _InProcessModel,
 )
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.settings import (
@@ -67,13 +66,11 @@ Vector = tuple[float, ...]
 
 
 class _Batchable(Embedder, Protocol):
-    """An embedder with the batch call `_CachingEmbedder` subclasses implement."""
+    """An embedder whose model runs in this process (`embeddings._InProcessModel`)."""
+
+    def _encode(self, texts: list[str], *, query: bool) -> list[Vector]: ...
 
     async def _embed(self, texts: list[str], *, query: bool) -> list[Vector]: ...
-
-
-_NOT_BATCHED = (GeminiEmbedder, HashEmbedder)
-"""Embedders `batched` passes through: remote (the client is its caller's loop's) and hashing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +128,7 @@ class BatchingEmbedder(EmbedderWrapper, _CachingEmbedder):
 
     Model, dimension and any other attribute are the wrapped embedder's (`EmbedderWrapper`).
     Input checks and the query cache are `_CachingEmbedder`'s, as for every embedder; what they
-    let through goes to the worker thread, which calls the wrapped embedder's `_embed` with the
+    let through goes to the worker thread, which calls the wrapped embedder's `_encode` with the
     texts of every caller waiting (see the module docstring). A call of more than `max_batch`
     texts is a batch already: it goes to the wrapped embedder directly.
 
@@ -246,15 +243,12 @@ class BatchingEmbedder(EmbedderWrapper, _CachingEmbedder):
     # The worker thread
 
     def _work(self) -> None:
-        loop = asyncio.new_event_loop()
         try:
             while groups := self._take():
-                self._run(loop, groups)
+                self._run(groups)
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             logger.exception("The embedding worker for %s failed", self.model)
             self._fail_everything(exc)
-        finally:
-            loop.close()
 
     def _take(self) -> list[list[_Text]]:
         """The next texts, oldest first, one group per mode (a model call each).
@@ -287,11 +281,11 @@ class BatchingEmbedder(EmbedderWrapper, _CachingEmbedder):
                         item.batch = batch
                 return groups
 
-    def _run(self, loop: asyncio.AbstractEventLoop, groups: list[list[_Text]]) -> None:
+    def _run(self, groups: list[list[_Text]]) -> None:
         """Embeds each group in a model call, then hands every finished caller its result."""
         started = time.perf_counter()
         for group in groups:
-            self._embed_group(loop, group)
+            self._embed_group(group)
         taken = [item for group in groups for item in group]
         logger.debug(
             "Embedded %d texts with %s in %.1f ms",
@@ -301,15 +295,16 @@ class BatchingEmbedder(EmbedderWrapper, _CachingEmbedder):
         )
         self._finish(taken)
 
-    def _embed_group(self, loop: asyncio.AbstractEventLoop, group: list[_Text]) -> None:
-        """Sets each text's vector or error; a failing call is split until each culprit is alone."""
+    def _embed_group(self, group: list[_Text]) -> None:
+        """Sets each text's vector or error; a failing call is split until each culprit is alone.
+
+        The model runs on this worker thread (`_encode`), not on a pool thread it would wait for.
+        """
         parts = [group]
         while parts:
             part = parts.pop()
             try:
-                vectors = loop.run_until_complete(
-                    self.inner._embed([item.text for item in part], query=group[0].query)
-                )
+                vectors = self.inner._encode([item.text for item in part], query=group[0].query)
                 if len(vectors) != len(part):
                     raise StoreUnavailable(
                         f"The embedding model {self.model!r} returned {len(vectors)} vectors for "
@@ -366,10 +361,10 @@ _batchers_lock = threading.Lock()
 def batched(embedder: Embedder) -> Embedder:
     """`embedder` behind this process's `BatchingEmbedder` for it, or itself if not batched.
 
-    The embedders that run on this machine (`LocalEmbedder`, `MultilingualE5Embedder`: every
-    `_CachingEmbedder` but `GeminiEmbedder` and `HashEmbedder`) are batched, unless
-    `ADK_MEMORY_EMBEDDING_BATCH_SIZE` is 0; queries share calls with documents for a
-    `LocalEmbedder` only (its `_embed` ignores `query`). Batch size and window are read when an
+    The embedders whose model runs in this process (`LocalEmbedder`, `MultilingualE5Embedder`:
+    `embeddings._InProcessModel`) are batched, unless `ADK_MEMORY_EMBEDDING_BATCH_SIZE` is 0;
+    queries share calls with documents for a `LocalEmbedder` only (its `_encode` ignores
+    `query`). Batch size and window are read when an
     embedder's batcher is built, at its first use.
 
     A `BatchingEmbedder` is returned as it is.
@@ -377,9 +372,7 @@ def batched(embedder: Embedder) -> Embedder:
     Raises:
         InvalidArgument: An `ADK_MEMORY_EMBEDDING_BATCH_*` variable is malformed.
     """
-    if not isinstance(embedder, _CachingEmbedder) or isinstance(
-        embedder, (*_NOT_BATCHED, BatchingEmbedder)
-    ):
+    if not isinstance(embedder, _InProcessModel):
         return embedder
     max_batch = embedding_batch_size()
     if max_batch == 0:

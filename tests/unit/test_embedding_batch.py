@@ -49,15 +49,15 @@ class Records:
         self.gate.set()
         self.failure: BaseException | None = None
 
-    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+    def _encode(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
         self.calls.append((list(texts), query))
         self.entered.set()
-        assert await asyncio.to_thread(self.gate.wait, 60)
+        assert self.gate.wait(60)
         if self.failure is not None:
             raise self.failure
         if any(POISON in text for text in texts):
             raise ValueError("the model could not embed a text")
-        return await super()._embed(texts, query=query)  # type: ignore[misc, no-any-return]
+        return super()._encode(texts, query=query)  # type: ignore[misc, no-any-return]
 
     @property
     def embedded(self) -> list[str]:
@@ -276,7 +276,7 @@ async def test_every_client_of_a_process_shares_one_batcher_per_model(
 class Unit(LocalEmbedder):
     """A model that needs no weights: every text gets the same unit vector."""
 
-    async def _embed(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
+    def _encode(self, texts: list[str], *, query: bool) -> list[tuple[float, ...]]:
         return [(1.0,) + (0.0,) * 383 for _ in texts]
 
 
