@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from adk_memory import minilm_onnx
 from adk_memory._embedder_wrapper import EmbedderWrapper
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.settings import (
@@ -58,6 +57,8 @@ from adk_memory.vectors import unstorable_value
 if TYPE_CHECKING:
     from google.genai import Client as GenaiClient
     from google.genai import types as genai_types
+
+    from adk_memory import minilm_onnx
 
 __all__ = [
     "CheckedEmbedder",
@@ -484,6 +485,8 @@ def _load_onnx(model: str, engine: minilm_onnx.Engine, *, strict: bool) -> _Load
     Returns None, once per process with a warning, when it cannot be had here and `strict` is
     off: sentence-transformers then serves the same model with the same vectors.
     """
+    from adk_memory import minilm_onnx  # on first load: not every import of this module
+
     if model != DEFAULT_EMBEDDING_MODEL:
         raise InvalidArgument(
             f"The ONNX runtime serves only {DEFAULT_EMBEDDING_MODEL!r}, not {model[:120]!r}; "

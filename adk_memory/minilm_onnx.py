@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -388,20 +388,26 @@ def _load_files(folder: Path, onnx_file: Path, engine: Engine) -> OnnxMiniLM:
             runner = _openvino_runner(onnx_file, strict=False)
         except Exception as exc:  # OpenVINO's errors are untyped; ONNX Runtime runs the file too
             logger.warning("OpenVINO cannot run %s (%s); using ONNX Runtime", onnx_file, exc)
-    run, label, threads = runner or _onnxruntime_runner(onnx_file)
+    runner = runner or _onnxruntime_runner(onnx_file)
     return OnnxMiniLM(
-        run=run,
+        run=runner.run,
         tokenizer=tokenizer,
         dimension=settings["dimension"],
         max_seq_length=settings["max_seq_length"],
-        engine=label,
-        width_step=_WIDTH_STEP if label.startswith("openvino") else 1,
-        intra_op_threads=threads,
+        engine=runner.engine,
+        width_step=runner.width_step,
+        intra_op_threads=runner.threads,
         run_lock=threading.Lock(),
     )
 
 
-Runner = tuple[Callable[[Feeds], npt.NDArray[np.float32]], str, int]
+class Runner(NamedTuple):
+    """An engine with the file loaded, as `OnnxMiniLM` takes it."""
+
+    run: Callable[[Feeds], npt.NDArray[np.float32]]
+    engine: str
+    threads: int
+    width_step: int
 
 
 def _openvino_runner(onnx_file: Path, *, strict: bool) -> Runner | None:
@@ -434,7 +440,8 @@ def _openvino_runner(onnx_file: Path, *, strict: bool) -> Runner | None:
         result: npt.NDArray[np.float32] = request.infer(feeds)[output]  # a copy of the buffer
         return result
 
-    return run, f"openvino ({'bf16' if 'bfloat16' in precision else precision})", threads
+    label = f"openvino ({'bf16' if 'bfloat16' in precision else precision})"
+    return Runner(run, label, threads, _WIDTH_STEP)
 
 
 def _openvino_model(core: Any, onnx_file: Path) -> Any:
@@ -488,7 +495,7 @@ def _onnxruntime_runner(onnx_file: Path) -> Runner:
         (hidden,) = session.run(["last_hidden_state"], feeds)
         return np.asarray(hidden, dtype=np.float32)
 
-    return run, "onnxruntime (f32)", threads
+    return Runner(run, "onnxruntime (f32)", threads, width_step=1)
 
 
 def _sentence_transformers_settings(folder: Path) -> dict[str, int]:
