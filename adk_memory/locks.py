@@ -1,8 +1,9 @@
 """Lock providers: mutual exclusion of generate requests and ingest flushes on one scope.
 
 SPEC §3 "Consistency": two generate or ingest flushes on one scope never interleave their
-read-decide-write. Each store names the provider that fits it: in-process for `memory://`, a file
-lock for embedded Chroma on one host, Redis for Redis and for a Chroma server shared by several
+read-decide-write. Each store names the provider that fits it: in-process for `memory://` and
+embedded Chroma (whose directory one process holds alone), file locks for a Chroma server whose
+writers share one host (`single_host`), Redis for Redis and for a Chroma server shared by several
 hosts (`adk_memory_redis.RedisLockProvider`). A lock has a lease, so a holder that dies does not
 block the scope forever; waiting is bounded and ends in `ResourceExhausted`.
 
@@ -21,6 +22,7 @@ import hashlib
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -93,19 +95,33 @@ def _timed_out(name: str, wait_seconds: float) -> ResourceExhausted:
     )
 
 
-_IN_PROCESS_POLL_SECONDS = 0.005
+class _Waiter:
+    """A caller waiting for a held in-process lock: woken on its own loop when handed the lock."""
+
+    __slots__ = ("future", "granted")
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
+        self.granted = False
+        """Set under the provider's guard when the releasing holder hands it the lock."""
 
 
 class InProcessLockProvider:
-    """Thread locks polled without blocking the loop, for a store in one process (`memory://`).
+    """Locks of one process, handed from holder to waiter on release (no polling).
 
-    Not asyncio locks: one process may use the store from several event loops (ADK runs each
-    synchronous `Runner.run` on a new one), and an asyncio lock belongs to one loop. The lease
-    is not enforced: a holder in the same process cannot die without its task ending.
+    For a store no other process writes: `memory://`, and embedded Chroma, whose directory the
+    process holds alone (`adk_memory_chroma._folder`). Not asyncio locks: one process uses a
+    store from several event loops (ADK runs each synchronous `Runner.run` on a new one), so a
+    waiter is a future of its own loop, which the releasing holder (any loop, any thread) grants
+    under one thread lock and wakes with `call_soon_threadsafe`: first come, first served. A
+    name is kept only while held. The lease is not enforced: a holder in the same process cannot
+    die without its task ending.
     """
 
     def __init__(self) -> None:
-        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._held: dict[str, deque[_Waiter]] = {}
+        """Held names -> their waiters, oldest first."""
 
     @asynccontextmanager
     async def lock(
@@ -116,22 +132,59 @@ class InProcessLockProvider:
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
     ) -> AsyncIterator[HeldLock]:
         """Holds `name` for the block."""
-        held = self._locks.setdefault(name, threading.Lock())
-        deadline = time.monotonic() + wait_seconds
-        while not held.acquire(blocking=False):
-            if time.monotonic() >= deadline:
-                raise _timed_out(name, wait_seconds)
-            await asyncio.sleep(_IN_PROCESS_POLL_SECONDS)
+        await self._acquire(name, wait_seconds)
         lease = HeldLock(name)
         try:
             yield lease
         finally:
             lease.released = True
-            held.release()
+            self._release(name)
+
+    async def _acquire(self, name: str, wait_seconds: float) -> None:
+        with self._guard:
+            waiters = self._held.get(name)
+            if waiters is None:
+                self._held[name] = deque()
+                return
+            waiter = _Waiter(asyncio.get_running_loop().create_future())
+            waiters.append(waiter)
+        try:
+            # Not `wait_for`: on Python 3.11 it swallows a cancellation that meets the grant.
+            async with asyncio.timeout(max(wait_seconds, 0.0)):
+                await waiter.future
+        except BaseException as error:
+            with self._guard:
+                granted = waiter.granted
+                if not granted:
+                    waiters.remove(waiter)
+            if granted:  # handed the lock as it gave up: pass it on
+                self._release(name)
+            if isinstance(error, TimeoutError):
+                raise _timed_out(name, wait_seconds) from None
+            raise
+
+    def _release(self, name: str) -> None:
+        """Hands `name` to its oldest waiter whose loop still runs, else frees it."""
+        with self._guard:
+            waiters = self._held[name]
+            while waiters:
+                waiter = waiters.popleft()
+                try:
+                    waiter.future.get_loop().call_soon_threadsafe(_wake, waiter.future)
+                except RuntimeError:  # its loop is closed: it will never run again
+                    continue
+                waiter.granted = True
+                return
+            del self._held[name]
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class FileLockProvider:
-    """OS file locks in a folder, for processes on one host (embedded Chroma).
+    """OS file locks in a folder, for processes on one host (a `single_host` Chroma server).
 
     The operating system releases a dead holder's lock, which serves as the lease.
     """

@@ -27,9 +27,15 @@ from chromadb.config import Settings
 from chromadb.errors import InternalError
 
 from adk_memory._registry import store_class_for
-from adk_memory.errors import AlreadyExists, InvalidArgument, NotFound, StoreUnavailable
+from adk_memory.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    StoreUnavailable,
+)
 from adk_memory.filters import And, Condition, FilterExpr, Not, Op, Or, family_of
-from adk_memory.locks import FileLockProvider
+from adk_memory.locks import InProcessLockProvider
 from adk_memory.reference_store import ReferenceMemoryStore
 from adk_memory.scope import scope_key
 from adk_memory.store import (
@@ -196,12 +202,23 @@ async def test_missing_bank_is_not_found(store: ChromaMemoryStore) -> None:
     assert await store.get_operation("nope", "operations/x") is None
 
 
-async def test_embedded_store_locks_with_files_next_to_the_data(tmp_path: Path) -> None:
-    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'db'}")
-    provider = store.lock_provider()
-    assert isinstance(provider, FileLockProvider)
+async def test_embedded_stores_of_one_directory_share_this_process_locks(tmp_path: Path) -> None:
+    # The directory is this process's alone, so its locks are thread locks every store of the
+    # process on it shares (not files next to the data).
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'db'}")
+    second = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'other' / '..' / 'db'}")
+    elsewhere = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'elsewhere'}")
+    provider = first.lock_provider()
+    assert isinstance(provider, InProcessLockProvider)
+    assert second.lock_provider() is provider
+    assert elsewhere.lock_provider() is not provider
     async with provider.lock("scope-x", wait_seconds=1):
-        assert (tmp_path / "db" / ".adk-memory-locks" / "adkmem").is_dir()
+        with pytest.raises(ResourceExhausted):
+            async with second.lock_provider().lock("scope-x", wait_seconds=0.01):
+                pass
+        async with elsewhere.lock_provider().lock("scope-x", wait_seconds=0.01):
+            pass
+    assert not (tmp_path / "db" / ".adk-memory-locks").exists()
 
 
 # Persistence
