@@ -912,12 +912,16 @@ class MemoryBankService(BaseMemoryService):
             except StoreUnavailable:
                 return
             await client.ingest_scheduler.run_once()
+            if self._handover.parked:
+                self._wake_writer()  # the scheduler's flushes may have held their streams
 
     async def _commit_handed_over(self) -> None:
+        self._handover.unpark()  # once a pass: a stream still locked is parked again
         while self._handover and self._breaker.allows():
             taken = self._handover.take()
             try:
-                requests = [request for handed in taken.values() for request in handed.requests()]
+                owned = [(key, request) for key, h in taken.items() for request in h.requests()]
+                requests = [request for _, request in owned]
                 results = await self._bounded(
                     self._ingest_many(requests),
                     what="write of handed-over events",
@@ -936,8 +940,18 @@ class MemoryBankService(BaseMemoryService):
                 )
                 self._handover.settled()
                 continue
-            self._handover.settled()
-            refused = [result for result in results if isinstance(result, AdkMemoryError)]
+            # A stream a flush holds is left for a pass after the flush (`_forget_flush`).
+            busy = {
+                key
+                for (key, _), result in zip(owned, results, strict=True)
+                if isinstance(result, ResourceExhausted)
+            }
+            self._handover.settled(parked={key: taken[key] for key in busy})
+            refused = [
+                result
+                for result in results
+                if isinstance(result, AdkMemoryError) and not isinstance(result, ResourceExhausted)
+            ]
             if refused:
                 logger.warning(
                     "The memory store refused the events of %d sessions (first: %s: %s); they "
@@ -946,8 +960,8 @@ class MemoryBankService(BaseMemoryService):
                     refused[0].status,
                     refused[0].message,
                 )
-            for handed in taken.values():
-                if handed.generate_now:
+            for key, handed in taken.items():
+                if handed.generate_now and key not in busy:
                     self._start_flush(stream_key(handed.scope, handed.stream_id), handed.scope)
             logger.debug("Stored the events of %d sessions in one write.", len(taken))
 
@@ -957,7 +971,7 @@ class MemoryBankService(BaseMemoryService):
         client = await self._writes.client_for_use(self._uri, self._ensure_bank)
         if client.remote:
             return await _ingest_each(client, self.bank_name, requests)
-        return await client.engine.ingest.ingest_many(self._bank_id, requests)
+        return await client.engine.ingest.ingest_many(self._bank_id, requests, skip_busy=True)
 
     async def _list_streams(self, scope: dict[str, str]) -> tuple[str, list[StreamStatus]]:
         """The scope's streams holding events, and the time they were listed at."""
@@ -1079,6 +1093,8 @@ class MemoryBankService(BaseMemoryService):
         if self._writes.flushes.get(stream) is task:
             del self._writes.flushes[stream]
             self._asked.pop(stream, None)
+        if self._handover.parked:
+            self._wake_writer()  # the stream it held may be one the writer left
 
     async def _flush_stream(self, stream: str) -> None:
         try:
@@ -1283,6 +1299,8 @@ class _Handover:
         self._lock = threading.Lock()
         self._queued: OrderedDict[tuple[str, str, str], _Handed] = OrderedDict()
         self._taken: dict[tuple[str, str, str], _Handed] = {}
+        self._parked: dict[tuple[str, str, str], _Handed] = {}
+        """Taken, but their streams were locked (being flushed): taken again by the next pass."""
         self._settled: asyncio.Event | None = None  # on the writes loop
 
     def __bool__(self) -> bool:
@@ -1290,9 +1308,14 @@ class _Handover:
 
     @property
     def pending(self) -> bool:
-        """Whether anything is queued or being written."""
+        """Whether anything is queued, being written, or waiting for a flush to end."""
         with self._lock:
-            return bool(self._queued or self._taken)
+            return bool(self._queued or self._taken or self._parked)
+
+    @property
+    def parked(self) -> bool:
+        """Whether hand-overs wait for their streams' flushes to end."""
+        return bool(self._parked)
 
     def put(self, key: tuple[str, str, str], handed: _Handed) -> None:
         with self._lock:
@@ -1310,19 +1333,31 @@ class _Handover:
             self._taken, self._queued = dict(self._queued), OrderedDict()
             return dict(self._taken)
 
+    def unpark(self) -> None:
+        """Queues what earlier passes left parked again, in front of what came meanwhile."""
+        with self._lock:
+            parked, self._parked = self._parked, {}
+            self._queue_in_front(parked)
+
     def put_back(self, taken: dict[tuple[str, str, str], _Handed]) -> None:
         """Returns a failed write's hand-overs, in front of what came meanwhile."""
         with self._lock:
-            later, self._queued = self._queued, OrderedDict(taken)
-            for key, handed in later.items():
-                earlier = self._queued.pop(key, None)
-                self._queued[key] = handed.merged_after(earlier) if earlier else handed
+            self._queue_in_front(taken)
             self._taken = {}
         self._notify()
 
-    def settled(self) -> None:
+    def _queue_in_front(self, earlier: Mapping[tuple[str, str, str], _Handed]) -> None:
+        """Under `_lock`: `earlier` first in the queue, each merged with what came after it."""
+        later, self._queued = self._queued, OrderedDict(earlier)
+        for key, handed in later.items():
+            before = self._queued.pop(key, None)
+            self._queued[key] = handed.merged_after(before) if before else handed
+
+    def settled(self, parked: Mapping[tuple[str, str, str], _Handed] | None = None) -> None:
+        """The writer's pass ended; `parked`: those it could not write yet (streams locked)."""
         with self._lock:
             self._taken = {}
+            self._parked.update(parked or {})
         self._notify()
 
     def stream_ids(self, scope: dict[str, str], except_session_id: str | None = None) -> set[str]:
@@ -1330,7 +1365,7 @@ class _Handover:
         with self._lock:
             return {
                 h.stream_id
-                for h in (*self._queued.values(), *self._taken.values())
+                for h in (*self._queued.values(), *self._taken.values(), *self._parked.values())
                 if h.scope == scope and h.stream_id != except_session_id
             }
 

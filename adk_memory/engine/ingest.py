@@ -60,7 +60,13 @@ from adk_memory.engine.convert import (
     to_utc,
 )
 from adk_memory.engine.generate import GenerateOps, check_generate_settings
-from adk_memory.errors import Aborted, AdkMemoryError, InvalidArgument, StoreUnavailable
+from adk_memory.errors import (
+    Aborted,
+    AdkMemoryError,
+    InvalidArgument,
+    ResourceExhausted,
+    StoreUnavailable,
+)
 from adk_memory.scope import scope_key, validate_scope
 from adk_memory.store import DocumentRecord, DueDocument, OperationRecord, WriteBatch
 
@@ -493,7 +499,7 @@ class IngestOps:
         return key, operation, self.is_due(stream, bank.config, now)
 
     async def ingest_many(
-        self, bank_id: str, requests: Sequence[IngestRequest]
+        self, bank_id: str, requests: Sequence[IngestRequest], *, skip_busy: bool = False
     ) -> list[IngestResult | AdkMemoryError]:
         """Buffers the events of many requests in ONE atomic store write (group commit).
 
@@ -504,6 +510,11 @@ class IngestOps:
         caller polls no operation (`ingest` records one for the API). A request that is invalid
         or would overfill its stream gets its error in its place and writes nothing; the others
         go on. Store failures are raised for the whole call, and nothing is written.
+
+        `skip_busy`: a stream whose lock another holder has (a flush generating from it, for as
+        long as its model calls take) is not waited for: its requests get `ResourceExhausted`
+        in their place and write nothing, and the other streams are written at once. Without
+        it, the call waits for each lock in turn.
 
         Returns:
             Per request, in order: its stream key and whether the stream is due now, or the
@@ -522,11 +533,26 @@ class IngestOps:
         if not checked:
             return results
         bank = await self._context.load_bank(bank_id)
-        keys = sorted({one.key for one in checked})
         locks = self._context.store.lock_provider()
         async with contextlib.AsyncExitStack() as held:
-            for key in keys:  # in key order: two group commits never wait on each other
-                await held.enter_async_context(locks.lock(f"stream:{bank_id}:{key}"))
+            keys: list[str] = []
+            # In key order: two group commits never wait on each other.
+            for key in sorted({one.key for one in checked}):
+                name = f"stream:{bank_id}:{key}"
+                lock = locks.lock(name, wait_seconds=0) if skip_busy else locks.lock(name)
+                try:
+                    await held.enter_async_context(lock)
+                except ResourceExhausted:
+                    if not skip_busy:
+                        raise
+                    for one in checked:
+                        if one.key == key:
+                            results[one.index] = _busy(key)
+                    continue
+                keys.append(key)
+            checked = [one for one in checked if one.key in keys]
+            if not checked:
+                return results
             found = await asyncio.gather(
                 *(self._context.store.get_document(bank_id, STREAM_KIND, key) for key in keys)
             )
@@ -848,6 +874,13 @@ class IngestResult:
 
     key: str
     due: bool
+
+
+def _busy(key: str) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"The stream {key[:80]!r} is locked by another holder (a flush generating from it); "
+        "its events were not written. Send them again once it is free."
+    )
 
 
 def _check_stream_id(stream_id: object) -> None:

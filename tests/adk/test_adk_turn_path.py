@@ -23,8 +23,9 @@ from google.adk.runners import Runner
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types as genai_types
 
-from adk_memory import InvalidArgument
+from adk_memory import AsyncClient, InvalidArgument
 from adk_memory.adk import MemoryBankPlugin, MemoryBankService
+from adk_memory.engine.ingest import stream_key
 from adk_memory.testing.agent_models import ScriptedAgentModel
 from adk_memory.testing.models import ScriptedMemoryModel
 from adk_memory.testing.proxies import HangingProxy
@@ -277,6 +278,46 @@ async def test_a_warm_turn_skips_waiting_for_its_own_sessions_generation_a_new_s
         assert time.perf_counter() - started < 1.5  # no wait for its own generation (3 s)
         await ask(runner, user_id="u1", text="What do I like?")  # a new session
         assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+    finally:
+        await runner.close()
+        await service.aclose()
+
+
+# A stream being flushed does not hold up the others
+
+
+async def _pending(store: str, bank_id: str) -> dict[str, int]:
+    async with AsyncClient(store, embedding_model="hash-64", run_scheduler=False) as reader:
+        return {s.stream_id: s.pending_events for s in await reader.engine.ingest.streams(bank_id)}
+
+
+async def test_a_stream_a_flush_holds_does_not_hold_up_other_sessions_events(store: str) -> None:
+    """The writer stores the sessions' hand-overs in one group write. A stream whose lock a flush
+    holds (through its model calls: seconds with a real model) is left for a later pass; the
+    other sessions' events are stored at once, and the one left is stored once the lock is
+    free, each event once."""
+    service = MemoryBankService(
+        store, embedding_model="hash-64", generation_model=ScriptedMemoryModel()
+    )
+    runner = _runner("plugin", ScriptedAgentModel(), service)
+    try:
+        first, _ = await ask(runner, user_id="u1", text="I love green tea.")
+        await service.drain()
+        assert await _pending(store, service.bank_id) == {first: 2}
+        async with AsyncClient(store, embedding_model="hash-64", run_scheduler=False) as other:
+            locks = other.engine.context.store.lock_provider()
+            key = stream_key({"app_name": APP, "user_id": "u1"}, first)
+            async with locks.lock(f"stream:{service.bank_id}:{key}"):
+                await ask(runner, user_id="u1", text="Anything else?", session_id=first)
+                await asyncio.sleep(0.2)  # the writer's pass finds u1's stream locked
+                second, _ = await ask(runner, user_id="u2", text="I live in Berlin.")
+                for _ in range(60):
+                    if second in await _pending(store, service.bank_id):
+                        break
+                    await asyncio.sleep(0.05)
+                assert await _pending(store, service.bank_id) == {first: 2, second: 2}
+        await service.drain()
+        assert await _pending(store, service.bank_id) == {first: 4, second: 2}
     finally:
         await runner.close()
         await service.aclose()

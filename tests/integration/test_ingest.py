@@ -594,6 +594,41 @@ async def test_ingest_many_stores_many_streams_in_one_write_each_event_once(uri:
         assert streams == {"u1": 2, "u2": 1}
 
 
+async def test_ingest_many_skipping_busy_streams_writes_the_others_at_once(uri: str) -> None:
+    """A stream a flush holds (its lock, through the model calls) does not hold up the other
+    streams of the group write: its requests are refused with `ResourceExhausted` and write
+    nothing; sent again once it is free, each event is stored once."""
+    from adk_memory import AsyncClient, ResourceExhausted
+    from adk_memory.engine.ingest import IngestRequest, IngestResult, stream_key
+
+    def request(user: str, *events: dict[str, Any]) -> IngestRequest:
+        return IngestRequest(
+            scope={"user_id": user}, stream_id="s", source={"events": list(events)}
+        )
+
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+        bank_id = (await client.memory_banks.create()).name.rsplit("/", 1)[1]
+        ingest = client.engine.ingest
+        busy = f"stream:{bank_id}:{stream_key({'user_id': 'u1'}, 's')}"
+        batch = [request("u1", event("one", "e1")), request("u2", event("two", "e2"))]
+        async with client.engine.context.store.lock_provider().lock(busy):
+            started = time.monotonic()
+            results = await ingest.ingest_many(bank_id, batch, skip_busy=True)
+            assert time.monotonic() - started < 5, "waited for the busy stream's lock"
+            assert isinstance(results[0], ResourceExhausted)
+            assert "locked" in results[0].message
+            assert isinstance(results[1], IngestResult)
+            pending = {s.scope["user_id"]: s.pending_events for s in await ingest.streams(bank_id)}
+            assert pending == {"u2": 1}
+            with pytest.raises(ResourceExhausted):  # without skip_busy it waits, here 0 s
+                async with client.engine.context.store.lock_provider().lock(busy, wait_seconds=0):
+                    pass
+        again = await ingest.ingest_many(bank_id, batch, skip_busy=True)
+        assert [type(result) for result in again] == [IngestResult, IngestResult]
+        pending = {s.scope["user_id"]: s.pending_events for s in await ingest.streams(bank_id)}
+        assert pending == {"u1": 1, "u2": 1}
+
+
 def test_an_ingest_is_one_store_write_of_its_stream_and_operation(uri: str) -> None:
     """The stream and its operation are one atomic write (a crash between two writes left an
     operation pending forever, naming events no stream held), and the answer is the operation
