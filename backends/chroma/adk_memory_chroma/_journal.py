@@ -112,7 +112,7 @@ import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adk_memory.errors import (
     AdkMemoryError,
@@ -126,6 +126,9 @@ from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import AUX, MEM, Chroma, Gone
 from adk_memory_chroma._locks import Locks
 from adk_memory_chroma._sizing import fits_one_request
+
+if TYPE_CHECKING:
+    from adk_memory_chroma._scope_index import HeadMirror
 
 logger = logging.getLogger(__name__)
 
@@ -206,11 +209,16 @@ class Journal:
         journal pending and a complete index, so that `apply` skips its replay check. A bank
         leaves it when a batch starts committing and returns once the batch is complete; a
         batch cut short (an error, a crash that left the process alive) keeps it out."""
+        self.heads: HeadMirror | None = None
+        """Embedded only, shared like `settled`: the scopes' head versions (`_scope_index`).
+        A replay forgets the bank's."""
 
     def forget(self, bank_id: str) -> None:
         """Forgets what was known of a bank (deleted, or its handles gone stale)."""
         self.recovered.discard(bank_id)
         self.settle(bank_id, False)
+        if self.heads is not None:
+            self.heads.forget(bank_id)
 
     def settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""
@@ -501,6 +509,15 @@ class Journal:
         Returns:
             The ids of the batches set aside.
         """
+        # It may write heads (a crashed batch's, a new index): what was known or read meanwhile
+        # of the bank's heads is forgotten once it is done, whatever happens.
+        try:
+            return await self._replay(bank_id, memories, aux)
+        finally:
+            if self.heads is not None:
+                self.heads.forget(bank_id)
+
+    async def _replay(self, bank_id: str, memories: Any, aux: Any) -> list[str]:
         state = await self.state(memories, aux)
         aside: list[str] = []
         for batch_id, home, head_id, head in state.journals:

@@ -30,11 +30,17 @@ slot's batch is the head's and not yet seen complete (its probes read, or, embed
 settled), the version is None: what a reader reads meanwhile is not cached under it (by this
 store's vector cache or the engine's hybrid cache). A batch too large for one call writes the
 heads after its memory rows.
+
+Embedded, the heads go through a process-wide mirror (`HeadMirror`): the directory is this
+process's alone, so a head this process committed is the head stored, and reading the scope's
+version costs no call. With 20 ADK users at once that was 100 `get`s a round (5 a user: a
+search each turn and generation's candidates), each waiting for a thread and the GIL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +54,80 @@ from adk_memory_chroma._where import Compiled, all_of
 WHOLE_SCOPE_READ = 4 * IN_CHUNK
 """A scope listing more memories than this is read by a `where` on its digest (one SQLite scan
 of the collection) rather than by ids in `IN_CHUNK` calls."""
+
+
+_MIRRORED_SCOPES = 200_000
+"""At most this many scope heads are mirrored; past it the oldest half is forgotten (and read
+again when next needed)."""
+
+
+class HeadMirror:
+    """Embedded only: each scope's head version as this process committed or read it.
+
+    Shared by this process's stores on the directory (`_folder`), which only this process
+    writes, through its writers. A writer forgets the scopes it is about to write (`writing`:
+    their versions are read from Chroma until it is done, with the slot check) and sets them
+    once its batch is committed whole (`committed`); a replayed journal, a bank deleted or a
+    store's `drop_all` forgets the bank (`forget`). A version read from Chroma is kept (`learn`)
+    only if no write of the bank began or ended since the read began (`epoch`), so a slow read
+    never puts back a version a writer has replaced. Each version is kept with the id of the
+    bank's memory collection it belongs to: a store whose handle is of a bank since deleted
+    (and created again) never finds it, and reads Chroma, which tells it the handle is gone.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._versions: dict[tuple[str, str], tuple[str, str]] = {}
+        """(bank id, scope key) -> (memory collection id, version)."""
+        self._epochs: dict[str, int] = {}
+
+    def known(self, bank_id: str, collection_id: str, scope_key: str) -> str | None:
+        """The scope's version ("" for a scope never written), or None if not known."""
+        found = self._versions.get((bank_id, scope_key))
+        return found[1] if found is not None and found[0] == collection_id else None
+
+    def epoch(self, bank_id: str) -> int:
+        """Taken before a read of the bank's heads; `learn` keeps a version read only with it."""
+        return self._epochs.get(bank_id, 0)
+
+    def learn(
+        self, bank_id: str, collection_id: str, scope_key: str, version: str, epoch: int
+    ) -> None:
+        with self._lock:
+            if self._epochs.get(bank_id, 0) == epoch:
+                self._put((bank_id, scope_key), (collection_id, version))
+
+    def writing(self, bank_id: str, scope_keys: Iterable[str]) -> None:
+        with self._lock:
+            self._next_epoch(bank_id)
+            for scope_key in scope_keys:
+                self._versions.pop((bank_id, scope_key), None)
+
+    def committed(self, bank_id: str, collection_id: str, versions: Mapping[str, str]) -> None:
+        with self._lock:
+            self._next_epoch(bank_id)
+            for scope_key, version in versions.items():
+                self._put((bank_id, scope_key), (collection_id, version))
+
+    def forget(self, bank_id: str | None = None) -> None:
+        """Forgets the bank's versions (every bank's with None)."""
+        with self._lock:
+            for known in {key[0] for key in self._versions} | set(self._epochs):
+                if bank_id is None or known == bank_id:
+                    self._next_epoch(known)
+            self._versions = {
+                key: value
+                for key, value in self._versions.items()
+                if bank_id is not None and key[0] != bank_id
+            }
+
+    def _next_epoch(self, bank_id: str) -> None:
+        self._epochs[bank_id] = self._epochs.get(bank_id, 0) + 1
+
+    def _put(self, key: tuple[str, str], value: tuple[str, str]) -> None:
+        if len(self._versions) >= _MIRRORED_SCOPES:
+            self._versions = dict(list(self._versions.items())[len(self._versions) // 2 :])
+        self._versions[key] = value
 
 
 class ScopeIndex:
@@ -128,9 +208,15 @@ class ScopeIndex:
         return rows, heads
 
     async def head(self, bank_id: str, memories: Any, aux: Any, scope_key: str) -> str | None:
-        """`scope_version`, read with the bank's slot."""
+        """`scope_version`: from the `HeadMirror` if it knows it, else read with the bank's slot."""
+        mirror = self._journal.heads
+        if mirror is not None:
+            known = mirror.known(bank_id, str(memories.id), scope_key)
+            if known is not None:
+                return known
+        epoch = 0 if mirror is None else mirror.epoch(bank_id)
         version, slot, _ = await self.read(aux, scope_key, buckets=False)
-        return await self._written_version(bank_id, memories, version, slot)
+        return await self._checked_version(bank_id, memories, scope_key, version, slot, epoch)
 
     async def members(self, aux: Any, scope_key: str) -> dict[str, int]:
         """The `{memory id: live_us}` the scope's index lists, in one read of its buckets."""
@@ -163,16 +249,25 @@ class ScopeIndex:
                 members.update(codec.decode_bucket(meta))
         return version, slot, members
 
-    async def _written_version(
-        self, bank_id: str, memories: Any, version: str, slot: Mapping[str, Any] | None
+    async def _checked_version(
+        self,
+        bank_id: str,
+        memories: Any,
+        scope_key: str,
+        version: str,
+        slot: Mapping[str, Any] | None,
+        epoch: int,
     ) -> str | None:
-        """`version`, or None while the slot's batch that wrote it may still be writing.
+        """`version` as read, or None while the slot's batch that wrote it may still be writing.
 
         Its memory rows follow the head; the slot's probes are read unless it was seen complete.
+        A version known complete is offered to the `HeadMirror`, read at `epoch`.
         """
         if version and slot is not None and slot[codec.JOURNAL_BATCH] == version:
             if not await self._journal.slot_batch_written(bank_id, memories, slot):
                 return None
+        if self._journal.heads is not None:
+            self._journal.heads.learn(bank_id, str(memories.id), scope_key, version, epoch)
         return version
 
     async def vectors(
@@ -186,6 +281,7 @@ class ScopeIndex:
         scope is `scope_key` (slower: a `where` on every call).
         """
         key = (str(memories.id), scope_key)
+        mirror = self._journal.heads
         if self.cache.holds(key) and not verified:
             version = await self.head(bank_id, memories, aux, scope_key)
             cached = None if version is None else self.cache.get(key, version)
@@ -193,8 +289,9 @@ class ScopeIndex:
                 return cached
             members = await self.members(aux, scope_key)
         else:  # nothing cached to check: the version and the index in one read
+            epoch = 0 if mirror is None else mirror.epoch(bank_id)
             head, slot, members = await self.read(aux, scope_key)
-            version = await self._written_version(bank_id, memories, head, slot)
+            version = await self._checked_version(bank_id, memories, scope_key, head, slot, epoch)
         scoped = {codec.SCOPE_KEY: scope_key}
         ids: list[str] = []
         embeddings: list[Any] = []

@@ -73,7 +73,7 @@ from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._locks import Locks
 from adk_memory_chroma._reads import ReadsTogether
-from adk_memory_chroma._scope_index import ScopeIndex
+from adk_memory_chroma._scope_index import HeadMirror, ScopeIndex
 from adk_memory_chroma._vectors import VectorCache, as_matrix, ranked
 from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
 from adk_memory_chroma._writer import BatchWriter, Changes
@@ -189,6 +189,7 @@ class ChromaMemoryStore(MemoryStore):
         """Takes the state this process's stores on an embedded directory share (`_folder`)."""
         self._banks.rows = _folder.shared(folder, ("banks", *namespace), BankRows)
         self._journal.settled = _folder.shared(folder, ("settled", *namespace), set)
+        self._journal.heads = _folder.shared(folder, ("heads", *namespace), HeadMirror)
         self._due.mirror = _folder.shared(folder, ("due", *namespace), DueMirror)
         # Stores of one budget share a cache: the service's reads store then finds what its
         # writes store just generated (write-through), without reading the scope again.
@@ -317,6 +318,8 @@ class ChromaMemoryStore(MemoryStore):
                 with contextlib.suppress(Gone):
                     await self._chroma.delete_collection(name)
         self._chroma.forget_collections()
+        if self._journal.heads is not None:
+            self._journal.heads.forget()
         self._writer.dimensions.clear()
         self._banks.changed()
         self._due.forget_all()

@@ -264,6 +264,8 @@ class BatchWriter:
         self._journal.settle(bank_id, False)
         as_read = as_read_http if self._chroma.on_server() else as_read_embedded
         writes = scope_writes(batch_id, rows.heads, rows.memory_rows, rows.deletes, as_read)
+        if self._journal.heads is not None:
+            self._journal.heads.writing(bank_id, rows.heads)
         await _uncancellable(
             self._commit_group(bank_id, memories, aux, plan, rows.accepted, writes)
         )
@@ -309,6 +311,9 @@ class BatchWriter:
         """
         await self._journal.commit(bank_id, memories, aux, plan)
         self._journal.settle(bank_id, True)
+        if self._journal.heads is not None:
+            versions = dict.fromkeys(writes, plan.batch_id)
+            self._journal.heads.committed(bank_id, str(memories.id), versions)
         failure = await self._set_dues(bank_id, accepted)
         for entry, deleted in accepted:
             if failure is None:
