@@ -128,6 +128,7 @@ from adk_memory_chroma._locks import Locks
 from adk_memory_chroma._sizing import fits_one_request
 
 if TYPE_CHECKING:
+    from adk_memory_chroma._records import RecordMirror
     from adk_memory_chroma._scope_index import HeadMirror
 
 logger = logging.getLogger(__name__)
@@ -212,13 +213,22 @@ class Journal:
         self.heads: HeadMirror | None = None
         """Embedded only, shared like `settled`: the scopes' head versions (`_scope_index`).
         A replay forgets the bank's."""
+        self.records: RecordMirror | None = None
+        """Embedded only, shared like `settled`: the memory rows committed (`_records`). A
+        replay forgets the bank's."""
 
     def forget(self, bank_id: str) -> None:
         """Forgets what was known of a bank (deleted, or its handles gone stale)."""
         self.recovered.discard(bank_id)
         self.settle(bank_id, False)
+        self.forget_mirrored(bank_id)
+
+    def forget_mirrored(self, bank_id: str | None = None) -> None:
+        """The mirrors forget the bank (every bank with None)."""
         if self.heads is not None:
             self.heads.forget(bank_id)
+        if self.records is not None:
+            self.records.forget(bank_id)
 
     def settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""
@@ -514,8 +524,7 @@ class Journal:
         try:
             return await self._replay(bank_id, memories, aux)
         finally:
-            if self.heads is not None:
-                self.heads.forget(bank_id)
+            self.forget_mirrored(bank_id)
 
     async def _replay(self, bank_id: str, memories: Any, aux: Any) -> list[str]:
         state = await self.state(memories, aux)

@@ -73,6 +73,7 @@ from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._locks import Locks
 from adk_memory_chroma._reads import ReadsTogether
+from adk_memory_chroma._records import RecordMirror
 from adk_memory_chroma._scope_index import HeadMirror, ScopeIndex
 from adk_memory_chroma._vectors import VectorCache, as_matrix, ranked
 from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
@@ -190,6 +191,7 @@ class ChromaMemoryStore(MemoryStore):
         self._banks.rows = _folder.shared(folder, ("banks", *namespace), BankRows)
         self._journal.settled = _folder.shared(folder, ("settled", *namespace), set)
         self._journal.heads = _folder.shared(folder, ("heads", *namespace), HeadMirror)
+        self._journal.records = _folder.shared(folder, ("records", *namespace), RecordMirror)
         self._due.mirror = _folder.shared(folder, ("due", *namespace), DueMirror)
         # Stores of one budget share a cache: the service's reads store then finds what its
         # writes store just generated (write-through), without reading the scope again.
@@ -318,8 +320,7 @@ class ChromaMemoryStore(MemoryStore):
                 with contextlib.suppress(Gone):
                     await self._chroma.delete_collection(name)
         self._chroma.forget_collections()
-        if self._journal.heads is not None:
-            self._journal.heads.forget()
+        self._journal.forget_mirrored()
         self._writer.dimensions.clear()
         self._banks.changed()
         self._due.forget_all()
@@ -445,15 +446,9 @@ class ChromaMemoryStore(MemoryStore):
                 best = vectors.nearest(vector, allowed, query.k)
                 if not best:
                     return []
-                found = await self._chroma.get(
-                    "read nearest memories",
-                    memories,
-                    ids=best,
-                    include=["metadatas", "documents", "embeddings"],
-                )
                 records = [
                     record
-                    for record in _decode_live(found, now_us)
+                    for record in await self._winners(bank_id, memories, best, now_us)
                     if record.scope_key == query.scope_key and matches(query.filter, record)
                 ]
                 if len(records) == len(best):
@@ -465,6 +460,23 @@ class ChromaMemoryStore(MemoryStore):
             return ranked(records, vector, query.k)
 
         return await self._on_bank(bank_id, MEM, work)
+
+    async def _winners(
+        self, bank_id: str, memories: Any, memory_ids: list[str], now_us: int
+    ) -> list[MemoryRecord]:
+        """The live memories of `memory_ids`: as committed here (embedded), else read."""
+        mirror = self._journal.records
+        if mirror is not None:
+            kept = mirror.live_records(bank_id, str(memories.id), memory_ids, now_us)
+            if kept is not None:
+                return kept
+        found = await self._chroma.get(
+            "read nearest memories",
+            memories,
+            ids=memory_ids,
+            include=["metadatas", "documents", "embeddings"],
+        )
+        return _decode_live(found, now_us)
 
     async def scope_version(self, bank_id: str, scope_key: ScopeKey) -> str | None:
         """The version token of the scope's index head ("" for a scope never written).

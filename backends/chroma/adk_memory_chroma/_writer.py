@@ -264,11 +264,8 @@ class BatchWriter:
         self._journal.settle(bank_id, False)
         as_read = as_read_http if self._chroma.on_server() else as_read_embedded
         writes = scope_writes(batch_id, rows.heads, rows.memory_rows, rows.deletes, as_read)
-        if self._journal.heads is not None:
-            self._journal.heads.writing(bank_id, rows.heads)
-        await _uncancellable(
-            self._commit_group(bank_id, memories, aux, plan, rows.accepted, writes)
-        )
+        self._mirrors_writing(bank_id, rows)
+        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, rows, writes))
 
     async def _rows_held(
         self, aux: Any, stored: Mapping[str, Any], accepted: list[_Accepted], batch_id: str
@@ -301,21 +298,19 @@ class BatchWriter:
         memories: Any,
         aux: Any,
         plan: Plan,
-        accepted: list[_Accepted],
+        rows: _GroupRows,
         writes: Mapping[str, ScopeWrite],
     ) -> None:
         """`Journal.commit`, the group's due entries, then each batch's outcome (uncancellable).
 
-        Only a batch committed whole reaches the vector cache (write-through): the scopes it
-        changed are then, at its version, exactly what the cache can compute.
+        Only a batch committed whole reaches the vector cache (write-through) and the mirrors:
+        the scopes it changed are then, at its version, exactly what the cache can compute.
         """
         await self._journal.commit(bank_id, memories, aux, plan)
         self._journal.settle(bank_id, True)
-        if self._journal.heads is not None:
-            versions = dict.fromkeys(writes, plan.batch_id)
-            self._journal.heads.committed(bank_id, str(memories.id), versions)
-        failure = await self._set_dues(bank_id, accepted)
-        for entry, deleted in accepted:
+        self._mirrors_committed(bank_id, str(memories.id), rows, plan.batch_id)
+        failure = await self._set_dues(bank_id, rows.accepted)
+        for entry, deleted in rows.accepted:
             if failure is None:
                 entry.outcome.set_result(len(deleted))
             else:
@@ -324,6 +319,25 @@ class BatchWriter:
             self._journal.written[bank_id] = plan.batch_id
             for scope_key, write in writes.items():
                 self._scopes.cache.write_through((str(memories.id), scope_key), write)
+
+    def _mirrors_writing(self, bank_id: str, rows: _GroupRows) -> None:
+        """Embedded, before the first call: the mirrors forget what the batch writes."""
+        if self._journal.records is not None:
+            written = [row[0] for row in rows.memory_rows]
+            self._journal.records.writing(bank_id, [*written, *rows.deletes])
+        if self._journal.heads is not None:
+            self._journal.heads.writing(bank_id, rows.heads)
+
+    def _mirrors_committed(
+        self, bank_id: str, collection_id: str, rows: _GroupRows, batch_id: str
+    ) -> None:
+        """Embedded, once committed whole: the rows first, so a version known has its rows."""
+        if self._journal.records is not None and rows.memory_rows:
+            vectors = as_read_embedded([row[1] for row in rows.memory_rows])
+            self._journal.records.committed(bank_id, collection_id, rows.memory_rows, vectors)
+        if self._journal.heads is not None:
+            versions = dict.fromkeys(rows.heads, batch_id)
+            self._journal.heads.committed(bank_id, collection_id, versions)
 
     async def _set_dues(self, bank_id: str, accepted: Sequence[_Accepted]) -> AdkMemoryError | None:
         """Sets the due entries of the committed batches' documents: one call per kind.

@@ -1,8 +1,9 @@
-"""Embedded Chroma's `HeadMirror`: scope versions known in the process, never stale.
+"""Embedded Chroma's mirrors: scope versions (`HeadMirror`) and memory rows (`RecordMirror`)
+known in the process, never stale.
 
-The directory is this process's alone, so the version a writer committed is the version stored;
-the attacks here are the ways a version could be wrong: a read racing a write, a write cut
-short, a replayed journal, a second store on the directory, a bank created again.
+The directory is this process's alone, so what a writer committed is what is stored; the
+attacks here are the ways a mirror could be wrong: a read racing a write, a write cut short, a
+replayed journal, a second store on the directory, a bank created again, a field removed.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _scope_index
+from adk_memory_chroma import ChromaMemoryStore, _records, _scope_index
+from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import Chroma
 from adk_memory_chroma._scope_index import HeadMirror, ScopeIndex
 
 from adk_memory.errors import StoreUnavailable
-from adk_memory.store import NearestQuery, WriteBatch
+from adk_memory.store import NearestQuery, TopicRef, WriteBatch
 from adk_memory.testing.conformance import BANK, DIM, KEY, T0, bank_record, memory
 
 NOW = T0 + timedelta(minutes=1)
@@ -43,15 +46,18 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[ChromaMemoryStore, ChromaM
 
 
 class IndexReads:
-    """Counts the Chroma reads of scope heads ("read a scope's index")."""
+    """Counts the Chroma reads of scope heads ("read a scope's index") and of winners."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
+        self.winners = 0
         original = Chroma.call
 
         async def call(chroma: Chroma, action: str, method: Any, **kwargs: Any) -> Any:
             if action == "read a scope's index":
                 self.count += 1
+            if action == "read nearest memories":
+                self.winners += 1
             return await original(chroma, action, method, **kwargs)
 
         monkeypatch.setattr(Chroma, "call", call)
@@ -70,6 +76,63 @@ async def test_a_committed_version_costs_no_read_in_any_store_of_the_process(
     assert [hit.record.memory_id for hit in await reader.nearest(BANK, _query(1))] == ["b", "a"]
     assert await writer.scope_version(BANK, KEY) == version
     assert reads.count == 0
+    assert reads.winners == 0
+
+
+async def test_winners_from_the_mirror_equal_what_chroma_returns(
+    pair: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every field, as a read of the stored row decodes it, through an update that removes a
+    metadata key and a topic and sets an expiry, and a delete."""
+    writer, reader = pair
+    full = memory(
+        "a",
+        vector(0),
+        metadata={"kept": "yes", "dropped": 2},
+        topics=(TopicRef(managed="USER_PREFERENCES"),),
+    )
+    await writer.apply(BANK, WriteBatch(inserts=(full, memory("b", vector(1)))))
+    fewer = memory(
+        "a",
+        vector(2),
+        fact="changed",
+        metadata={"kept": "yes"},
+        update_time=T0 + timedelta(seconds=1),
+        expire_time=T0 + timedelta(days=1),
+    )
+    await writer.apply(BANK, WriteBatch(upserts=(fewer,), deletes=("b",)))
+    reads = IndexReads(monkeypatch)
+    hits = await reader.nearest(BANK, _query(2, k=5))
+    assert reads.winners == 0
+    stored = await reader.get_memories(BANK, ["a", "b"], NOW)  # read from Chroma
+    assert [hit.record for hit in hits] == stored
+    assert stored[0].metadata == {"kept": "yes"} and stored[0].topics == ()
+    past_expiry = NearestQuery(KEY, vector(2), 5, T0 + timedelta(days=2))
+    assert await reader.nearest(BANK, past_expiry) == []
+
+
+async def test_a_write_cut_short_leaves_its_rows_to_be_read(
+    pair: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = pair
+    await writer.apply(BANK, WriteBatch(inserts=(memory("a", vector(0)),)))
+    original = Chroma.write
+
+    async def failing(chroma: Chroma, step: str, collection: Any, rows: Any) -> None:
+        if step == "write memories":
+            raise StoreUnavailable("Chroma went away mid-batch.")
+        await original(chroma, step, collection, rows)
+
+    monkeypatch.setattr(Chroma, "write", failing)
+    changed = memory("a", vector(0), fact="changed", update_time=T0 + timedelta(seconds=1))
+    with pytest.raises(StoreUnavailable):
+        await writer.apply(BANK, WriteBatch(upserts=(changed,)))
+    mirror = writer._journal.records
+    assert mirror is not None
+    assert mirror.live_records(BANK, str((await _memories(writer)).id), ["a"], 0) is None
+    monkeypatch.setattr(Chroma, "write", original)
+    hits = await reader.nearest(BANK, _query(0))
+    assert [hit.record.fact for hit in hits] == ["changed"]  # the replayed batch, read
 
 
 async def test_a_read_that_straddles_a_write_never_puts_back_the_old_version(
@@ -155,6 +218,29 @@ async def test_a_bank_created_again_knows_nothing_of_the_old_one(
     await writer.create_bank(bank_record())
     assert await reader.scope_version(BANK, KEY) == ""
     assert await reader.nearest(BANK, _query(0)) == []
+    mirror = writer._journal.records
+    assert mirror is not None
+    assert mirror.live_records(BANK, str((await _memories(writer)).id), ["a"], 0) is None
+
+
+def test_the_record_mirror_keeps_the_newest_rows_within_its_bytes() -> None:
+    records = [memory(f"m{index}", vector(index)) for index in range(4)]
+    rows = [codec.memory_row(record) for record in records]
+    vectors = np.asarray([row[1] for row in rows], dtype=np.float32)
+    sizes = [
+        len(row[2]) + len(row[3][codec.PAYLOAD]) + vectors[0].nbytes + _records._ROW_OVERHEAD
+        for row in rows
+    ]
+    mirror = _records.RecordMirror(max_bytes=sizes[2] + sizes[3])
+    mirror.committed("bank", "c1", rows, vectors)
+    assert mirror.live_records("bank", "c1", ["m1"], 0) is None  # the oldest went first
+    assert mirror.live_records("bank", "c1", ["m2", "m3"], 0) == records[2:]
+    assert mirror.live_records("bank", "c2", ["m3"], 0) is None  # another incarnation
+    assert mirror.live_records("bank", "c1", ["m3", "m9"], 0) is None  # all or nothing
+    mirror.writing("bank", ["m3"])
+    assert mirror.live_records("bank", "c1", ["m3"], 0) is None
+    mirror.forget("bank")
+    assert mirror.live_records("bank", "c1", ["m2"], 0) is None
 
 
 def test_the_mirror_forgets_its_oldest_half_past_its_bound(

@@ -1,0 +1,106 @@
+"""Embedded only: the memory rows this process committed, so a search reads no winners back.
+
+`nearest` ranks a scope's cached vectors, then reads its k winners whole from Chroma (their
+facts and metadata). With 20 ADK users at once that read was 40 `get`s a round, each waiting for
+a thread and the GIL, on rows this very process had just written. The directory is this
+process's alone (`_folder`) and every memory row goes through its writers, so a row a writer
+committed is the row stored until a later write of it: `RecordMirror` keeps the rows of
+committed batches (as their writer wrote them, decoded on use), and `nearest` takes its
+winners from it when it holds all of them.
+
+Never stale: a writer forgets every memory it is about to write or delete before its first call
+(`writing`) and puts the rows back once the batch is committed whole (`committed`); a write cut
+short leaves them forgotten. A replayed journal, a deleted bank and `drop_all` forget the bank.
+Rows are kept with the memory collection's id (a bank deleted and created again is another
+collection). Nothing read from Chroma is kept. Bounded in bytes, oldest first out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from adk_memory.store import MemoryRecord
+from adk_memory_chroma import _codec as codec
+
+MIRRORED_BYTES = 32 * 2**20
+"""About how much the kept rows may hold (facts, payloads, vectors)."""
+_ROW_OVERHEAD = 400
+"""About what a kept row costs beyond its fact, payload and vector."""
+
+
+class RecordMirror:
+    """Memory rows as this process's writers committed them, by bank and memory id."""
+
+    def __init__(self, max_bytes: int = MIRRORED_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._rows: OrderedDict[tuple[str, str], tuple[str, codec.Row, np.ndarray[Any, Any], int]]
+        self._rows = OrderedDict()
+        """(bank id, memory id) -> (memory collection id, row as written, its vector, bytes)."""
+        self._bytes = 0
+
+    def live_records(
+        self, bank_id: str, collection_id: str, memory_ids: Sequence[str], now_us: int
+    ) -> list[MemoryRecord] | None:
+        """Those of `memory_ids` live at `now_us`, as stored, in order.
+
+        What a `get` by ids and the expiry check would answer; None unless every one is kept.
+        """
+        with self._lock:
+            kept = [self._rows.get((bank_id, memory_id)) for memory_id in memory_ids]
+        rows = [entry for entry in kept if entry is not None and entry[0] == collection_id]
+        if len(rows) != len(memory_ids):
+            return None
+        return [
+            _decoded(row, vector)
+            for _, row, vector, _ in rows
+            if int(row[3].get(codec.LIVE_US) or 0) > now_us
+        ]
+
+    def writing(self, bank_id: str, memory_ids: Iterable[str]) -> None:
+        """Before a batch's first call: forgets every memory it writes or deletes."""
+        with self._lock:
+            for memory_id in memory_ids:
+                self._drop((bank_id, memory_id))
+
+    def committed(
+        self,
+        bank_id: str,
+        collection_id: str,
+        rows: Sequence[codec.Row],
+        vectors: np.ndarray[Any, Any],
+    ) -> None:
+        """Once a batch is committed whole: its memory rows, with their vectors as stored."""
+        with self._lock:
+            for row, vector in zip(rows, vectors, strict=True):
+                meta = row[3]
+                size = len(row[2] or "") + len(str(meta.get(codec.PAYLOAD, ""))) + vector.nbytes
+                key = (bank_id, row[0])
+                self._drop(key)
+                self._rows[key] = (collection_id, row, vector, size + _ROW_OVERHEAD)
+                self._bytes += size + _ROW_OVERHEAD
+            while self._bytes > self._max_bytes and self._rows:
+                self._drop(next(iter(self._rows)))
+
+    def forget(self, bank_id: str | None = None) -> None:
+        """Forgets the bank's rows (every bank's with None)."""
+        with self._lock:
+            for key in [key for key in self._rows if bank_id is None or key[0] == bank_id]:
+                self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._rows.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry[3]
+
+
+def _decoded(row: codec.Row, vector: np.ndarray[Any, Any]) -> MemoryRecord:
+    """The memory as a read of its stored row decodes it (None fields were removed by Chroma)."""
+    memory_id, _, fact, meta = row
+    stored = {key: value for key, value in meta.items() if value is not None}
+    return codec.decode_memory(memory_id, fact, stored, vector)
