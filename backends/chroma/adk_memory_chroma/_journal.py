@@ -128,7 +128,7 @@ from adk_memory_chroma._locks import Locks
 from adk_memory_chroma._sizing import fits_one_request
 
 if TYPE_CHECKING:
-    from adk_memory_chroma._records import RecordMirror
+    from adk_memory_chroma._records import DocumentMirror, RecordMirror
     from adk_memory_chroma._scope_index import HeadMirror
 
 logger = logging.getLogger(__name__)
@@ -216,6 +216,9 @@ class Journal:
         self.records: RecordMirror | None = None
         """Embedded only, shared like `settled`: the memory rows committed (`_records`). A
         replay forgets the bank's."""
+        self.documents: DocumentMirror | None = None
+        """Embedded only, shared like `settled`: the documents committed (`_records`). A
+        replay forgets the bank's."""
 
     def forget(self, bank_id: str) -> None:
         """Forgets what was known of a bank (deleted, or its handles gone stale)."""
@@ -229,6 +232,8 @@ class Journal:
             self.heads.forget(bank_id)
         if self.records is not None:
             self.records.forget(bank_id)
+        if self.documents is not None:
+            self.documents.forget(bank_id)
 
     def settle(self, bank_id: str, settled: bool) -> None:
         """Records whether the bank is known to have no pending journal (embedded only)."""

@@ -99,6 +99,81 @@ class RecordMirror:
             self._bytes -= entry[3]
 
 
+class DocumentMirror:
+    """Documents (ingest streams and the like) as this process's writers committed them.
+
+    `get_document` takes a document from it instead of reading it back: the ADK writer, a flush
+    and the next turn's hand-over each read the stream the last one wrote. Only batches of the
+    writers (`apply`, under the bank's journal lock) put documents in; `put_document` and
+    `delete_document`, which write outside that lock, forget theirs before and after writing, and
+    a batch in flight puts its documents in only if no such write of the bank began meanwhile
+    (`writing` returns the bank's epoch, `committed` checks it). Kept as the rows were written
+    (metadata, decoded on use), by bank and collection id, bounded in bytes.
+    """
+
+    def __init__(self, max_bytes: int = MIRRORED_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._rows: OrderedDict[tuple[str, str], tuple[str, dict[str, Any], int]] = OrderedDict()
+        """(bank id, row id) -> (aux collection id, row metadata as written, bytes)."""
+        self._bytes = 0
+        self._epochs: dict[str, int] = {}
+
+    def body(self, bank_id: str, collection_id: str, row_id: str) -> dict[str, Any] | None:
+        """The document's body as stored (a fresh copy), or None if not kept."""
+        with self._lock:
+            entry = self._rows.get((bank_id, row_id))
+        if entry is None or entry[0] != collection_id:
+            return None
+        return codec.decode_document(entry[1])[1]
+
+    def writing(self, bank_id: str, row_ids: Iterable[str]) -> int:
+        """Forgets the documents about to be written; returns the epoch `committed` checks."""
+        with self._lock:
+            self._epochs[bank_id] = epoch = self._epochs.get(bank_id, 0) + 1
+            for row_id in row_ids:
+                self._drop((bank_id, row_id))
+            return epoch
+
+    def committed(
+        self, bank_id: str, collection_id: str, rows: Sequence[codec.Row], epoch: int
+    ) -> None:
+        """Once a batch is committed whole: its document rows, unless another write came."""
+        with self._lock:
+            if self._epochs.get(bank_id, 0) != epoch:
+                return
+            for row_id, _, _, meta in rows:
+                size = len(str(meta.get(codec.PAYLOAD, ""))) + _ROW_OVERHEAD
+                self._drop((bank_id, row_id))
+                self._rows[(bank_id, row_id)] = (collection_id, dict(meta), size)
+                self._bytes += size
+            while self._bytes > self._max_bytes and self._rows:
+                self._drop(next(iter(self._rows)))
+
+    def forget(self, bank_id: str | None = None, row_ids: Iterable[str] | None = None) -> None:
+        """Forgets the bank's documents (those of `row_ids` only; every bank's with None)."""
+        with self._lock:
+            for known in {key[0] for key in self._rows} | set(self._epochs):
+                if bank_id is None or known == bank_id:
+                    self._epochs[known] = self._epochs.get(known, 0) + 1
+            if row_ids is not None and bank_id is not None:
+                dropped = [(bank_id, row_id) for row_id in row_ids]
+            else:
+                dropped = [key for key in self._rows if bank_id is None or key[0] == bank_id]
+            for key in dropped:
+                self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._rows.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry[2]
+
+
+def document_rows(rows: Sequence[codec.Row]) -> list[codec.Row]:
+    """The document rows among a batch's aux rows."""
+    return [row for row in rows if row[3].get(codec.KIND) == codec.KIND_DOCUMENT]
+
+
 def _decoded(row: codec.Row, vector: np.ndarray[Any, Any]) -> MemoryRecord:
     """The memory as a read of its stored row decodes it (None fields were removed by Chroma)."""
     memory_id, _, fact, meta = row

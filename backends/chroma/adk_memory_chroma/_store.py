@@ -73,7 +73,7 @@ from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._locks import Locks
 from adk_memory_chroma._reads import ReadsTogether
-from adk_memory_chroma._records import RecordMirror
+from adk_memory_chroma._records import DocumentMirror, RecordMirror
 from adk_memory_chroma._scope_index import HeadMirror, ScopeIndex
 from adk_memory_chroma._vectors import VectorCache, as_matrix, ranked
 from adk_memory_chroma._where import PUSHDOWN, Compiled, all_of, compile_filter
@@ -192,6 +192,7 @@ class ChromaMemoryStore(MemoryStore):
         self._journal.settled = _folder.shared(folder, ("settled", *namespace), set)
         self._journal.heads = _folder.shared(folder, ("heads", *namespace), HeadMirror)
         self._journal.records = _folder.shared(folder, ("records", *namespace), RecordMirror)
+        self._journal.documents = _folder.shared(folder, ("documents", *namespace), DocumentMirror)
         self._due.mirror = _folder.shared(folder, ("due", *namespace), DueMirror)
         # Stores of one budget share a cache: the service's reads store then finds what its
         # writes store just generated (write-through), without reading the scope again.
@@ -709,7 +710,12 @@ class ChromaMemoryStore(MemoryStore):
             row = _document_row(document)
 
         async def work(aux: Any) -> None:
-            await self._chroma.write("write a document", aux, [row])
+            # Outside the journal lock: mirrored by no one, before and after (`DocumentMirror`).
+            self._forget_document(bank_id, row[0])
+            try:
+                await self._chroma.write("write a document", aux, [row])
+            finally:
+                self._forget_document(bank_id, row[0])
 
         await index_around(
             self, bank_id, [document], functools.partial(self._on_bank, bank_id, AUX, work)
@@ -723,7 +729,12 @@ class ChromaMemoryStore(MemoryStore):
         """
 
         async def work(aux: Any) -> Mapping[str, Any] | None:
-            meta = await self._document_reads.metadata(aux, codec.document_id(kind, key))
+            row_id = codec.document_id(kind, key)
+            mirror = self._journal.documents
+            kept = None if mirror is None else mirror.body(bank_id, str(aux.id), row_id)
+            if kept is not None:
+                return kept
+            meta = await self._document_reads.metadata(aux, row_id)
             return codec.decode_document(meta)[1] if meta is not None else None
 
         try:
@@ -763,13 +774,20 @@ class ChromaMemoryStore(MemoryStore):
         self._locks.require()
 
         async def work(aux: Any) -> None:
-            await self._chroma.call(
-                "delete a document", aux.delete, ids=[codec.document_id(kind, key)]
-            )
+            row_id = codec.document_id(kind, key)
+            self._forget_document(bank_id, row_id)
+            try:
+                await self._chroma.call("delete a document", aux.delete, ids=[row_id])
+            finally:
+                self._forget_document(bank_id, row_id)
 
         with contextlib.suppress(NotFound):
             await self._on_bank(bank_id, AUX, work)
         await self.set_due(bank_id, kind, {key: None})
+
+    def _forget_document(self, bank_id: str, row_id: str) -> None:
+        if self._journal.documents is not None:
+            self._journal.documents.forget(bank_id, [row_id])
 
     async def due_documents(
         self, kind: str, now: datetime, *, limit: int = 1000

@@ -48,6 +48,7 @@ from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import AUX, MEM, Chroma
 from adk_memory_chroma._due import DueIndex
 from adk_memory_chroma._journal import Journal, Plan, new_batch_id
+from adk_memory_chroma._records import document_rows
 from adk_memory_chroma._scope_index import ScopeIndex
 from adk_memory_chroma._vectors import (
     ScopeWrite,
@@ -264,8 +265,8 @@ class BatchWriter:
         self._journal.settle(bank_id, False)
         as_read = as_read_http if self._chroma.on_server() else as_read_embedded
         writes = scope_writes(batch_id, rows.heads, rows.memory_rows, rows.deletes, as_read)
-        self._mirrors_writing(bank_id, rows)
-        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, rows, writes))
+        epoch = self._mirrors_writing(bank_id, rows)
+        await _uncancellable(self._commit_group(bank_id, memories, aux, plan, rows, writes, epoch))
 
     async def _rows_held(
         self, aux: Any, stored: Mapping[str, Any], accepted: list[_Accepted], batch_id: str
@@ -300,6 +301,7 @@ class BatchWriter:
         plan: Plan,
         rows: _GroupRows,
         writes: Mapping[str, ScopeWrite],
+        documents_epoch: int,
     ) -> None:
         """`Journal.commit`, the group's due entries, then each batch's outcome (uncancellable).
 
@@ -308,7 +310,7 @@ class BatchWriter:
         """
         await self._journal.commit(bank_id, memories, aux, plan)
         self._journal.settle(bank_id, True)
-        self._mirrors_committed(bank_id, str(memories.id), rows, plan.batch_id)
+        self._mirrors_committed(bank_id, memories, aux, rows, plan.batch_id, documents_epoch)
         failure = await self._set_dues(bank_id, rows.accepted)
         for entry, deleted in rows.accepted:
             if failure is None:
@@ -320,24 +322,41 @@ class BatchWriter:
             for scope_key, write in writes.items():
                 self._scopes.cache.write_through((str(memories.id), scope_key), write)
 
-    def _mirrors_writing(self, bank_id: str, rows: _GroupRows) -> None:
-        """Embedded, before the first call: the mirrors forget what the batch writes."""
+    def _mirrors_writing(self, bank_id: str, rows: _GroupRows) -> int:
+        """Embedded, before the first call: the mirrors forget what the batch writes.
+
+        Returns the documents' epoch (`DocumentMirror.writing`).
+        """
+        epoch = 0
+        if self._journal.documents is not None:
+            documents = [row[0] for row in document_rows(rows.aux_rows)]
+            epoch = self._journal.documents.writing(bank_id, documents)
         if self._journal.records is not None:
             written = [row[0] for row in rows.memory_rows]
             self._journal.records.writing(bank_id, [*written, *rows.deletes])
         if self._journal.heads is not None:
             self._journal.heads.writing(bank_id, rows.heads)
+        return epoch
 
     def _mirrors_committed(
-        self, bank_id: str, collection_id: str, rows: _GroupRows, batch_id: str
+        self,
+        bank_id: str,
+        memories: Any,
+        aux: Any,
+        rows: _GroupRows,
+        batch_id: str,
+        documents_epoch: int,
     ) -> None:
         """Embedded, once committed whole: the rows first, so a version known has its rows."""
+        if self._journal.documents is not None:
+            documents = document_rows(rows.aux_rows)
+            self._journal.documents.committed(bank_id, str(aux.id), documents, documents_epoch)
         if self._journal.records is not None and rows.memory_rows:
             vectors = as_read_embedded([row[1] for row in rows.memory_rows])
-            self._journal.records.committed(bank_id, collection_id, rows.memory_rows, vectors)
+            self._journal.records.committed(bank_id, str(memories.id), rows.memory_rows, vectors)
         if self._journal.heads is not None:
             versions = dict.fromkeys(rows.heads, batch_id)
-            self._journal.heads.committed(bank_id, collection_id, versions)
+            self._journal.heads.committed(bank_id, str(memories.id), versions)
 
     async def _set_dues(self, bank_id: str, accepted: Sequence[_Accepted]) -> AdkMemoryError | None:
         """Sets the due entries of the committed batches' documents: one call per kind.

@@ -19,10 +19,11 @@ import pytest
 from adk_memory_chroma import ChromaMemoryStore, _records, _scope_index
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma._chroma import Chroma
+from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._scope_index import HeadMirror, ScopeIndex
 
 from adk_memory.errors import StoreUnavailable
-from adk_memory.store import NearestQuery, TopicRef, WriteBatch
+from adk_memory.store import DocumentRecord, NearestQuery, TopicRef, WriteBatch
 from adk_memory.testing.conformance import BANK, DIM, KEY, T0, bank_record, memory
 
 NOW = T0 + timedelta(minutes=1)
@@ -269,3 +270,67 @@ def _query(position: int, *, k: int = 3) -> NearestQuery:
 
 async def _memories(store: ChromaMemoryStore) -> Any:
     return await store._chroma.collection(store._chroma.name(BANK, "mem"))
+
+
+# Documents
+
+
+def stream(body: dict[str, Any]) -> WriteBatch:
+    return WriteBatch(documents=(DocumentRecord("stream", "s-key", body),))
+
+
+async def test_a_document_a_batch_wrote_is_read_from_the_mirror(
+    pair: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = pair
+    assert await reader.get_document(BANK, "stream", "s-key") is None  # the bank, recovered
+    await writer.apply(BANK, stream({"pending": [1, 2], "nested": {"a": "b"}}))
+    reads = DocumentReads(monkeypatch)
+    found = await reader.get_document(BANK, "stream", "s-key")
+    assert found == {"pending": [1, 2], "nested": {"a": "b"}}
+    assert reads.count == 0
+    found["pending"].append(3)  # a caller's copy: the mirror's stays as stored
+    assert await reader.get_document(BANK, "stream", "s-key") == {
+        "pending": [1, 2],
+        "nested": {"a": "b"},
+    }
+
+
+async def test_a_put_document_between_a_batch_s_write_and_its_mirror_wins(
+    pair: tuple[ChromaMemoryStore, ChromaMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`put_document` writes outside the journal lock: landing after a batch's Chroma write and
+    before the batch fills the mirror, it is what is stored, and what is read."""
+    writer, reader = pair
+    committed, resume = asyncio.Event(), asyncio.Event()
+    original = Journal.commit
+
+    async def held_after_commit(journal: Journal, *args: Any) -> None:
+        await original(journal, *args)
+        if not resume.is_set():
+            committed.set()
+            await resume.wait()
+
+    monkeypatch.setattr(Journal, "commit", held_after_commit)
+    batch = asyncio.create_task(writer.apply(BANK, stream({"from": "batch"})))
+    await asyncio.wait_for(committed.wait(), 10)
+    await reader.put_document(BANK, "stream", "s-key", {"from": "put"})
+    resume.set()
+    await batch
+    assert await reader.get_document(BANK, "stream", "s-key") == {"from": "put"}
+    await reader.delete_document(BANK, "stream", "s-key")
+    assert await writer.get_document(BANK, "stream", "s-key") is None
+
+
+class DocumentReads:
+    """Counts the Chroma reads of documents by id."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = Chroma.read_metadata
+
+        async def read_metadata(chroma: Chroma, collection: Any, ids: Any, *args: Any) -> Any:
+            self.count += 1
+            return await original(chroma, collection, ids, *args)
+
+        monkeypatch.setattr(Chroma, "read_metadata", read_metadata)
