@@ -1,4 +1,9 @@
-"""Embedded only: the memory rows this process committed, so a search reads no winners back.
+"""Embedded only: the rows this process committed, so reads need not fetch them back.
+
+Two mirrors: memory rows (`RecordMirror`, for a search's winners) and documents
+(`DocumentMirror`, for `get_document`: ingest streams, read back by the ADK writer, a flush and
+the next turn's hand-over). What follows is said of the memory rows; `DocumentMirror` says how
+documents differ.
 
 `nearest` ranks a scope's cached vectors, then reads its k winners whole from Chroma (their
 facts and metadata). With 20 ADK users at once that read was 40 `get`s a round, each waiting for
