@@ -9,7 +9,7 @@ replayed journal, a second store on the directory, a bank created again, a field
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,19 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[ChromaMemoryStore, ChromaM
     finally:
         await writer.aclose()
         await reader.aclose()
+
+
+def fail_memory_writes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Makes writes of memory rows fail (Chroma gone mid-batch); returns what undoes it."""
+    original = Chroma.write
+
+    async def failing(chroma: Chroma, step: str, collection: Any, rows: Any) -> None:
+        if step == "write memories":
+            raise StoreUnavailable("Chroma went away mid-batch.")
+        await original(chroma, step, collection, rows)
+
+    monkeypatch.setattr(Chroma, "write", failing)
+    return lambda: monkeypatch.setattr(Chroma, "write", original)
 
 
 class IndexReads:
@@ -117,21 +130,14 @@ async def test_a_write_cut_short_leaves_its_rows_to_be_read(
 ) -> None:
     writer, reader = pair
     await writer.apply(BANK, WriteBatch(inserts=(memory("a", vector(0)),)))
-    original = Chroma.write
-
-    async def failing(chroma: Chroma, step: str, collection: Any, rows: Any) -> None:
-        if step == "write memories":
-            raise StoreUnavailable("Chroma went away mid-batch.")
-        await original(chroma, step, collection, rows)
-
-    monkeypatch.setattr(Chroma, "write", failing)
+    restore = fail_memory_writes(monkeypatch)
     changed = memory("a", vector(0), fact="changed", update_time=T0 + timedelta(seconds=1))
     with pytest.raises(StoreUnavailable):
         await writer.apply(BANK, WriteBatch(upserts=(changed,)))
     mirror = writer._journal.records
     assert mirror is not None
     assert mirror.live_records(BANK, str((await _memories(writer)).id), ["a"], 0) is None
-    monkeypatch.setattr(Chroma, "write", original)
+    restore()
     hits = await reader.nearest(BANK, _query(0))
     assert [hit.record.fact for hit in hits] == ["changed"]  # the replayed batch, read
 
@@ -175,19 +181,12 @@ async def test_a_write_cut_short_leaves_its_scope_to_be_read_again(
     writer, reader = pair
     await writer.apply(BANK, WriteBatch(inserts=(memory("a", vector(0)),)))
     before = await reader.scope_version(BANK, KEY)
-    original = Chroma.write
-
-    async def failing(chroma: Chroma, step: str, collection: Any, rows: Any) -> None:
-        if step == "write memories":
-            raise StoreUnavailable("Chroma went away mid-batch.")
-        await original(chroma, step, collection, rows)
-
-    monkeypatch.setattr(Chroma, "write", failing)
+    restore = fail_memory_writes(monkeypatch)
     with pytest.raises(StoreUnavailable):
         await writer.apply(BANK, WriteBatch(inserts=(memory("b", vector(1)),)))
     mirror = writer._journal.heads
     assert mirror is not None and mirror.known(BANK, str((await _memories(writer)).id), KEY) is None
-    monkeypatch.setattr(Chroma, "write", original)
+    restore()
     # The next use replays the batch's journal; the version is then the batch's, read again.
     await writer.apply(BANK, WriteBatch(inserts=(memory("c", vector(2)),)))
     after = await reader.scope_version(BANK, KEY)
