@@ -38,16 +38,50 @@ _ROW_OVERHEAD = 400
 """About what a kept row costs beyond its fact, payload and vector."""
 
 
-class RecordMirror:
-    """Memory rows as this process's writers committed them, by bank and memory id."""
+class _KeptRows:
+    """Rows kept by bank and row id with their collection's id, bounded in bytes, oldest out."""
 
     def __init__(self, max_bytes: int = MIRRORED_BYTES) -> None:
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._rows: OrderedDict[tuple[str, str], tuple[str, codec.Row, np.ndarray[Any, Any], int]]
-        self._rows = OrderedDict()
-        """(bank id, memory id) -> (memory collection id, row as written, its vector, bytes)."""
+        self._rows: OrderedDict[tuple[str, str], tuple[str, Any, int]] = OrderedDict()
+        """(bank id, row id) -> (collection id, what is kept, its bytes)."""
         self._bytes = 0
+
+    def _kept(self, bank_id: str, collection_id: str, row_ids: Sequence[str]) -> list[Any] | None:
+        """What is kept of every one of `row_ids` in that collection, in order; else None."""
+        with self._lock:
+            found = [self._rows.get((bank_id, row_id)) for row_id in row_ids]
+        if any(entry is None or entry[0] != collection_id for entry in found):
+            return None
+        return [entry[1] for entry in found if entry is not None]
+
+    def _keep(self, bank_id: str, collection_id: str, row_id: str, kept: Any, size: int) -> None:
+        """Under `_lock`: keeps one row (the oldest go past the bound)."""
+        key = (bank_id, row_id)
+        self._drop(key)
+        self._rows[key] = (collection_id, kept, size + _ROW_OVERHEAD)
+        self._bytes += size + _ROW_OVERHEAD
+        while self._bytes > self._max_bytes and self._rows:
+            self._drop(next(iter(self._rows)))
+
+    def _drop_rows(self, bank_id: str | None, row_ids: Iterable[str] | None = None) -> None:
+        """Under `_lock`: drops those of `row_ids`, else the bank's (every bank's with None)."""
+        if row_ids is not None and bank_id is not None:
+            dropped = [(bank_id, row_id) for row_id in row_ids]
+        else:
+            dropped = [key for key in self._rows if bank_id is None or key[0] == bank_id]
+        for key in dropped:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._rows.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry[2]
+
+
+class RecordMirror(_KeptRows):
+    """Memory rows as this process's writers committed them, by bank and memory id."""
 
     def live_records(
         self, bank_id: str, collection_id: str, memory_ids: Sequence[str], now_us: int
@@ -56,22 +90,19 @@ class RecordMirror:
 
         What a `get` by ids and the expiry check would answer; None unless every one is kept.
         """
-        with self._lock:
-            kept = [self._rows.get((bank_id, memory_id)) for memory_id in memory_ids]
-        rows = [entry for entry in kept if entry is not None and entry[0] == collection_id]
-        if len(rows) != len(memory_ids):
+        kept = self._kept(bank_id, collection_id, memory_ids)
+        if kept is None:
             return None
         return [
             _decoded(row, vector)
-            for _, row, vector, _ in rows
+            for row, vector in kept
             if int(row[3].get(codec.LIVE_US) or 0) > now_us
         ]
 
     def writing(self, bank_id: str, memory_ids: Iterable[str]) -> None:
         """Before a batch's first call: forgets every memory it writes or deletes."""
         with self._lock:
-            for memory_id in memory_ids:
-                self._drop((bank_id, memory_id))
+            self._drop_rows(bank_id, memory_ids)
 
     def committed(
         self,
@@ -83,28 +114,16 @@ class RecordMirror:
         """Once a batch is committed whole: its memory rows, with their vectors as stored."""
         with self._lock:
             for row, vector in zip(rows, vectors, strict=True):
-                meta = row[3]
-                size = len(row[2] or "") + len(str(meta.get(codec.PAYLOAD, ""))) + vector.nbytes
-                key = (bank_id, row[0])
-                self._drop(key)
-                self._rows[key] = (collection_id, row, vector, size + _ROW_OVERHEAD)
-                self._bytes += size + _ROW_OVERHEAD
-            while self._bytes > self._max_bytes and self._rows:
-                self._drop(next(iter(self._rows)))
+                size = len(row[2] or "") + len(str(row[3].get(codec.PAYLOAD, ""))) + vector.nbytes
+                self._keep(bank_id, collection_id, row[0], (row, vector), size)
 
     def forget(self, bank_id: str | None = None) -> None:
         """Forgets the bank's rows (every bank's with None)."""
         with self._lock:
-            for key in [key for key in self._rows if bank_id is None or key[0] == bank_id]:
-                self._drop(key)
-
-    def _drop(self, key: tuple[str, str]) -> None:
-        entry = self._rows.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry[3]
+            self._drop_rows(bank_id)
 
 
-class DocumentMirror:
+class DocumentMirror(_KeptRows):
     """Documents (ingest streams and the like) as this process's writers committed them.
 
     `get_document` takes a document from it instead of reading it back: the ADK writer, a flush
@@ -117,27 +136,19 @@ class DocumentMirror:
     """
 
     def __init__(self, max_bytes: int = MIRRORED_BYTES) -> None:
-        self._max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._rows: OrderedDict[tuple[str, str], tuple[str, dict[str, Any], int]] = OrderedDict()
-        """(bank id, row id) -> (aux collection id, row metadata as written, bytes)."""
-        self._bytes = 0
+        super().__init__(max_bytes)
         self._epochs: dict[str, int] = {}
 
     def body(self, bank_id: str, collection_id: str, row_id: str) -> dict[str, Any] | None:
         """The document's body as stored (a fresh copy), or None if not kept."""
-        with self._lock:
-            entry = self._rows.get((bank_id, row_id))
-        if entry is None or entry[0] != collection_id:
-            return None
-        return codec.decode_document(entry[1])[1]
+        kept = self._kept(bank_id, collection_id, [row_id])
+        return None if kept is None else codec.decode_document(kept[0])[1]
 
     def writing(self, bank_id: str, row_ids: Iterable[str]) -> int:
         """Forgets the documents about to be written; returns the epoch `committed` checks."""
         with self._lock:
             self._epochs[bank_id] = epoch = self._epochs.get(bank_id, 0) + 1
-            for row_id in row_ids:
-                self._drop((bank_id, row_id))
+            self._drop_rows(bank_id, row_ids)
             return epoch
 
     def committed(
@@ -148,12 +159,8 @@ class DocumentMirror:
             if self._epochs.get(bank_id, 0) != epoch:
                 return
             for row_id, _, _, meta in rows:
-                size = len(str(meta.get(codec.PAYLOAD, ""))) + _ROW_OVERHEAD
-                self._drop((bank_id, row_id))
-                self._rows[(bank_id, row_id)] = (collection_id, dict(meta), size)
-                self._bytes += size
-            while self._bytes > self._max_bytes and self._rows:
-                self._drop(next(iter(self._rows)))
+                size = len(str(meta.get(codec.PAYLOAD, "")))
+                self._keep(bank_id, collection_id, row_id, dict(meta), size)
 
     def forget(self, bank_id: str | None = None, row_ids: Iterable[str] | None = None) -> None:
         """Forgets the bank's documents (those of `row_ids` only; every bank's with None)."""
@@ -161,17 +168,7 @@ class DocumentMirror:
             for known in {key[0] for key in self._rows} | set(self._epochs):
                 if bank_id is None or known == bank_id:
                     self._epochs[known] = self._epochs.get(known, 0) + 1
-            if row_ids is not None and bank_id is not None:
-                dropped = [(bank_id, row_id) for row_id in row_ids]
-            else:
-                dropped = [key for key in self._rows if bank_id is None or key[0] == bank_id]
-            for key in dropped:
-                self._drop(key)
-
-    def _drop(self, key: tuple[str, str]) -> None:
-        entry = self._rows.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry[2]
+            self._drop_rows(bank_id, row_ids)
 
 
 def document_rows(rows: Sequence[codec.Row]) -> list[codec.Row]:
