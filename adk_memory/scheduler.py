@@ -5,14 +5,14 @@ and `adk-memory worker` run one for deployments. Each flush claims its stream un
 lock and re-reads it there, so several schedulers on one store, in any number of processes,
 generate from each event once (`adk_memory.engine.ingest` names the one at-least-once case).
 
-A tick costs what is due: it asks the store's due index for the streams whose time has come
-(across all banks, one query) and flushes those, then for the banks whose expiry entry
-(`EXPIRY_KIND`) has come, and sweeps those: their expired memories and revisions are reclaimed
-(stores without native expiry need this; reads never return expired memories either way). A
-write of a row with an expire time lowers its bank's entry; a sweep sets it to the bank's
+A tick costs what is due: it asks the store's due index for the streams whose time has come (across
+all banks, one query) and flushes those, `_FLUSHES_AT_ONCE` at a time, then for the banks whose
+expiry entry (`EXPIRY_KIND`) has come, and sweeps those: their expired memories and revisions are
+reclaimed (stores without native expiry need this; reads never return expired memories either way).
+A write of a row with an expire time lowers its bank's entry; a sweep sets it to the bank's
 earliest remaining expiry, but not before `sweep_seconds` from then, so a bank's own schedule
-sweeps it at most once per `sweep_seconds` (a write of an earlier expiry brings it forward), and
-a bank where nothing expires has no entry and is never swept.
+sweeps it at most once per `sweep_seconds` (a write of an earlier expiry brings it forward), and a
+bank where nothing expires has no entry and is never swept.
 
 Maintenance is spread over the ticks of a cycle (`sweep_seconds`): each bank in turn has its
 streams' index entries checked (`reindex_streams`), about `banks x poll_seconds / sweep_seconds`
@@ -35,7 +35,7 @@ from datetime import timedelta
 from adk_memory.engine import MemoryEngine
 from adk_memory.engine.ingest import STREAM_KIND, reindex_streams
 from adk_memory.errors import AdkMemoryError, NotFound, ResourceExhausted
-from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
+from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND, DueDocument
 
 __all__ = ["IngestScheduler"]
 
@@ -46,6 +46,8 @@ DEFAULT_SWEEP_SECONDS = 300.0
 _CLAIM_WAIT_SECONDS = 0.2
 _DUE_PER_TICK = 1000
 """Due streams taken per tick, earliest first (the rest wait for the next tick)."""
+_FLUSHES_AT_ONCE = 8
+"""Due streams a tick flushes at once (`IngestScheduler._flush_all`)."""
 _SWEEPS_PER_TICK = 50
 """Banks due for a sweep taken per tick, earliest first (a sweep reads the bank's expiring rows)."""
 
@@ -92,15 +94,34 @@ class IngestScheduler:
         Returns how many memories changed (by flushes).
         """
         await self._maintain()
-        changed = 0
         try:
             due = await self._engine.ingest.due_streams(limit=_DUE_PER_TICK)
         except AdkMemoryError as exc:
             logger.warning("Listing due streams failed: %s", exc.status)
             due = []
-        for entry in due:
-            changed += await self._flush(entry.bank_id, entry.key)
+        changed = await self._flush_all(due)
         await self._sweep_due()
+        return changed
+
+    async def _flush_all(self, due: list[DueDocument]) -> int:
+        """Flushes the due streams, `_FLUSHES_AT_ONCE` at a time, earliest first.
+
+        A flush waits for its model calls (seconds each with a real model), so one after the
+        other a tick of many idle sessions would leave the last its whole length late.
+        """
+        slots = asyncio.Semaphore(_FLUSHES_AT_ONCE)
+
+        async def flush(entry: DueDocument) -> int:
+            async with slots:
+                return await self._flush(entry.bank_id, entry.key)
+
+        # A flush that fails unexpectedly must not cancel the others half-way.
+        outcomes = await asyncio.gather(*(flush(entry) for entry in due), return_exceptions=True)
+        changed = 0
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            changed += outcome
         return changed
 
     async def _maintain(self) -> None:

@@ -1,7 +1,8 @@
 """The cost of one scheduler tick: BANKS banks x STREAMS idle streams, before and after the index.
 
     python -m benchmarks.tick [--banks 1000] [--streams 10] [--expiring 10]
-        [--backends memory chroma redis] [--parts streams expiry]
+        [--backends memory chroma redis] [--parts streams expiry flushes]
+        [--sessions 20] [--model-ms 200]
 
 An idle stream is one whose events were all flushed (nothing pending), the common state of a
 deployment between conversations. Per backend, in one run and alternating:
@@ -24,6 +25,11 @@ deployment between conversations. Per backend, in one run and alternating:
   the expiry entries that are due (none);
 * `new 10 due`: `run_once` between cycles just after one memory of each expiring bank expired
   (written untimed before each tick): it sweeps exactly those banks.
+
+`flushes` part (not by default): SESSIONS sessions' streams due at once, flushed by one tick
+with a scripted model that answers each call MODEL_MS late, as a real one takes its time:
+`one after the other` (the tick before flushes ran at once) against `_FLUSHES_AT_ONCE` at a
+time, ticks alternating; a tick's time is when the last session's memories exist.
 
 Prints one line per backend and part; the figures go to NOTES.md by hand.
 """
@@ -85,14 +91,13 @@ async def _timed(call: Callable[[], Awaitable[object]]) -> float:
 
 async def _tick(uri: str, options: dict[str, Any], args: argparse.Namespace) -> list[str]:
     from adk_memory import AsyncClient
-    from adk_memory.testing.models import ScriptedMemoryModel
 
-    model = ScriptedMemoryModel(
-        extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
-        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
-    )
     client = AsyncClient(
-        uri, run_scheduler=False, embedding_model="hash-64", generation_model=model, **options
+        uri,
+        run_scheduler=False,
+        embedding_model="hash-64",
+        generation_model=_one_fact_model(),
+        **options,
     )
     started = time.perf_counter()
     banks = await _load(client, args.banks, args.streams)
@@ -113,6 +118,69 @@ async def _tick(uri: str, options: dict[str, Any], args: argparse.Namespace) -> 
         f"load average {os.getloadavg()}"
         for line in lines
     ]
+
+
+_HELLO = {"content": {"role": "user", "parts": [{"text": "hi"}]}}
+
+
+def _one_fact_model(*, latency: float = 0.0) -> Any:
+    """A scripted memory model: one fact a conversation, created; each call `latency` s late."""
+    from adk_memory.testing.models import ScriptedMemoryModel
+
+    async def late(kind: str) -> None:
+        await asyncio.sleep(latency)
+
+    return ScriptedMemoryModel(
+        extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
+        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
+        on_call=late if latency else None,
+    )
+
+
+async def _flushes(uri: str, options: dict[str, Any], args: argparse.Namespace) -> str:
+    """`flushes` part: SESSIONS streams due at once, a model answering each call MODEL_MS late.
+
+    One tick flushes them all; before, one after the other (`_FLUSHES_AT_ONCE` = 1), now
+    `_FLUSHES_AT_ONCE` at a time, alternating tick by tick. The tick's time is when the last
+    session's memories exist.
+    """
+    from adk_memory import AsyncClient, types
+    from adk_memory import scheduler as scheduling
+
+    model = _one_fact_model(latency=args.model_ms / 1000)
+    client = AsyncClient(
+        uri, run_scheduler=False, embedding_model="hash-64", generation_model=model, **options
+    )
+    bank_id = str((await client.memory_banks.create()).name).rsplit("/", 1)[-1]
+    await client.ingest_scheduler.run_once()  # the first tick's maintenance, untimed
+    now = scheduling._FLUSHES_AT_ONCE
+    times: dict[int, list[float]] = {1: [], now: []}
+    made: dict[int, list[int]] = {1: [], now: []}
+    try:
+        for _ in range(args.ticks):
+            for at_once in times:
+                for user in range(args.sessions):
+                    await client.engine.ingest.ingest(
+                        bank_id,
+                        scope={"user_id": f"u{user}"},
+                        stream_id="s",
+                        source={"events": [_HELLO]},
+                        trigger_config=None,
+                        config=types.IngestEventsConfig(),
+                    )
+                scheduling._FLUSHES_AT_ONCE = at_once
+                with Timer() as timer:
+                    made[at_once].append(await client.ingest_scheduler.run_once())
+                times[at_once].append(timer.ms)
+    finally:
+        scheduling._FLUSHES_AT_ONCE = now
+        await client.aclose()
+    return (
+        f"{uri.split(':')[0]} [flushes] {args.sessions} sessions due, model {args.model_ms} ms "
+        f"a call, p50 of {args.ticks} ticks: one after the other {statistics.median(times[1]):.0f}"
+        f" ms, {now} at once {statistics.median(times[now]):.0f} ms (memories changed a tick: "
+        f"{sorted(set(made[1]))} / {sorted(set(made[now]))}); load average {os.getloadavg()}"
+    )
 
 
 async def _load(client: Any, banks: int, streams: int) -> list[str]:
@@ -162,7 +230,7 @@ async def _streams_part(client: Any, ticks: int) -> str:
             "1000",
             scope=_SCOPE,
             stream_id="busy",
-            source={"events": [{"content": {"role": "user", "parts": [{"text": "hi"}]}}]},
+            source={"events": [_HELLO]},
             trigger_config=None,
             config=types.IngestEventsConfig(),
         )
@@ -238,6 +306,8 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=5)
     parser.add_argument("--expiring", type=int, default=10)
     parser.add_argument("--parts", nargs="+", default=["streams", "expiry"])
+    parser.add_argument("--sessions", type=int, default=20, help="flushes part")
+    parser.add_argument("--model-ms", type=int, default=200, help="flushes part")
     parser.add_argument("--backends", nargs="+", default=["memory", "chroma", "redis"])
     args = parser.parse_args()
     with backends("redis" in args.backends) as found:
@@ -249,8 +319,11 @@ def main() -> None:
                 "chroma": (f"chroma://{found.tmp}/chroma", {}),
                 "redis": (found.redis_url or "", {"key_prefix": "tick"}),
             }[backend]
-            for line in asyncio.run(_tick(uri, options, args)):
-                print(line, flush=True)
+            if {"streams", "expiry"} & set(args.parts):
+                for line in asyncio.run(_tick(uri, options, args)):
+                    print(line, flush=True)
+            if "flushes" in args.parts:
+                print(asyncio.run(_flushes(uri, options, args)), flush=True)
 
 
 if __name__ == "__main__":

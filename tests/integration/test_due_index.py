@@ -300,3 +300,38 @@ async def test_maintenance_visits_a_share_of_the_banks_per_tick(
     assert await indexed() == [1, 1, 0, 0, 0, 0]
     await scheduler.run_once()
     assert await indexed() == [1, 1, 1, 1, 0, 0]
+
+
+async def test_a_tick_flushes_its_due_streams_at_once_not_one_after_the_other(
+    client: AsyncClient, model: ScriptedMemoryModel
+) -> None:
+    """Each extraction waits until all four streams' extractions are in flight: a tick that
+    flushed one stream after the other (with a real model, seconds each) would leave the first
+    waiting alone, and the last stream its whole length late."""
+    bank_id = await new_bank(client)
+    scheduler = await warmed_up(client)
+    tokens = [f"tok-{user}" for user in "abcd"]
+    for token in tokens:
+        await ingest(client, bank_id, token, token)
+    in_flight, most = 0, 0
+    all_in = asyncio.Event()
+
+    async def together(kind: str) -> None:
+        nonlocal in_flight, most
+        if kind != "extraction":
+            return
+        in_flight += 1
+        most = max(most, in_flight)
+        if in_flight == len(tokens):
+            all_in.set()
+        try:
+            await asyncio.wait_for(all_in.wait(), timeout=3)
+        except TimeoutError:
+            pass  # one after the other: `most` stays 1 and the assertion below says so
+        finally:
+            in_flight -= 1
+
+    model.on_call = together
+    await scheduler.run_once()
+    assert (most, generated(model)) == (len(tokens), dict.fromkeys(tokens, 1))
+    assert await client.engine.ingest.due_streams() == []
