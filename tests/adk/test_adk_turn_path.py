@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -319,5 +320,44 @@ async def test_a_stream_a_flush_holds_does_not_hold_up_other_sessions_events(sto
         await service.drain()
         assert await _pending(store, service.bank_id) == {first: 4, second: 2}
     finally:
+        await runner.close()
+        await service.aclose()
+
+
+async def test_a_scheduler_flush_does_not_hold_up_other_sessions_events(store: str) -> None:
+    """u1's session goes idle and the scheduler flushes it; its model call does not answer
+    (a real model takes seconds). u2's turn meanwhile hands its events over: they are stored at
+    once, not after u1's generation."""
+    flushing, release = threading.Event(), threading.Event()
+
+    async def held(kind: str) -> None:
+        if kind == "extraction" and not release.is_set():
+            flushing.set()
+            await asyncio.to_thread(release.wait, 20)
+
+    model = ScriptedMemoryModel(
+        extract=lambda request: extraction("The user loves green tea."),
+        consolidate=create_every_fact,
+        on_call=held,
+    )
+    service = MemoryBankService(
+        store, embedding_model="hash-64", generation_model=model, idle_duration="1s"
+    )
+    runner = _runner("plugin", ScriptedAgentModel(), service)
+    try:
+        first, _ = await ask(runner, user_id="u1", text="I love green tea.")
+        assert await asyncio.to_thread(flushing.wait, 20), "the scheduler never flushed u1"
+        second, _ = await ask(runner, user_id="u2", text="I live in Berlin.")
+        for _ in range(60):
+            if second in await _pending(store, service.bank_id):
+                break
+            await asyncio.sleep(0.05)
+        pending = await _pending(store, service.bank_id)
+        assert not release.is_set() and pending == {first: 2, second: 2}  # u1's still generating
+        release.set()
+        await service.drain()
+        assert first not in await _pending(store, service.bank_id)  # generated, once released
+    finally:
+        release.set()
         await runner.close()
         await service.aclose()
