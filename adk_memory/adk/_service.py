@@ -1427,23 +1427,28 @@ class _Writer:
 
     async def _run(self) -> None:
         next_poll = 0.0
+        woken = False
         loop = asyncio.get_running_loop()
         while not self._stop.is_set():
+            if woken:  # the other turns' hand-overs of the moment share this pass's write
+                await asyncio.sleep(HANDOVER_GATHER_SECONDS)
             service = self._service()
             if service is None:
                 return
             poll = loop.time() >= next_poll
             if poll:
                 next_poll = loop.time() + DEFAULT_POLL_SECONDS
-            else:  # woken: the other turns' hand-overs of the moment share this pass's write
-                await asyncio.sleep(HANDOVER_GATHER_SECONDS)
             try:
                 await service._writer_pass(poll=poll)
             except Exception:  # the writer must outlive any one failure
                 logger.exception("A background pass of the memory service failed; retrying.")
             del service
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, next_poll - loop.time()))
+            try:
+                timeout = max(0.0, next_poll - loop.time())
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+                woken = True
+            except TimeoutError:
+                woken = False
             self._wake.clear()
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from adk_helpers import APP, extraction
@@ -337,3 +339,35 @@ def test_constructor_rejects_bad_arguments() -> None:
         MemoryBankService("memory://", top_k=0)
     with pytest.raises(InvalidArgument):
         MemoryBankService("memory://", client=AsyncClient("memory://"))
+
+
+async def test_hand_overs_of_turns_ending_together_share_one_store_write(
+    make_service: Callable[..., MemoryBankService],
+) -> None:
+    """Five sessions end a millisecond apart: the writer, woken by the first, waits for the
+    others (`HANDOVER_GATHER_SECONDS`, 20 ms) and stores all five in one write."""
+    service = make_service()
+
+    def ended(user: str) -> Session:
+        session = Session(id=f"s-{user}", app_name=APP, user_id=user)
+        session.events.append(event("user", f"I am {user}.", at=1.0))
+        return session
+
+    try:
+        await service.remember_session(ended("warm-up"))  # the writer's first pass, a poll
+        await service.drain()
+        writes: list[int] = []
+        write = service._ingest_many
+
+        async def counted(requests: list[Any]) -> list[Any]:
+            writes.append(len(requests))
+            return await write(requests)
+
+        service._ingest_many = counted  # type: ignore[method-assign]
+        for user in ("u1", "u2", "u3", "u4", "u5"):
+            await service.remember_session(ended(user))
+            time.sleep(0.001)  # lets the writer's thread wake between them (the GIL is free)
+        await service.drain()
+        assert writes == [5]
+    finally:
+        await service.aclose()

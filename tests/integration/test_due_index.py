@@ -19,7 +19,7 @@ import pytest
 from adk_memory import AsyncClient, types
 from adk_memory.engine.ingest import STREAM_KIND, stream_key
 from adk_memory.errors import StoreUnavailable
-from adk_memory.scheduler import IngestScheduler
+from adk_memory.scheduler import _FLUSHES_AT_ONCE, IngestScheduler
 from adk_memory.testing.models import ScriptedMemoryModel
 
 _TOKEN = re.compile(r"tok-[0-9a-z-]+")
@@ -302,19 +302,20 @@ async def test_maintenance_visits_a_share_of_the_banks_per_tick(
     assert await indexed() == [1, 1, 1, 1, 0, 0]
 
 
-async def test_a_tick_flushes_its_due_streams_at_once_not_one_after_the_other(
+async def test_a_tick_flushes_its_due_streams_eight_at_a_time(
     client: AsyncClient, model: ScriptedMemoryModel
 ) -> None:
-    """Each extraction waits until all four streams' extractions are in flight: a tick that
-    flushed one stream after the other (with a real model, seconds each) would leave the first
-    waiting alone, and the last stream its whole length late."""
+    """Ten streams are due. Each extraction waits until eight are in flight: a tick that flushed
+    one stream after the other (with a real model, seconds each) would leave the first waiting
+    alone, and the last stream its whole length late; one without a bound would have all ten
+    in flight."""
     bank_id = await new_bank(client)
     scheduler = await warmed_up(client)
-    tokens = [f"tok-{user}" for user in "abcd"]
+    tokens = [f"tok-{index}" for index in range(10)]
     for token in tokens:
         await ingest(client, bank_id, token, token)
     in_flight, most = 0, 0
-    all_in = asyncio.Event()
+    enough = asyncio.Event()
 
     async def together(kind: str) -> None:
         nonlocal in_flight, most
@@ -322,10 +323,10 @@ async def test_a_tick_flushes_its_due_streams_at_once_not_one_after_the_other(
             return
         in_flight += 1
         most = max(most, in_flight)
-        if in_flight == len(tokens):
-            all_in.set()
+        if in_flight == _FLUSHES_AT_ONCE:
+            enough.set()
         try:
-            await asyncio.wait_for(all_in.wait(), timeout=3)
+            await asyncio.wait_for(enough.wait(), timeout=3)
         except TimeoutError:
             pass  # one after the other: `most` stays 1 and the assertion below says so
         finally:
@@ -333,5 +334,5 @@ async def test_a_tick_flushes_its_due_streams_at_once_not_one_after_the_other(
 
     model.on_call = together
     await scheduler.run_once()
-    assert (most, generated(model)) == (len(tokens), dict.fromkeys(tokens, 1))
+    assert (most, generated(model)) == (_FLUSHES_AT_ONCE, dict.fromkeys(tokens, 1))
     assert await client.engine.ingest.due_streams() == []
