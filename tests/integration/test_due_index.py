@@ -336,3 +336,38 @@ async def test_a_tick_flushes_its_due_streams_eight_at_a_time(
     await scheduler.run_once()
     assert (most, generated(model)) == (_FLUSHES_AT_ONCE, dict.fromkeys(tokens, 1))
     assert await client.engine.ingest.due_streams() == []
+
+
+async def test_two_due_streams_of_one_scope_flushed_at_once_consolidate_one_after_the_other(
+    client: AsyncClient, model: ScriptedMemoryModel
+) -> None:
+    """Two sessions of one user are due in one tick and flushed at once. Their extractions
+    overlap; their consolidations take the scope's lock in turn, so the second sees the first's
+    memory as a candidate, and each event is generated from once."""
+    bank_id = await new_bank(client)
+    scheduler = await warmed_up(client)
+    for stream_id in ("s1", "s2"):
+        events = [{"content": {"role": "user", "parts": [{"text": f"tok-{stream_id}"}]}}]
+        await client.engine.ingest.ingest(
+            bank_id,
+            scope=SCOPE,
+            stream_id=stream_id,
+            source={"events": events},
+            trigger_config=None,
+            config=types.IngestEventsConfig(),
+        )
+
+    async def slowly(kind: str) -> None:
+        await asyncio.sleep(0.2)  # both extractions are in flight together
+
+    model.on_call = slowly
+    await scheduler.run_once()
+    assert generated(model) == {"tok-s1": 1, "tok-s2": 1}
+    consolidations = [
+        model.prompt_text(request)
+        for request in model.requests
+        if model.kind_of(request) == "consolidation"
+    ]
+    existing = [text.split("EXISTING MEMORIES:", 1)[-1] for text in consolidations]
+    assert [('"A fact."' in listed) for listed in existing] == [False, True]
+    assert await client.engine.ingest.due_streams() == []
