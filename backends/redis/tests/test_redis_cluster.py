@@ -685,3 +685,72 @@ async def test_a_cut_after_the_document_write_leaves_its_due_entry_early_not_mis
     finally:
         await store.drop_all()
         await store.aclose()
+
+
+async def test_one_tick_flushes_the_due_streams_of_banks_on_every_primary_at_once(
+    redis_cluster_url: str, topology: redis.cluster.RedisCluster
+) -> None:
+    """Six sessions' streams, in banks on each primary, are due together. One scheduler tick
+    flushes them at once (every extraction waits until all six are in flight), and each event is
+    generated from once: the concurrent flushes' locks, batches and due entries cross slots."""
+    from adk_memory import types
+    from adk_memory.scheduler import IngestScheduler
+    from adk_memory.testing.models import ScriptedMemoryModel
+
+    prefix = f"tick-{uuid.uuid4().hex[:8]}"
+    bank_ids = [b for ids in _banks_per_primary(topology, prefix, 2).values() for b in ids]
+    in_flight, most, tokens = 0, 0, [f"tok-{bank_id}" for bank_id in bank_ids]
+    all_in = asyncio.Event()
+
+    async def together(kind: str) -> None:
+        nonlocal in_flight, most
+        if kind != "extraction":
+            return
+        in_flight += 1
+        most = max(most, in_flight)
+        if in_flight == len(tokens):
+            all_in.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_in.wait(), timeout=3)
+        in_flight -= 1
+
+    model = ScriptedMemoryModel(
+        extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
+        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
+        on_call=together,
+    )
+    uri = f"{redis_cluster_url}?key_prefix={prefix}"
+    try:
+        async with AsyncClient(
+            uri, embedding_model="hash-64", generation_model=model, run_scheduler=False
+        ) as client:
+            for bank_id, token in zip(bank_ids, tokens, strict=True):
+                await client.memory_banks.create(memory_bank_id=bank_id)
+                events = [{"content": {"role": "user", "parts": [{"text": token}]}}]
+                await client.engine.ingest.ingest(
+                    bank_id,
+                    scope=SCOPE,
+                    stream_id="s",
+                    source={"events": events},
+                    trigger_config=None,
+                    config=types.IngestEventsConfig(),
+                )
+            await IngestScheduler(client.engine).run_once()
+            extracted = [
+                token
+                for request in model.requests
+                if model.kind_of(request) == "extraction"
+                for token in tokens
+                if token in model.prompt_text(request)
+            ]
+            assert (most, sorted(extracted)) == (len(tokens), sorted(tokens))
+            assert await client.engine.ingest.due_streams() == []
+            for bank_id in bank_ids:
+                found = await client.memory_banks.memories.retrieve(
+                    name=client.engine.names.bank(bank_id), scope=SCOPE
+                )
+                assert [hit.memory.fact async for hit in found] == ["A fact."]
+    finally:
+        cleaner = RedisMemoryStore.from_uri(uri)
+        await cleaner.drop_all()
+        await cleaner.aclose()
