@@ -25,11 +25,14 @@ def extract(request: LlmRequest) -> dict[str, Any]:
 model = ScriptedMemoryModel(extract=extract, consolidate=create_each_new_fact)
 ```
 `requests` records every `LlmRequest` it received, so a test can read the prompts; token usage
-is reported as characters / 4.
+is reported as characters / 4. `ExtractionsTogether`, given as `on_call`, shows how many
+extractions run at once (a scheduler flushing due streams together, say).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -42,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from adk_memory.generation.schemas import ConsolidationOutput, ExtractionOutput
 
-__all__ = ["ScriptedMemoryModel"]
+__all__ = ["ExtractionsTogether", "ScriptedMemoryModel"]
 
 Answer = dict[str, Any] | BaseModel | str
 
@@ -123,3 +126,33 @@ class ScriptedMemoryModel(BaseLlm):
                 total_token_count=prompt_tokens + len(text) // 4,
             ),
         )
+
+
+class ExtractionsTogether:
+    """An `on_call` for `ScriptedMemoryModel`: how many extraction calls run at once.
+
+    Each extraction waits until `together` of them are in flight (or `timeout` seconds pass);
+    `most` is the largest number that ever were. Calls made one after the other each wait out
+    the timeout alone and leave `most` at 1; calls without a bound pass `together`.
+    """
+
+    def __init__(self, together: int, *, timeout: float = 3.0) -> None:
+        self.together = together
+        self.timeout = timeout
+        self.most = 0
+        self._in_flight = 0
+        self._enough = asyncio.Event()
+
+    async def __call__(self, kind: str) -> None:
+        """Counts an extraction in, waits for the others, and counts it out."""
+        if kind != "extraction":
+            return
+        self._in_flight += 1
+        self.most = max(self.most, self._in_flight)
+        if self._in_flight >= self.together:
+            self._enough.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._enough.wait(), timeout=self.timeout)
+        finally:
+            self._in_flight -= 1

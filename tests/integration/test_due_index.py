@@ -20,7 +20,7 @@ from adk_memory import AsyncClient, types
 from adk_memory.engine.ingest import STREAM_KIND, stream_key
 from adk_memory.errors import StoreUnavailable
 from adk_memory.scheduler import _FLUSHES_AT_ONCE, IngestScheduler
-from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.models import ExtractionsTogether, ScriptedMemoryModel
 
 _TOKEN = re.compile(r"tok-[0-9a-z-]+")
 SCOPE = {"user_id": "u1"}
@@ -72,13 +72,15 @@ async def new_bank(client: AsyncClient, rule: dict[str, Any] | None = None) -> s
     return str(bank.name).rsplit("/", 1)[-1]
 
 
-async def ingest(client: AsyncClient, bank_id: str, user: str, *tokens: str) -> None:
-    """Buffers one event per token on the user's stream `s` (no kick: only a tick flushes)."""
+async def ingest(
+    client: AsyncClient, bank_id: str, user: str, *tokens: str, stream_id: str = "s"
+) -> None:
+    """Buffers one event per token on the user's stream (no kick: only a tick flushes)."""
     events = [{"content": {"role": "user", "parts": [{"text": token}]}} for token in tokens]
     await client.engine.ingest.ingest(
         bank_id,
         scope={"user_id": user},
-        stream_id="s",
+        stream_id=stream_id,
         source={"events": events},
         trigger_config=None,
         config=types.IngestEventsConfig(),
@@ -314,27 +316,9 @@ async def test_a_tick_flushes_its_due_streams_eight_at_a_time(
     tokens = [f"tok-{index}" for index in range(10)]
     for token in tokens:
         await ingest(client, bank_id, token, token)
-    in_flight, most = 0, 0
-    enough = asyncio.Event()
-
-    async def together(kind: str) -> None:
-        nonlocal in_flight, most
-        if kind != "extraction":
-            return
-        in_flight += 1
-        most = max(most, in_flight)
-        if in_flight == _FLUSHES_AT_ONCE:
-            enough.set()
-        try:
-            await asyncio.wait_for(enough.wait(), timeout=3)
-        except TimeoutError:
-            pass  # one after the other: `most` stays 1 and the assertion below says so
-        finally:
-            in_flight -= 1
-
-    model.on_call = together
+    model.on_call = together = ExtractionsTogether(_FLUSHES_AT_ONCE)
     await scheduler.run_once()
-    assert (most, generated(model)) == (_FLUSHES_AT_ONCE, dict.fromkeys(tokens, 1))
+    assert (together.most, generated(model)) == (_FLUSHES_AT_ONCE, dict.fromkeys(tokens, 1))
     assert await client.engine.ingest.due_streams() == []
 
 
@@ -347,15 +331,7 @@ async def test_two_due_streams_of_one_scope_flushed_at_once_consolidate_one_afte
     bank_id = await new_bank(client)
     scheduler = await warmed_up(client)
     for stream_id in ("s1", "s2"):
-        events = [{"content": {"role": "user", "parts": [{"text": f"tok-{stream_id}"}]}}]
-        await client.engine.ingest.ingest(
-            bank_id,
-            scope=SCOPE,
-            stream_id=stream_id,
-            source={"events": events},
-            trigger_config=None,
-            config=types.IngestEventsConfig(),
-        )
+        await ingest(client, bank_id, SCOPE["user_id"], f"tok-{stream_id}", stream_id=stream_id)
 
     async def slowly(kind: str) -> None:
         await asyncio.sleep(0.2)  # both extractions are in flight together

@@ -695,25 +695,12 @@ async def test_one_tick_flushes_the_due_streams_of_banks_on_every_primary_at_onc
     generated from once: the concurrent flushes' locks, batches and due entries cross slots."""
     from adk_memory import types
     from adk_memory.scheduler import IngestScheduler
-    from adk_memory.testing.models import ScriptedMemoryModel
+    from adk_memory.testing.models import ExtractionsTogether, ScriptedMemoryModel
 
     prefix = f"tick-{uuid.uuid4().hex[:8]}"
     bank_ids = [b for ids in _banks_per_primary(topology, prefix, 2).values() for b in ids]
-    in_flight, most, tokens = 0, 0, [f"tok-{bank_id}" for bank_id in bank_ids]
-    all_in = asyncio.Event()
-
-    async def together(kind: str) -> None:
-        nonlocal in_flight, most
-        if kind != "extraction":
-            return
-        in_flight += 1
-        most = max(most, in_flight)
-        if in_flight == len(tokens):
-            all_in.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(all_in.wait(), timeout=3)
-        in_flight -= 1
-
+    tokens = [f"tok-{bank_id}" for bank_id in bank_ids]
+    together = ExtractionsTogether(len(tokens))
     model = ScriptedMemoryModel(
         extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
         consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
@@ -743,7 +730,7 @@ async def test_one_tick_flushes_the_due_streams_of_banks_on_every_primary_at_onc
                 for token in tokens
                 if token in model.prompt_text(request)
             ]
-            assert (most, sorted(extracted)) == (len(tokens), sorted(tokens))
+            assert (together.most, sorted(extracted)) == (len(tokens), sorted(tokens))
             assert await client.engine.ingest.due_streams() == []
             for bank_id in bank_ids:
                 found = await client.memory_banks.memories.retrieve(
