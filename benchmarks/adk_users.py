@@ -127,7 +127,10 @@ async def _turn(runner: Any, user: str, session: str, text: str) -> float:
     return time.perf_counter() - started
 
 
-async def _user(runner: Any, user: str, colour: str, times: dict[str, list[float]]) -> None:
+async def _user(
+    runner: Any, user: str, colour: str, times: dict[str, list[float]], delay: float = 0.0
+) -> None:
+    await asyncio.sleep(delay)
     sessions = runner.session_service
     first = (await sessions.create_session(app_name=APP, user_id=user)).id
     times["first"].append(await _turn(runner, user, first, f"My favourite colour is {colour}."))
@@ -137,7 +140,9 @@ async def _user(runner: Any, user: str, colour: str, times: dict[str, list[float
     times["warm"].append(await _turn(runner, user, second, "And what goes well with it?"))
 
 
-async def _one_setup(kind: str, pattern: str, uri: str, embedder: str, users: int, rounds: int):
+async def _one_setup(
+    kind: str, pattern: str, uri: str, embedder: str, users: int, rounds: int, stagger: float
+):
     from adk_memory.testing.agent_models import ScriptedAgentModel
 
     service = _service(kind, uri, embedder)
@@ -149,7 +154,13 @@ async def _one_setup(kind: str, pattern: str, uri: str, embedder: str, users: in
     for round_ in range(rounds):
         await asyncio.gather(
             *(
-                _user(runner, f"r{round_}u{i}", COLOURS[(i + round_) % len(COLOURS)], times)
+                _user(
+                    runner,
+                    f"r{round_}u{i}",
+                    COLOURS[(i + round_) % len(COLOURS)],
+                    times,
+                    delay=stagger * i / users,
+                )
                 for i in range(users)
             )
         )
@@ -188,8 +199,8 @@ async def _one_setup(kind: str, pattern: str, uri: str, embedder: str, users: in
 
 
 def _child(argv: list[str]) -> None:
-    kind, pattern, uri, embedder, users, rounds = argv
-    asyncio.run(_one_setup(kind, pattern, uri, embedder, int(users), int(rounds)))
+    kind, pattern, uri, embedder, users, rounds, stagger = argv
+    asyncio.run(_one_setup(kind, pattern, uri, embedder, int(users), int(rounds), float(stagger)))
 
 
 def _run_child(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> Any:
@@ -209,7 +220,9 @@ def _p50_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000 if values else float("nan")
 
 
-def users_section(users: int, rounds: int, embedder: str, stores: list[str]) -> list[dict]:
+def users_section(
+    users: int, rounds: int, embedder: str, stores: list[str], stagger_ms: float = 0.0
+) -> list[dict]:
     from adk_memory.testing._redis_server import redis_server
 
     rows = []
@@ -235,7 +248,9 @@ def users_section(users: int, rounds: int, embedder: str, stores: list[str]) -> 
                 uri = uris[store](str(index))
             else:
                 uri = "-"
-            result = _run_child(kind, pattern, uri, embedder, str(users), str(rounds))
+            result = _run_child(
+                kind, pattern, uri, embedder, str(users), str(rounds), str(stagger_ms / 1000)
+            )
             times = result["times"]
             every = [t for values in times.values() for t in values]
             row = {
@@ -441,12 +456,18 @@ def main() -> None:
     parser.add_argument("--embedder", default="all-MiniLM-L6-v2")
     parser.add_argument("--stores", default="chroma,redis,memory")
     parser.add_argument("--only", default="users,hung,startup")
+    parser.add_argument(
+        "--stagger-ms",
+        type=float,
+        default=0.0,
+        help="spread the users' starts of each round over this many ms (0: all at once)",
+    )
     args = parser.parse_args()
     sections = args.only.split(",")
     results: dict[str, Any] = {}
     if "users" in sections:
         results["users"] = users_section(
-            args.users, args.rounds, args.embedder, args.stores.split(",")
+            args.users, args.rounds, args.embedder, args.stores.split(","), args.stagger_ms
         )
     if "hung" in sections:
         results["hung"] = hung_section(args.embedder)

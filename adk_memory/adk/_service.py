@@ -272,6 +272,8 @@ class MemoryBankService(BaseMemoryService):
         self._probe_task: asyncio.Task[None] | None = None
         self._asked: dict[str, dict[str, str]] = {}
         """Scopes of the streams whose generation was asked here and is running (writes loop)."""
+        self._query_embedder: tuple[float, Embedder] | None = None
+        """When the bank's model was read, and its embedder (`_bank_embedder`, reads loop)."""
         self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
         """Done once the start-up has connected the store (or failed to, logged)."""
         self._start_task: asyncio.Task[None] | None = None
@@ -764,9 +766,10 @@ class MemoryBankService(BaseMemoryService):
             self._wake_writer()
 
     async def _warm_reads(self) -> None:
-        client = await self._reads.client_for_use(self._uri, self._ensure_bank)
-        if not client.remote:  # a server keeps its own bank cache
-            await client.engine.context.load_bank(self._bank_id)
+        if self._remote:  # a server keeps its own bank cache
+            await self._reads.client_for_use(self._uri, self._ensure_bank)
+        else:
+            await self._bank_embedder()
 
     async def _started_and_warm(self) -> None:
         """Waits for what is left of the start-up, within the turn's deadline.
@@ -1225,8 +1228,19 @@ class MemoryBankService(BaseMemoryService):
     # Internals: the reads loop
 
     async def _bank_embedder(self) -> Embedder:
+        """The embedder of the bank's model as read at most `QUERY_EMBEDDER_SECONDS` ago.
+
+        A search embeds its query with it before its retrieve, which embeds with the bank's
+        model as stored then: a model changed meanwhile (`adk-memory reembed`) costs a search
+        one embedding more, never a wrong result, and no search reads the bank twice.
+        """
+        remembered = self._query_embedder
+        if remembered is not None and time.monotonic() - remembered[0] < QUERY_EMBEDDER_SECONDS:
+            return remembered[1]
         client = await self._reads.client_for_use(self._uri, self._ensure_bank)
-        return (await client.engine.context.load_bank(self._bank_id)).embedder
+        embedder = (await client.engine.context.load_bank(self._bank_id)).embedder
+        self._query_embedder = (time.monotonic(), embedder)
+        return embedder
 
     async def _search_here(
         self, scope: dict[str, str], query: str, count: int
@@ -1262,6 +1276,8 @@ START_TIMEOUT = 10.0
 timeout; the first turn waits for it only `search_timeout`."""
 EMBED_TIMEOUT = 10.0
 """Seconds a search waits for its query's embedding (a slow embedder is no store failure)."""
+QUERY_EMBEDDER_SECONDS = 30.0
+"""Seconds a search trusts the bank's embedding model as last read (`_bank_embedder`)."""
 WARMUP_TIMEOUT = 30.0
 """Seconds a search waits for the local embedding model still loading after a start."""
 PROBE_INTERVAL = 1.0

@@ -149,6 +149,7 @@ class GenerateOps:
         model: Any = None,
         documents: Sequence[DocumentRecord] = (),
         fences: Sequence[Lease] = (),
+        bank: LoadedBank | None = None,
     ) -> GenerateResult:
         """Extracts facts from `events` (or takes `direct_memories`) and consolidates them.
 
@@ -156,7 +157,8 @@ class GenerateOps:
         stream), or alone when the request changes no memory: once this returns they are
         stored, and if it raises, none of the request's writes are. `fences` are leases of
         the caller's locks (ingest's stream lock) that the batch must still hold, besides the
-        scope lock's own.
+        scope lock's own. `bank`: the bank as the caller just loaded it (ingest's flush, under
+        its stream lock), instead of reading it again.
         """
         if (events is None) == (direct_memories is None):
             raise InvalidArgument(
@@ -164,7 +166,7 @@ class GenerateOps:
                 "vertex_session_source.",
                 field="direct_contents_source",
             )
-        request = await self._request(bank_id, scope, config)
+        request = await self._request(bank_id, scope, config, bank)
         result = GenerateResult()
         natural_language = not (
             request.customization is not None
@@ -226,11 +228,16 @@ class GenerateOps:
     # Request and config
 
     async def _request(
-        self, bank_id: str, scope: Any, config: types.GenerateMemoriesConfig
+        self,
+        bank_id: str,
+        scope: Any,
+        config: types.GenerateMemoriesConfig,
+        bank: LoadedBank | None,
     ) -> _Request:
         checked_scope = validate_scope(scope)
         metadata = check_generate_settings(config, field="config")
-        bank = await self._context.load_bank(bank_id)
+        if bank is None:
+            bank = await self._context.load_bank(bank_id)
         customization = _customization_for(bank, checked_scope)
         topics = _topics_of(customization)
         if config.allowed_topics:

@@ -647,10 +647,10 @@ class IngestOps:
             raise_failure: Raise a failed generation's error (after recording it) instead of
                 returning 0.
         """
-        bank = await self._context.load_bank(bank_id)
         async with self._context.store.lock_provider().lock(
             f"stream:{bank_id}:{key}", wait_seconds=wait_seconds
         ) as lease:
+            bank = await self._context.load_bank(bank_id)
             document = await self._context.store.get_document(bank_id, STREAM_KIND, key)
             if document is None:
                 await self._context.store.set_due(bank_id, STREAM_KIND, {key: None})
@@ -696,6 +696,7 @@ class IngestOps:
                     model=self._context.generation_model,
                     documents=(stream_document(key, flushed, bank.config),),
                     fences=(lease,),
+                    bank=bank,
                 )
             except Aborted:
                 # Nothing was written; the events stay pending. Recording a failure could

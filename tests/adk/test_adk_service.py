@@ -18,6 +18,8 @@ from google.genai import types as genai_types
 
 from adk_memory import AsyncClient, InvalidArgument, NotFound
 from adk_memory.adk import MemoryBankEntry, MemoryBankService
+from adk_memory.engine.context import EngineContext
+from adk_memory.engine.reembed import reembed
 from adk_memory.testing.models import ScriptedMemoryModel
 
 
@@ -371,3 +373,51 @@ async def test_hand_overs_of_turns_ending_together_share_one_store_write(
         assert writes == [5]
     finally:
         await service.aclose()
+
+
+async def test_a_search_reads_the_bank_once(
+    make_service: Callable[..., MemoryBankService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query is embedded before the retrieve with the bank's model as the service last
+    read it: each search reads the bank once (its retrieve's), not twice."""
+    service = make_service(run_scheduler=False)  # no background reads meanwhile
+    try:
+        await service.add_memory(app_name=APP, user_id="u1", memories=[entry("I like tea.")])
+        await service.search_memory(app_name=APP, user_id="u1", query="tea")
+        reads: list[str] = []
+        load_bank = EngineContext.load_bank
+
+        async def counted(context: EngineContext, bank_id: str) -> Any:
+            reads.append(bank_id)
+            return await load_bank(context, bank_id)
+
+        monkeypatch.setattr(EngineContext, "load_bank", counted)
+        for query in ("tea", "green", "drinks"):
+            assert (await service.search_memory(app_name=APP, user_id="u1", query=query)).memories
+        assert reads == [service.bank_id] * 3
+    finally:
+        await service.aclose()
+
+
+async def test_a_search_after_the_banks_model_changed_elsewhere_uses_the_new_model(
+    service: MemoryBankService, store: str
+) -> None:
+    """The service remembers the bank's model (hash-64); another process re-embeds the bank
+    with another (hash-32). The service's next search ranks and scores with the new model,
+    exactly as a fresh client does."""
+    facts = ["I like green tea.", "My dog is called Rex.", "I live in Lisbon."]
+    await service.add_memory(app_name=APP, user_id="u1", memories=[entry(f) for f in facts])
+    await service.search_memory(app_name=APP, user_id="u1", query="tea")
+    async with AsyncClient(store, embedding_model="hash-64") as other_process:
+        await reembed(other_process.engine, service.bank_id, "hash-32")
+    async with AsyncClient(store, embedding_model="hash-64") as fresh:
+        pager = await fresh.memory_banks.memories.retrieve(
+            name=service.bank_name,
+            scope={"app_name": APP, "user_id": "u1"},
+            similarity_search_params={"search_query": "a dog called Rex", "top_k": 3},
+        )
+        expected = [(hit.memory.fact, hit.distance) for hit in pager.page if hit.memory]
+    found = await service.search_memory(app_name=APP, user_id="u1", query="a dog called Rex")
+    got = [(m.content.parts[0].text, m.distance) for m in found.memories]  # type: ignore[union-attr]
+    assert [fact for fact, _ in got] == [fact for fact, _ in expected]
+    assert [d for _, d in got] == pytest.approx([d for _, d in expected])

@@ -659,7 +659,7 @@ def test_an_ingest_is_one_store_write_of_its_stream_and_operation(uri: str) -> N
     asyncio.run(scenario())
 
 
-def test_a_flush_completes_every_operation_of_its_stream_in_one_write(
+def test_a_flush_completes_every_operation_of_its_stream_in_one_write_reading_the_bank_once(
     uri: str, model: ScriptedMemoryModel
 ) -> None:
     from adk_memory import AsyncClient
@@ -683,11 +683,12 @@ def test_a_flush_completes_every_operation_of_its_stream_in_one_write(
                 )
                 for n, text in enumerate(("I like tea.", "Green, mostly.", "No sugar."))
             ]
-            store.calls.clear()
             key = (await c.memory_banks.list_streams(name=bank))[0].key
+            store.calls.clear()
             assert await c.memory_banks.flush_stream(name=bank, key=key) == 1
             writes = [name for name in store.calls if name.startswith(("apply", "put_"))]
             assert writes == ["apply", "apply"]  # the memories with the stream; the operations
+            assert store.calls.count("get_bank") == 1  # read under the stream lock, generated with
             for operation in waiting:
                 done = await c.operations.get(operation.name)
                 assert done.done is True

@@ -65,7 +65,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 _FIRST_LEASE_MS = 2_000
-"""The lease a lock's `SET` asks for; `acquire` extends it to the whole lease (`_take`)."""
+"""The lease a lock's `SET` asks for; extended to the whole lease by `acquire` at once, or by
+the renewal of a `lock` block after a third of it (`_take`)."""
 _MAX_NAME = 1024
 _BANK_LOCK = re.compile(r"[a-z][a-z-]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(?::|$)")
 """The engine's lock names, `<kind>:<bank id>[:…]` (`generate:`, `stream:`, `memory-id:`, …)."""
@@ -80,6 +81,8 @@ class RedisLock:
         self._provider = provider
         self._key = key
         self._lease_ms = lease_ms
+        self._held_ms = lease_ms
+        """The lease Redis was last asked for (the first lease until extended)."""
         self._lost = False
         self._released = False
 
@@ -124,6 +127,8 @@ class RedisLock:
             extended = bool(await client.eval(_EXTEND_SCRIPT, 1, self._key, self.token, lease_ms))
         if not extended:
             self._lost = True
+        else:
+            self._held_ms = lease_ms
         return extended
 
     async def release(self) -> bool:
@@ -147,22 +152,28 @@ class RedisLock:
             )
         return freed
 
-    async def _take(self, client: RedisClient) -> bool:
+    async def _take(self, client: RedisClient, *, whole_lease: bool) -> bool:
         """Whether this lock took its key: set to its token while free, then given its lease.
 
         The `SET` asks for at most `_FIRST_LEASE_MS`: one that lands after its acquisition was
         cut (its bytes still on the way when the connection was dropped, so `_abandon`'s release
-        came first) holds the lock no longer than that. A first lease that lapsed before the
-        extension counts as not taken.
+        came first) holds the lock no longer than that. With `whole_lease` the lease is then
+        extended at once (a first lease that lapsed before counts as not taken); without, the
+        renewal of a `lock` block extends it, so a lock released within a third of the first
+        lease (most are) costs one round trip to take, not two.
         """
         first_ms = min(self._lease_ms, _FIRST_LEASE_MS)
         if not await client.set(self._key, self.token, nx=True, px=first_ms):
             # A retried SET whose first reply was lost finds our own token.
             if await client.get(self._key) != self.token.encode():
                 return False
-        if first_ms == self._lease_ms:
+        self._held_ms = first_ms
+        if first_ms == self._lease_ms or not whole_lease:
             return True
-        return bool(await client.eval(_EXTEND_SCRIPT, 1, self._key, self.token, self._lease_ms))
+        if not await client.eval(_EXTEND_SCRIPT, 1, self._key, self.token, self._lease_ms):
+            return False
+        self._held_ms = self._lease_ms
+        return True
 
     async def _abandon(self) -> None:
         """Frees the lock a cut acquisition or release may have left; never raises a store error."""
@@ -171,9 +182,8 @@ class RedisLock:
             await self._provider._redis().eval(_RELEASE_SCRIPT, 1, self._key, self.token)
 
     async def _renew_forever(self) -> None:
-        interval = self._lease_ms / 3000
         while not self._released:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self._held_ms / 3000)  # the first lease until extended
             if self._released:
                 return
             try:
@@ -263,6 +273,11 @@ class RedisLockProvider:
             ResourceExhausted: Another holder kept the lock for all of `wait_seconds`.
             StoreUnavailable: Redis could not be reached.
         """
+        return await self._acquire(name, lease_seconds, wait_seconds, whole_lease=True)
+
+    async def _acquire(
+        self, name: str, lease_seconds: float, wait_seconds: float, *, whole_lease: bool
+    ) -> RedisLock:
         key = self._key(name)
         held = RedisLock(self, name, key, _lease_ms(lease_seconds))
         deadline = time.monotonic() + max(0.0, wait_seconds)
@@ -271,7 +286,7 @@ class RedisLockProvider:
         while True:
             try:
                 with redis_errors(self._where, "acquire a lock"):
-                    if await held._take(client):
+                    if await held._take(client, whole_lease=whole_lease):
                         return held
             except BaseException:
                 # Cut after the SET reached Redis (a cancelled task, e.g. at the end of
@@ -302,7 +317,7 @@ class RedisLockProvider:
             ResourceExhausted: Another holder kept the lock for all of `wait_seconds`.
             StoreUnavailable: Redis could not be reached.
         """
-        held = await self.acquire(name, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        held = await self._acquire(name, lease_seconds, wait_seconds, whole_lease=not self.renew)
         renewer = asyncio.create_task(held._renew_forever()) if self.renew else None
         try:
             yield held

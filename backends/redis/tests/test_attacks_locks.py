@@ -10,15 +10,17 @@ it.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aredis
 from adk_memory_redis import RedisLockProvider
 from test_redis_specific import _Proxy
 
-from adk_memory.errors import ResourceExhausted
+from adk_memory.errors import Aborted, ResourceExhausted
 
 _SET = b"$3\r\nSET\r\n"
 _HELLO = b"HELLO"
@@ -151,3 +153,60 @@ async def test_a_holder_cancelled_as_its_lock_is_given_back_stops_and_frees_the_
     finally:
         await locks.aclose()
         await raw.aclose()
+
+
+class _Counting(aredis.Redis):
+    """A client that records the name of every command it sends."""
+
+    sent: list[str]
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]).upper())
+        return await super().execute_command(*args, **options)
+
+
+async def test_a_lock_block_takes_its_lock_in_one_round_trip_and_renews_it_in_the_first_lease(
+    redis_url: str,
+) -> None:
+    """A `lock` block's `SET` asks for the short first lease and the renewal extends it: a
+    block that ends at once sends the `SET` and the release only, and one that runs past the
+    first lease still holds the lock, with the whole lease."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    client = _Counting.from_url(redis_url)
+    client.sent = []
+    locks = RedisLockProvider(client=client, key_prefix=prefix)
+    raw = aredis.Redis.from_url(redis_url)
+    try:
+        async with locks.lock("short", lease_seconds=30):
+            assert 0 < await raw.pttl(f"{prefix}:lock:short") <= 2_000
+        assert client.sent == ["SET", "EVAL"], "the take and the release, nothing between"
+        async with locks.lock("long", lease_seconds=30) as held:
+            await asyncio.sleep(2.3)  # past the first lease
+            await held.verify()
+            assert await raw.pttl(f"{prefix}:lock:long") > 25_000
+        assert not held.lost
+        assert not await raw.exists(f"{prefix}:lock:long")
+    finally:
+        await locks.aclose()
+        await client.aclose()
+        await raw.aclose()
+
+
+async def test_a_holder_stalled_past_its_first_lease_is_fenced_out_once_another_takes_the_lock(
+    redis_url: str,
+) -> None:
+    """A holder whose event loop is blocked past the first lease (its renewal never ran) has
+    lost the lock: another process takes it, and the holder's `verify` (what a store's fenced
+    write checks) refuses."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    locks = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    try:
+        async with locks.lock("stalled", lease_seconds=30) as held:
+            time.sleep(2.2)  # the loop is blocked: no renewal runs
+            async with other.lock("stalled", wait_seconds=1):
+                with pytest.raises(Aborted):
+                    await held.verify()
+    finally:
+        await locks.aclose()
+        await other.aclose()
