@@ -119,12 +119,16 @@ class Backends:
 
     redis_url: str | None
     tmp: str
+    chroma_http_url: str | None = None
+    """A Chroma server of the run (`chroma+http://…?single_host=true`), when asked for."""
 
     def uri(self, backend: str, tag: str) -> tuple[str, dict[str, Any]]:
         if backend == "memory":
             return "memory://", {}
         if backend == "chroma":
             return f"chroma://{self.tmp}/chroma-{tag}", {}
+        if backend == "chroma-http":
+            return self.chroma_http_url or "", {"collection_prefix": f"b{tag}"}
         if backend.startswith("redis"):
             algo = backend.split("-", 1)[1].upper()
             return self.redis_url or "", {"index_algorithm": algo, "key_prefix": f"b{tag}"}
@@ -132,7 +136,21 @@ class Backends:
 
 
 @contextlib.contextmanager
-def backends(need_redis: bool) -> Iterator[Backends]:
+def backends(need_redis: bool, *, need_chroma_http: bool = False) -> Iterator[Backends]:
+    with contextlib.ExitStack() as stack:
+        chroma_http = None
+        if need_chroma_http:
+            from adk_memory.testing._chroma_server import chroma_server
+
+            # One host: the server's stores lock with this host's locks.
+            chroma_http = f"{stack.enter_context(chroma_server())}?single_host=true"
+        with _backends(need_redis) as where:
+            where.chroma_http_url = chroma_http
+            yield where
+
+
+@contextlib.contextmanager
+def _backends(need_redis: bool) -> Iterator[Backends]:
     with tempfile.TemporaryDirectory(prefix="adk-memory-bench-") as tmp:
         if not need_redis:
             yield Backends(None, tmp)

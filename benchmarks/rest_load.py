@@ -302,7 +302,7 @@ def main() -> None:
     from benchmarks import _common
 
     need_redis = any(b.startswith("redis") for b in args.backends)
-    with _common.backends(need_redis) as where:
+    with _common.backends(need_redis, need_chroma_http="chroma-http" in args.backends) as where:
         result = run(
             where,
             args.backends,
