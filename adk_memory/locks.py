@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -186,7 +187,12 @@ def _wake(future: asyncio.Future[None]) -> None:
 class FileLockProvider:
     """OS file locks in a folder, for processes on one host (a `single_host` Chroma server).
 
-    The operating system releases a dead holder's lock, which serves as the lease.
+    The operating system releases a dead holder's lock, which serves as the lease. The callers
+    of one process take turns for a lock file in the process first (`_PROCESS_TURNS`: handed
+    on release, no polling), so only the one whose turn it is polls the file, against other
+    processes. Before, every waiter polled it every 20 ms: 16 REST clients of one server
+    spent a fifth of its CPU opening, locking and closing lock files, and a create waited for
+    its poll (p50 ~500 ms on a Chroma server).
     """
 
     def __init__(self, directory: Path) -> None:
@@ -203,19 +209,36 @@ class FileLockProvider:
         """Holds `name` for the block (polling the file lock without blocking the loop)."""
         self._directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-        file_lock = filelock.FileLock(str(self._directory / f"{digest}.lock"))
+        path = str(self._directory.resolve() / f"{digest}.lock")
         deadline = time.monotonic() + wait_seconds
-        while True:
+        async with AsyncExitStack() as held:
             try:
-                file_lock.acquire(timeout=0)
-                break
-            except filelock.Timeout:
-                if time.monotonic() >= deadline:
-                    raise _timed_out(name, wait_seconds) from None
-                await asyncio.sleep(0.02)
-        lease = HeldLock(name)
-        try:
+                await held.enter_async_context(_PROCESS_TURNS.lock(path, wait_seconds=wait_seconds))
+            except ResourceExhausted:
+                raise _timed_out(name, wait_seconds) from None
+            file_lock = filelock.FileLock(path)
+            while True:
+                try:
+                    file_lock.acquire(timeout=0)
+                    break
+                except filelock.Timeout:
+                    if time.monotonic() >= deadline:
+                        raise _timed_out(name, wait_seconds) from None
+                    await asyncio.sleep(0.02)
+            held.callback(file_lock.release)
+            lease = HeldLock(name)
+            held.callback(setattr, lease, "released", True)
             yield lease
-        finally:
-            lease.released = True
-            file_lock.release()
+
+
+_PROCESS_TURNS = InProcessLockProvider()
+"""This process's turns for the lock files of every `FileLockProvider`, by file path."""
+
+
+def _new_turns_in_child() -> None:
+    global _PROCESS_TURNS
+    _PROCESS_TURNS = InProcessLockProvider()  # the parent's holders are not the child's
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_turns_in_child)

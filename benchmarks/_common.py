@@ -46,7 +46,8 @@ class Timer:
 
 def unit_rows(rng: np.random.Generator, count: int, dim: int = DIM) -> np.ndarray:
     rows = rng.standard_normal((count, dim))
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    unit: np.ndarray = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return unit
 
 
 def machine() -> dict[str, Any]:

@@ -1,14 +1,19 @@
-"""`InProcessLockProvider`: mutual exclusion across loops and threads, handed over on release."""
+"""`InProcessLockProvider`: mutual exclusion across loops and threads, handed over on release;
+`FileLockProvider`: the same turns in front of its files, and the files between processes."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
+from pathlib import Path
+from typing import Any
 
+import filelock
 import pytest
 
 from adk_memory.errors import Aborted, ResourceExhausted
-from adk_memory.locks import InProcessLockProvider
+from adk_memory.locks import FileLockProvider, InProcessLockProvider
 
 
 async def test_waiters_get_the_lock_in_arrival_order_as_soon_as_it_is_released() -> None:
@@ -138,3 +143,67 @@ async def _acquired(locks: InProcessLockProvider, name: str) -> asyncio.Event:
     asyncio.get_running_loop().create_task(hold())
     await taken.wait()
     return done
+
+
+async def test_file_lock_waiters_of_one_process_take_turns_without_polling_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten callers of one process want one file lock, each holding it 20 ms: each is handed
+    its turn in the process, in arrival order, and tries the file once (before: every waiter
+    tried it every 20 ms, ~50 attempts)."""
+    tries: list[str] = []
+    acquire = filelock.FileLock.acquire
+
+    def counted(self: filelock.FileLock, *args: Any, **kwargs: Any) -> Any:
+        tries.append(self.lock_file)
+        return acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", counted)
+    locks = FileLockProvider(tmp_path)
+    order: list[int] = []
+
+    async def hold(number: int) -> None:
+        async with locks.lock("scope"):
+            order.append(number)
+            await asyncio.sleep(0.02)
+
+    tasks = []
+    for number in range(10):
+        tasks.append(asyncio.create_task(hold(number)))
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert order == list(range(10))
+    assert len(tries) == 10
+
+
+def test_a_file_lock_held_by_another_process_still_excludes_and_times_out_naming_the_lock(
+    tmp_path: Path,
+) -> None:
+    """The turns in the process stand in front of the file, not for it: a lock another process
+    holds is still waited for, and a wait that ends says which lock."""
+    taken, release = multiprocessing.Event(), multiprocessing.Event()
+    other = multiprocessing.get_context("fork").Process(
+        target=_hold_file_lock, args=(tmp_path, "generate:bank:scope", taken, release)
+    )
+    other.start()
+    try:
+        assert taken.wait(10)
+
+        async def wait_for_it() -> None:
+            async with FileLockProvider(tmp_path).lock("generate:bank:scope", wait_seconds=0.3):
+                pytest.fail("the lock another process holds was taken")
+
+        with pytest.raises(ResourceExhausted, match="generate:bank:scope"):
+            asyncio.run(wait_for_it())
+    finally:
+        release.set()
+        other.join(10)
+
+
+def _hold_file_lock(folder: Path, name: str, taken: Any, release: Any) -> None:
+    async def hold() -> None:
+        async with FileLockProvider(folder).lock(name):
+            taken.set()
+            await asyncio.to_thread(release.wait, 10)
+
+    asyncio.run(hold())
