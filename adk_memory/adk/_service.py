@@ -877,12 +877,15 @@ class MemoryBankService(BaseMemoryService):
         if self._probe_task is None or self._probe_task.done():
             self._probe_task = asyncio.get_running_loop().create_task(_probe(weakref.ref(self)))
 
-    def _wake_writer(self) -> None:
-        """Wakes the writer, started on first use and after `aclose` (writes loop)."""
+    def _wake_writer(self, *, urgent: bool = False) -> None:
+        """Wakes the writer, started on first use and after `aclose` (writes loop).
+
+        `urgent`: a turn waits for the pass (`_settle`), so it writes without gathering more.
+        """
         if self._writer is None:
             self._writer = _Writer(weakref.ref(self))
             self._writer.start()
-        self._writer.wake()
+        self._writer.wake(urgent=urgent)
 
     async def _finish(self) -> None:
         """Stores what was handed over (if the store answers), then stops the writer."""
@@ -1013,7 +1016,7 @@ class MemoryBankService(BaseMemoryService):
             self._breaker.allows()
         ):
             waited |= handed
-            self._wake_writer()
+            self._wake_writer(urgent=True)
             await self._handover.wait_settled()
         return waited
 
@@ -1419,24 +1422,30 @@ class _Writer:
     Woken, it waits `HANDOVER_GATHER_SECONDS` before its pass, so the hand-overs of turns ending
     together share one store write: with 20 ADK users on embedded Chroma (whose writes hold
     the GIL), the callback pattern's turns were ~20 ms faster at the median with 20 ms than
-    with none (`benchmarks/NOTES.md`). It holds the service weakly, so an unclosed service can
-    still be collected.
+    with none (`benchmarks/NOTES.md`). A turn that waits for the pass (`_settle`: a search
+    that must see its user's events) ends the gathering at once. It holds the service weakly,
+    so an unclosed service can still be collected.
     """
 
     def __init__(self, service: weakref.ref[MemoryBankService]) -> None:
         self._service = service
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        self._urgent = asyncio.Event()
+        """Set by a turn waiting for the next pass (`_settle`): it starts without gathering."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def wake(self) -> None:
+    def wake(self, *, urgent: bool = False) -> None:
+        if urgent:
+            self._urgent.set()
         self._wake.set()
 
     async def stop(self) -> None:
         self._stop.set()
+        self._urgent.set()  # ends a gathering at once
         self._wake.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
@@ -1446,8 +1455,10 @@ class _Writer:
         woken = False
         loop = asyncio.get_running_loop()
         while not self._stop.is_set():
-            if woken:  # the other turns' hand-overs of the moment share this pass's write
-                await asyncio.sleep(HANDOVER_GATHER_SECONDS)
+            if woken:  # the turns ending now share this pass's write, unless a turn waits for it
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), HANDOVER_GATHER_SECONDS)
+            self._urgent.clear()
             service = self._service()
             if service is None:
                 return

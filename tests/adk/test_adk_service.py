@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from google.genai import types as genai_types
 
 from adk_memory import AsyncClient, InvalidArgument, NotFound
 from adk_memory.adk import MemoryBankEntry, MemoryBankService
+from adk_memory.adk import _service as service_module
 from adk_memory.engine.context import EngineContext
 from adk_memory.engine.reembed import reembed
 from adk_memory.testing.models import ScriptedMemoryModel
@@ -421,3 +423,36 @@ async def test_a_search_after_the_banks_model_changed_elsewhere_uses_the_new_mod
     got = [(m.content.parts[0].text, m.distance) for m in found.memories]  # type: ignore[union-attr]
     assert [fact for fact, _ in got] == [fact for fact, _ in expected]
     assert [d for _, d in got] == pytest.approx([d for _, d in expected])
+
+
+async def test_a_search_waiting_for_handed_over_events_does_not_wait_for_the_gathering(
+    make_service: Callable[..., MemoryBankService],
+    memory_model: ScriptedMemoryModel,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The writer gathers hand-overs for `HANDOVER_GATHER_SECONDS` (here a minute, and no poll
+    comes meanwhile) before a pass; a search that must see the user's handed-over events ends
+    that wait at once."""
+    monkeypatch.setattr(service_module, "DEFAULT_POLL_SECONDS", 60.0)
+    service = make_service()
+    try:
+        await service.search_memory(app_name=APP, user_id="warm-up", query="tea")  # started
+        await service.drain()
+        await asyncio.sleep(0.2)  # the writer waits for a wake, not gathering already
+        monkeypatch.setattr(service_module, "HANDOVER_GATHER_SECONDS", 60.0)
+        memory_model.extractions.append(extraction("I like green tea."))
+        session = Session(id="s1", app_name=APP, user_id="u1")
+        session.events.append(event("user", "I like green tea.", at=1.0))
+        await service.add_session_to_memory(session)  # the writer wakes and gathers
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="adk_memory"):
+            found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
+        assert time.monotonic() - started < 30, "the search waited out the writer's gathering"
+        # Nor through the store's deadline: the write was not waited out as a sick store's.
+        assert "did not answer" not in caplog.text
+        assert service.memory_available
+        assert [m.content.parts[0].text for m in found.memories] == ["I like green tea."]  # type: ignore[index]
+    finally:
+        await service.aclose()
