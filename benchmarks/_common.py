@@ -138,34 +138,21 @@ class Backends:
 
 @contextlib.contextmanager
 def backends(need_redis: bool, *, need_chroma_http: bool = False) -> Iterator[Backends]:
+    """The run's folder, and the servers asked for (a Redis that cannot start is skipped)."""
     with contextlib.ExitStack() as stack:
-        chroma_http = None
+        where = Backends(
+            None, stack.enter_context(tempfile.TemporaryDirectory(prefix="adk-memory-bench-"))
+        )
         if need_chroma_http:
             from adk_memory.testing._chroma_server import chroma_server
 
             # One host: the server's stores lock with this host's locks.
-            chroma_http = f"{stack.enter_context(chroma_server())}?single_host=true"
-        with _backends(need_redis) as where:
-            where.chroma_http_url = chroma_http
-            yield where
+            where.chroma_http_url = f"{stack.enter_context(chroma_server())}?single_host=true"
+        if need_redis:
+            from adk_memory.testing._redis_server import redis_server
 
-
-@contextlib.contextmanager
-def _backends(need_redis: bool) -> Iterator[Backends]:
-    with tempfile.TemporaryDirectory(prefix="adk-memory-bench-") as tmp:
-        if not need_redis:
-            yield Backends(None, tmp)
-            return
-        from adk_memory.testing._redis_server import redis_server
-
-        try:
-            cm = redis_server()
-            url = cm.__enter__()
-        except Exception as exc:  # noqa: BLE001
-            print(f"  Redis unavailable ({type(exc).__name__}: {exc}); skipping Redis")
-            yield Backends(None, tmp)
-            return
-        try:
-            yield Backends(url, tmp)
-        finally:
-            cm.__exit__(None, None, None)
+            try:
+                where.redis_url = stack.enter_context(redis_server())
+            except Exception as exc:  # noqa: BLE001
+                print(f"  Redis unavailable ({type(exc).__name__}: {exc}); skipping Redis")
+        yield where
