@@ -130,11 +130,7 @@ def _one_fact_model(*, latency: float = 0.0) -> Any:
     async def late(kind: str) -> None:
         await asyncio.sleep(latency)
 
-    return ScriptedMemoryModel(
-        extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
-        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
-        on_call=late if latency else None,
-    )
+    return ScriptedMemoryModel.one_fact(on_call=late if latency else None)
 
 
 async def _flushes(uri: str, options: dict[str, Any], args: argparse.Namespace) -> str:

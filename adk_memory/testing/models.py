@@ -71,6 +71,17 @@ class ScriptedMemoryModel(BaseLlm):
     requests: list[LlmRequest] = Field(default_factory=list)
 
     @classmethod
+    def one_fact(
+        cls, fact: str = "A fact.", *, on_call: Callable[[str], Awaitable[None]] | None = None
+    ) -> ScriptedMemoryModel:
+        """A model that extracts `fact` from every conversation and creates it."""
+        return cls(
+            extract=lambda request: {"memories": [{"fact": fact, "topics": ["USER_PREFERENCES"]}]},
+            consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
+            on_call=on_call,
+        )
+
+    @classmethod
     def supported_models(cls) -> list[str]:
         """No registry names: pass the instance itself."""
         return []

@@ -34,10 +34,7 @@ def uri(store_uri: str) -> str:
 
 @pytest.fixture
 def model() -> ScriptedMemoryModel:
-    return ScriptedMemoryModel(
-        extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
-        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
-    )
+    return ScriptedMemoryModel.one_fact()
 
 
 @pytest.fixture

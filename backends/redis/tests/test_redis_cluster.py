@@ -701,11 +701,7 @@ async def test_one_tick_flushes_the_due_streams_of_banks_on_every_primary_at_onc
     bank_ids = [b for ids in _banks_per_primary(topology, prefix, 2).values() for b in ids]
     tokens = [f"tok-{bank_id}" for bank_id in bank_ids]
     together = ExtractionsTogether(len(tokens))
-    model = ScriptedMemoryModel(
-        extract=lambda request: {"memories": [{"fact": "A fact.", "topics": ["USER_PREFERENCES"]}]},
-        consolidate=lambda request: {"actions": [{"fact_index": 0, "action": "CREATE"}]},
-        on_call=together,
-    )
+    model = ScriptedMemoryModel.one_fact(on_call=together)
     uri = f"{redis_cluster_url}?key_prefix={prefix}"
     try:
         async with AsyncClient(
