@@ -41,6 +41,13 @@ def event(author: str, text: str, *, at: float) -> Event:
     )
 
 
+def said(user: str, text: str, *, session_id: str) -> Session:
+    """A session of `user` in which the user said `text`."""
+    session = Session(id=session_id, app_name=APP, user_id=user)
+    session.events.append(event("user", text, at=1.0))
+    return session
+
+
 def conversation_of(model: ScriptedMemoryModel, index: int) -> str:
     """The text of the `index`-th extraction request."""
     extractions = [request for request in model.requests if model.kind_of(request) == "extraction"]
@@ -353,9 +360,7 @@ async def test_hand_overs_of_turns_ending_together_share_one_store_write(
     service = make_service()
 
     def ended(user: str) -> Session:
-        session = Session(id=f"s-{user}", app_name=APP, user_id=user)
-        session.events.append(event("user", f"I am {user}.", at=1.0))
-        return session
+        return said(user, f"I am {user}.", session_id=f"s-{user}")
 
     try:
         await service.remember_session(ended("warm-up"))  # the writer's first pass, a poll
@@ -442,8 +447,7 @@ async def test_a_search_waiting_for_handed_over_events_does_not_wait_for_the_gat
         await asyncio.sleep(0.2)  # the writer waits for a wake, not gathering already
         monkeypatch.setattr(service_module, "HANDOVER_GATHER_SECONDS", 60.0)
         memory_model.extractions.append(extraction("I like green tea."))
-        session = Session(id="s1", app_name=APP, user_id="u1")
-        session.events.append(event("user", "I like green tea.", at=1.0))
+        session = said("u1", "I like green tea.", session_id="s1")
         await service.add_session_to_memory(session)  # the writer wakes and gathers
         await asyncio.sleep(0.1)
         started = time.monotonic()
