@@ -634,6 +634,7 @@ class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register`
                 from adk_memory._remote import RemoteAsyncClient
 
                 # Not an instance of this class (a virtual subclass): __init__ is not run again.
+                kwargs.pop("serving", None)  # the server chose its own store's options
                 return cast(AsyncClient, RemoteAsyncClient(uri, *args, **kwargs))
         return super().__new__(cls)
 
@@ -649,6 +650,7 @@ class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register`
         generation_model: Any = None,
         session_service: Any = None,
         run_scheduler: bool = True,
+        serving: bool = False,
         **store_options: Any,
     ) -> None:
         """Builds the client without I/O; the store connects on first use.
@@ -668,6 +670,9 @@ class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register`
             session_service: An ADK session service, for `vertex_session_source`.
             run_scheduler: Flush due ingest streams in the background while the client lives
                 (started by the first `ingest_events`).
+            serving: The client serves many callers for a long time (an ADK service, a server):
+                the store takes the options its backend gives for that (embedded Chroma runs in
+                a child process; `store_from_uri`). The URI and `store_options` win.
             **store_options: Passed to the backend's `from_uri`.
         """
         if store is not None and uri is not None:
@@ -676,7 +681,9 @@ class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register`
         self.built_from_uri = store is None
         """False when built on a store object: then `uri` does not say where the data is."""
         # Spans for every store round trip and embedding batch (adk_memory.telemetry).
-        self._store = trace_store(store or store_from_uri(self.uri, **store_options))
+        self._store = trace_store(
+            store or store_from_uri(self.uri, serving=serving, **store_options)
+        )
         self.engine = MemoryEngine(
             self._store,
             names=Names(project=project, location=location),

@@ -72,6 +72,18 @@ def store_class_for(uri: str) -> type[MemoryStore]:
     return store_class
 
 
-def store_from_uri(uri: str, **options: Any) -> MemoryStore:
-    """Builds (without connecting) the store for a URI."""
-    return store_class_for(uri).from_uri(uri, **options)
+def store_from_uri(uri: str, *, serving: bool = False, **options: Any) -> MemoryStore:
+    """Builds (without connecting) the store for a URI.
+
+    Args:
+        uri: The store URI.
+        serving: The store serves many callers in a long-lived process (an ADK service, a
+            server): a backend's `serving_options(uri)` classmethod, if it has one, adds what it
+            wants then (embedded Chroma: a child process). The URI and `options` win over it.
+        **options: The backend's `from_uri` options.
+    """
+    store_class = store_class_for(uri)
+    serving_options = getattr(store_class, "serving_options", None) if serving else None
+    if serving_options is not None:
+        options = {**serving_options(uri), **options}
+    return store_class.from_uri(uri, **options)

@@ -179,17 +179,19 @@ def _run(
     *,
     interrupt_ok: bool = False,
     embeds: bool = False,
+    serving: bool = False,
     **options: Any,
 ) -> T:
     """Runs `work` with an `AsyncClient` on the store, mapping errors to one line.
 
     `embeds`: the command embeds a text, so an in-process client starts loading the default
     local model in the background now, while the store opens and the bank loads (through a
-    server, the server embeds: nothing is loaded here).
+    server, the server embeds: nothing is loaded here). `serving`: the command serves callers
+    until stopped (`AsyncClient(serving=True)`).
     """
 
     async def main() -> T:
-        client = _client(uri or default_uri(), options, embeds=embeds)
+        client = _client(uri or default_uri(), options, embeds=embeds, serving=serving)
         _started()
         async with client:
             return await work(client)
@@ -210,7 +212,9 @@ def _started() -> None:
         gc.enable()
 
 
-def _client(uri: str, options: dict[str, Any], *, embeds: bool) -> AsyncClient:
+def _client(
+    uri: str, options: dict[str, Any], *, embeds: bool, serving: bool = False
+) -> AsyncClient:
     """The client for `uri`, or of the server holding its embedded folder (`_through_server`).
 
     `embeds`: an in-process client's default local model starts loading in the background.
@@ -227,7 +231,7 @@ def _client(uri: str, options: dict[str, Any], *, embeds: bool) -> AsyncClient:
         from adk_memory.embeddings import warm_up
 
         warm_up(options.get("embedding_model") or default_embedding_model())
-    return AsyncClient(target, run_scheduler=False, **options)
+    return AsyncClient(target, run_scheduler=False, serving=serving, **options)
 
 
 def _through_server(uri: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -624,7 +628,7 @@ def mcp_command(
         )
 
     options: dict[str, Any] = {"generation_model": model} if model else {}
-    _run(uri, run, interrupt_ok=True, **options)
+    _run(uri, run, interrupt_ok=True, serving=True, **options)
 
 
 @app.command()
@@ -648,7 +652,7 @@ def worker(
             )
             await scheduler.run_forever()
 
-    _run(uri, work, interrupt_ok=True)  # Ctrl-C is how a worker stops
+    _run(uri, work, interrupt_ok=True, serving=True)  # Ctrl-C is how a worker stops
 
 
 # Banks

@@ -1606,6 +1606,7 @@ def _new_client(
             embedding_model=embedding_model,
             generation_model=generation_model,
             run_scheduler=False,  # polled by the service's writer instead
+            serving=True,
             **key,
         )
     except InvalidArgument as error:

@@ -656,7 +656,10 @@ def create_app(
             field="client_or_uri",
         )
     if isinstance(client_or_uri, str):
-        client, owned = AsyncClient(client_or_uri, generation_model=generation_model), True
+        client, owned = (
+            AsyncClient(client_or_uri, generation_model=generation_model, serving=True),
+            True,
+        )
     elif isinstance(client_or_uri, AsyncClient) and generation_model is None:
         client, owned = client_or_uri, False
     else:

@@ -44,6 +44,7 @@ from chromadb.errors import (
 from adk_memory.errors import AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
+from adk_memory_chroma._child import ChildClient, ChildGone
 from adk_memory_chroma._config import ChromaStoreConfig
 from adk_memory_chroma._sizing import REQUEST_BYTES, Limits, requests
 
@@ -140,9 +141,7 @@ class Chroma:
             if _folder.first_hold(folder) and not _chroma_has_open(folder):
                 _folder.use_write_ahead_log(folder)
             _folder.raise_open_file_limit()
-            client = chromadb.PersistentClient(
-                path=path, settings=settings, tenant=config.tenant, database=config.database
-            )
+            client = self._folder_client(folder, settings)
         except BaseException:
             _folder.release(folder)
             raise
@@ -151,6 +150,28 @@ class Chroma:
         if share is not None:
             share(folder, (config.tenant, config.database, config.collection_prefix))
         return client
+
+    def _folder_client(self, folder: str, settings: Settings) -> Any:
+        """The directory's client for this process: the first store's `process` decides for all.
+
+        Two Chromas on one directory would each keep a copy of its index, so a child is started
+        once per directory (shared by the process's stores, ended when the last one releases the
+        directory), and never on a directory this process's chromadb already has open.
+        """
+        config = self._config
+        process = _folder.shared(folder, "process", lambda: config.process)
+        if process == "child" and not _chroma_has_open(folder):
+            return _folder.shared(
+                folder,
+                "child",
+                lambda: ChildClient(folder, config.tenant, config.database),
+                close=ChildClient.shutdown,
+            )
+        if process != config.process:
+            logger.info("embedded Chroma at %s already runs %s in this process", folder, process)
+        return chromadb.PersistentClient(
+            path=folder, settings=settings, tenant=config.tenant, database=config.database
+        )
 
     def _open_server(self, settings: Settings) -> Any:
         config = self._config
@@ -186,6 +207,8 @@ class Chroma:
                 "whose dimension differs from the bank's memories', or that holds NaN, ±inf or "
                 "a value beyond float32, is refused so."
             ) from exc
+        except ChildGone as exc:  # our own message, which quotes nothing stored
+            raise StoreUnavailable(f"{self._config.location} failed to {action}: {exc}.") from exc
         except (ChromaError, ValueError, OSError, RuntimeError, ConnectionError) as exc:
             # Messages of the driver may quote stored values, so only the type is repeated.
             raise StoreUnavailable(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import (
@@ -36,7 +36,7 @@ from pydantic import (
 
 from adk_memory.errors import InvalidArgument
 
-__all__ = ["SCHEMES", "ChromaStoreConfig", "build_config", "config_from_uri"]
+__all__ = ["SCHEMES", "ChromaStoreConfig", "build_config", "config_from_uri", "serving_options"]
 
 SCHEMES = ("chroma", "chroma+http", "chroma+https")
 _LOCATION_FIELDS = frozenset({"path", "host", "port", "ssl"})
@@ -86,6 +86,13 @@ class ChromaStoreConfig(BaseModel):
     `lock_dir`, named after an id read from the server (not after the URI), so that every such
     process meets the same locks however it spells the server's address and whatever its
     temporary directory. Exclusive with `lock_url`; for a server only."""
+    process: Literal["inline", "child"] = "inline"
+    """Where an embedded store runs Chroma: in this process (`inline`), or in a child process of
+    its own (`child`: `_child`), which keeps Chroma's writes from holding this process's GIL. A
+    child costs about a second to start and a round trip a call, and gives a process serving many
+    callers (an ADK runner, `adk-memory serve`, `adk-memory mcp`) shorter turns and more
+    requests a second; those hosts choose it when the URI does not (`serving_options`). The
+    directory's first store in a process decides for the others. For an embedded store only."""
     lock_dir: str = "/var/lock/adk-memory"
     """The folder of `single_host`'s lock files: absolute, never the temporary directory (which
     systemd's PrivateTmp, containers and `TMPDIR` make differ between processes). Every process
@@ -129,6 +136,8 @@ class ChromaStoreConfig(BaseModel):
     def _one_location(self) -> ChromaStoreConfig:
         if self.path is not None and self.host is not None:
             raise ValueError("set either path (embedded) or host (server), not both")
+        if self.process == "child" and self.path is None:
+            raise ValueError("process=child is for an embedded store (chroma:///path)")
         return self
 
     @property
@@ -224,6 +233,16 @@ def config_from_uri(uri: str, options: Mapping[str, Any]) -> ChromaStoreConfig:
             )
         values[name] = value
     return build_config(values, source="URI")
+
+
+def serving_options(uri: str) -> dict[str, Any]:
+    """The options a process serving many callers adds to `uri`.
+
+    `process=child` for an embedded URI that does not choose its process itself.
+    """
+    parts = urlsplit(uri)
+    chosen = any(name == "process" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return {} if chosen or parts.scheme.lower() != "chroma" else {"process": "child"}
 
 
 def _embedded_path(netloc: str, path: str) -> str:

@@ -72,6 +72,7 @@ class _Hold:
     fd: int
     users: int
     shared: dict[Hashable, Any] = field(default_factory=dict)
+    closers: list[Callable[[], None]] = field(default_factory=list)
 
 
 _guard = threading.Lock()
@@ -137,15 +138,23 @@ def _in_use(key: str, owner: str) -> str:
 
 
 def release(key: str) -> None:
-    """Gives back one use of the lock; the last one closes the file, which frees the lock."""
+    """Gives back one use of the lock.
+
+    The last one closes the shared state (`shared`), then the file, which frees the lock.
+    """
     with _guard:
         held = _held.get(key)
         if held is None:
             return
         held.users -= 1
-        if held.users <= 0:
-            del _held[key]
-            os.close(held.fd)
+        if held.users > 0:
+            return
+        del _held[key]
+    try:
+        for close in reversed(held.closers):
+            close()
+    finally:
+        os.close(held.fd)
 
 
 def use_write_ahead_log(key: str) -> None:
@@ -223,17 +232,22 @@ def first_hold(key: str) -> bool:
         return held is not None and held.users == 1
 
 
-def shared(key: str, name: Hashable, make: Callable[[], _T]) -> _T:
+def shared(
+    key: str, name: Hashable, make: Callable[[], _T], close: Callable[[_T], None] | None = None
+) -> _T:
     """State every store of this process on the directory shares, made on first use.
 
     It lives as long as the hold: once the last store has released the directory, another
-    process may change it, and the state is dropped.
+    process may change it, and the state is dropped; `close`, if given, is called on it then,
+    before the lock is given back (in the reverse order of making).
     """
     with _guard:
-        state = _held[key].shared
-        if name not in state:
-            state[name] = make()
-        return state[name]  # type: ignore[no-any-return]
+        held = _held[key]
+        if name not in held.shared:
+            value = held.shared[name] = make()
+            if close is not None:
+                held.closers.append(functools.partial(close, value))
+        return held.shared[name]  # type: ignore[no-any-return]
 
 
 def _try_lock(fd: int) -> bool:

@@ -68,7 +68,12 @@ from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
 from adk_memory_chroma._banks import BankRegistry, BankRows
 from adk_memory_chroma._chroma import AUX, IN_CHUNK, MEM, Chroma, Gone, Namespace
-from adk_memory_chroma._config import ChromaStoreConfig, build_config, config_from_uri
+from adk_memory_chroma._config import (
+    ChromaStoreConfig,
+    build_config,
+    config_from_uri,
+    serving_options,
+)
 from adk_memory_chroma._due import DueIndex, DueMirror
 from adk_memory_chroma._journal import Journal
 from adk_memory_chroma._locks import Locks
@@ -175,6 +180,14 @@ class ChromaMemoryStore(MemoryStore):
         """
         client = options.pop("client", None)
         return cls(config_from_uri(uri, options), client=client)
+
+    @classmethod
+    def serving_options(cls, uri: str) -> dict[str, Any]:
+        """What a long-lived process serving many callers adds (`store_from_uri(serving=True)`).
+
+        `process=child` for an embedded URI that does not choose (`ChromaStoreConfig.process`).
+        """
+        return serving_options(uri)
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any], *, client: Any = None) -> Self:

@@ -1,0 +1,286 @@
+"""Embedded Chroma in a child process: the directory's chromadb calls outside this process's GIL.
+
+chromadb's embedded bindings hold the GIL through every write (`upsert`, `delete`: the Rust call
+runs under it), so while one runs no other thread of the process runs Python: an ADK runner's
+turns, a REST server's requests and the embedding worker all wait (`benchmarks/NOTES.md`,
+"Embedded Chroma in a child process"). `ChildClient` opens the directory's
+`chromadb.PersistentClient` in a child process instead (`python -m adk_memory_chroma._child`)
+and sends it every call; a call blocks only the thread that makes it, and `Chroma` already makes
+each in a worker thread.
+
+The child is this process's alone, like the directory (`_folder` holds it for this process and
+shares one child among the process's stores on it). Each calling thread has a connection of its
+own (a Unix socket; the child answers each connection in a thread of its own), so a call is one
+message each way with no hand-off between threads. Arguments and answers are pickled; a call
+that raises in the child raises the same exception here. The child reads the parent's end of a
+pipe (its stdin) and exits when it closes: on `shutdown()`, and when the parent dies however it
+dies. If the child dies, every call raises `ChildGone` (an `OSError`, which `Chroma` reports as
+`StoreUnavailable`); the store works again once reopened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import weakref
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_START_SECONDS = 60.0
+"""How long the child may take to import chromadb and open the directory."""
+_STOP_SECONDS = 30.0
+"""How long the child may take to close chromadb (it saves its indexes) before it is killed."""
+_CLIENT = ""
+"""The target of a call to the client itself; a collection's calls name the collection's id."""
+_HANDLES = frozenset({"get_or_create_collection", "get_collection", "create_collection"})
+
+
+class ChildGone(OSError):
+    """The child process that holds the directory exited, or its connection broke."""
+
+
+class ChildClient:
+    """The part of `chromadb.ClientAPI` the store uses, answered by a child process."""
+
+    def __init__(self, path: str, tenant: str, database: str) -> None:
+        """Starts the child on `path` and waits until it has opened the directory.
+
+        Raises:
+            ChildGone: The child did not start, or exited before it was ready.
+            Exception: What chromadb raised in the child while opening the directory.
+        """
+        self._path = path
+        authkey = os.urandom(32)
+        self._process = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        try:
+            pickle.dump((authkey, path, tenant, database), self._process.stdin)
+            self._process.stdin.flush()
+            ready = pickle.load(self._process.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            self._process.kill()
+            self._process.wait()
+            raise ChildGone(f"the Chroma process for {path} exited at start") from exc
+        if isinstance(ready, BaseException):
+            self._process.wait(_STOP_SECONDS)
+            raise ready
+        self._address: str = ready
+        self._authkey = authkey
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        """Every thread's connection, to close at shutdown (a thread's own closes as it ends)."""
+        self._guard = threading.Lock()
+        self._closed = False
+
+    def _connection(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._guard:
+                if self._closed:
+                    raise ChildGone(f"the Chroma process for {self._path} was shut down")
+                try:
+                    conn = Client(self._address, authkey=self._authkey)
+                except OSError as exc:
+                    raise self._gone() from exc
+                self._connections.add(conn)
+            self._local.conn = conn
+        return conn
+
+    def _gone(self) -> ChildGone:
+        code = self._process.poll()
+        status = "is not answering" if code is None else f"exited (code {code})"
+        return ChildGone(
+            f"the Chroma process for {self._path} {status}; close the store and open it again"
+        )
+
+    def call(self, target: str, method: str, kwargs: dict[str, Any]) -> Any:
+        """Runs `method` of the client (`target` "") or of the collection with id `target`."""
+        conn = self._connection()
+        try:
+            conn.send((target, method, kwargs))
+            ok, value = conn.recv()
+        except (EOFError, OSError) as exc:
+            raise self._gone() from exc
+        if ok:
+            return value
+        raise value
+
+    def _handle(self, method: str, kwargs: dict[str, Any]) -> ChildCollection:
+        name, collection_id = self.call(_CLIENT, method, kwargs)
+        return ChildCollection(self, name, collection_id)
+
+    def get_or_create_collection(self, **kwargs: Any) -> ChildCollection:
+        return self._handle("get_or_create_collection", kwargs)
+
+    def get_collection(self, **kwargs: Any) -> ChildCollection:
+        return self._handle("get_collection", kwargs)
+
+    def delete_collection(self, **kwargs: Any) -> None:
+        self.call(_CLIENT, "delete_collection", kwargs)
+
+    def list_collections(self, **kwargs: Any) -> list[ChildCollection]:
+        handles = self.call(_CLIENT, "list_collections", kwargs)
+        return [ChildCollection(self, name, collection_id) for name, collection_id in handles]
+
+    def get_max_batch_size(self) -> int:
+        return int(self.call(_CLIENT, "get_max_batch_size", {}))
+
+    def close(self) -> None:
+        """Nothing: the process's stores on the directory share the child (`shutdown` ends it)."""
+
+    def shutdown(self) -> None:
+        """Ends the child: it closes chromadb and exits once its stdin is closed."""
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            for conn in list(self._connections):
+                conn.close()
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            logger.warning("the Chroma process for %s did not exit; killing it", self._path)
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()
+
+
+class ChildCollection:
+    """A collection handle whose calls run in the child; `name` and `id` as opened."""
+
+    def __init__(self, client: ChildClient, name: str, collection_id: Any) -> None:
+        self._client = client
+        self.name = name
+        self.id = collection_id
+
+    def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
+        return self._client.call(str(self.id), method, kwargs)
+
+    def get(self, **kwargs: Any) -> Any:
+        return self._call("get", kwargs)
+
+    def upsert(self, **kwargs: Any) -> None:
+        self._call("upsert", kwargs)
+
+    def update(self, **kwargs: Any) -> None:
+        self._call("update", kwargs)
+
+    def delete(self, **kwargs: Any) -> None:
+        self._call("delete", kwargs)
+
+    def count(self) -> int:
+        return int(self._call("count", {}))
+
+
+def _serve() -> None:
+    """The child: opens the directory, then answers calls until stdin closes.
+
+    Each connection (one per calling thread of the parent) is answered in a thread of its own.
+    """
+    # The parent's Ctrl-C or a service manager's SIGTERM reaches the whole process group: the
+    # child outlives it until the parent, finishing its writes, closes the pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    authkey, path, tenant, database = pickle.load(sys.stdin.buffer)
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing chromadb prints may reach the parent's pipe
+    try:
+        import chromadb
+        from chromadb.config import Settings
+
+        client: Any = chromadb.PersistentClient(
+            path=path,
+            settings=Settings(anonymized_telemetry=False),
+            tenant=tenant,
+            database=database,
+        )
+        listener = Listener(family="AF_UNIX", authkey=authkey)
+    except BaseException as exc:  # reported to the parent, which raises it
+        pickle.dump(_picklable(exc), out)
+        out.flush()
+        return
+    collections: dict[str, Any] = {}
+
+    def answer(conn: Connection) -> None:
+        with conn:
+            while True:
+                try:
+                    target, method, kwargs = conn.recv()
+                except (EOFError, OSError):
+                    return
+                try:
+                    reply = (True, _run(client, collections, target, method, kwargs))
+                except BaseException as exc:
+                    reply = (False, _picklable(exc))
+                try:
+                    conn.send(reply)
+                except (EOFError, OSError):
+                    return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn = listener.accept()
+            except (OSError, EOFError):
+                continue  # a wrong key, or a peer that left: keep serving the parent
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    pickle.dump(listener.address, out)
+    out.flush()
+    sys.stdin.buffer.read()  # nothing more is sent: returns when the parent closes it or dies
+    client.close()
+
+
+def _run(
+    client: Any, collections: dict[str, Any], target: str, method: str, kwargs: dict[str, Any]
+) -> Any:
+    if target == _CLIENT:
+        if method in _HANDLES:
+            collection = getattr(client, method)(**kwargs)
+            collections[str(collection.id)] = collection
+            return collection.name, collection.id
+        if method == "list_collections":
+            found = client.list_collections(**kwargs)
+            collections.update((str(collection.id), collection) for collection in found)
+            return [(collection.name, collection.id) for collection in found]
+        if method == "delete_collection":
+            for key, collection in list(collections.items()):
+                if collection.name == kwargs.get("name"):
+                    del collections[key]
+        return getattr(client, method)(**kwargs)
+    collection = collections.get(target)
+    if collection is None:  # deleted through this child: as chromadb's own stale handle
+        from chromadb.errors import NotFoundError
+
+        raise NotFoundError(f"Collection {target} does not exist.")
+    return getattr(collection, method)(**kwargs)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """`exc` if it survives pickling, else a `RuntimeError` naming its type.
+
+    Never its arguments, which may quote stored values.
+    """
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__} in the Chroma process")
+    return exc
+
+
+if __name__ == "__main__":
+    _serve()

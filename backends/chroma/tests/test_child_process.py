@@ -1,0 +1,215 @@
+"""Embedded Chroma in a child process (`process=child`): the data, the directory's lock, the
+child's life and death, and who may talk to it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from multiprocessing.connection import Client
+from pathlib import Path
+
+import chromadb
+import pytest
+from adk_memory_chroma import ChromaMemoryStore
+from adk_memory_chroma._child import ChildClient
+from chromadb.config import Settings
+
+from adk_memory._registry import store_from_uri
+from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
+from adk_memory.testing.conformance import BANK, bank_record
+from adk_memory.testing.processes import run_in_a_process
+
+
+def _child_of(store: ChromaMemoryStore) -> ChildClient:
+    client = store._chroma.client
+    assert isinstance(client, ChildClient), f"runs {type(client).__name__}, not a child"
+    return client
+
+
+def _exited(pid: int, within: float = 20.0) -> bool:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _bank_ids(path: Path) -> list[str] | str:
+    """Run in another process: the folder's bank ids read in-process, or the error opening it."""
+
+    async def main() -> list[str] | str:
+        store = ChromaMemoryStore.from_uri(f"chroma://{path}")
+        try:
+            return sorted(bank.bank_id for bank in await store.list_banks())
+        except FailedPrecondition as error:
+            return str(error)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+async def child_store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child")
+    await store.create_bank(bank_record())
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def test_the_child_holds_the_data_for_this_process_and_leaves_it_on_close(
+    tmp_path: Path, child_store: ChromaMemoryStore
+) -> None:
+    pid = _child_of(child_store)._process.pid
+    assert pid != os.getpid() and not _exited(pid, within=0)
+    held = run_in_a_process(_bank_ids, tmp_path)
+    assert isinstance(held, str) and f"pid {os.getpid()}" in held  # the folder is ours, not free
+    await child_store.aclose()
+    assert _exited(pid), "the child outlived the last store on its folder"
+    assert run_in_a_process(_bank_ids, tmp_path) == [BANK]
+
+
+async def test_the_stores_of_a_process_share_one_chroma_on_a_folder(tmp_path: Path) -> None:
+    """Two Chromas on one directory would each keep a copy of its index: the folder's first
+    store decides, inline or child, for every later store of the process."""
+    inline = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'a'}")
+    child_first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'b'}?process=child")
+    await inline.create_bank(bank_record("inline-first"))
+    await child_first.create_bank(bank_record("child-first"))
+    asks_child = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'a'}?process=child")
+    asks_inline = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'b'}")
+    try:
+        assert [bank.bank_id for bank in await asks_child.list_banks()] == ["inline-first"]
+        assert not isinstance(asks_child._chroma.client, ChildClient)
+        assert [bank.bank_id for bank in await asks_inline.list_banks()] == ["child-first"]
+        assert _child_of(asks_inline) is _child_of(child_first)
+        await asks_inline.create_bank(bank_record("through-the-child"))
+        assert len(await child_first.list_banks()) == 2
+    finally:
+        for store in (inline, child_first, asks_child, asks_inline):
+            await store.aclose()
+
+
+async def test_a_folder_a_chromadb_client_of_this_process_has_open_gets_no_child(
+    tmp_path: Path,
+) -> None:
+    """A caller's own client takes no lock: a child beside it would be a second Chroma."""
+    own = chromadb.PersistentClient(
+        path=str(tmp_path), settings=Settings(anonymized_telemetry=False)
+    )
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child")
+    try:
+        await store.create_bank(bank_record())
+        assert not isinstance(store._chroma.client, ChildClient)
+        assert any(c.name.endswith(".banks") for c in own.list_collections())
+    finally:
+        await store.aclose()
+
+
+async def test_a_dead_child_fails_calls_at_once_and_the_folder_opens_again(
+    tmp_path: Path, child_store: ChromaMemoryStore
+) -> None:
+    child = _child_of(child_store)
+    child._process.kill()
+    child._process.wait()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"exited \(code -9\); close the store"):
+        await child_store.create_bank(bank_record("after-death"))
+    with pytest.raises(StoreUnavailable, match="exited"):
+        await child_store.get_bank(BANK)
+    assert time.monotonic() - started < 5
+    await child_store.aclose()
+    assert run_in_a_process(_bank_ids, tmp_path) == [BANK]  # what it wrote before is there
+
+
+_PARENT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from adk_memory_chroma import ChromaMemoryStore
+    from adk_memory.testing.conformance import bank_record
+
+    async def main():
+        store = ChromaMemoryStore.from_uri(f"chroma://{sys.argv[1]}?process=child")
+        await store.create_bank(bank_record())
+        print(store._chroma.client._process.pid, flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_the_child_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        assert _exited(child_pid), "the child outlived its killed parent"
+    finally:
+        parent.kill()
+    assert run_in_a_process(_bank_ids, tmp_path) == [BANK]
+
+
+async def test_ctrl_c_and_sigterm_to_the_process_group_leave_the_child_serving(
+    child_store: ChromaMemoryStore,
+) -> None:
+    """The parent decides when the child ends: it may still be writing after a signal."""
+    child = _child_of(child_store)
+    for sent in (signal.SIGINT, signal.SIGTERM):
+        os.kill(child._process.pid, sent)
+        await asyncio.sleep(0.2)
+        assert child._process.poll() is None
+        assert (await child_store.get_bank(BANK)) is not None
+
+
+async def test_a_connection_without_the_key_is_refused_and_the_child_keeps_serving(
+    child_store: ChromaMemoryStore,
+) -> None:
+    child = _child_of(child_store)
+    with pytest.raises((OSError, EOFError, Exception)) as refused:
+        Client(child._address, authkey=b"a guess")
+    assert "AuthenticationError" in type(refused.value).__name__ or isinstance(
+        refused.value, (OSError, EOFError)
+    )
+    assert (await child_store.get_bank(BANK)) is not None
+    assert oct(os.stat(os.path.dirname(child._address)).st_mode & 0o777) == "0o700"
+
+
+async def test_many_threads_call_the_child_at_once(child_store: ChromaMemoryStore) -> None:
+    ids = [f"bank-{index}" for index in range(24)]
+    await asyncio.gather(*(child_store.create_bank(bank_record(bank_id)) for bank_id in ids))
+    banks = await asyncio.gather(*(child_store.get_bank(bank_id) for bank_id in ids))
+    assert [bank.bank_id for bank in banks if bank is not None] == ids
+
+
+def test_serving_hosts_take_a_child_unless_the_uri_chooses(tmp_path: Path) -> None:
+    def process(uri: str, **options: object) -> str:
+        store = store_from_uri(uri, **options)
+        assert isinstance(store, ChromaMemoryStore)
+        return store.config.process
+
+    assert process(f"chroma://{tmp_path}") == "inline"
+    assert process(f"chroma://{tmp_path}", serving=True) == "child"
+    assert process(f"chroma://{tmp_path}?process=inline", serving=True) == "inline"
+    assert process(f"chroma://{tmp_path}", serving=True, process="inline") == "inline"
+    assert process("chroma+http://localhost:8000?single_host=true", serving=True) == "inline"
+    with pytest.raises(InvalidArgument, match="process=child is for an embedded store"):
+        store_from_uri("chroma+http://localhost:8000?process=child")
+    with pytest.raises(InvalidArgument, match="'process'"):
+        store_from_uri(f"chroma://{tmp_path}?process=thread")
