@@ -126,8 +126,10 @@ class Backends:
     def uri(self, backend: str, tag: str) -> tuple[str, dict[str, Any]]:
         if backend == "memory":
             return "memory://", {}
-        if backend == "chroma":
+        if backend == "chroma":  # a serving host runs it in a child process (`process=child`)
             return f"chroma://{self.tmp}/chroma-{tag}", {}
+        if backend == "chroma-inline":  # in the host's own process, as before the child
+            return f"chroma://{self.tmp}/chroma-{tag}", {"process": "inline"}
         if backend == "chroma-http":
             return self.chroma_http_url or "", {"collection_prefix": f"b{tag}"}
         if backend.startswith("redis"):

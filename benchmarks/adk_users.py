@@ -228,7 +228,8 @@ def users_section(
     rows = []
     with tempfile.TemporaryDirectory(prefix="adk-users-") as tmp, redis_server() as redis_url:
         uris = {
-            "chroma": lambda tag: f"chroma://{tmp}/chroma-{tag}",
+            "chroma": lambda tag: f"chroma://{tmp}/chroma-{tag}",  # a child process: the default
+            "chroma-inline": lambda tag: f"chroma://{tmp}/chroma-{tag}?process=inline",
             "redis": lambda tag: f"{redis_url}?key_prefix=u{tag}",
             "memory": lambda tag: f"memory://users-{tag}",
         }
@@ -454,7 +455,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--embedder", default="all-MiniLM-L6-v2")
-    parser.add_argument("--stores", default="chroma,redis,memory")
+    parser.add_argument("--stores", default="chroma,chroma-inline,redis,memory")
     parser.add_argument("--only", default="users,hung,startup")
     parser.add_argument(
         "--stagger-ms",

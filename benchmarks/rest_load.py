@@ -100,12 +100,21 @@ class Served:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` and its threads, from /proc (Linux)."""
+    """User + system CPU seconds of process `pid`, its threads and its live children (embedded
+    Chroma's child process), from /proc (Linux)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited meanwhile
+        if child[1] == str(pid):
+            ticks += int(child[11]) + int(child[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_seconds() -> float:
@@ -296,7 +305,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--backends", nargs="+", default=["redis-flat", "chroma"])
+    parser.add_argument("--backends", nargs="+", default=["redis-flat", "chroma", "chroma-inline"])
     parser.add_argument("--modes", nargs="+", choices=list(MODES), help="default: all")
     args = parser.parse_args()
     from benchmarks import _common

@@ -261,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks import embedding
 
             started = time.perf_counter()
-            log("== 6. Embedding runtime (OpenVINO and ONNX Runtime beside sentence-transformers; mem0)")
+            log(
+                "== 6. Embedding runtime (OpenVINO and ONNX Runtime beside sentence-transformers; mem0)"
+            )
             results["embedding"] = embedding.run(where.tmp, log)
             timings["embedding"] = round(time.perf_counter() - started)
             results_path.write_text(json.dumps(results, indent=1))
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             log("== 7. REST throughput, embedding batched or not")
             results["rest"] = rest_load.run(
                 where,
-                ["redis-flat", "chroma"],
+                ["redis-flat", "chroma", "chroma-inline"],
                 requests=plan["rest_requests"],
                 rounds=plan["rest_rounds"],
                 log=log,

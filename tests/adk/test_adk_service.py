@@ -353,10 +353,12 @@ def test_constructor_rejects_bad_arguments() -> None:
 
 
 async def test_hand_overs_of_turns_ending_together_share_one_store_write(
-    make_service: Callable[..., MemoryBankService],
+    make_service: Callable[..., MemoryBankService], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Five sessions end a millisecond apart: the writer, woken by the first, waits for the
-    others (`HANDOVER_GATHER_SECONDS`, 20 ms) and stores all five in one write."""
+    others (`HANDOVER_GATHER_SECONDS`; 20 ms, here 300 ms, so that a busy machine pausing this
+    thread between two sessions does not split them) and stores all five in one write."""
+    monkeypatch.setattr(service_module, "HANDOVER_GATHER_SECONDS", 0.3)
     service = make_service()
 
     def ended(user: str) -> Session:
