@@ -725,6 +725,17 @@ class MemoryStore(Protocol):
         """
         ...
 
+    async def open_locally(self) -> None:
+        """Does the store's start-up work on this machine now, ahead of the first call.
+
+        Opening an embedded directory, starting a process of the store's own: work that takes
+        time but never waits on a network, so a host may wait for it as it waits for a local
+        model to load, not as for a store that does not answer. A store reached over the
+        network does nothing here (its connection is its first call's). Raises what opening
+        raises (`FailedPrecondition` for a directory another process holds).
+        """
+        return None
+
     async def aclose(self) -> None:
         """Releases connections the store opened (never a client the caller passed in)."""
         ...

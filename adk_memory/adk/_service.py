@@ -274,6 +274,9 @@ class MemoryBankService(BaseMemoryService):
         """Scopes of the streams whose generation was asked here and is running (writes loop)."""
         self._query_embedder: tuple[float, Embedder] | None = None
         """When the bank's model was read, and its embedder (`_bank_embedder`, reads loop)."""
+        self._opened = threading.Event()
+        """Set once the start-up has done the store's local work (`MemoryStore.open_locally`:
+        an embedded directory, its child process), or failed to."""
         self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
         """Done once the start-up has connected the store (or failed to, logged)."""
         self._start_task: asyncio.Task[None] | None = None
@@ -745,9 +748,22 @@ class MemoryBankService(BaseMemoryService):
         self._start_task = asyncio.get_running_loop().create_task(self._start())
 
     async def _start(self) -> None:
-        """Connects the store and ensures the bank, then warms the read side (writes loop)."""
+        """The start-up, on the writes loop.
+
+        Opens the store's local part, connects the store and ensures the bank, then warms the
+        read side.
+        """
         try:
             # A store that fails at start opens the breaker at once: the first turn skips it.
+            try:
+                await self._bounded(
+                    self._writes.open_locally(self._uri),
+                    what="start-up",
+                    timeout=START_TIMEOUT,
+                    opens=True,
+                )
+            finally:
+                self._opened.set()
             await self._bounded(
                 self._writes.client_for_use(self._uri, self._ensure_bank),
                 what="start-up",
@@ -774,14 +790,16 @@ class MemoryBankService(BaseMemoryService):
     async def _started_and_warm(self) -> None:
         """Waits for what is left of the start-up, within the turn's deadline.
 
-        A start-up (a connection and a bank read: under a second even for a cold embedded
-        Chroma) that is not done within `search_timeout` counts as a store timeout. The local
-        embedding model may take longer to load (seconds): that is waited for, up to
-        `WARMUP_TIMEOUT`, and is no store failure.
+        The store's local work (an embedded directory opened, its child process started: about
+        a second) and the local embedding model's load (seconds) are waited for, up to
+        `WARMUP_TIMEOUT`, and are no store failure. The rest of the start-up (a connection and
+        a bank read) that is not done within `search_timeout` counts as a store timeout.
 
         Raises:
             StoreUnavailable: The start-up did not finish in time.
         """
+        if not self._opened.is_set():
+            await asyncio.to_thread(self._opened.wait, WARMUP_TIMEOUT)
         if not self._started.done():
             await self._bounded(
                 asyncio.shield(asyncio.wrap_future(self._started)), what="start-up", answers=False
@@ -1496,6 +1514,15 @@ class _Side:
     async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Awaits `work` run on this side's loop, from any loop."""
         return await self.thread.run(work)
+
+    async def open_locally(self, uri: str) -> None:
+        """The store's local start-up work (`MemoryStore.open_locally`), on this side's loop."""
+        if self.client is None:
+            self.client = self._build()
+            self._ready = False
+        if not self.client.remote:
+            async with _first_use(uri):  # see `client_for_use`
+                await self.client.engine.store.open_locally()
 
     async def client_for_use(
         self, uri: str, ensure: Callable[[AsyncClient], Awaitable[None]] | None = None

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,6 +153,78 @@ async def test_a_store_that_hangs_mid_run_costs_one_deadline(
     finally:
         await runner.close()
         await service.aclose()
+
+
+def _chroma_children() -> list[int]:
+    """The pids of this process's embedded-Chroma children (`process=child`)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if ppid == str(os.getpid()) and b"adk_memory_chroma/_child.py" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+async def _available(service: MemoryBankService, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not service.memory_available and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert service.memory_available, f"memory did not come back within {within} s"
+
+
+@pytest.mark.parametrize("pattern", ["plugin", "callback"])
+async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_back(
+    tmp_path: Path, pattern: str
+) -> None:
+    """The service runs embedded Chroma in a child process; stopped (SIGSTOP: alive, silent,
+    like a hung server), no turn waits for it beyond one deadline: a user whose scope the
+    process knows is searched from what it committed, a new user's search costs one deadline and
+    later turns skip memory. Continued, memory comes back by itself, and what the turns taught
+    meanwhile is generated exactly once."""
+    memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
+    service = MemoryBankService(
+        f"chroma://{tmp_path}",
+        embedding_model="hash-64",
+        generation_model=memory_model,
+        search_timeout=0.5,
+    )
+    model = ScriptedAgentModel()
+    runner = _runner(pattern, model, service)
+    child = 0
+    try:
+        session, _ = await ask(runner, user_id="u1", text="I love green tea.")
+        # A first turn on a busy machine may outlast this test's short deadline (a fresh folder's
+        # collections are created then): the breaker closes by itself, as asserted below.
+        await _available(service)
+        [child] = _chroma_children()
+        os.kill(child, signal.SIGSTOP)
+        took = []
+        for user, text in [("u1", "And I moved to Berlin."), ("u2", "Hi."), ("u1", "Thanks.")]:
+            started = time.perf_counter()
+            await ask(runner, user_id=user, text=text, session_id=session if user == "u1" else None)
+            took.append(time.perf_counter() - started)
+        assert not service.memory_available  # u2's scope had to be read from Chroma
+        assert max(took) < 0.5 * 3 + 1.0 and took[-1] < 0.5
+
+        os.kill(child, signal.SIGCONT)
+        await _available(service)
+        await ask(runner, user_id="u1", text="What do I like?")
+        assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+        await service.generate_pending(app_name=APP, user_id="u1")
+        await service.drain()
+        found = await service.search_memory(app_name=APP, user_id="u1", query="me", top_k=10)
+        facts = sorted(entry.content.parts[0].text for entry in found.memories)
+        assert facts == sorted([TEA, BERLIN])  # each once: nothing lost, nothing twice
+    finally:
+        if child:
+            os.kill(child, signal.SIGCONT)
+        await runner.close()
+        await service.aclose()
+    assert child and not _chroma_children(), "the child outlived the service"
 
 
 # Configuration errors fail at start

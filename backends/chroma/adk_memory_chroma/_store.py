@@ -181,6 +181,11 @@ class ChromaMemoryStore(MemoryStore):
         client = options.pop("client", None)
         return cls(config_from_uri(uri, options), client=client)
 
+    async def open_locally(self) -> None:
+        """Opens an embedded directory (and starts its child process) now; a server: nothing."""
+        if self._config.path is not None:
+            await self._chroma.connection()
+
     @classmethod
     def serving_options(cls, uri: str) -> dict[str, Any]:
         """What a long-lived process serving many callers adds (`store_from_uri(serving=True)`).
