@@ -117,8 +117,7 @@ class ChildClient:
         raise value
 
     def _handle(self, method: str, kwargs: dict[str, Any]) -> ChildCollection:
-        name, collection_id = self.call(_CLIENT, method, kwargs)
-        return ChildCollection(self, name, collection_id)
+        return ChildCollection(self, *self.call(_CLIENT, method, kwargs))
 
     def get_or_create_collection(self, **kwargs: Any) -> ChildCollection:
         return self._handle("get_or_create_collection", kwargs)
@@ -131,7 +130,7 @@ class ChildClient:
 
     def list_collections(self, **kwargs: Any) -> list[ChildCollection]:
         handles = self.call(_CLIENT, "list_collections", kwargs)
-        return [ChildCollection(self, name, collection_id) for name, collection_id in handles]
+        return [ChildCollection(self, *handle) for handle in handles]
 
     def get_max_batch_size(self) -> int:
         return int(self.call(_CLIENT, "get_max_batch_size", {}))
@@ -159,12 +158,17 @@ class ChildClient:
 
 
 class ChildCollection:
-    """A collection handle whose calls run in the child; `name` and `id` as opened."""
+    """A collection handle whose calls run in the child; `name`, `id` and `dimension` (the
+    vectors' dimension Chroma fixed at the first write, None before) as opened.
+    """
 
-    def __init__(self, client: ChildClient, name: str, collection_id: Any) -> None:
+    def __init__(
+        self, client: ChildClient, name: str, collection_id: Any, dimension: int | None
+    ) -> None:
         self._client = client
         self.name = name
         self.id = collection_id
+        self.dimension = dimension
 
     def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
         return self._client.call(str(self.id), method, kwargs)
@@ -252,11 +256,11 @@ def _run(
         if method in _HANDLES:
             collection = getattr(client, method)(**kwargs)
             collections[str(collection.id)] = collection
-            return collection.name, collection.id
+            return _handle(collection)
         if method == "list_collections":
             found = client.list_collections(**kwargs)
             collections.update((str(collection.id), collection) for collection in found)
-            return [(collection.name, collection.id) for collection in found]
+            return [_handle(collection) for collection in found]
         if method == "delete_collection":
             for key, collection in list(collections.items()):
                 if collection.name == kwargs.get("name"):
@@ -268,6 +272,19 @@ def _run(
 
         raise NotFoundError(f"Collection {target} does not exist.")
     return getattr(collection, method)(**kwargs)
+
+
+def _handle(collection: Any) -> tuple[str, Any, int | None]:
+    return collection.name, collection.id, fixed_dimension(collection)
+
+
+def fixed_dimension(collection: Any) -> int | None:
+    """The vector dimension Chroma fixed for a collection (a chromadb handle or a child's) at
+    its first write; None before it.
+    """
+    if isinstance(collection, ChildCollection):
+        return collection.dimension
+    return getattr(getattr(collection, "_model", None), "dimension", None)
 
 
 def _picklable(exc: BaseException) -> BaseException:

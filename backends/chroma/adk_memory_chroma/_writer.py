@@ -45,6 +45,7 @@ from typing import Any
 from adk_memory.errors import AdkMemoryError, AlreadyExists, InvalidArgument
 from adk_memory.store import Expectation, MemoryRecord, WriteBatch, check_expectations
 from adk_memory_chroma import _codec as codec
+from adk_memory_chroma._child import fixed_dimension
 from adk_memory_chroma._chroma import AUX, MEM, Chroma
 from adk_memory_chroma._due import DueIndex
 from adk_memory_chroma._journal import Journal, Plan, new_batch_id
@@ -413,7 +414,7 @@ class BatchWriter:
         name = self._chroma.name(bank_id, MEM)
         self._chroma.forget_collection(name)
         fresh = await self._chroma.collection(name)
-        fixed = getattr(getattr(fresh, "_model", None), "dimension", None)
+        fixed = fixed_dimension(fresh)
         if fixed is None or fixed == dimension:
             return fresh
         logger.debug("re-creating empty memory collection of bank %s", bank_id)
