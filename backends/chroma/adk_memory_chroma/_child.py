@@ -158,8 +158,10 @@ class ChildClient:
 
 
 class ChildCollection:
-    """A collection handle whose calls run in the child; `name`, `id` and `dimension` (the
-    vectors' dimension Chroma fixed at the first write, None before) as opened.
+    """A collection handle whose calls run in the child.
+
+    `name`, `id` and `dimension` (of the vectors, fixed by Chroma at the first write; None
+    before) are as the collection was opened.
     """
 
     def __init__(
@@ -279,8 +281,9 @@ def _handle(collection: Any) -> tuple[str, Any, int | None]:
 
 
 def fixed_dimension(collection: Any) -> int | None:
-    """The vector dimension Chroma fixed for a collection (a chromadb handle or a child's) at
-    its first write; None before it.
+    """The vector dimension Chroma fixed for a collection at its first write (None before).
+
+    For a chromadb handle or a child's.
     """
     if isinstance(collection, ChildCollection):
         return collection.dimension
