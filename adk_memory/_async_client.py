@@ -634,7 +634,6 @@ class AsyncClient(metaclass=abc.ABCMeta):  # noqa: B024 - ABCMeta for `register`
                 from adk_memory._remote import RemoteAsyncClient
 
                 # Not an instance of this class (a virtual subclass): __init__ is not run again.
-                kwargs.pop("serving", None)  # the server chose its own store's options
                 return cast(AsyncClient, RemoteAsyncClient(uri, *args, **kwargs))
         return super().__new__(cls)
 

@@ -56,6 +56,7 @@ class RemoteAsyncClient:
         generation_model: Any = None,
         session_service: Any = None,
         run_scheduler: bool = True,
+        serving: bool = False,
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         owner: ServerRecord | None = None,
@@ -75,6 +76,7 @@ class RemoteAsyncClient:
                 --model` chooses its model).
             session_service: Not for a server URI.
             run_scheduler: Ignored: the server flushes due ingest streams itself.
+            serving: Ignored: the server chose its own store's options.
             api_key: The API key or signed token the server expects (sent as a bearer token).
                 Default: `ADK_MEMORY_API_KEY`, else none (a keyless server on loopback).
             timeout: Seconds one request may take before `StoreUnavailable`.
