@@ -119,14 +119,14 @@ class ChildClient:
     def _handle(self, method: str, kwargs: dict[str, Any]) -> ChildCollection:
         return ChildCollection(self, *self.call(_CLIENT, method, kwargs))
 
-    def get_or_create_collection(self, **kwargs: Any) -> ChildCollection:
-        return self._handle("get_or_create_collection", kwargs)
+    def get_or_create_collection(self, name: str, **kwargs: Any) -> ChildCollection:
+        return self._handle("get_or_create_collection", {"name": name, **kwargs})
 
-    def get_collection(self, **kwargs: Any) -> ChildCollection:
-        return self._handle("get_collection", kwargs)
+    def get_collection(self, name: str, **kwargs: Any) -> ChildCollection:
+        return self._handle("get_collection", {"name": name, **kwargs})
 
-    def delete_collection(self, **kwargs: Any) -> None:
-        self.call(_CLIENT, "delete_collection", kwargs)
+    def delete_collection(self, name: str) -> None:
+        self.call(_CLIENT, "delete_collection", {"name": name})
 
     def list_collections(self, **kwargs: Any) -> list[ChildCollection]:
         handles = self.call(_CLIENT, "list_collections", kwargs)
