@@ -22,6 +22,7 @@ import pytest
 from adk_helpers import APP, agent, ask, create_every_fact, extraction, runner_for
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.models.llm_request import LlmRequest
 from google.adk.runners import Runner
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
@@ -435,4 +436,25 @@ async def test_a_scheduler_flush_does_not_hold_up_other_sessions_events(store: s
     finally:
         release.set()
         await runner.close()
+        await service.aclose()
+
+
+async def test_the_services_chroma_child_starting_is_warming_not_a_sick_store(
+    tmp_path: Path,
+) -> None:
+    """A child process takes about a second to start, longer than this service's deadline: the
+    first search, right after construction, waits for it as for the model's load, and memory
+    stays on."""
+    service = MemoryBankService(
+        f"chroma://{tmp_path}", embedding_model="hash-64", search_timeout=0.2
+    )
+    try:
+        found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
+        assert found.memories == [] and service.memory_available
+        assert len(_chroma_children()) == 1
+        tea = MemoryEntry(content=genai_types.Content(parts=[genai_types.Part(text=TEA)]))
+        await service.add_memory(app_name=APP, user_id="u1", memories=[tea])
+        found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
+        assert [m.content.parts[0].text for m in found.memories] == [TEA]  # type: ignore[union-attr]
+    finally:
         await service.aclose()

@@ -213,3 +213,48 @@ def test_serving_hosts_take_a_child_unless_the_uri_chooses(tmp_path: Path) -> No
         store_from_uri("chroma+http://localhost:8000?process=child")
     with pytest.raises(InvalidArgument, match="'process'"):
         store_from_uri(f"chroma://{tmp_path}?process=thread")
+
+
+def test_the_rest_app_takes_a_child(tmp_path: Path) -> None:
+    from adk_memory.server.app import create_app
+
+    app = create_app(f"chroma://{tmp_path}")
+    assert app.state.client.engine.store.config.process == "child"
+    app = create_app(f"chroma://{tmp_path}?process=inline")
+    assert app.state.client.engine.store.config.process == "inline"
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if ppid == str(pid) and b"adk_memory_chroma/_child.py" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_the_worker_runs_chroma_in_a_child_that_ends_after_its_ctrl_c(tmp_path: Path) -> None:
+    """`adk-memory worker` serves until stopped: Chroma in a child, which ignores the Ctrl-C
+    sent to the whole process group and ends once the worker has closed its store."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "adk_memory.cli", "worker", "--uri", f"chroma://{tmp_path}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a process group of its own, as a terminal gives it
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (children := _children_of(worker.pid)) and time.monotonic() < deadline:
+            assert worker.poll() is None, worker.communicate()[1]
+            time.sleep(0.1)
+        [child] = children
+        os.killpg(worker.pid, signal.SIGINT)  # Ctrl-C: the whole group
+        assert worker.wait(60) == 0
+        assert _exited(child)
+    finally:
+        worker.kill()
+    assert run_in_a_process(_bank_ids, tmp_path) == []  # the folder is free again
