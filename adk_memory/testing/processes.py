@@ -11,17 +11,37 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 FORKS = multiprocessing.get_context("forkserver")
 FORKS.set_forkserver_preload(
     ["adk_memory", "adk_memory.testing.models", "adk_memory_chroma", "adk_memory_redis"]
 )
+
+
+def children_running(command_part: str, parent: int | None = None) -> list[int]:
+    """The pids of `parent`'s live children whose command line contains `command_part`.
+
+    `parent` defaults to this process. Linux only: read from /proc.
+    """
+    parent_id = str(os.getpid() if parent is None else parent)
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue  # it exited meanwhile
+        if ppid == parent_id and command_part.encode() in command:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> Any:

@@ -33,6 +33,7 @@ from adk_memory.adk import MemoryBankPlugin, MemoryBankService
 from adk_memory.engine.ingest import stream_key
 from adk_memory.testing.agent_models import ScriptedAgentModel
 from adk_memory.testing.models import ScriptedMemoryModel
+from adk_memory.testing.processes import children_running
 from adk_memory.testing.proxies import HangingProxy
 
 TEA = "I like green tea."
@@ -55,6 +56,19 @@ async def proxy(redis_url: str) -> AsyncIterator[HangingProxy]:
     await made.start()
     yield made
     await made.stop()
+
+
+async def _taught_exactly_once(
+    runner: Runner, model: ScriptedAgentModel, service: MemoryBankService
+) -> None:
+    """u1's new session sees the tea, and u1's memories are the tea and Berlin, each once."""
+    await ask(runner, user_id="u1", text="What do I like?")
+    assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
+    await service.generate_pending(app_name=APP, user_id="u1")
+    await service.drain()
+    found = await service.search_memory(app_name=APP, user_id="u1", query="me", top_k=10)
+    facts = sorted(entry.content.parts[0].text for entry in found.memories)  # type: ignore[union-attr]
+    assert facts == sorted([TEA, BERLIN])  # each once: nothing lost, nothing twice
 
 
 def _runner(pattern: str, model: ScriptedAgentModel, service: MemoryBankService) -> Runner:
@@ -112,13 +126,7 @@ async def test_a_hung_store_is_skipped_then_memory_comes_back_by_itself_exactly_
 
         # The session's events, handed over while the store hung, reach it now; a new session
         # of the user sees what the hung session taught.
-        await ask(runner, user_id="u1", text="What do I like?")
-        assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
-        await service.generate_pending(app_name=APP, user_id="u1")
-        await service.drain()
-        found = await service.search_memory(app_name=APP, user_id="u1", query="me", top_k=10)
-        facts = sorted(entry.content.parts[0].text for entry in found.memories)
-        assert facts == sorted([TEA, BERLIN])  # each once: nothing lost, nothing twice
+        await _taught_exactly_once(runner, model, service)
     finally:
         await runner.close()
         await service.aclose()
@@ -158,16 +166,7 @@ async def test_a_store_that_hangs_mid_run_costs_one_deadline(
 
 def _chroma_children() -> list[int]:
     """The pids of this process's embedded-Chroma children (`process=child`)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
-            command = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if ppid == str(os.getpid()) and b"adk_memory_chroma/_child.py" in command:
-            found.append(int(stat.parent.name))
-    return found
+    return children_running("adk_memory_chroma/_child.py")
 
 
 async def _available(service: MemoryBankService, within: float = 30.0) -> None:
@@ -213,13 +212,7 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
 
         os.kill(child, signal.SIGCONT)
         await _available(service)
-        await ask(runner, user_id="u1", text="What do I like?")
-        assert TEA in ScriptedAgentModel.request_text(model.requests[-1])
-        await service.generate_pending(app_name=APP, user_id="u1")
-        await service.drain()
-        found = await service.search_memory(app_name=APP, user_id="u1", query="me", top_k=10)
-        facts = sorted(entry.content.parts[0].text for entry in found.memories)
-        assert facts == sorted([TEA, BERLIN])  # each once: nothing lost, nothing twice
+        await _taught_exactly_once(runner, model, service)
     finally:
         if child:
             os.kill(child, signal.SIGCONT)

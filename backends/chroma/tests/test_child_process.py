@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
 from multiprocessing.connection import Client
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from chromadb.config import Settings
 from adk_memory._registry import store_from_uri
 from adk_memory.errors import FailedPrecondition, InvalidArgument, StoreUnavailable
 from adk_memory.testing.conformance import BANK, bank_record
-from adk_memory.testing.processes import run_in_a_process
+from adk_memory.testing.processes import children_running, run_in_a_process
 
 
 def _child_of(store: ChromaMemoryStore) -> ChildClient:
@@ -57,16 +56,6 @@ def _bank_ids(path: Path) -> list[str] | str:
             await store.aclose()
 
     return asyncio.run(main())
-
-
-@pytest.fixture
-async def child_store(tmp_path: Path) -> AsyncIterator[ChromaMemoryStore]:
-    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child")
-    await store.create_bank(bank_record())
-    try:
-        yield store
-    finally:
-        await store.aclose()
 
 
 async def test_the_child_holds_the_data_for_this_process_and_leaves_it_on_close(
@@ -224,19 +213,6 @@ def test_the_rest_app_takes_a_child(tmp_path: Path) -> None:
     assert app.state.client.engine.store.config.process == "inline"
 
 
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
-            command = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if ppid == str(pid) and b"adk_memory_chroma/_child.py" in command:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_the_worker_runs_chroma_in_a_child_that_ends_after_its_ctrl_c(tmp_path: Path) -> None:
     """`adk-memory worker` serves until stopped: Chroma in a child, which ignores the Ctrl-C
     sent to the whole process group and ends once the worker has closed its store."""
@@ -248,7 +224,10 @@ def test_the_worker_runs_chroma_in_a_child_that_ends_after_its_ctrl_c(tmp_path: 
     )
     try:
         deadline = time.monotonic() + 60
-        while not (children := _children_of(worker.pid)) and time.monotonic() < deadline:
+        while (
+            not (children := children_running("adk_memory_chroma/_child.py", worker.pid))
+            and time.monotonic() < deadline
+        ):
             assert worker.poll() is None, worker.communicate()[1]
             time.sleep(0.1)
         [child] = children
