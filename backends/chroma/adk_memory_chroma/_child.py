@@ -4,14 +4,14 @@ chromadb's embedded bindings hold the GIL through every write (`upsert`, `delete
 runs under it), so while one runs no other thread of the process runs Python: an ADK runner's
 turns, a REST server's requests and the embedding worker all wait (`benchmarks/NOTES.md`,
 "Embedded Chroma in a child process"). `ChildClient` opens the directory's
-`chromadb.PersistentClient` in a child process instead (`python -m adk_memory_chroma._child`)
-and sends it every call; a call blocks only the thread that makes it, and `Chroma` already makes
-each in a worker thread.
+`chromadb.PersistentClient` in a child process instead (this file run as a script: the child
+imports chromadb, not adk_memory) and sends it every call; a call blocks only the thread that
+makes it, and `Chroma` already makes each in a worker thread.
 
 The child is this process's alone, like the directory (`_folder` holds it for this process and
 shares one child among the process's stores on it). Each calling thread has a connection of its
-own (a Unix socket; the child answers each connection in a thread of its own), so a call is one
-message each way with no hand-off between threads. Arguments and answers are pickled; a call
+own (a Unix socket, a named pipe on Windows; the child answers each connection in a thread of
+its own), so a call is one message each way with no hand-off between threads. Arguments and answers are pickled; a call
 that raises in the child raises the same exception here. The child reads the parent's end of a
 pipe (its stdin) and exits when it closes: on `shutdown()`, and when the parent dies however it
 dies. If the child dies, every call raises `ChildGone` (an `OSError`, which `Chroma` reports as
@@ -213,7 +213,7 @@ def _serve() -> None:
             tenant=tenant,
             database=database,
         )
-        listener = Listener(family="AF_UNIX", authkey=authkey)
+        listener = Listener(authkey=authkey)  # a Unix socket (a named pipe on Windows)
     except BaseException as exc:  # reported to the parent, which raises it
         pickle.dump(_picklable(exc), out)
         out.flush()
@@ -303,4 +303,5 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 if __name__ == "__main__":
+    sys.path.pop(0)  # this package's folder: its modules must not shadow chromadb's imports
     _serve()
