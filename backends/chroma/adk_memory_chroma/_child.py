@@ -12,10 +12,10 @@ The child is this process's alone, like the directory (`_folder` holds it for th
 shares one child among the process's stores on it). Each calling thread has a connection of its
 own (a Unix socket, a named pipe on Windows; the child answers each connection in a thread of
 its own), so a call is one message each way with no hand-off between threads. Arguments and
-answers are pickled; a call that raises in the child raises the same exception here. The child reads the parent's end of a
-pipe (its stdin) and exits when it closes: on `shutdown()`, and when the parent dies however it
-dies. If the child dies, every call raises `ChildGone` (an `OSError`, which `Chroma` reports as
-`StoreUnavailable`); the store works again once reopened.
+answers are pickled; a call that raises in the child raises the same exception here. The child
+reads the parent's end of a pipe (its stdin) and exits when it closes: on `shutdown()`, and when
+the parent dies however it dies. If the child dies, every call raises `ChildGone` (an `OSError`,
+which `Chroma` reports as `StoreUnavailable`); the store works again once reopened.
 """
 
 from __future__ import annotations
