@@ -469,6 +469,11 @@ class TracingStore:
         with self._call("earliest_expiry", bank_id):
             return await self.inner.earliest_expiry(bank_id)
 
+    async def open_locally(self) -> None:
+        """See `MemoryStore.open_locally`."""
+        with self._call("open_locally", None):
+            await self.inner.open_locally()
+
     async def aclose(self) -> None:
         """Closes the wrapped store."""
         await self.inner.aclose()

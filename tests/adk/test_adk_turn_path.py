@@ -164,9 +164,10 @@ async def test_a_store_that_hangs_mid_run_costs_one_deadline(
         await service.aclose()
 
 
-def _chroma_children() -> list[int]:
-    """The pids of this process's embedded-Chroma children (`process=child`)."""
-    return children_running("adk_memory_chroma/_child.py")
+def _chroma_children() -> set[int]:
+    """The pids of this process's embedded-Chroma children (`process=child`); a test compares
+    them before and after, as other tests' services may still be closing theirs."""
+    return set(children_running("adk_memory_chroma/_child.py"))
 
 
 async def _available(service: MemoryBankService, within: float = 30.0) -> None:
@@ -186,6 +187,7 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
     later turns skip memory. Continued, memory comes back by itself, and what the turns taught
     meanwhile is generated exactly once."""
     memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
+    before = _chroma_children()
     service = MemoryBankService(
         f"chroma://{tmp_path}",
         embedding_model="hash-64",
@@ -200,7 +202,7 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
         # A first turn on a busy machine may outlast this test's short deadline (a fresh folder's
         # collections are created then): the breaker closes by itself, as asserted below.
         await _available(service)
-        [child] = _chroma_children()
+        [child] = _chroma_children() - before
         os.kill(child, signal.SIGSTOP)
         took = []
         for user, text in [("u1", "And I moved to Berlin."), ("u2", "Hi."), ("u1", "Thanks.")]:
@@ -218,7 +220,7 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
             os.kill(child, signal.SIGCONT)
         await runner.close()
         await service.aclose()
-    assert child and not _chroma_children(), "the child outlived the service"
+    assert child and child not in _chroma_children(), "the child outlived the service"
 
 
 # Configuration errors fail at start
@@ -438,13 +440,14 @@ async def test_the_services_chroma_child_starting_is_warming_not_a_sick_store(
     """A child process takes about a second to start, longer than this service's deadline: the
     first search, right after construction, waits for it as for the model's load, and memory
     stays on."""
+    before = _chroma_children()
     service = MemoryBankService(
         f"chroma://{tmp_path}", embedding_model="hash-64", search_timeout=0.2
     )
     try:
         found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
         assert found.memories == [] and service.memory_available
-        assert len(_chroma_children()) == 1
+        assert len(_chroma_children() - before) == 1
         tea = MemoryEntry(content=genai_types.Content(parts=[genai_types.Part(text=TEA)]))
         await service.add_memory(app_name=APP, user_id="u1", memories=[tea])
         found = await service.search_memory(app_name=APP, user_id="u1", query="tea")
