@@ -91,7 +91,7 @@ def api_uri(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @contextlib.contextmanager
 def _served(uri: str) -> Iterator[str]:
-    client = AsyncClient(uri, embedding_model="hash-64")
+    client = AsyncClient(uri, embedding_model="hash-64", serving=True)  # as `adk-memory serve`
     with rest_server(client) as running:
         try:
             yield running.url
