@@ -46,10 +46,10 @@ class ChildGone(OSError):
     """The child process that holds the directory exited, or its connection broke."""
 
 
-class ChildClient:
-    """The part of `chromadb.ClientAPI` the store uses, answered by a child process."""
+class ChildProcess:
+    """The child process holding a directory, and this process's connections to it."""
 
-    def __init__(self, path: str, tenant: str, database: str) -> None:
+    def __init__(self, path: str) -> None:
         """Starts the child on `path` and waits until it has opened the directory.
 
         Raises:
@@ -65,7 +65,7 @@ class ChildClient:
         )
         assert self._process.stdin is not None and self._process.stdout is not None
         try:
-            pickle.dump((authkey, path, tenant, database), self._process.stdin)
+            pickle.dump((authkey, path), self._process.stdin)
             self._process.stdin.flush()
             ready = pickle.load(self._process.stdout)
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
@@ -75,13 +75,21 @@ class ChildClient:
         if isinstance(ready, BaseException):
             self._process.wait(_STOP_SECONDS)
             raise ready
-        self._address: str = ready
+        self.address: str = ready
         self._authkey = authkey
         self._local = threading.local()
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         """Every thread's connection, to close at shutdown (a thread's own closes as it ends)."""
         self._guard = threading.Lock()
         self._closed = False
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def poll(self) -> int | None:
+        """The child's exit code, or None while it runs."""
+        return self._process.poll()
 
     def _connection(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)
@@ -90,7 +98,7 @@ class ChildClient:
                 if self._closed:
                     raise ChildGone(f"the Chroma process for {self._path} was shut down")
                 try:
-                    conn = Client(self._address, authkey=self._authkey)
+                    conn = Client(self.address, authkey=self._authkey)
                 except OSError as exc:
                     raise self._gone() from exc
                 self._connections.add(conn)
@@ -104,17 +112,59 @@ class ChildClient:
             f"the Chroma process for {self._path} {status}; close the store and open it again"
         )
 
-    def call(self, target: str, method: str, kwargs: dict[str, Any]) -> Any:
-        """Runs `method` of the client (`target` "") or of the collection with id `target`."""
+    def call(self, namespace: tuple[str, str], target: str, method: str, kwargs: Any) -> Any:
+        """Runs `method` in the child.
+
+        Of the (tenant, database) `namespace`'s client (`target` ""), or of its collection with
+        id `target`.
+        """
         conn = self._connection()
         try:
-            conn.send((target, method, kwargs))
+            conn.send((namespace, target, method, kwargs))
             ok, value = conn.recv()
         except (EOFError, OSError) as exc:
             raise self._gone() from exc
         if ok:
             return value
         raise value
+
+    def shutdown(self) -> None:
+        """Ends the child: it closes chromadb and exits once its stdin is closed."""
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            for conn in list(self._connections):
+                conn.close()
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            logger.warning("the Chroma process for %s did not exit; killing it", self._path)
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()
+
+
+class ChildClient:
+    """The part of `chromadb.ClientAPI` a store uses, for one tenant and database.
+
+    Answered by the directory's `ChildProcess`, which the process's stores on the directory
+    share whatever their namespaces: the child keeps a chromadb client per tenant and database.
+    """
+
+    def __init__(self, process: ChildProcess, tenant: str, database: str) -> None:
+        """A client of `tenant` and `database`, opened in the child now.
+
+        Raises what chromadb raises for them, as `chromadb.PersistentClient` does.
+        """
+        self.process = process
+        self._namespace = (tenant, database)
+        self.call(_CLIENT, "heartbeat", {})
+
+    def call(self, target: str, method: str, kwargs: dict[str, Any]) -> Any:
+        return self.process.call(self._namespace, target, method, kwargs)
 
     def _handle(self, method: str, kwargs: dict[str, Any]) -> ChildCollection:
         return ChildCollection(self, *self.call(_CLIENT, method, kwargs))
@@ -136,25 +186,7 @@ class ChildClient:
         return int(self.call(_CLIENT, "get_max_batch_size", {}))
 
     def close(self) -> None:
-        """Nothing: the process's stores on the directory share the child (`shutdown` ends it)."""
-
-    def shutdown(self) -> None:
-        """Ends the child: it closes chromadb and exits once its stdin is closed."""
-        with self._guard:
-            if self._closed:
-                return
-            self._closed = True
-            for conn in list(self._connections):
-                conn.close()
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.close()
-        try:
-            self._process.wait(_STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            logger.warning("the Chroma process for %s did not exit; killing it", self._path)
-            self._process.kill()
-            self._process.wait()
-        self._process.stdout.close()
+        """Nothing: the process's stores on the directory share the child (its `shutdown`)."""
 
 
 class ChildCollection:
@@ -200,35 +232,44 @@ def _serve() -> None:
     # child outlives it until the parent, finishing its writes, closes the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    authkey, path, tenant, database = pickle.load(sys.stdin.buffer)
+    authkey, path = pickle.load(sys.stdin.buffer)
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing chromadb prints may reach the parent's pipe
     try:
         import chromadb
         from chromadb.config import Settings
 
-        client: Any = chromadb.PersistentClient(
-            path=path,
-            settings=Settings(anonymized_telemetry=False),
-            tenant=tenant,
-            database=database,
-        )
         listener = Listener(authkey=authkey)  # a Unix socket (a named pipe on Windows)
     except BaseException as exc:  # reported to the parent, which raises it
         pickle.dump(_picklable(exc), out)
         out.flush()
         return
-    collections: dict[str, Any] = {}
+    # Per (tenant, database): chromadb's client, and the collections opened through it by id.
+    clients: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
+    clients_guard = threading.Lock()
+
+    def client_of(namespace: tuple[str, str]) -> tuple[Any, dict[str, Any]]:
+        with clients_guard:
+            if namespace not in clients:
+                tenant, database = namespace
+                client = chromadb.PersistentClient(
+                    path=path,
+                    settings=Settings(anonymized_telemetry=False),
+                    tenant=tenant,
+                    database=database,
+                )
+                clients[namespace] = (client, {})
+            return clients[namespace]
 
     def answer(conn: Connection) -> None:
         with conn:
             while True:
                 try:
-                    target, method, kwargs = conn.recv()
+                    namespace, target, method, kwargs = conn.recv()
                 except (EOFError, OSError):
                     return
                 try:
-                    reply = (True, _run(client, collections, target, method, kwargs))
+                    reply = (True, _run(*client_of(namespace), target, method, kwargs))
                 except BaseException as exc:
                     reply = (False, _picklable(exc))
                 try:
@@ -248,7 +289,8 @@ def _serve() -> None:
     pickle.dump(listener.address, out)
     out.flush()
     sys.stdin.buffer.read()  # nothing more is sent: returns when the parent closes it or dies
-    client.close()
+    for client, _ in clients.values():
+        client.close()
 
 
 def _run(

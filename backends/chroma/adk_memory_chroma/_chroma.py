@@ -44,7 +44,7 @@ from chromadb.errors import (
 from adk_memory.errors import AdkMemoryError, InvalidArgument, StoreUnavailable
 from adk_memory_chroma import _codec as codec
 from adk_memory_chroma import _folder
-from adk_memory_chroma._child import ChildClient, ChildGone
+from adk_memory_chroma._child import ChildClient, ChildGone, ChildProcess
 from adk_memory_chroma._config import ChromaStoreConfig
 from adk_memory_chroma._sizing import REQUEST_BYTES, Limits, requests
 
@@ -161,12 +161,10 @@ class Chroma:
         config = self._config
         process = _folder.shared(folder, "process", lambda: config.process)
         if process == "child" and not _chroma_has_open(folder):
-            return _folder.shared(
-                folder,
-                "child",
-                lambda: ChildClient(folder, config.tenant, config.database),
-                close=ChildClient.shutdown,
+            child = _folder.shared(
+                folder, "child", lambda: ChildProcess(folder), close=ChildProcess.shutdown
             )
+            return ChildClient(child, config.tenant, config.database)
         if process != config.process:
             logger.info("embedded Chroma at %s already runs %s in this process", folder, process)
         return chromadb.PersistentClient(

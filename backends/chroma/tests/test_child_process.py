@@ -16,7 +16,7 @@ from pathlib import Path
 import chromadb
 import pytest
 from adk_memory_chroma import ChromaMemoryStore
-from adk_memory_chroma._child import ChildClient
+from adk_memory_chroma._child import ChildClient, ChildProcess
 from chromadb.config import Settings
 
 from adk_memory._registry import store_from_uri
@@ -25,10 +25,10 @@ from adk_memory.testing.conformance import BANK, bank_record
 from adk_memory.testing.processes import children_running, run_in_a_process
 
 
-def _child_of(store: ChromaMemoryStore) -> ChildClient:
+def _child_of(store: ChromaMemoryStore) -> ChildProcess:
     client = store._chroma.client
     assert isinstance(client, ChildClient), f"runs {type(client).__name__}, not a child"
-    return client
+    return client.process
 
 
 def _exited(pid: int, within: float = 20.0) -> bool:
@@ -61,7 +61,7 @@ def _bank_ids(path: Path) -> list[str] | str:
 async def test_the_child_holds_the_data_for_this_process_and_leaves_it_on_close(
     tmp_path: Path, child_store: ChromaMemoryStore
 ) -> None:
-    pid = _child_of(child_store)._process.pid
+    pid = _child_of(child_store).pid
     assert pid != os.getpid() and not _exited(pid, within=0)
     held = run_in_a_process(_bank_ids, tmp_path)
     assert isinstance(held, str) and f"pid {os.getpid()}" in held  # the folder is ours, not free
@@ -91,6 +91,34 @@ async def test_the_stores_of_a_process_share_one_chroma_on_a_folder(tmp_path: Pa
             await store.aclose()
 
 
+def _create_database(path: Path, name: str) -> None:
+    """Run in another process: creates a Chroma database in the folder (then lets it go)."""
+    admin = chromadb.AdminClient(
+        Settings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path))
+    )
+    admin.create_database(name)
+
+
+async def test_stores_of_two_databases_on_one_child_stay_apart(tmp_path: Path) -> None:
+    """One child serves every namespace of its folder: each store's calls go to its own tenant
+    and database, as chromadb's clients in the process do (the collection names are equal)."""
+    run_in_a_process(_create_database, tmp_path, "other_database")
+    first = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child")
+    other = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child&database=other_database")
+    missing = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child&database=none_such")
+    try:
+        await first.create_bank(bank_record("mine"))
+        await other.create_bank(bank_record("theirs"))
+        assert _child_of(first) is _child_of(other)
+        assert [bank.bank_id for bank in await first.list_banks()] == ["mine"]
+        assert [bank.bank_id for bank in await other.list_banks()] == ["theirs"]
+        with pytest.raises(StoreUnavailable):  # no such database: refused, as in the process
+            await missing.list_banks()
+    finally:
+        for store in (first, other, missing):
+            await store.aclose()
+
+
 async def test_a_folder_a_chromadb_client_of_this_process_has_open_gets_no_child(
     tmp_path: Path,
 ) -> None:
@@ -111,8 +139,8 @@ async def test_a_dead_child_fails_calls_at_once_and_the_folder_opens_again(
     tmp_path: Path, child_store: ChromaMemoryStore
 ) -> None:
     child = _child_of(child_store)
-    child._process.kill()
-    child._process.wait()
+    os.kill(child.pid, signal.SIGKILL)
+    _exited(child.pid)
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match=r"exited \(code -9\); close the store"):
         await child_store.create_bank(bank_record("after-death"))
@@ -132,7 +160,7 @@ _PARENT = textwrap.dedent(
     async def main():
         store = ChromaMemoryStore.from_uri(f"chroma://{sys.argv[1]}?process=child")
         await store.create_bank(bank_record())
-        print(store._chroma.client._process.pid, flush=True)
+        print(store._chroma.client.process.pid, flush=True)
         await asyncio.sleep(600)
 
     asyncio.run(main())
@@ -161,9 +189,9 @@ async def test_ctrl_c_and_sigterm_to_the_process_group_leave_the_child_serving(
     """The parent decides when the child ends: it may still be writing after a signal."""
     child = _child_of(child_store)
     for sent in (signal.SIGINT, signal.SIGTERM):
-        os.kill(child._process.pid, sent)
+        os.kill(child.pid, sent)
         await asyncio.sleep(0.2)
-        assert child._process.poll() is None
+        assert child.poll() is None
         assert (await child_store.get_bank(BANK)) is not None
 
 
@@ -172,12 +200,12 @@ async def test_a_connection_without_the_key_is_refused_and_the_child_keeps_servi
 ) -> None:
     child = _child_of(child_store)
     with pytest.raises((OSError, EOFError, Exception)) as refused:
-        Client(child._address, authkey=b"a guess")
+        Client(child.address, authkey=b"a guess")
     assert "AuthenticationError" in type(refused.value).__name__ or isinstance(
         refused.value, (OSError, EOFError)
     )
     assert (await child_store.get_bank(BANK)) is not None
-    assert oct(os.stat(os.path.dirname(child._address)).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(os.path.dirname(child.address)).st_mode & 0o777) == "0o700"
 
 
 async def test_many_threads_call_the_child_at_once(child_store: ChromaMemoryStore) -> None:
