@@ -50,11 +50,14 @@ class ChildProcess:
     """The child process holding a directory, and this process's connections to it."""
 
     def __init__(self, path: str) -> None:
-        """Starts the child on `path` and waits until it has opened the directory.
+        """Starts the child on `path` and waits until it is ready.
+
+        Ready: chromadb imported, its socket listening. Each `ChildClient` then opens the
+        directory for its tenant and database.
 
         Raises:
             ChildGone: The child did not start, or exited before it was ready.
-            Exception: What chromadb raised in the child while opening the directory.
+            Exception: What the child raised while getting ready.
         """
         self._path = path
         authkey = os.urandom(32)
