@@ -1515,23 +1515,25 @@ class _Side:
         """Awaits `work` run on this side's loop, from any loop."""
         return await self.thread.run(work)
 
-    async def open_locally(self, uri: str) -> None:
-        """The store's local start-up work (`MemoryStore.open_locally`), on this side's loop."""
+    def _current(self) -> AsyncClient:
+        """The client, built again (not yet connected) if `aclose` dropped it."""
         if self.client is None:
             self.client = self._build()
             self._ready = False
-        if not self.client.remote:
+        return self.client
+
+    async def open_locally(self, uri: str) -> None:
+        """The store's local start-up work (`MemoryStore.open_locally`), on this side's loop."""
+        client = self._current()
+        if not client.remote:
             async with _first_use(uri):  # see `client_for_use`
-                await self.client.engine.store.open_locally()
+                await client.engine.store.open_locally()
 
     async def client_for_use(
         self, uri: str, ensure: Callable[[AsyncClient], Awaitable[None]] | None = None
     ) -> AsyncClient:
         """The client, connected (and the bank ensured) on first use; on this side's loop."""
-        if self.client is None:
-            self.client = self._build()
-            self._ready = False
-        client = self.client
+        client = self._current()
         if not self._ready:
             # Embedded Chroma fails when several stores open one folder at once in a process,
             # so the first uses of a URI take turns across the service's loops and services.
@@ -1544,14 +1546,12 @@ class _Side:
 
     async def probe(self, bank_id: str) -> None:
         """One read that reaches the store (bank records may be cached); raises if it fails."""
-        if self.client is None:
-            self.client = self._build()
-            self._ready = False
-        if self.client.remote:  # the server answers for its store; a missing bank is an answer
+        client = self._current()
+        if client.remote:  # the server answers for its store; a missing bank is an answer
             with contextlib.suppress(NotFound):
-                await self.client.memory_banks.get(name=f"reasoningEngines/{bank_id}")
+                await client.memory_banks.get(name=f"reasoningEngines/{bank_id}")
             return
-        await self.client.engine.context.store.get_document(bank_id, STREAM_KIND, _PROBE_KEY)
+        await client.engine.context.store.get_document(bank_id, STREAM_KIND, _PROBE_KEY)
 
     async def aclose(self) -> None:
         client, self.client, self._ready = self.client, None, False
