@@ -313,17 +313,22 @@ async def test_bank_config_creates_and_updates_the_named_bank(
         ]
     }
     first = make_service(bank="coffee-shop", customization_configs=[topics])
-    second = make_service(
-        bank="coffee-shop", customization_configs=[{**topics, "enable_third_person_memories": True}]
-    )
+    second = None
     try:
         await first.search_memory(app_name=APP, user_id="u1", query="x")
+        # Built once the first has ensured the bank: two services starting together race to
+        # ensure it, and the later start-up's configuration is the one that stays.
+        second = make_service(
+            bank="coffee-shop",
+            customization_configs=[{**topics, "enable_third_person_memories": True}],
+        )
         await second.search_memory(app_name=APP, user_id="u1", query="x")
         async with AsyncClient(store, embedding_model="hash-64") as client:
             bank = await client.memory_banks.get(name=first.bank_name)
     finally:
         await first.aclose()
-        await second.aclose()
+        if second is not None:
+            await second.aclose()
     config = bank.managed_semantic_memory_config.unstructured_memory_configs[0]
     assert config.memory_topics[0].custom_memory_topic.label == "business_feedback"
     assert config.enable_third_person_memories is True
