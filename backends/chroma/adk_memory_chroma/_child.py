@@ -61,19 +61,21 @@ class ChildProcess:
         """
         self._path = path
         authkey = os.urandom(32)
-        self._process = subprocess.Popen(
-            [sys.executable, __file__],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        self._process = subprocess.Popen(_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self._process.stdin is not None and self._process.stdout is not None
         try:
             pickle.dump((authkey, path), self._process.stdin)
             self._process.stdin.flush()
-            ready = pickle.load(self._process.stdout)
+            ready = self._ready()
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
             self._process.kill()
             self._process.wait()
+            self._process.stdin.close()
+            self._process.stdout.close()
+            if isinstance(exc, TimeoutError):
+                raise ChildGone(
+                    f"the Chroma process for {path} was not ready within {_START_SECONDS:g} s"
+                ) from exc
             raise ChildGone(f"the Chroma process for {path} exited at start") from exc
         if isinstance(ready, BaseException):
             self._process.wait(_STOP_SECONDS)
@@ -85,6 +87,32 @@ class ChildProcess:
         """Every thread's connection, to close at shutdown (a thread's own closes as it ends)."""
         self._guard = threading.Lock()
         self._closed = False
+
+    def _ready(self) -> Any:
+        """The child's first message, read within `_START_SECONDS` (else `TimeoutError`).
+
+        Read in a thread of its own: a pipe's read has no deadline. Once the child is killed,
+        the read ends too.
+        """
+        assert self._process.stdout is not None
+        stdout = self._process.stdout
+        outcome: list[Any] = []
+
+        def read() -> None:
+            try:
+                outcome.append((True, pickle.load(stdout)))
+            except BaseException as exc:
+                outcome.append((False, exc))
+
+        reader = threading.Thread(target=read, name="adk-memory-chroma-start", daemon=True)
+        reader.start()
+        reader.join(_START_SECONDS)
+        if not outcome:
+            raise TimeoutError
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
     @property
     def pid(self) -> int:
@@ -224,6 +252,11 @@ class ChildCollection:
 
     def count(self) -> int:
         return int(self._call("count", {}))
+
+
+def _command() -> list[str]:
+    """The child's command line: this file run as a script by this interpreter."""
+    return [sys.executable, __file__]
 
 
 def _serve() -> None:

@@ -73,6 +73,8 @@ class _Hold:
     users: int
     shared: dict[Hashable, Any] = field(default_factory=dict)
     closers: list[Callable[[], None]] = field(default_factory=list)
+    making: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a shared value is made (a child's start: about a second, outside `_guard`)."""
 
 
 _guard = threading.Lock()
@@ -243,11 +245,20 @@ def shared(
     """
     with _guard:
         held = _held[key]
-        if name not in held.shared:
-            value = held.shared[name] = make()
+        if name in held.shared:
+            return held.shared[name]  # type: ignore[no-any-return]
+    # Made outside `_guard`: stores of other directories open and close meanwhile. The caller's
+    # own hold keeps this one from being released while it is made.
+    with held.making:
+        with _guard:
+            if name in held.shared:
+                return held.shared[name]  # type: ignore[no-any-return]
+        value = make()
+        with _guard:
+            held.shared[name] = value
             if close is not None:
                 held.closers.append(functools.partial(close, value))
-        return held.shared[name]  # type: ignore[no-any-return]
+        return value
 
 
 def _try_lock(fd: int) -> bool:

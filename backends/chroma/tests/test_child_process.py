@@ -15,8 +15,8 @@ from pathlib import Path
 
 import chromadb
 import pytest
-from adk_memory_chroma import ChromaMemoryStore
-from adk_memory_chroma._child import ChildClient, ChildProcess
+from adk_memory_chroma import ChromaMemoryStore, _child
+from adk_memory_chroma._child import ChildClient, ChildGone, ChildProcess
 from chromadb.config import Settings
 
 from adk_memory._registry import store_from_uri
@@ -149,6 +149,49 @@ async def test_a_dead_child_fails_calls_at_once_and_the_folder_opens_again(
     assert time.monotonic() - started < 5
     await child_store.aclose()
     assert run_in_a_process(_bank_ids, tmp_path) == [BANK]  # what it wrote before is there
+
+
+_NEVER_READY = "import sys, time; sys.stdin.buffer.read(1); time.sleep(600)"
+
+
+@pytest.fixture
+def hanging_start(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Children that take their start arguments and never answer; a start deadline of 1 s."""
+    monkeypatch.setattr(_child, "_START_SECONDS", 1.0)
+    monkeypatch.setattr(_child, "_command", lambda: [sys.executable, "-c", _NEVER_READY])
+    return 1.0
+
+
+def test_a_child_not_ready_by_the_deadline_is_killed(tmp_path: Path, hanging_start: float) -> None:
+    started = time.monotonic()
+    with pytest.raises(ChildGone, match=r"not ready within 1 s"):
+        ChildProcess(str(tmp_path))
+    assert time.monotonic() - started < hanging_start + 5
+    assert children_running(_NEVER_READY) == []  # killed and reaped, not left behind
+
+
+async def test_a_store_whose_child_hangs_at_start_fails_and_holds_nothing(
+    tmp_path: Path, hanging_start: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store raises `StoreUnavailable` after the deadline and gives the folder back; while
+    it waits, a store of another folder opens without waiting for it."""
+    hung = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'hung'}?process=child")
+    waiting = asyncio.ensure_future(hung.create_bank(bank_record("never")))
+    await asyncio.sleep(0.2)  # the hung child is starting
+    other = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'other'}")
+    started = time.monotonic()
+    await other.create_bank(bank_record("meanwhile"))
+    assert time.monotonic() - started < hanging_start / 2 + 0.3
+    assert not waiting.done()
+    with pytest.raises(StoreUnavailable, match="not ready within"):
+        await waiting
+    await hung.aclose()
+    await other.aclose()
+    monkeypatch.undo()  # a real child now: the folder is free and opens
+    again = ChromaMemoryStore.from_uri(f"chroma://{tmp_path / 'hung'}?process=child")
+    await again.create_bank(bank_record("after"))
+    assert [bank.bank_id for bank in await again.list_banks()] == ["after"]
+    await again.aclose()
 
 
 _PARENT = textwrap.dedent(
