@@ -1452,6 +1452,12 @@ class _Writer:
         self._urgent = asyncio.Event()
         """Set by a turn waiting for the next pass (`_settle`): it starts without gathering."""
         self._task: asyncio.Task[None] | None = None
+        self._waiting = False
+
+    @property
+    def idle(self) -> bool:
+        """Between passes with no wake pending: the next hand-over starts a gathering."""
+        return self._waiting and not self._wake.is_set()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -1488,12 +1494,14 @@ class _Writer:
             except Exception:  # the writer must outlive any one failure
                 logger.exception("A background pass of the memory service failed; retrying.")
             del service
+            self._waiting = True
             try:
                 timeout = max(0.0, next_poll - loop.time())
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
                 woken = True
             except TimeoutError:
                 woken = False
+            self._waiting = False
             self._wake.clear()
 
 
