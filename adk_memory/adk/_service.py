@@ -1034,7 +1034,10 @@ class MemoryBankService(BaseMemoryService):
             self._breaker.allows()
         ):
             waited |= handed
-            self._wake_writer(urgent=True)
+            # Parked hand-overs wait for their streams' flushes, whose ends wake the writer:
+            # waking it now would only find them locked again, pass after pass.
+            if self._handover.stream_ids(scope, except_session_id, parked=False):
+                self._wake_writer(urgent=True)
             await self._handover.wait_settled()
         return waited
 
@@ -1134,7 +1137,9 @@ class MemoryBankService(BaseMemoryService):
             del self._writes.flushes[stream]
             self._asked.pop(stream, None)
         if self._handover.parked:
-            self._wake_writer()  # the stream it held may be one the writer left
+            # The stream it held may be one the writer left: its hand-over, which has waited
+            # for a whole flush (and maybe a search with it), goes without gathering more.
+            self._wake_writer(urgent=True)
 
     async def _flush_stream(self, stream: str) -> None:
         try:
@@ -1413,13 +1418,19 @@ class _Handover:
             self._parked.update(parked or {})
         self._notify()
 
-    def stream_ids(self, scope: dict[str, str], except_session_id: str | None = None) -> set[str]:
-        """The sessions of `scope` (not that one) whose hand-overs wait or are being written."""
+    def stream_ids(
+        self, scope: dict[str, str], except_session_id: str | None = None, *, parked: bool = True
+    ) -> set[str]:
+        """The sessions of `scope` (not that one) whose hand-overs wait or are being written.
+
+        `parked`: with those waiting for their streams' flushes to end.
+        """
         with self._lock:
+            held = (*self._queued.values(), *self._taken.values())
+            if parked:
+                held += tuple(self._parked.values())
             return {
-                h.stream_id
-                for h in (*self._queued.values(), *self._taken.values(), *self._parked.values())
-                if h.scope == scope and h.stream_id != except_session_id
+                h.stream_id for h in held if h.scope == scope and h.stream_id != except_session_id
             }
 
     async def wait_settled(self) -> None:

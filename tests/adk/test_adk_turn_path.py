@@ -395,6 +395,53 @@ async def test_a_stream_a_flush_holds_does_not_hold_up_other_sessions_events(sto
         await service.aclose()
 
 
+async def test_a_search_waiting_behind_a_flush_does_not_spin_the_writer(store: str) -> None:
+    """ADK's callback pattern: u1's first turn starts a generation whose model call does not
+    answer yet; the second turn's hand-over waits for that flush (its stream is locked), and a
+    new session's search waits for both. Meanwhile the writer is not woken pass after pass to
+    find the stream locked again (it was: a busy loop on the loop the flush itself runs on); once
+    the model answers, the search sees the fact and every event is stored once."""
+    flushing, release = threading.Event(), threading.Event()
+
+    async def held(kind: str) -> None:
+        if kind == "extraction" and not release.is_set():
+            flushing.set()
+            await asyncio.to_thread(release.wait, 20)
+
+    model = ScriptedMemoryModel(
+        extract=extract_from_prompt, consolidate=create_every_fact, on_call=held
+    )
+    service = MemoryBankService(store, embedding_model="hash-64", generation_model=model)
+    agent_model = ScriptedAgentModel()
+    runner = _runner("callback", agent_model, service)
+    try:
+        first, _ = await ask(runner, user_id="u1", text="I like green tea.")
+        assert await asyncio.to_thread(flushing.wait, 20), "the first turn's flush never started"
+        await ask(runner, user_id="u1", text="Thanks!", session_id=first)
+        writes: list[int] = []
+        write = service._ingest_many
+
+        async def counted(requests: list[Any]) -> list[Any]:
+            writes.append(len(requests))
+            return await write(requests)
+
+        service._ingest_many = counted  # type: ignore[method-assign]
+        asking = asyncio.ensure_future(ask(runner, user_id="u1", text="What do I like?"))
+        await asyncio.sleep(1.0)
+        assert not asking.done()  # the search waits for the flush
+        # The writer's poll (a pass a second) and a wake or two; it was thousands of passes.
+        assert len(writes) <= 5, f"{len(writes)} writer passes while the stream was locked"
+        release.set()
+        await asyncio.wait_for(asking, 20)
+        assert TEA in ScriptedAgentModel.request_text(agent_model.requests[-1])
+        await service.drain()
+        assert await _pending(store, service.bank_id) == {}  # both turns generated, once
+    finally:
+        release.set()
+        await runner.close()
+        await service.aclose()
+
+
 async def test_a_scheduler_flush_does_not_hold_up_other_sessions_events(store: str) -> None:
     """u1's session goes idle and the scheduler flushes it; its model call does not answer
     (a real model takes seconds). u2's turn meanwhile hands its events over: they are stored at
