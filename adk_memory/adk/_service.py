@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import math
 import sys
 import threading
 import time
@@ -1020,25 +1021,45 @@ class MemoryBankService(BaseMemoryService):
         return now, await client.memory_banks.list_streams(name=self.bank_name, scope=scope)
 
     async def _settle(
-        self, scope: dict[str, str], *, except_session_id: str | None = None
+        self,
+        scope: dict[str, str],
+        *,
+        except_session_id: str | None = None,
+        parked_wait: float = math.inf,
     ) -> set[str]:
         """Waits until the events handed over for `scope` are stored (or the store failed).
 
-        Not for `except_session_id`'s: a session does not wait for its own events.
+        Not for `except_session_id`'s: a session does not wait for its own events. Each wait for
+        the writer's store write has the write deadline (`StoreUnavailable` past it); a hand-over
+        parked behind a flush of its stream waits for the model's calls, not for the store: up to
+        `parked_wait` s in all, then this returns without counting a store failure.
 
         Returns:
             The sessions (stream ids) whose hand-overs it waited for.
         """
         waited: set[str] = set()
+        loop = asyncio.get_running_loop()
+        parked_until = loop.time() + parked_wait
         while (handed := self._handover.stream_ids(scope, except_session_id)) and (
             self._breaker.allows()
         ):
             waited |= handed
-            # Parked hand-overs wait for their streams' flushes, whose ends wake the writer:
-            # waking it now would only find them locked again, pass after pass.
             if self._handover.stream_ids(scope, except_session_id, parked=False):
                 self._wake_writer(urgent=True)
-            await self._handover.wait_settled()
+                await self._bounded(
+                    self._handover.wait_settled(),
+                    what="write of handed-over events",
+                    timeout=WRITE_TIMEOUT,
+                    answers=False,
+                )
+                continue
+            # Only parked ones: their flushes' ends wake the writer (waking it now would only
+            # find their streams locked again, pass after pass).
+            remaining = parked_until - loop.time()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._handover.wait_settled(), remaining)
         return waited
 
     async def _await_generation(
@@ -1070,8 +1091,10 @@ class MemoryBankService(BaseMemoryService):
         (`add_session_to_memory`), which needs no store read; else every stream of the scope
         holding events, except `except_session_id`'s (`_flush_scope`).
         """
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait
         if only_asked:
-            await self._settled(scope, except_session_id)
+            await self._settle(scope, except_session_id=except_session_id, parked_wait=wait)
             own = stream_key(scope, except_session_id) if except_session_id is not None else None
             waited = [
                 task
@@ -1079,21 +1102,12 @@ class MemoryBankService(BaseMemoryService):
                 if self._asked.get(key) == scope and key != own and not task.done()
             ]
         else:
-            waited = await self._flush_scope(scope, except_session_id)
-        if waited and wait > 0:
-            await asyncio.wait(waited, timeout=wait)
-
-    async def _settled(self, scope: dict[str, str], except_session_id: str | None) -> set[str]:
-        """`_settle` within the write deadline."""
-        return await self._bounded(
-            self._settle(scope, except_session_id=except_session_id),
-            what="write of handed-over events",
-            timeout=WRITE_TIMEOUT,
-            answers=False,
-        )
+            waited = await self._flush_scope(scope, except_session_id, wait)
+        if waited and (remaining := until - loop.time()) > 0:
+            await asyncio.wait(waited, timeout=remaining)
 
     async def _flush_scope(
-        self, scope: dict[str, str], except_session_id: str | None
+        self, scope: dict[str, str], except_session_id: str | None, wait: float
     ) -> list[asyncio.Task[None]]:
         """Starts generating the scope's streams that hold events; returns those to wait for.
 
@@ -1106,7 +1120,9 @@ class MemoryBankService(BaseMemoryService):
             self._bounded(self._list_streams(scope), what="listing of streams")
         )
         try:
-            handed = await self._settled(scope, except_session_id)
+            handed = await self._settle(
+                scope, except_session_id=except_session_id, parked_wait=wait
+            )
         except BaseException:
             listing.cancel()
             listing.add_done_callback(outcome_seen)

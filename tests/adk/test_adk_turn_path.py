@@ -30,6 +30,7 @@ from google.genai import types as genai_types
 
 from adk_memory import AsyncClient, InvalidArgument
 from adk_memory.adk import MemoryBankPlugin, MemoryBankService
+from adk_memory.adk import _service as service_module
 from adk_memory.engine.ingest import stream_key
 from adk_memory.testing.agent_models import ScriptedAgentModel
 from adk_memory.testing.models import ScriptedMemoryModel
@@ -427,10 +428,10 @@ async def test_a_search_waiting_behind_a_flush_does_not_spin_the_writer(store: s
 
         service._ingest_many = counted  # type: ignore[method-assign]
         asking = asyncio.ensure_future(ask(runner, user_id="u1", text="What do I like?"))
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.5)
         assert not asking.done()  # the search waits for the flush
-        # The writer's poll (a pass a second) and a wake or two; it was thousands of passes.
-        assert len(writes) <= 5, f"{len(writes)} writer passes while the stream was locked"
+        # The writer's poll (a pass a second) and a wake or two; it was a thousand passes.
+        assert len(writes) <= 4, f"{len(writes)} writer passes while the stream was locked"
         release.set()
         await asyncio.wait_for(asking, 20)
         assert TEA in ScriptedAgentModel.request_text(agent_model.requests[-1])
@@ -438,6 +439,42 @@ async def test_a_search_waiting_behind_a_flush_does_not_spin_the_writer(store: s
         assert await _pending(store, service.bank_id) == {}  # both turns generated, once
     finally:
         release.set()
+        await runner.close()
+        await service.aclose()
+
+
+async def test_a_search_waits_for_a_slow_generation_without_blaming_the_store(
+    store: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real model takes seconds: u1's first turn's generation outlasts the write deadline
+    (5 s; here 0.3 s) and the second turn's hand-over waits behind it. A new session's search
+    waits for both generations, within `generation_wait` (it gave up at the write deadline,
+    without the second turn's fact, and counted the wait as a store failure towards the
+    breaker), and sees both facts."""
+    monkeypatch.setattr(service_module, "WRITE_TIMEOUT", 0.3)
+    slowed: list[str] = []
+
+    async def slow_first(kind: str) -> None:
+        if kind == "extraction" and not slowed:
+            slowed.append(kind)
+            await asyncio.sleep(1.0)
+
+    model = ScriptedMemoryModel(
+        extract=extract_from_prompt, consolidate=create_every_fact, on_call=slow_first
+    )
+    service = MemoryBankService(store, embedding_model="hash-64", generation_model=model)
+    agent_model = ScriptedAgentModel()
+    runner = _runner("callback", agent_model, service)
+    try:
+        first, _ = await ask(runner, user_id="u1", text="I like green tea.")
+        await ask(runner, user_id="u1", text="I live in Berlin.", session_id=first)
+        with caplog.at_level(logging.WARNING):
+            await ask(runner, user_id="u1", text="What do you know about me?")
+        seen = ScriptedAgentModel.request_text(agent_model.requests[-1])
+        assert TEA in seen and BERLIN in seen
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        assert slowed and service.memory_available
+    finally:
         await runner.close()
         await service.aclose()
 
