@@ -39,7 +39,7 @@ _STOP_SECONDS = 30.0
 """How long the child may take to close chromadb (it saves its indexes) before it is killed."""
 _CLIENT = ""
 """The target of a call to the client itself; a collection's calls name the collection's id."""
-_HANDLES = frozenset({"get_or_create_collection", "get_collection", "create_collection"})
+_HANDLES = frozenset({"get_or_create_collection", "get_collection"})
 
 
 class ChildGone(OSError):
