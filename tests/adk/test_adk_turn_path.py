@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from adk_helpers import APP, agent, ask, create_every_fact, extraction, runner_for
+from adk_memory_chroma import _child as chroma_child
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.memory.memory_entry import MemoryEntry
@@ -222,6 +223,37 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
         await runner.close()
         await service.aclose()
     assert child and child not in _chroma_children(), "the child outlived the service"
+
+
+async def test_a_killed_chroma_child_is_started_again_and_memory_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed (SIGKILL, as the out-of-memory killer ends the process holding the indexes), the
+    service's Chroma child is replaced by a new one: turns go on meanwhile, memory comes back by
+    itself, and what the turns taught is generated exactly once."""
+    monkeypatch.setattr(chroma_child, "_RESTART_SECONDS", 0.5)
+    memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
+    before = _chroma_children()
+    service = MemoryBankService(
+        f"chroma://{tmp_path}", embedding_model="hash-64", generation_model=memory_model
+    )
+    model = ScriptedAgentModel()
+    runner = _runner("callback", model, service)
+    try:
+        session, _ = await ask(runner, user_id="u1", text="I love green tea.")
+        await _available(service)
+        [child] = _chroma_children() - before
+        os.kill(child, signal.SIGKILL)
+        await ask(runner, user_id="u1", text="And I moved to Berlin.", session_id=session)
+        await ask(runner, user_id="u2", text="Hi.")
+        await _available(service)
+        await _taught_exactly_once(runner, model, service)
+        [replaced] = _chroma_children() - before
+        assert replaced != child
+    finally:
+        await runner.close()
+        await service.aclose()
+    assert not _chroma_children() - before, "a child outlived the service"
 
 
 # Configuration errors fail at start

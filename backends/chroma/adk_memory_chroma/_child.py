@@ -14,22 +14,25 @@ own (a Unix socket, a named pipe on Windows; the child answers each connection i
 its own), so a call is one message each way with no hand-off between threads. Arguments and
 answers are pickled; a call that raises in the child raises the same exception here. The child
 reads the parent's end of a pipe (its stdin) and exits when it closes: on `shutdown()`, and when
-the parent dies however it dies. If the child dies, every call raises `ChildGone` (an `OSError`,
-which `Chroma` reports as `StoreUnavailable`); the store works again once reopened.
+the parent dies however it dies. If the child dies, the calls in flight raise `ChildGone` (an
+`OSError`, which `Chroma` reports as `StoreUnavailable`) and the next call starts a new child.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import threading
+import time
 import weakref
+from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Any
+from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +40,10 @@ _START_SECONDS = 60.0
 """How long the child may take to import chromadb and open the directory."""
 _STOP_SECONDS = 30.0
 """How long the child may take to close chromadb (it saves its indexes) before it is killed."""
+_EXIT_SECONDS = 0.5
+"""How long a broken connection waits for the child's exit code, to say why it broke."""
+_RESTART_SECONDS = 5.0
+"""A child that exited is started again at most this often; calls fail at once in between."""
 _CLIENT = ""
 """The target of a call to the client itself; a collection's calls name the collection's id."""
 _HANDLES = frozenset({"get_or_create_collection", "get_collection"})
@@ -46,8 +53,25 @@ class ChildGone(OSError):
     """The child process that holds the directory exited, or its connection broke."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """One started child: its process, and where and how to connect to it."""
+
+    process: subprocess.Popen[bytes]
+    address: str
+    authkey: bytes
+
+
 class ChildProcess:
-    """The child process holding a directory, and this process's connections to it."""
+    """The child process holding a directory, and this process's connections to it.
+
+    A child that exits (killed, out of memory) fails the calls in flight with `ChildGone`; the
+    next call starts a new one and goes to it (a new one at most every `_RESTART_SECONDS`,
+    calls failing at once in between). Nothing the parent keeps about the directory's rows
+    outlives a failed call: the store's mirrors forget what a write changes before sending it
+    and learn it only from the answer, and a group write whose answer was lost leaves its
+    journal to be replayed.
+    """
 
     def __init__(self, path: str) -> None:
         """Starts the child on `path` and waits until it is ready.
@@ -60,87 +84,79 @@ class ChildProcess:
             Exception: What the child raised while getting ready.
         """
         self._path = path
-        authkey = os.urandom(32)
-        self._process = subprocess.Popen(_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self._process.stdin is not None and self._process.stdout is not None
-        try:
-            pickle.dump((authkey, path), self._process.stdin)
-            self._process.stdin.flush()
-            ready = self._ready()
-        except (EOFError, OSError, pickle.UnpicklingError) as exc:
-            self._process.kill()
-            self._process.wait()
-            self._process.stdin.close()
-            self._process.stdout.close()
-            if isinstance(exc, TimeoutError):
-                raise ChildGone(
-                    f"the Chroma process for {path} was not ready within {_START_SECONDS:g} s"
-                ) from exc
-            raise ChildGone(f"the Chroma process for {path} exited at start") from exc
-        if isinstance(ready, BaseException):
-            self._process.wait(_STOP_SECONDS)
-            raise ready
-        self.address: str = ready
-        self._authkey = authkey
+        self._running = _start(path)
+        self._restarted_at = -math.inf
         self._local = threading.local()
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         """Every thread's connection, to close at shutdown (a thread's own closes as it ends)."""
         self._guard = threading.Lock()
         self._closed = False
 
-    def _ready(self) -> Any:
-        """The child's first message, read within `_START_SECONDS` (else `TimeoutError`).
-
-        Read in a thread of its own: a pipe's read has no deadline. Once the child is killed,
-        the read ends too.
-        """
-        assert self._process.stdout is not None
-        stdout = self._process.stdout
-        outcome: list[Any] = []
-
-        def read() -> None:
-            try:
-                outcome.append((True, pickle.load(stdout)))
-            except BaseException as exc:
-                outcome.append((False, exc))
-
-        reader = threading.Thread(target=read, name="adk-memory-chroma-start", daemon=True)
-        reader.start()
-        reader.join(_START_SECONDS)
-        if not outcome:
-            raise TimeoutError
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
-
     @property
     def pid(self) -> int:
-        return self._process.pid
+        return self._running.process.pid
+
+    @property
+    def address(self) -> str:
+        """Where the current child listens."""
+        return self._running.address
 
     def poll(self) -> int | None:
-        """The child's exit code, or None while it runs."""
-        return self._process.poll()
+        """The current child's exit code, or None while it runs."""
+        return self._running.process.poll()
 
-    def _connection(self) -> Connection:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            with self._guard:
-                if self._closed:
-                    raise ChildGone(f"the Chroma process for {self._path} was shut down")
-                try:
-                    conn = Client(self.address, authkey=self._authkey)
-                except OSError as exc:
-                    raise self._gone() from exc
-                self._connections.add(conn)
-            self._local.conn = conn
-        return conn
+    def _connection(self) -> tuple[_Running, Connection]:
+        """This thread's connection to the current child (started again if it exited).
 
-    def _gone(self) -> ChildGone:
-        code = self._process.poll()
-        status = "is not answering" if code is None else f"exited (code {code})"
+        A child found dead here was sent nothing of this call: the call goes to its successor.
+        """
+        running: _Running | None = getattr(self._local, "running", None)
+        if running is not None and running is self._running and running.process.poll() is None:
+            return running, self._local.conn
+        with self._guard:
+            if self._closed:
+                raise ChildGone(f"the Chroma process for {self._path} was shut down")
+            self._restart_if_exited()
+            running = self._running
+            try:
+                conn = Client(running.address, authkey=running.authkey)
+            except OSError as exc:
+                raise self._gone(running) from exc
+            self._connections.add(conn)
+        old: Connection | None = getattr(self._local, "conn", None)
+        if old is not None:
+            old.close()
+        self._local.running, self._local.conn = running, conn
+        return running, conn
+
+    def _restart_if_exited(self) -> None:
+        """Under `_guard`: a new child in place of one that exited.
+
+        Unless one was just started in place of another: a child that keeps dying is not
+        started again and again.
+        """
+        code = self._running.process.poll()
+        if code is None:
+            return
+        if time.monotonic() - self._restarted_at < _RESTART_SECONDS:
+            raise self._gone(self._running)
+        logger.warning(
+            "the Chroma process for %s exited (code %s); starting a new one", self._path, code
+        )
+        _close_pipes(self._running.process)
+        self._restarted_at = time.monotonic()
+        self._running = _start(self._path)
+
+    def _gone(self, running: _Running) -> ChildGone:
+        try:  # a connection broken by the child's death: its exit code comes a moment later
+            code: int | None = running.process.wait(_EXIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return ChildGone(f"the Chroma process for {self._path} is not answering")
         return ChildGone(
-            f"the Chroma process for {self._path} {status}; close the store and open it again"
+            f"the Chroma process for {self._path} exited (code {code}); a new one is started "
+            f"for the next call (at most every {_RESTART_SECONDS:g} s)"
         )
 
     def call(self, namespace: tuple[str, str], target: str, method: str, kwargs: Any) -> Any:
@@ -149,12 +165,13 @@ class ChildProcess:
         Of the (tenant, database) `namespace`'s client (`target` ""), or of its collection with
         id `target`.
         """
-        conn = self._connection()
+        running, conn = self._connection()
         try:
             conn.send((namespace, target, method, kwargs))
             ok, value = conn.recv()
         except (EOFError, OSError) as exc:
-            raise self._gone() from exc
+            self._local.running = None  # this connection is done; the next call connects anew
+            raise self._gone(running) from exc
         if ok:
             return value
         raise value
@@ -167,15 +184,72 @@ class ChildProcess:
             self._closed = True
             for conn in list(self._connections):
                 conn.close()
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.close()
+        process = self._running.process
+        assert process.stdin is not None
+        process.stdin.close()
         try:
-            self._process.wait(_STOP_SECONDS)
+            process.wait(_STOP_SECONDS)
         except subprocess.TimeoutExpired:
             logger.warning("the Chroma process for %s did not exit; killing it", self._path)
-            self._process.kill()
-            self._process.wait()
-        self._process.stdout.close()
+            process.kill()
+            process.wait()
+        _close_pipes(process)
+
+
+def _start(path: str) -> _Running:
+    """Starts a child on `path` and waits until it is ready (`ChildProcess.__init__`)."""
+    authkey = os.urandom(32)
+    process = subprocess.Popen(_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        pickle.dump((authkey, path), process.stdin)
+        process.stdin.flush()
+        ready = _ready(process.stdout)
+    except (EOFError, OSError, pickle.UnpicklingError) as exc:
+        process.kill()
+        process.wait()
+        _close_pipes(process)
+        if isinstance(exc, TimeoutError):
+            raise ChildGone(
+                f"the Chroma process for {path} was not ready within {_START_SECONDS:g} s"
+            ) from exc
+        raise ChildGone(f"the Chroma process for {path} exited at start") from exc
+    if isinstance(ready, BaseException):
+        process.wait(_STOP_SECONDS)
+        _close_pipes(process)
+        raise ready
+    return _Running(process, ready, authkey)
+
+
+def _ready(stdout: IO[bytes]) -> Any:
+    """The child's first message, read within `_START_SECONDS` (else `TimeoutError`).
+
+    Read in a thread of its own: a pipe's read has no deadline. Once the child is killed, the
+    read ends too.
+    """
+    outcome: list[Any] = []
+
+    def read() -> None:
+        try:
+            outcome.append((True, pickle.load(stdout)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+
+    reader = threading.Thread(target=read, name="adk-memory-chroma-start", daemon=True)
+    reader.start()
+    reader.join(_START_SECONDS)
+    if not outcome:
+        raise TimeoutError
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _close_pipes(process: subprocess.Popen[bytes]) -> None:
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 class ChildClient:
@@ -347,6 +421,9 @@ def _run(
                     del collections[key]
         return getattr(client, method)(**kwargs)
     collection = collections.get(target)
+    if collection is None:  # opened through a child before this one (it exited)
+        collections.update((str(found.id), found) for found in client.list_collections())
+        collection = collections.get(target)
     if collection is None:  # deleted through this child: as chromadb's own stale handle
         from chromadb.errors import NotFoundError
 

@@ -135,20 +135,47 @@ async def test_a_folder_a_chromadb_client_of_this_process_has_open_gets_no_child
         await store.aclose()
 
 
-async def test_a_dead_child_fails_calls_at_once_and_the_folder_opens_again(
-    tmp_path: Path, child_store: ChromaMemoryStore
+def _killed(child: ChildProcess) -> int:
+    pid = child.pid
+    os.kill(pid, signal.SIGKILL)
+    while child.poll() is None:  # reaps it (a zombie still answers `os.kill(pid, 0)`)
+        time.sleep(0.02)
+    return pid
+
+
+async def test_a_killed_child_is_replaced_and_the_new_one_serves_the_same_data(
+    tmp_path: Path, child_store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Killed (the OOM killer's choice: it holds the indexes), the child is replaced by the next
+    call, which goes to the new one; a call in flight fails (its write may have happened); a
+    child that dies again soon after is not started again and again: calls fail at once until
+    the restart interval allows."""
+    monkeypatch.setattr(_child, "_RESTART_SECONDS", 600.0)
     child = _child_of(child_store)
-    os.kill(child.pid, signal.SIGKILL)
-    _exited(child.pid)
+    first = _killed(child)
+    assert (await child_store.get_bank(BANK)) is not None  # sent to the new child
+    await child_store.create_bank(bank_record("after-restart"))
+    second = child.pid
+    assert second != first and child.poll() is None
+    assert children_running("_child.py") == [second]  # the dead one reaped, one serving
+
+    os.kill(second, signal.SIGSTOP)  # a call in flight when the child dies
+    in_flight = asyncio.ensure_future(child_store.get_bank(BANK))
+    await asyncio.sleep(0.3)
+    os.kill(second, signal.SIGKILL)
+    with pytest.raises(StoreUnavailable, match=r"exited \(code -9\); a new one is started"):
+        await in_flight
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable, match=r"exited \(code -9\); close the store"):
-        await child_store.create_bank(bank_record("after-death"))
-    with pytest.raises(StoreUnavailable, match="exited"):
-        await child_store.get_bank(BANK)
+    with pytest.raises(StoreUnavailable, match="at most every 600 s"):
+        await child_store.create_bank(bank_record("too-soon"))
     assert time.monotonic() - started < 5
+
+    monkeypatch.setattr(_child, "_RESTART_SECONDS", 0.0)
+    banks = sorted(bank.bank_id for bank in await child_store.list_banks())
+    assert banks == sorted([BANK, "after-restart"]) and child.pid not in (first, second)
     await child_store.aclose()
-    assert run_in_a_process(_bank_ids, tmp_path) == [BANK]  # what it wrote before is there
+    assert _exited(child.pid)
+    assert run_in_a_process(_bank_ids, tmp_path) == banks
 
 
 _NEVER_READY = "import sys, time; sys.stdin.buffer.read(1); time.sleep(600)"
