@@ -477,3 +477,34 @@ def test_a_cache_folder_it_cannot_write_still_runs_on_openvino(
 
     assert log.read == [".onnx"] and list(onnx_copy.parent.iterdir()) == [onnx_copy]
     assert log.core.compile_model(model, "CPU") is not None
+
+
+_EXIT_DURING_LOAD = """
+import sys, time
+from pathlib import Path
+from adk_memory import embeddings, minilm_onnx
+
+def slow_load(folder, engine):
+    time.sleep(1.0)
+    Path(sys.argv[1]).write_text("loaded")
+    raise minilm_onnx.OnnxUnavailable("not needed here")
+
+minilm_onnx.load = slow_load
+embeddings.warm_up(None)
+sys.exit(3)  # a command failing at once while the model loads beside it
+"""
+
+
+def test_the_interpreter_exit_waits_for_a_model_load_under_way(tmp_path: Path) -> None:
+    """A native load cut by the interpreter's exit aborted the process (SIGABRT, exit 134,
+    instead of the command's own code); the exit now lets the load end first."""
+    marker = tmp_path / "loaded"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_DURING_LOAD, str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ADK_MEMORY_LOCAL_RUNTIME": "onnx"},
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert marker.read_text() == "loaded"  # the exit waited for the load's end
