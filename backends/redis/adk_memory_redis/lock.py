@@ -64,6 +64,8 @@ _EXTEND_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+_RENEWER_STOP_SECONDS = 5.0
+"""How long a lock's exit waits for its renewal to stop before freeing the lock anyway."""
 _FIRST_LEASE_MS = 2_000
 """The lease a lock's `SET` asks for; extended to the whole lease by `acquire` at once, or by
 the renewal of a `lock` block after a third of it (`_take`)."""
@@ -326,7 +328,16 @@ class RedisLockProvider:
                 if renewer is not None:
                     renewer.cancel()
                     # Not `await renewer`: its CancelledError would hide a cancellation of ours.
-                    await asyncio.wait([renewer])
+                    # Bounded: a renewal stuck in a reconnect to a restarted Redis held the
+                    # block's exit (and its caller) past a minute. A late renewal is harmless:
+                    # the release's script frees the lock, and a renewal after it finds none.
+                    _, pending = await asyncio.wait([renewer], timeout=_RENEWER_STOP_SECONDS)
+                    if pending:
+                        logger.warning(
+                            "renewing lock %r did not stop within %g s; freeing it anyway",
+                            held.name,
+                            _RENEWER_STOP_SECONDS,
+                        )
             finally:
                 await held.release()
 

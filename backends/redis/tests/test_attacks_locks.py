@@ -210,3 +210,40 @@ async def test_a_holder_stalled_past_its_first_lease_is_fenced_out_once_another_
     finally:
         await locks.aclose()
         await other.aclose()
+
+
+async def test_a_renewal_stuck_past_its_cancellation_does_not_hold_the_lock_exit(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal in flight when the block ends is cancelled; one that does not end at its
+    cancellation (as a redis-py reconnect to a restarted Redis once did) no longer holds the
+    block's exit: it frees the lock after a bounded wait."""
+    from adk_memory_redis import lock as lock_module
+
+    monkeypatch.setattr(lock_module, "_RENEWER_STOP_SECONDS", 0.5)
+    renewing, unstick = asyncio.Event(), asyncio.Event()
+
+    async def stuck(self: Any, lease_seconds: float | None = None) -> bool:
+        renewing.set()
+        try:
+            await unstick.wait()
+        except asyncio.CancelledError:
+            await unstick.wait()  # the cancellation is not honoured
+        return True
+
+    monkeypatch.setattr(lock_module.RedisLock, "extend", stuck)
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    locks = RedisLockProvider.from_uri(redis_url, key_prefix=prefix)
+    other = RedisLockProvider.from_uri(redis_url, key_prefix=prefix, renew=False)
+    try:
+        async with locks.lock("stuck"):
+            await asyncio.wait_for(renewing.wait(), 5)  # the first renewal, a third of 2 s in
+            started = time.monotonic()
+        assert time.monotonic() - started < 2.0
+        held = await other.acquire("stuck", wait_seconds=0)  # freed, not left for its lease
+        await held.release()
+    finally:
+        unstick.set()
+        await asyncio.sleep(0)
+        await locks.aclose()
+        await other.aclose()
