@@ -74,3 +74,16 @@ def runner_for(
         memory_service=memory,
         plugins=plugins or [],
     )
+
+
+def count_store_writes(service: Any) -> list[int]:
+    """From now on, the number of hand-overs in each store write of `service`'s writer."""
+    writes: list[int] = []
+    write = service._ingest_many
+
+    async def counted(requests: list[Any]) -> list[Any]:
+        writes.append(len(requests))
+        return await write(requests)
+
+    service._ingest_many = counted
+    return writes

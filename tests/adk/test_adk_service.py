@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from adk_helpers import APP, extraction
+from adk_helpers import APP, count_store_writes, extraction
 from google.adk.events.event import Event
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session
@@ -375,14 +375,7 @@ async def test_hand_overs_of_turns_ending_together_share_one_store_write(
     try:
         await service.remember_session(ended("warm-up"))  # the writer's first pass, a poll
         await service.drain()
-        writes: list[int] = []
-        write = service._ingest_many
-
-        async def counted(requests: list[Any]) -> list[Any]:
-            writes.append(len(requests))
-            return await write(requests)
-
-        service._ingest_many = counted  # type: ignore[method-assign]
+        writes = count_store_writes(service)
         deadline = time.monotonic() + 10
         while not (service._writer is not None and service._writer.idle):
             assert time.monotonic() < deadline, "the writer never came to rest"

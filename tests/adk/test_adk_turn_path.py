@@ -14,12 +14,20 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
-from adk_helpers import APP, agent, ask, create_every_fact, extraction, runner_for
+from adk_helpers import (
+    APP,
+    agent,
+    ask,
+    count_store_writes,
+    create_every_fact,
+    extraction,
+    runner_for,
+)
 from adk_memory_chroma import _child as chroma_child
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
@@ -391,6 +399,33 @@ async def test_a_warm_turn_skips_waiting_for_its_own_sessions_generation_a_new_s
 # A stream being flushed does not hold up the others
 
 
+def _held_extractions() -> tuple[
+    threading.Event, threading.Event, Callable[[str], Coroutine[Any, Any, None]]
+]:
+    """`on_call` for a memory model whose extractions wait for `release` (a real model takes
+    seconds); `flushing` is set once one waits."""
+    flushing, release = threading.Event(), threading.Event()
+
+    async def held(kind: str) -> None:
+        if kind == "extraction" and not release.is_set():
+            flushing.set()
+            await asyncio.to_thread(release.wait, 20)
+
+    return flushing, release, held
+
+
+def _callback_runner(
+    store: str, on_call: Callable[[str], Coroutine[Any, Any, None]]
+) -> tuple[MemoryBankService, ScriptedAgentModel, Runner]:
+    """ADK's callback pattern on `store`; the memory model's calls go through `on_call`."""
+    model = ScriptedMemoryModel(
+        extract=extract_from_prompt, consolidate=create_every_fact, on_call=on_call
+    )
+    service = MemoryBankService(store, embedding_model="hash-64", generation_model=model)
+    agent_model = ScriptedAgentModel()
+    return service, agent_model, _runner("callback", agent_model, service)
+
+
 async def _pending(store: str, bank_id: str) -> dict[str, int]:
     async with AsyncClient(store, embedding_model="hash-64", run_scheduler=False) as reader:
         return {s.stream_id: s.pending_events for s in await reader.engine.ingest.streams(bank_id)}
@@ -434,31 +469,13 @@ async def test_a_search_waiting_behind_a_flush_does_not_spin_the_writer(store: s
     new session's search waits for both. Meanwhile the writer is not woken pass after pass to
     find the stream locked again (it was: a busy loop on the loop the flush itself runs on); once
     the model answers, the search sees the fact and every event is stored once."""
-    flushing, release = threading.Event(), threading.Event()
-
-    async def held(kind: str) -> None:
-        if kind == "extraction" and not release.is_set():
-            flushing.set()
-            await asyncio.to_thread(release.wait, 20)
-
-    model = ScriptedMemoryModel(
-        extract=extract_from_prompt, consolidate=create_every_fact, on_call=held
-    )
-    service = MemoryBankService(store, embedding_model="hash-64", generation_model=model)
-    agent_model = ScriptedAgentModel()
-    runner = _runner("callback", agent_model, service)
+    flushing, release, held = _held_extractions()
+    service, agent_model, runner = _callback_runner(store, held)
     try:
         first, _ = await ask(runner, user_id="u1", text="I like green tea.")
         assert await asyncio.to_thread(flushing.wait, 20), "the first turn's flush never started"
         await ask(runner, user_id="u1", text="Thanks!", session_id=first)
-        writes: list[int] = []
-        write = service._ingest_many
-
-        async def counted(requests: list[Any]) -> list[Any]:
-            writes.append(len(requests))
-            return await write(requests)
-
-        service._ingest_many = counted  # type: ignore[method-assign]
+        writes = count_store_writes(service)
         asking = asyncio.ensure_future(ask(runner, user_id="u1", text="What do I like?"))
         await asyncio.sleep(0.5)
         assert not asking.done()  # the search waits for the flush
@@ -491,12 +508,7 @@ async def test_a_search_waits_for_a_slow_generation_without_blaming_the_store(
             slowed.append(kind)
             await asyncio.sleep(1.0)
 
-    model = ScriptedMemoryModel(
-        extract=extract_from_prompt, consolidate=create_every_fact, on_call=slow_first
-    )
-    service = MemoryBankService(store, embedding_model="hash-64", generation_model=model)
-    agent_model = ScriptedAgentModel()
-    runner = _runner("callback", agent_model, service)
+    service, agent_model, runner = _callback_runner(store, slow_first)
     try:
         first, _ = await ask(runner, user_id="u1", text="I like green tea.")
         await ask(runner, user_id="u1", text="I live in Berlin.", session_id=first)
@@ -515,13 +527,7 @@ async def test_a_scheduler_flush_does_not_hold_up_other_sessions_events(store: s
     """u1's session goes idle and the scheduler flushes it; its model call does not answer
     (a real model takes seconds). u2's turn meanwhile hands its events over: they are stored at
     once, not after u1's generation."""
-    flushing, release = threading.Event(), threading.Event()
-
-    async def held(kind: str) -> None:
-        if kind == "extraction" and not release.is_set():
-            flushing.set()
-            await asyncio.to_thread(release.wait, 20)
-
+    flushing, release, held = _held_extractions()
     model = ScriptedMemoryModel(
         extract=lambda request: extraction("The user loves green tea."),
         consolidate=create_every_fact,
