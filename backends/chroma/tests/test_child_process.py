@@ -157,7 +157,8 @@ async def test_a_killed_child_is_replaced_and_the_new_one_serves_the_same_data(
     await child_store.create_bank(bank_record("after-restart"))
     second = child.pid
     assert second != first and child.poll() is None
-    assert children_running("_child.py") == [second]  # the dead one reaped, one serving
+    running = children_running("_child.py")  # other tests' children may be running too
+    assert second in running and first not in running  # the dead one reaped
 
     os.kill(second, signal.SIGSTOP)  # a call in flight when the child dies
     in_flight = asyncio.ensure_future(child_store.get_bank(BANK))
