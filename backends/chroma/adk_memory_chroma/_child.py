@@ -31,7 +31,14 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Client,
+    Connection,
+    Listener,
+    answer_challenge,
+    deliver_challenge,
+)
 from typing import IO, Any
 
 logger = logging.getLogger(__name__)
@@ -44,6 +51,8 @@ _EXIT_SECONDS = 0.5
 """How long a broken connection waits for the child's exit code, to say why it broke."""
 _RESTART_SECONDS = 5.0
 """A child that exited is started again at most this often; calls fail at once in between."""
+_BACKLOG = 64
+"""Connections the child's socket queues while its accepting thread starts a thread for one."""
 _CLIENT = ""
 """The target of a call to the client itself; a collection's calls name the collection's id."""
 _HANDLES = frozenset({"get_or_create_collection", "get_collection"})
@@ -349,7 +358,9 @@ def _serve() -> None:
         import chromadb
         from chromadb.config import Settings
 
-        listener = Listener(authkey=authkey)  # a Unix socket (a named pipe on Windows)
+        # A Unix socket (a named pipe on Windows). The key is checked in each connection's
+        # thread, not by `accept`: a wrong key or a peer saying nothing holds up nobody else.
+        listener = Listener(backlog=_BACKLOG)
     except BaseException as exc:  # reported to the parent, which raises it
         pickle.dump(_picklable(exc), out)
         out.flush()
@@ -373,6 +384,11 @@ def _serve() -> None:
 
     def answer(conn: Connection) -> None:
         with conn:
+            try:
+                deliver_challenge(conn, authkey)
+                answer_challenge(conn, authkey)
+            except (AuthenticationError, EOFError, OSError):
+                return
             while True:
                 try:
                     namespace, target, method, kwargs = conn.recv()
@@ -391,8 +407,8 @@ def _serve() -> None:
         while True:
             try:
                 conn = listener.accept()
-            except (OSError, EOFError):
-                continue  # a wrong key, or a peer that left: keep serving the parent
+            except OSError:
+                continue  # a peer that left at once: keep serving the parent
             threading.Thread(target=answer, args=(conn,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
