@@ -724,9 +724,11 @@ class MemoryBankService(BaseMemoryService):
     async def aclose(self) -> None:
         """Waits for background work (events handed over are stored), then closes the clients.
 
-        A later call opens new clients.
+        Not for a store found not answering (the breaker open, checked every `WRITE_TIMEOUT`):
+        the work waiting for it is dropped, with a warning, so that a hung store cannot hold a
+        host's shutdown. A later call opens new clients.
         """
-        await self._writes.run(self._drain_here())
+        await self._writes.run(self._drain_unless_sick())
         await self._writes.run(self._stop_background())
         await _close_side(self._writes)
         await _close_side(self._reads)
@@ -1175,6 +1177,22 @@ class MemoryBankService(BaseMemoryService):
         return await client.memory_banks.flush_stream(
             name=self.bank_name, key=stream_key(scope, session_id)
         )
+
+    async def _drain_unless_sick(self) -> None:
+        """`_drain_here`, given up (cancelled) once the breaker is open."""
+        drain = asyncio.ensure_future(self._drain_here())
+        while not drain.done():
+            await asyncio.wait({drain}, timeout=WRITE_TIMEOUT)
+            if not drain.done() and not self._breaker.allows():
+                logger.warning(
+                    "Closing the memory service of bank %s without waiting for its store, which "
+                    "is not answering: events handed over and not stored yet are dropped.",
+                    self._bank_id,
+                )
+                drain.cancel()
+                await asyncio.gather(drain, return_exceptions=True)
+                return
+        await drain
 
     async def _drain_here(self) -> None:
         if self._breaker.allows():

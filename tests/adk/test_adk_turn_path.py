@@ -8,6 +8,7 @@ a message longer than retrieve's query limit; a turn carrying an image. Timings 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -231,6 +232,39 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
         await runner.close()
         await service.aclose()
     assert child and child not in _chroma_children(), "the child outlived the service"
+
+
+async def test_closing_while_the_chroma_child_hangs_ends_within_its_deadlines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service closed (a host shutting down) while its Chroma child is stopped, with a turn's
+    calls stuck in it: the close ends within its deadlines, and the child with it."""
+    monkeypatch.setattr(chroma_child, "_STOP_SECONDS", 1.0)
+    memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
+    before = _chroma_children()
+    service = MemoryBankService(
+        f"chroma://{tmp_path}",
+        embedding_model="hash-64",
+        generation_model=memory_model,
+        search_timeout=0.5,
+    )
+    runner = _runner("callback", ScriptedAgentModel(), service)
+    session, _ = await ask(runner, user_id="u1", text="I love green tea.")
+    await _available(service)
+    [child] = _chroma_children() - before
+    os.kill(child, signal.SIGSTOP)
+    try:
+        await ask(runner, user_id="u1", text="And I moved to Berlin.", session_id=session)
+        await ask(runner, user_id="u2", text="Hi.")
+        started = time.perf_counter()
+        await asyncio.wait_for(runner.close(), 30)
+        await asyncio.wait_for(service.aclose(), 30)
+        took = time.perf_counter() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed by the close, as it should be
+            os.kill(child, signal.SIGCONT)
+    assert took < 15, f"closing took {took:.1f} s"
+    assert child not in _chroma_children(), "the stopped child outlived the service"
 
 
 async def test_a_killed_chroma_child_is_started_again_and_memory_comes_back(

@@ -123,20 +123,27 @@ class ChildProcess:
         if running is not None and running is self._running and running.process.poll() is None:
             return running, self._local.conn
         with self._guard:
-            if self._closed:
-                raise ChildGone(f"the Chroma process for {self._path} was shut down")
+            self._check_open()
             self._restart_if_exited()
             running = self._running
-            try:
-                conn = Client(running.address, authkey=running.authkey)
-            except OSError as exc:
-                raise self._gone(running) from exc
+        try:  # outside the guard: a child that hangs holds up only the threads that call it
+            conn = Client(running.address, authkey=running.authkey)
+        except (OSError, EOFError, AuthenticationError) as exc:
+            raise self._gone(running) from exc
+        with self._guard:
+            if self._closed:
+                conn.close()
+            self._check_open()
             self._connections.add(conn)
         old: Connection | None = getattr(self._local, "conn", None)
         if old is not None:
             old.close()
         self._local.running, self._local.conn = running, conn
         return running, conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChildGone(f"the Chroma process for {self._path} was shut down")
 
     def _restart_if_exited(self) -> None:
         """Under `_guard`: a new child in place of one that exited.

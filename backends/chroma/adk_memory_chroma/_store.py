@@ -29,6 +29,7 @@ hides the bank and that the next `create_bank` of the same id finishes cleaning 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -90,6 +91,8 @@ __all__ = ["ChromaMemoryStore"]
 
 _T = TypeVar("_T")
 
+_CLOSE_WRITE_SECONDS = 5.0
+"""How long closing waits for the deferred due entries: a hung store must not hold a close."""
 _DOCUMENT_SCOPE = "dsk"
 """The scope key of a document row written with one."""
 _SORT_FIELDS = {"create_time": codec.CREATE_US, "update_time": codec.UPDATE_US}
@@ -894,11 +897,12 @@ class ChromaMemoryStore(MemoryStore):
     async def aclose(self) -> None:
         """Closes the client the store built (never one passed in) and forgets its handles.
 
-        Embedded, due entries whose raise or removal was deferred are written first (if that
-        fails, they stay early: harmless).
+        Embedded, due entries whose raise or removal was deferred are written first, for at
+        most `_CLOSE_WRITE_SECONDS` (if that fails or a hung store outlasts it, they stay early:
+        harmless).
         """
-        with contextlib.suppress(AdkMemoryError):
-            await self._due.write_deferred()
+        with contextlib.suppress(AdkMemoryError, TimeoutError):
+            await asyncio.wait_for(self._due.write_deferred(), _CLOSE_WRITE_SECONDS)
         self._chroma.forget_collections()
         self._writer.dimensions.clear()
         await self._locks.aclose()

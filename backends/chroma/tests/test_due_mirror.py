@@ -5,7 +5,11 @@ with their own event loops, and a reopened folder. On a server, the due lock doe
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
@@ -13,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adk_memory_chroma import ChromaMemoryStore, _chroma, _codec, _due
+from adk_memory_chroma import ChromaMemoryStore, _child, _chroma, _codec, _due, _store
 from chromadb.api.models.Collection import Collection
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
@@ -131,6 +135,35 @@ async def test_a_closing_store_writes_what_it_deferred(tmp_path: Path) -> None:
     reopened = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
     try:
         assert await entry(reopened) == T0 + timedelta(days=1)
+    finally:
+        await reopened.aclose()
+
+
+async def test_closing_a_store_whose_child_hangs_does_not_wait_for_what_it_deferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped (SIGSTOP: alive and silent, like a hung disk), the child cannot take the deferred
+    raise: the close gives up on it within its deadline, then ends the child."""
+    monkeypatch.setattr(_store, "_CLOSE_WRITE_SECONDS", 0.5)
+    monkeypatch.setattr(_child, "_STOP_SECONDS", 0.5)
+    store = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}?process=child")
+    await store.create_bank(bank_record())
+    await put(store, T0)
+    await put(store, T0 + timedelta(days=1))  # a raise: deferred
+    child = store._chroma.client.process
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        started = time.perf_counter()
+        await asyncio.wait_for(store.aclose(), 20)
+        took = time.perf_counter() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGCONT)
+    assert took < 5, f"closing took {took:.1f} s"
+    assert child.poll() is not None, "the stopped child outlived its store"
+    reopened = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
+    try:
+        assert await entry(reopened) == T0  # the raise was lost: the entry stays early
     finally:
         await reopened.aclose()
 
