@@ -182,6 +182,60 @@ async def test_a_killed_child_is_replaced_and_the_new_one_serves_the_same_data(
     assert run_in_a_process(_bank_ids, tmp_path) == banks
 
 
+async def test_a_child_killed_while_a_thread_connects_fails_that_call_as_gone(
+    child_store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread's first call connects; the child dies before answering the connection's key
+    challenge (the kernel took the connection, the child never did): the call fails as a dead
+    child's, which the store reports as `StoreUnavailable`, not with a bare `EOFError`."""
+    monkeypatch.setattr(_child, "_RESTART_SECONDS", 600.0)
+    client = child_store._chroma.client
+    assert isinstance(client, ChildClient)
+    pid = client.process.pid
+    outcome: list[BaseException] = []
+
+    def first_call() -> None:
+        try:
+            client.call(_child._CLIENT, "heartbeat", {})
+        except BaseException as exc:
+            outcome.append(exc)
+
+    os.kill(pid, signal.SIGSTOP)
+    thread = threading.Thread(target=first_call, daemon=True)
+    thread.start()
+    await asyncio.sleep(0.3)
+    os.kill(pid, signal.SIGKILL)
+    thread.join(10)
+    assert [type(exc) for exc in outcome] == [ChildGone], outcome
+
+
+_ACCEPTS_ONE_THEN_EXITS = textwrap.dedent(
+    """
+    import pickle, sys
+    from multiprocessing.connection import Listener
+    pickle.load(sys.stdin.buffer)
+    listener = Listener()
+    pickle.dump(listener.address, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+    listener.accept().close()
+    """
+)
+
+
+def test_a_child_that_takes_a_connection_and_dies_fails_the_call_as_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child took the connection and died before sending its key challenge: the call fails
+    as a dead child's (`StoreUnavailable` for the store), not with a bare `EOFError`."""
+    monkeypatch.setattr(_child, "_command", lambda: [sys.executable, "-c", _ACCEPTS_ONE_THEN_EXITS])
+    process = ChildProcess(str(tmp_path))
+    try:
+        with pytest.raises(ChildGone, match="exited"):
+            process.call(("tenant", "database"), _child._CLIENT, "heartbeat", {})
+    finally:
+        process.shutdown()
+
+
 _NEVER_READY = "import sys, time; sys.stdin.buffer.read(1); time.sleep(600)"
 
 
