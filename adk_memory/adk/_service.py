@@ -1179,10 +1179,19 @@ class MemoryBankService(BaseMemoryService):
         )
 
     async def _drain_unless_sick(self) -> None:
-        """`_drain_here`, given up (cancelled) once the breaker is open."""
+        """`_drain_here`, given up (cancelled) once the breaker is open.
+
+        Work stuck in a hung store fails no bounded call, so a drain still going after a
+        write deadline probes the store (its timeout opens the breaker).
+        """
         drain = asyncio.ensure_future(self._drain_here())
         while not drain.done():
             await asyncio.wait({drain}, timeout=WRITE_TIMEOUT)
+            if not drain.done() and self._breaker.allows():
+                with contextlib.suppress(Exception):  # a failure is counted by `_bounded`
+                    await self._bounded(
+                        self._writes.probe(self._bank_id), what="close", timeout=PROBE_TIMEOUT
+                    )
             if not drain.done() and not self._breaker.allows():
                 logger.warning(
                     "Closing the memory service of bank %s without waiting for its store, which "

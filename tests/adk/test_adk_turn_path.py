@@ -267,6 +267,35 @@ async def test_closing_while_the_chroma_child_hangs_ends_within_its_deadlines(
     assert child not in _chroma_children(), "the stopped child outlived the service"
 
 
+async def test_closing_while_a_flush_is_stuck_in_a_hung_child_ends_within_its_deadlines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child stops while a generation is under way and no turn searches afterwards: no
+    bounded call fails, the breaker stays closed, and the close waits for the stuck flush only
+    until a probe of the store times out."""
+    monkeypatch.setattr(chroma_child, "_STOP_SECONDS", 1.0)
+    flushing, release, held = _held_extractions()
+    before = _chroma_children()
+    service, _, runner = _callback_runner(f"chroma://{tmp_path}", held)
+    await ask(runner, user_id="u1", text="I love green tea.")
+    assert await asyncio.to_thread(flushing.wait, 20), "the turn's flush never started"
+    [child] = _chroma_children() - before
+    os.kill(child, signal.SIGSTOP)
+    release.set()  # the generation goes on to the store, and sticks there
+    await asyncio.sleep(0.5)
+    try:
+        assert service.memory_available
+        started = time.perf_counter()
+        await asyncio.wait_for(runner.close(), 30)
+        await asyncio.wait_for(service.aclose(), 40)
+        took = time.perf_counter() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed by the close, as it should be
+            os.kill(child, signal.SIGCONT)
+    assert took < 20, f"closing took {took:.1f} s"
+    assert child not in _chroma_children(), "the stopped child outlived the service"
+
+
 async def test_a_killed_chroma_child_is_started_again_and_memory_comes_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
