@@ -345,16 +345,24 @@ async def test_a_merge_import_over_cached_scopes_is_seen_and_cannot_move_a_memor
     reader, writer = clients
     facts = [f"{fact} ({index})" for index, fact in enumerate((FACTS + FILLER) * 4)][:70]
     target = (await reader.memory_banks.create(extensions=HYBRID)).name
-    for index, fact in enumerate(facts):
-        await add(reader, target, fact, U1, **tagged("a", memory_id=f"m{index:02d}"))
+    await asyncio.gather(  # at once: the writes share group commits (the test's set-up)
+        *(
+            add(reader, target, fact, U1, **tagged("a", memory_id=f"m{index:02d}"))
+            for index, fact in enumerate(facts)
+        )
+    )
     query = "greyhound Biscuit (0)"
     before = await search(reader, target, query)
     for scope, tag in ((U2, "a"), (U1, "b")):
         source = (await writer.memory_banks.create(extensions=HYBRID)).name
-        for index, fact in enumerate(facts):
-            await add(
-                writer, source, f"{fact} again", scope, **tagged(tag, memory_id=f"m{index:02d}")
+        await asyncio.gather(
+            *(
+                add(
+                    writer, source, f"{fact} again", scope, **tagged(tag, memory_id=f"m{index:02d}")
+                )
+                for index, fact in enumerate(facts)
             )
+        )
         for where in (U1, U2):
             for filter in (None, 'metadata.tag = "a"', 'metadata.tag = "b"'):
                 await search(reader, target, query, where, filter)

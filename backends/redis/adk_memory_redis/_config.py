@@ -110,7 +110,9 @@ class RedisStoreConfig(BaseModel):
     index; exact filters use a digest TAG and do not need it)."""
 
     max_connections: int = Field(default=50, ge=1, le=10_000)
-    """Size of the connection pool the store opens (ignored when a client is passed in)."""
+    """Size of the connection pool the store opens (ignored when a client is passed in); a
+    call finding them all busy waits for one, up to `socket_timeout`. On a cluster, the size of
+    each primary's write pool (redis-py's cluster client caps nothing else)."""
 
     socket_timeout: float | None = Field(default=10.0, gt=0)
     """Seconds to wait for a reply before the call fails with `StoreUnavailable`."""
@@ -295,7 +297,15 @@ def connect(url: str, config: RedisStoreConfig) -> RedisClient:
             ssl_check_hostname=config.ssl_check_hostname,
         )
     if not is_cluster(url):
-        return aredis.Redis.from_url(url, retry_on_error=[RedisConnectionError], **kwargs)
+        # A caller finding every connection busy waits for one (up to `socket_timeout`) instead
+        # of failing: more concurrent calls than connections is a busy server, not a sick one.
+        pool = aredis.BlockingConnectionPool.from_url(
+            url, timeout=config.socket_timeout, retry_on_error=[RedisConnectionError], **kwargs
+        )
+        return aredis.Redis.from_pool(pool)
+    # redis-py's cluster client cannot wait for a connection (it raises past its cap), so its
+    # per-node cap is left at redis-py's default; the write pools (`_writer`) wait.
+    del kwargs["max_connections"]
     parts = urlsplit(url)
     cluster = RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],

@@ -177,9 +177,10 @@ class BatchWriter:
             )
         writer = self._writers.get(node.name)
         if writer is None:
-            pool = aredis.ConnectionPool(
+            pool = aredis.BlockingConnectionPool(
                 connection_class=node.connection_class,
-                max_connections=node.max_connections,
+                max_connections=self._config.max_connections,
+                timeout=self._config.socket_timeout,
                 **node.connection_kwargs,
             )
             writer = self._writers[node.name] = aredis.Redis(connection_pool=pool)

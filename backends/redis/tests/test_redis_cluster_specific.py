@@ -23,6 +23,7 @@ from test_redis_specific import (  # noqa: F401  (collected by pytest)
     test_hostile_text_in_filters_matches_exactly_like_the_engine,
     test_lock_wait_runs_out_with_resource_exhausted,
     test_missing_bank_is_not_found,
+    test_more_concurrent_calls_than_connections_wait_for_one,
     test_release_after_the_lease_ran_out_never_frees_the_next_holder,
     test_scan_pages_past_one_search_chunk,
     test_the_store_lends_its_server_for_locks,

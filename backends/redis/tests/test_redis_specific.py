@@ -842,6 +842,33 @@ async def test_concurrent_inserts_of_one_id_admit_exactly_one(store: RedisMemory
     assert rev.revision_id == f"r{winner.fact[1:]}"
 
 
+async def test_more_concurrent_calls_than_connections_wait_for_one(redis_url: str) -> None:
+    """Two connections, forty creates and reads at once (a burst of users on one server): each
+    waits for a free connection; none fails for want of one."""
+    busy = _store(redis_url, index_algorithm="FLAT", max_connections=2)
+    try:
+        await busy.create_bank(bank_record(BANK))
+        batches = [
+            WriteBatch(
+                inserts=(memory(f"m{i}", (1.0,) + (0.0,) * 7, fact=f"v{i}"),),
+                revisions=(revision(f"m{i}", f"r{i}"),),
+            )
+            for i in range(20)
+        ]
+        now = datetime.now(UTC)
+        results = await asyncio.gather(
+            *(busy.apply(BANK, batch) for batch in batches),
+            *(busy.get_memories(BANK, [f"m{i}"], now) for i in range(20)),
+            return_exceptions=True,
+        )
+        assert not [r for r in results if isinstance(r, BaseException)], results
+        stored = await busy.get_memories(BANK, [f"m{i}" for i in range(20)], now)
+        assert sorted(m.memory_id for m in stored) == sorted(f"m{i}" for i in range(20))
+    finally:
+        await busy.drop_all()
+        await busy.aclose()
+
+
 def _tls_context(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("TLS test needs the openssl command to make a certificate; install openssl.")
