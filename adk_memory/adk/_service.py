@@ -920,7 +920,8 @@ class MemoryBankService(BaseMemoryService):
             await writer.stop()
         tick, self._writes.tick = self._writes.tick, None
         if tick is not None:
-            await asyncio.gather(tick, return_exceptions=True)
+            with contextlib.suppress(Exception):  # the tick reports its own failures
+                await self._unless_sick(tick)
         probe, self._probe_task = self._probe_task, None
         if probe is not None:
             probe.cancel()
@@ -1179,29 +1180,43 @@ class MemoryBankService(BaseMemoryService):
         )
 
     async def _drain_unless_sick(self) -> None:
-        """`_drain_here`, given up (cancelled) once the breaker is open.
+        """`_drain_here`, given up once the breaker is open (`_unless_sick`)."""
+        if await self._unless_sick(asyncio.ensure_future(self._drain_here())):
+            return
+        logger.warning(
+            "Closing the memory service of bank %s without waiting for its store, which is not "
+            "answering: events handed over and not stored yet are dropped.",
+            self._bank_id,
+        )
+        # Else, once the store's client is closed, they would fail and record their failure
+        # through a new one (an embedded folder held, a child started, after the close).
+        stuck = [*self._writes.flushes.values(), *self._writes.background.on_this_loop()]
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            await asyncio.wait(stuck, timeout=PROBE_TIMEOUT)
 
-        Work stuck in a hung store fails no bounded call, so a drain still going after a
-        write deadline probes the store (its timeout opens the breaker).
+    async def _unless_sick(self, work: asyncio.Future[None]) -> bool:
+        """Waits for `work` (on the writes loop) while the store answers; False if given up.
+
+        Work stuck in a hung store fails no bounded call, so while `work` goes on, the store is
+        probed every write deadline (a timeout opens the breaker); once the breaker is open,
+        `work` is cancelled. Raises what `work` raised.
         """
-        drain = asyncio.ensure_future(self._drain_here())
-        while not drain.done():
-            await asyncio.wait({drain}, timeout=WRITE_TIMEOUT)
-            if not drain.done() and self._breaker.allows():
+        while not work.done():
+            await asyncio.wait({work}, timeout=WRITE_TIMEOUT)
+            if not work.done() and self._breaker.allows():
                 with contextlib.suppress(Exception):  # a failure is counted by `_bounded`
                     await self._bounded(
                         self._writes.probe(self._bank_id), what="close", timeout=PROBE_TIMEOUT
                     )
-            if not drain.done() and not self._breaker.allows():
-                logger.warning(
-                    "Closing the memory service of bank %s without waiting for its store, which "
-                    "is not answering: events handed over and not stored yet are dropped.",
-                    self._bank_id,
-                )
-                drain.cancel()
-                await asyncio.gather(drain, return_exceptions=True)
-                return
-        await drain
+            if not work.done() and not self._breaker.allows():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                return False
+        if not work.cancelled():
+            work.result()
+        return True
 
     async def _drain_here(self) -> None:
         if self._breaker.allows():
