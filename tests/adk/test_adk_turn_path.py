@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +189,18 @@ async def _available(service: MemoryBankService, within: float = 30.0) -> None:
     assert service.memory_available, f"memory did not come back within {within} s"
 
 
+def _service_with_a_child(folder: Path) -> MemoryBankService:
+    """A service on embedded Chroma in a child process, with a 0.5 s search deadline."""
+    return MemoryBankService(
+        f"chroma://{folder}",
+        embedding_model="hash-64",
+        generation_model=ScriptedMemoryModel(
+            extract=extract_from_prompt, consolidate=create_every_fact
+        ),
+        search_timeout=0.5,
+    )
+
+
 @pytest.mark.parametrize("pattern", ["plugin", "callback"])
 async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_back(
     tmp_path: Path, pattern: str
@@ -198,14 +210,8 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
     process knows is searched from what it committed, a new user's search costs one deadline and
     later turns skip memory. Continued, memory comes back by itself, and what the turns taught
     meanwhile is generated exactly once."""
-    memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
     before = _chroma_children()
-    service = MemoryBankService(
-        f"chroma://{tmp_path}",
-        embedding_model="hash-64",
-        generation_model=memory_model,
-        search_timeout=0.5,
-    )
+    service = _service_with_a_child(tmp_path)
     model = ScriptedAgentModel()
     runner = _runner(pattern, model, service)
     child = 0
@@ -235,6 +241,25 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
     assert child and child not in _chroma_children(), "the child outlived the service"
 
 
+@contextlib.contextmanager
+def _stopped(child: int) -> Iterator[None]:
+    """The child stopped (SIGSTOP: alive and silent, like a hung server) for the block."""
+    os.kill(child, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed by a close, as it should be
+            os.kill(child, signal.SIGCONT)
+
+
+async def _closing_time(runner: Runner, service: MemoryBankService) -> float:
+    """Seconds to close the runner, then the service."""
+    started = time.perf_counter()
+    await asyncio.wait_for(runner.close(), 30)
+    await asyncio.wait_for(service.aclose(), 40)
+    return time.perf_counter() - started
+
+
 def _short_close_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
     """The waits of a close with a hung child: the drain's check, the store's last write and
     the child's exit (5, 5 and 30 s), shorter."""
@@ -249,29 +274,16 @@ async def test_closing_while_the_chroma_child_hangs_ends_within_its_deadlines(
     """A service closed (a host shutting down) while its Chroma child is stopped, with a turn's
     calls stuck in it: the close ends within its deadlines, and the child with it."""
     _short_close_deadlines(monkeypatch)
-    memory_model = ScriptedMemoryModel(extract=extract_from_prompt, consolidate=create_every_fact)
     before = _chroma_children()
-    service = MemoryBankService(
-        f"chroma://{tmp_path}",
-        embedding_model="hash-64",
-        generation_model=memory_model,
-        search_timeout=0.5,
-    )
+    service = _service_with_a_child(tmp_path)
     runner = _runner("callback", ScriptedAgentModel(), service)
     session, _ = await ask(runner, user_id="u1", text="I love green tea.")
     await _available(service)
     [child] = _chroma_children() - before
-    os.kill(child, signal.SIGSTOP)
-    try:
+    with _stopped(child):
         await ask(runner, user_id="u1", text="And I moved to Berlin.", session_id=session)
         await ask(runner, user_id="u2", text="Hi.")
-        started = time.perf_counter()
-        await asyncio.wait_for(runner.close(), 30)
-        await asyncio.wait_for(service.aclose(), 30)
-        took = time.perf_counter() - started
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # killed by the close, as it should be
-            os.kill(child, signal.SIGCONT)
+        took = await _closing_time(runner, service)
     assert took < 10, f"closing took {took:.1f} s"
     assert child not in _chroma_children(), "the stopped child outlived the service"
 
@@ -289,18 +301,11 @@ async def test_closing_while_a_flush_is_stuck_in_a_hung_child_ends_within_its_de
     await ask(runner, user_id="u1", text="I love green tea.")
     assert await asyncio.to_thread(flushing.wait, 20), "the turn's flush never started"
     [child] = _chroma_children() - before
-    os.kill(child, signal.SIGSTOP)
-    release.set()  # the generation goes on to the store, and sticks there
-    await asyncio.sleep(0.5)
-    try:
+    with _stopped(child):
+        release.set()  # the generation goes on to the store, and sticks there
+        await asyncio.sleep(0.5)
         assert service.memory_available
-        started = time.perf_counter()
-        await asyncio.wait_for(runner.close(), 30)
-        await asyncio.wait_for(service.aclose(), 40)
-        took = time.perf_counter() - started
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # killed by the close, as it should be
-            os.kill(child, signal.SIGCONT)
+        took = await _closing_time(runner, service)
     assert took < 12, f"closing took {took:.1f} s"
     await asyncio.sleep(2.5)  # the stuck flush would record its failure through a new child
     assert not _chroma_children() - before, "the closed service's work started a child again"
