@@ -220,11 +220,20 @@ class MemoryOps:
             await self._context.store.apply(bank_id, batch)
             return record
         # Creates of one chosen id take turns, so none can slip in between another's check of
-        # the id's past and its insert (the insert itself refuses only a live memory).
+        # the id's past and its insert (the insert itself refuses only a live memory). A lock
+        # lost before the write (this process stalled past its lease: the write is refused
+        # whole) is taken again once, and the id checked again.
         locks = self._context.store.lock_provider()
-        async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
-            await self._check_id_is_free(bank_id, memory_id, now, record.scope_key)
-            await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
+        for attempt in range(2):
+            async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
+                await self._check_id_is_free(bank_id, memory_id, now, record.scope_key)
+                try:
+                    await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
+                except Aborted:
+                    if attempt:
+                        raise
+                    continue
+            break
         return record
 
     async def create_many(

@@ -212,6 +212,45 @@ async def test_a_holder_stalled_past_its_first_lease_is_fenced_out_once_another_
         await other.aclose()
 
 
+async def test_a_create_whose_lock_lapsed_in_a_stall_takes_it_again_and_lands_once(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A create of a chosen id whose process stalls past its lock's first lease (its renewal
+    never ran; a long garbage collection on a busy machine) has its write refused by the fence;
+    it takes the lock again, checks the id again and lands, once."""
+    from adk_memory_redis import lock as lock_module
+
+    from adk_memory import AsyncClient
+    from adk_memory.engine.memories import MemoryOps
+
+    monkeypatch.setattr(lock_module, "_FIRST_LEASE_MS", 300)
+    check = MemoryOps._check_id_is_free
+    stalls = [0.6]
+
+    async def stalling(self: MemoryOps, *args: Any) -> None:
+        await check(self, *args)
+        if stalls:
+            time.sleep(stalls.pop())  # the loop is blocked: no renewal runs
+
+    monkeypatch.setattr(MemoryOps, "_check_id_is_free", stalling)
+    uri = f"{redis_url}?key_prefix=t-{uuid.uuid4().hex[:8]}"
+    async with AsyncClient(uri, embedding_model="hash-64", run_scheduler=False) as client:
+        bank = (await client.memory_banks.create()).name
+        try:
+            await client.memory_banks.memories.create(
+                name=bank, fact="I like tea.", scope={"user_id": "u1"}, config={"memory_id": "m1"}
+            )
+            assert not stalls, "the create never stalled"
+            listed = [m async for m in await client.memory_banks.memories.list(name=bank)]
+            assert [m.name.rsplit("/", 1)[-1] for m in listed] == ["m1"]
+            revisions = await client.memory_banks.memories.revisions.list(
+                name=f"{bank}/memories/m1"
+            )
+            assert len([r async for r in revisions]) == 1
+        finally:
+            await client.memory_banks.delete(name=bank, force=True)
+
+
 async def test_a_renewal_stuck_past_its_cancellation_does_not_hold_the_lock_exit(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
