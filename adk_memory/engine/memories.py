@@ -219,22 +219,25 @@ class MemoryOps:
         if not config.memory_id:  # a fresh random id has no past
             await self._context.store.apply(bank_id, batch)
             return record
-        # Creates of one chosen id take turns, so none can slip in between another's check of
-        # the id's past and its insert (the insert itself refuses only a live memory). A lock
-        # lost before the write (this process stalled past its lease: the write is refused
-        # whole) is taken again once, and the id checked again.
-        locks = self._context.store.lock_provider()
-        for attempt in range(2):
-            async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
-                await self._check_id_is_free(bank_id, memory_id, now, record.scope_key)
-                try:
-                    await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
-                except Aborted:
-                    if attempt:
-                        raise
-                    continue
-            break
+        try:
+            await self._insert_chosen_id(bank_id, memory_id, batch, now, record.scope_key)
+        except Aborted:  # the lock lapsed before the write (this process stalled past its lease)
+            await self._insert_chosen_id(bank_id, memory_id, batch, now, record.scope_key)
         return record
+
+    async def _insert_chosen_id(
+        self, bank_id: str, memory_id: str, batch: WriteBatch, now: datetime, scope: ScopeKey
+    ) -> None:
+        """Checks a caller-chosen id's past, then inserts, under the id's lock.
+
+        Creates of one chosen id take turns, so none can slip in between another's check of the
+        id's past and its insert (the insert itself refuses only a live memory). The lock fences
+        the write: one whose lock lapsed meanwhile is refused whole (`Aborted`).
+        """
+        locks = self._context.store.lock_provider()
+        async with locks.lock(f"memory-id:{bank_id}:{memory_id}") as lease:
+            await self._check_id_is_free(bank_id, memory_id, now, scope)
+            await self._context.store.apply(bank_id, replace(batch, fences=(lease,)))
 
     async def create_many(
         self, bank_id: str, *, scope: Any, memories: Sequence[tuple[str, types.MemoryConfig]]

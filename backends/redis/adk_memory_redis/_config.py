@@ -280,7 +280,6 @@ def make_config(values: Mapping[str, Any]) -> RedisStoreConfig:
 def connect(url: str, config: RedisStoreConfig) -> RedisClient:
     """A client for `url` with the config's pool, timeouts, retries and TLS (connects lazily)."""
     kwargs: dict[str, Any] = {
-        "max_connections": config.max_connections,
         "socket_timeout": config.socket_timeout,
         "socket_connect_timeout": config.socket_connect_timeout,
         "health_check_interval": config.health_check_interval,
@@ -300,12 +299,15 @@ def connect(url: str, config: RedisStoreConfig) -> RedisClient:
         # A caller finding every connection busy waits for one (up to `socket_timeout`) instead
         # of failing: more concurrent calls than connections is a busy server, not a sick one.
         pool = aredis.BlockingConnectionPool.from_url(
-            url, timeout=config.socket_timeout, retry_on_error=[RedisConnectionError], **kwargs
+            url,
+            max_connections=config.max_connections,
+            timeout=config.socket_timeout,
+            retry_on_error=[RedisConnectionError],
+            **kwargs,
         )
         return aredis.Redis.from_pool(pool)
     # redis-py's cluster client cannot wait for a connection (it raises past its cap), so its
     # per-node cap is left at redis-py's default; the write pools (`_writer`) wait.
-    del kwargs["max_connections"]
     parts = urlsplit(url)
     cluster = RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
