@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -42,6 +43,20 @@ def children_running(command_part: str, parent: int | None = None) -> list[int]:
         if ppid == parent_id and command_part.encode() in command:
             found.append(int(stat.parent.name))
     return found
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process stopped (SIGSTOP: alive and silent, like a hung server) for the block.
+
+    Continued at its end, unless it is gone by then (killed by a close, say).
+    """
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def run_in_a_process(target: Callable[..., Any], *args: Any, timeout: float = 120.0) -> Any:

@@ -8,14 +8,13 @@ a message longer than retrieve's query limit; a turn carrying an image. Timings 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from adk_memory.adk import _service as service_module
 from adk_memory.engine.ingest import stream_key
 from adk_memory.testing.agent_models import ScriptedAgentModel
 from adk_memory.testing.models import ScriptedMemoryModel
-from adk_memory.testing.processes import children_running
+from adk_memory.testing.processes import children_running, stopped
 from adk_memory.testing.proxies import HangingProxy
 
 TEA = "I like green tea."
@@ -241,17 +240,6 @@ async def test_a_chroma_child_that_stops_answering_is_skipped_then_memory_comes_
     assert child and child not in _chroma_children(), "the child outlived the service"
 
 
-@contextlib.contextmanager
-def _stopped(child: int) -> Iterator[None]:
-    """The child stopped (SIGSTOP: alive and silent, like a hung server) for the block."""
-    os.kill(child, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # killed by a close, as it should be
-            os.kill(child, signal.SIGCONT)
-
-
 async def _closing_time(runner: Runner, service: MemoryBankService) -> float:
     """Seconds to close the runner, then the service."""
     started = time.perf_counter()
@@ -280,7 +268,7 @@ async def test_closing_while_the_chroma_child_hangs_ends_within_its_deadlines(
     session, _ = await ask(runner, user_id="u1", text="I love green tea.")
     await _available(service)
     [child] = _chroma_children() - before
-    with _stopped(child):
+    with stopped(child):
         await ask(runner, user_id="u1", text="And I moved to Berlin.", session_id=session)
         await ask(runner, user_id="u2", text="Hi.")
         took = await _closing_time(runner, service)
@@ -301,7 +289,7 @@ async def test_closing_while_a_flush_is_stuck_in_a_hung_child_ends_within_its_de
     await ask(runner, user_id="u1", text="I love green tea.")
     assert await asyncio.to_thread(flushing.wait, 20), "the turn's flush never started"
     [child] = _chroma_children() - before
-    with _stopped(child):
+    with stopped(child):
         release.set()  # the generation goes on to the store, and sticks there
         await asyncio.sleep(0.5)
         assert service.memory_available

@@ -5,9 +5,6 @@ with their own event loops, and a reopened folder. On a server, the due lock doe
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 import threading
 import time
 import uuid
@@ -22,6 +19,7 @@ from chromadb.api.models.Collection import Collection
 
 from adk_memory.store import EXPIRY_KEY, EXPIRY_KIND
 from adk_memory.testing.conformance import BANK, T0, bank_record
+from adk_memory.testing.processes import stopped
 
 LATER = T0 + timedelta(days=3650)
 
@@ -151,14 +149,10 @@ async def test_closing_a_store_whose_child_hangs_does_not_wait_for_what_it_defer
     await put(store, T0)
     await put(store, T0 + timedelta(days=1))  # a raise: deferred
     child = store._chroma.client.process
-    os.kill(child.pid, signal.SIGSTOP)
-    try:
+    with stopped(child.pid):
         started = time.perf_counter()
         await asyncio.wait_for(store.aclose(), 20)
         took = time.perf_counter() - started
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGCONT)
     assert took < 5, f"closing took {took:.1f} s"
     assert child.poll() is not None, "the stopped child outlived its store"
     reopened = ChromaMemoryStore.from_uri(f"chroma://{tmp_path}")
