@@ -146,11 +146,16 @@ async def test_concurrent_queries_and_documents_of_a_symmetric_model_share_calls
 @pytest.mark.slow
 async def test_the_same_text_from_concurrent_callers_is_embedded_once(batching: Build) -> None:
     inner, embedder = minilm(batching)
+    inner.gate.clear()  # the first model call waits: every caller finds the text in flight
     question = "Which tea does the user like?"
-    *asked, [twice, again] = await asyncio.gather(
+    together = asyncio.gather(
         *(embedder.embed_query(question) for _ in range(12)),
         embedder.embed_documents([question, question]),  # MiniLM: a query is a document
     )
+    # The callers reached the batcher in the loop's next pass, before this thread's answer.
+    assert await asyncio.to_thread(inner.entered.wait, 30)
+    inner.gate.set()
+    *asked, [twice, again] = await together
     assert inner.embedded == [question]
     assert len({*asked, twice, again}) == 1
 
