@@ -233,6 +233,9 @@ class WriteBatch:
 
     inserts: tuple[MemoryRecord, ...] = ()
     """New memories; a live memory with the same id fails the whole batch with `AlreadyExists`."""
+    fresh_inserts: bool = False
+    """The inserts' ids were just drawn at random (`names.new_memory_id`, 76 bits): no memory has
+    one, so a store need not read them before writing (it may still check)."""
     upserts: tuple[MemoryRecord, ...] = ()
     """Whole-record replacements (or creations) of memories."""
     deletes: tuple[str, ...] = ()

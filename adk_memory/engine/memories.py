@@ -213,6 +213,7 @@ class MemoryOps:
         revisions = self._revision_for(bank, record, now, config)
         batch = WriteBatch(
             inserts=(record,),
+            fresh_inserts=not config.memory_id,
             revisions=revisions,
             operations=(operation(record),) if operation else (),
         )
@@ -277,7 +278,7 @@ class MemoryOps:
             for record, (_, config) in zip(records, memories, strict=True)
             for revision in self._revision_for(bank, record, now, config)
         ]
-        batch = WriteBatch(inserts=tuple(records), revisions=tuple(revisions))
+        batch = WriteBatch(inserts=tuple(records), fresh_inserts=True, revisions=tuple(revisions))
         await self._context.store.apply(bank_id, batch)
         return records
 

@@ -134,10 +134,14 @@ class Changes:
 
     @property
     def wanted(self) -> list[str]:
-        """The memory rows the checks and the scope index need as stored."""
+        """The memory rows the checks and the scope index need as stored.
+
+        Not fresh inserts (`WriteBatch.fresh_inserts`): a group of creates reads no memory row.
+        """
         batch = self.batch
+        inserts = () if batch.fresh_inserts else batch.inserts
         return [
-            *(record.memory_id for record in (*batch.inserts, *batch.upserts)),
+            *(record.memory_id for record in (*inserts, *batch.upserts)),
             *self.deletes,
             *(expected.memory_id for expected in batch.expect),
         ]

@@ -19,7 +19,8 @@ from adk_memory_chroma import ChromaMemoryStore
 from adk_memory_chroma._chroma import AUX, DUE, MEM
 from chromadb.api.models.Collection import Collection
 
-from adk_memory.errors import Aborted
+from adk_memory import AsyncClient
+from adk_memory.errors import Aborted, AlreadyExists
 from adk_memory.locks import HeldLock
 from adk_memory.scope import scope_key
 from adk_memory.store import (
@@ -244,6 +245,60 @@ async def test_batches_in_flight_together_share_chroma_calls(
     for i in range(12):
         expected.setdefault(KEYS[i % 4], set()).add(f"g{i}")
     await assert_scopes_hold(store, expected)
+
+
+class MemoryReads:
+    """Counts chromadb `get`s of the bank's memory collection (the checks' reads before a write)."""
+
+    count: int = 0
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        original = Collection.get
+
+        def get(collection: Collection, *args: Any, **kwargs: Any) -> Any:
+            if collection.name.endswith(f".{MEM}"):
+                self.count += 1
+            return original(collection, *args, **kwargs)
+
+        monkeypatch.setattr(Collection, "get", get)
+
+
+async def test_fresh_inserts_read_no_memory_row_and_a_chosen_id_still_does(
+    store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = vectors(7, 9)
+    await store.apply(BANK, created("f0", rows[0], 0))  # the bank's first write checks more
+    reads = MemoryReads()
+    reads.install(monkeypatch)
+    fresh = [replace(created(f"f{i}", rows[i], i % 4), fresh_inserts=True) for i in range(1, 8)]
+    await asyncio.gather(*(store.apply(BANK, batch) for batch in fresh))
+    assert reads.count == 0  # what a create of a generated id costs: its writes alone
+    with pytest.raises(AlreadyExists):  # a chosen id is read, and a live one refused
+        await store.apply(BANK, created("f3", rows[8], 1))
+    assert reads.count == 1
+    expected: dict[str, set[str]] = {}
+    for i in range(8):
+        expected.setdefault(KEYS[i % 4], set()).add(f"f{i}")
+    await assert_scopes_hold(store, expected)
+
+
+async def test_a_create_of_a_generated_id_reads_nothing_before_its_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's side of `fresh_inserts`: it marks the ids it draws, never a chosen one."""
+    async with AsyncClient(f"chroma://{tmp_path}", embedding_model="hash-64") as client:
+        bank = (await client.memory_banks.create()).name
+        memories = client.memory_banks.memories
+        await memories.create(name=bank, fact="I like tea.", scope=SCOPES[0])
+        reads = MemoryReads()
+        reads.install(monkeypatch)
+        await memories.create(name=bank, fact="I like green tea.", scope=SCOPES[0])
+        assert reads.count == 0
+        chosen = {"memory_id": "tea"}
+        await memories.create(name=bank, fact="Tea at five.", scope=SCOPES[0], config=chosen)
+        assert reads.count >= 1
+        with pytest.raises(AlreadyExists):
+            await memories.create(name=bank, fact="Coffee.", scope=SCOPES[1], config=chosen)
 
 
 async def test_a_batch_failing_its_checks_is_left_out_of_its_group_alone(
