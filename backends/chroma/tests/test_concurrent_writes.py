@@ -502,6 +502,22 @@ async def test_a_batch_expecting_a_memory_another_batch_changes_waits_for_it_and
     assert await store.get_memories(BANK, ["n"], NOW) == []
 
 
+async def queued(
+    store: ChromaMemoryStore, batches: list[WriteBatch], applying: list[asyncio.Task[None]]
+) -> None:
+    """Waits until each of `batches` waits in the bank's write queue or is applied."""
+    queue = store._writer._queues.setdefault(asyncio.get_running_loop(), {}).setdefault(BANK, [])
+    for _ in range(1000):
+        waiting = {id(entry.changes.batch) for entry in queue}
+        if all(
+            task.done() or id(batch) in waiting
+            for batch, task in zip(batches, applying, strict=True)
+        ):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the batches never reached the bank's write queue")
+
+
 async def test_documents_of_one_key_queued_together_are_written_in_their_order(
     store: ChromaMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -511,12 +527,18 @@ async def test_documents_of_one_key_queued_together_are_written_in_their_order(
     writes = ChromaWrites(first_sleep=0.2)
     writes.install(monkeypatch)
     soon, later = NOW + timedelta(minutes=5), NOW + timedelta(hours=3)
-    await asyncio.gather(
-        store.apply(BANK, created("lead", rows[0], 0)),
-        store.apply(BANK, WriteBatch(documents=(stream("a", {"take": 1}, due=soon),))),
-        store.apply(BANK, WriteBatch(documents=(stream("b", {"take": 1}, due=soon),))),
-        store.apply(BANK, WriteBatch(documents=(stream("a", {"take": 2}, due=later),))),
-    )
+    lead = asyncio.create_task(store.apply(BANK, created("lead", rows[0], 0)))
+    first = [
+        WriteBatch(documents=(stream("a", {"take": 1}, due=soon),)),
+        WriteBatch(documents=(stream("b", {"take": 1}, due=soon),)),
+    ]
+    applying = [asyncio.create_task(store.apply(BANK, batch)) for batch in first]
+    # The first write of "a" asks for the bank's lock before the second starts: a batch's due
+    # entries are lowered before it queues, in a worker thread when the due mirror is busy, so
+    # started together the two could queue in either order.
+    await queued(store, first, applying)
+    second = WriteBatch(documents=(stream("a", {"take": 2}, due=later),))
+    await asyncio.gather(lead, *applying, store.apply(BANK, second))
     assert await store.get_document(BANK, STREAM, "a") == {"take": 2}
     assert await store.get_document(BANK, STREAM, "b") == {"take": 1}
     due = await store.due_documents(STREAM, NOW + timedelta(hours=4))
